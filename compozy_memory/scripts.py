@@ -1,0 +1,105 @@
+"""Lua scripts as named units: loaded once, called by SHA, recovered after NOSCRIPT.
+
+Each operation lives in ``lua/<name>.lua`` with a header naming its KEYS, ARGV and return
+value. Redis scripts cannot include one another, so the shared helpers in ``lua/_lib.lua`` are
+spliced in after each script's ``#!lua`` line when it is loaded.
+
+A call goes out as EVALSHA. When the server has lost its script cache (a restart, a failover,
+``SCRIPT FLUSH``, or a Cluster node that never saw the script) it answers NOSCRIPT, and the
+call is repeated once as EVAL, which runs the script and caches it again on the node that owns
+the key's slot. Callers see latency, never the NOSCRIPT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis, RedisCluster
+
+from compozy_memory.errors import (
+    BackendError,
+    BackendOutOfMemoryError,
+    BackendUnavailableError,
+    CompozyMemoryError,
+    ConflictError,
+    InvalidMessageError,
+    MessageTooLargeError,
+    ScriptError,
+)
+
+__all__ = ["RedisClient", "Script", "backend_errors", "script"]
+
+RedisClient: TypeAlias = "Redis | RedisCluster"
+ScriptArg: TypeAlias = "str | bytes | int"
+
+_ERRORS: dict[str, type[CompozyMemoryError]] = {
+    "COMPOZY_INVALID": InvalidMessageError,
+    "COMPOZY_TOOLARGE": MessageTooLargeError,
+    "COMPOZY_CONFLICT": ConflictError,
+}
+
+
+def _lua_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "lua", here.parent / "lua"):
+        if (candidate / "_lib.lua").is_file():
+            return candidate
+    raise FileNotFoundError(f"compozy-memory's lua/ scripts are missing beside {here}")
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One Lua operation, ready to run on any client of a standalone server or a cluster."""
+
+    name: str
+    source: str
+    sha: str
+
+    async def __call__(
+        self, client: RedisClient, keys: Sequence[str], args: Sequence[ScriptArg], *, key: str
+    ) -> Any:
+        """Run with ``keys`` and ``args``; ``key`` names the memory in errors."""
+        with backend_errors(self.name, key):
+            try:
+                return await client.evalsha(self.sha, len(keys), *keys, *args)
+            except redis_errors.NoScriptError:
+                return await client.eval(self.source, len(keys), *keys, *args)
+
+
+@contextmanager
+def backend_errors(operation: str, key: str) -> Iterator[None]:
+    """Turn redis-py exceptions raised inside the block into compozy-memory's typed errors."""
+    try:
+        yield
+    except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
+        raise BackendUnavailableError(f"{operation}: {exc}", key=key) from exc
+    except redis_errors.OutOfMemoryError as exc:
+        raise BackendOutOfMemoryError(f"{operation}: {exc}", key=key) from exc
+    except redis_errors.ResponseError as exc:
+        code, _, rest = str(exc).partition(" ")
+        typed = _ERRORS.get(code)
+        if typed is not None:
+            raise typed(rest, key=key) from None
+        raise ScriptError(f"{operation}: {exc}", key=key) from exc
+    except redis_errors.RedisError as exc:
+        raise BackendError(f"{operation}: {exc}", key=key) from exc
+
+
+@cache
+def script(name: str) -> Script:
+    """The script ``lua/<name>.lua`` with the shared helpers spliced in."""
+    folder = _lua_dir()
+    lib = (folder / "_lib.lua").read_text(encoding="utf-8")
+    body = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    shebang, newline, rest = body.partition("\n")
+    if not shebang.startswith("#!lua"):
+        raise FileNotFoundError(f"lua/{name}.lua must start with a '#!lua' line")
+    source = f"{shebang}{newline}{lib}\n{rest}"
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324

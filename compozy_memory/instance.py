@@ -104,9 +104,7 @@ class MemoryInstance:
         self._ttl_ms = self.policy.ttl_ms
 
     @classmethod
-    def open(
-        cls, client: RedisClient, *, project: str, key: str, **options: Any
-    ) -> MemoryInstance:
+    def open(cls, client: RedisClient, *, project: str, key: str, **options: Any) -> MemoryInstance:
         """A handle on ``key`` (sanitised) in ``project``'s namespace."""
         return cls(client, InstanceKeys.build(project, key), **options)
 

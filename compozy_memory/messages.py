@@ -40,7 +40,7 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 MAX_PRIORITY = 99
 
 # Fields the append script writes itself; everything else is the client's body.
-_SCRIPT_FIELDS = frozenset({"id", "ts", "tokens", "priority"})
+_SCRIPT_FIELDS = {"id", "ts", "tokens", "priority"}
 
 
 class Message(BaseModel):
@@ -125,9 +125,7 @@ class Message(BaseModel):
         """Ids of the tool calls this message answers."""
         ids = [self.tool_call_id] if self.tool_call_id else []
         if isinstance(self.content, list):
-            ids += [
-                str(b["tool_use_id"]) for b in self.content if b.get("type") == "tool_result"
-            ]
+            ids += [str(b["tool_use_id"]) for b in self.content if b.get("type") == "tool_result"]
         return tuple(ids)
 
 

@@ -16,6 +16,7 @@ import math
 import pkgutil
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from compozy_memory.errors import ConfigurationError, MissingTokenCountError
@@ -139,7 +140,7 @@ def count_message(message: Message, counter: TokenCounter) -> int:
     return total
 
 
-def _block_text(block: dict[str, object]) -> str:
+def _block_text(block: Mapping[str, object]) -> str:
     kind = block.get("type")
     if kind == "text":
         return str(block.get("text", ""))

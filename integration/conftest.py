@@ -1,0 +1,56 @@
+"""Session-wide real servers: Valkey standalone, Redis 7 standalone, a 3-master Valkey cluster."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer, start_cluster, start_server
+from compozy_memory.scripts import RedisClient
+from integration.engines import REQUIRE_REDIS7, EngineSpec, redis7_binary, spec_for
+
+ENGINES = ["valkey", "redis7", "valkey-cluster"]
+
+
+@pytest.fixture(scope="session")
+def valkey_server() -> Iterator[EmbeddedServer]:
+    with start_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis7_server() -> Iterator[EmbeddedServer]:
+    binary = redis7_binary()
+    if binary is None:
+        if REQUIRE_REDIS7:
+            pytest.fail("COMPOZY_REQUIRE_REDIS7=1 but redis-server is not on PATH")
+        pytest.skip("redis-server (Redis 7) is not on PATH")
+    with start_server(binary) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def valkey_cluster() -> Iterator[EmbeddedCluster]:
+    with start_cluster(3) as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> EngineSpec:
+    name: str = request.param
+    fixture = {"valkey": "valkey_server", "redis7": "redis7_server"}.get(name, "valkey_cluster")
+    return spec_for(name, request.getfixturevalue(fixture))
+
+
+@pytest.fixture
+async def client(engine: EngineSpec) -> AsyncIterator[RedisClient]:
+    redis = engine.client()
+    yield redis
+    await redis.aclose()
+
+
+@pytest.fixture
+def memory_key() -> str:
+    return f"conv:{uuid.uuid4().hex}"

@@ -1,0 +1,42 @@
+"""Real engines for the integration tests, and what spawned worker processes need to reach them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from compozy_memory import connect
+from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer
+from compozy_memory.scripts import RedisClient
+
+REQUIRE_REDIS7 = os.environ.get("COMPOZY_REQUIRE_REDIS7") == "1"
+
+
+def redis7_binary() -> str | None:
+    return shutil.which("redis-server")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Picklable: enough for another process to connect."""
+
+    name: str
+    url: str
+    cluster: bool
+    node_urls: tuple[str, ...]
+
+    def client(self, **options: object) -> RedisClient:
+        return connect(self.url, cluster=self.cluster, **options)
+
+    def node_clients(self) -> list[Redis]:
+        """One plain client per server (every master of a cluster)."""
+        return [Redis.from_url(url) for url in self.node_urls]
+
+
+def spec_for(name: str, engine: EmbeddedServer | EmbeddedCluster) -> EngineSpec:
+    if isinstance(engine, EmbeddedCluster):
+        return EngineSpec(name, engine.url, True, tuple(n.url for n in engine.nodes))
+    return EngineSpec(name, engine.url, False, (engine.url,))

@@ -1,0 +1,382 @@
+"""MemoryInstance behaviour on every real engine: standalone Valkey, Redis 7, Valkey cluster."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from redis.asyncio import RedisCluster
+
+from compozy_memory import (
+    ConflictError,
+    HeuristicCounter,
+    InvalidMessageError,
+    MemoryInstance,
+    MemoryPolicy,
+    Message,
+    MessageTooLargeError,
+    MissingTokenCountError,
+    ReadOnlyMemoryError,
+    SuppliedCounter,
+)
+from compozy_memory.keys import InstanceKeys
+from compozy_memory.scripts import RedisClient, ScriptArg, script
+
+PROJECT = "itest"
+
+
+def memory(client: RedisClient, key: str, **options: Any) -> MemoryInstance:
+    return MemoryInstance.open(client, project=PROJECT, key=key, **options)
+
+
+async def state(client: RedisClient, keys: InstanceKeys) -> dict[str, object]:
+    """Everything stored under an instance: contents, and the TTL of every part as a class
+    (-2 missing, -1 none, else whether it is over a minute) so ticking clocks compare equal."""
+    out: dict[str, object] = {}
+    for name in keys.data:
+        kind = _text(await client.type(name))
+        if kind == "list":
+            out[name] = await client.lrange(name, 0, -1)
+        elif kind == "hash":
+            out[name] = await client.hgetall(name)
+        pttl = await client.pttl(name)
+        out[f"{name}:ttl"] = pttl if pttl < 0 else ("over 60s" if pttl > 60_000 else "short")
+    return out
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def envelope_token_sum(client: RedisClient, keys: InstanceKeys) -> int:
+    return sum(json.loads(e)["tokens"] for e in await client.lrange(keys.msgs, 0, -1))
+
+
+async def test_append_assigns_ids_counts_and_keeps_totals_exact(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key)
+    first = await mem.append({"role": "system", "content": "You are terse.", "priority": 0})
+    batch = await mem.append_many(
+        [
+            Message(role="user", content="What is 2 + 2?"),
+            Message(role="assistant", content="4", tokens=7),
+        ]
+    )
+    assert (first.first_id, first.last_id) == (1, 1)
+    assert list(batch.ids) == [2, 3]
+    messages = await mem.read()
+    assert [m.id for m in messages] == [1, 2, 3]
+    assert [m.role for m in messages] == ["system", "user", "assistant"]
+    assert messages[2].tokens == 7
+    assert all(m.ts is not None and m.ts > 1_700_000_000_000 for m in messages)
+    assert batch.total_tokens == sum(m.tokens or 0 for m in messages)
+    assert await mem.token_count() == await envelope_token_sum(client, mem.keys)
+    assert await mem.len() == 3
+    health = await mem.health()
+    assert health.priority_counts == {0: 1, 2: 2}
+    assert sum(health.priority_tokens.values()) == health.token_count == batch.total_tokens
+
+
+async def test_messages_round_trip_every_shape(client: RedisClient, memory_key: str) -> None:
+    mem = memory(client, memory_key, counter=HeuristicCounter())
+    sent = [
+        Message(role="user", content="naïve café — 東京 🚀", metadata={"lang": "mixed"}),
+        Message(
+            role="assistant",
+            content=[
+                {"type": "text", "text": "Looking it up."},
+                {"type": "tool_use", "id": "tu_1", "name": "search", "input": {"q": "x"}},
+            ],
+        ),
+        Message(
+            role="user",
+            content=[{"type": "tool_result", "tool_use_id": "tu_1", "content": "found"}],
+        ),
+        Message(
+            role="assistant",
+            content="",
+            tool_calls=[
+                {
+                    "id": "call_9",
+                    "type": "function",
+                    "function": {"name": "sql", "arguments": '{"q": 1}'},
+                }
+            ],
+        ),
+        Message(role="tool", tool_call_id="call_9", content="[]", type="tool_output"),
+    ]
+    await mem.append_many(sent)
+    got = await mem.read()
+    for original, stored in zip(sent, got, strict=True):
+        assert stored.model_dump(exclude={"id", "ts", "tokens", "priority"}) == original.model_dump(
+            exclude={"id", "ts", "tokens", "priority"}
+        )
+    assert got[1].tool_use_ids == ("tu_1",)
+    assert got[2].tool_result_ids == ("tu_1",)
+    assert got[4].content_type == "tool_output"
+
+
+async def test_works_with_decode_responses(engine: Any, memory_key: str) -> None:
+    client = engine.client(decode_responses=True)
+    try:
+        mem = memory(client, memory_key)
+        await mem.append({"role": "user", "content": "hello"})
+        assert [m.content for m in await mem.read()] == ["hello"]
+        assert (await mem.health()).message_count == 1
+    finally:
+        await client.aclose()
+
+
+async def test_read_ranges(client: RedisClient, memory_key: str) -> None:
+    mem = memory(client, memory_key, counter=HeuristicCounter())
+    await mem.append_many({"role": "user", "content": f"m{i}"} for i in range(10))
+    assert [m.content for m in await mem.read(2, 4)] == ["m2", "m3", "m4"]
+    assert [m.content for m in await mem.read(-2)] == ["m8", "m9"]
+    assert await memory(client, memory_key + "-empty").read() == []
+
+
+async def test_read_window_returns_the_newest_messages_that_fit(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key)
+    await mem.append_many(
+        {"role": "user", "content": f"m{i}", "tokens": 10 + i} for i in range(100)
+    )
+    assert await mem.read_window(100) == []  # the newest message alone (109) does not fit
+    window = await mem.read_window(300)
+    assert [m.content for m in window] == ["m98", "m99"]  # 108 + 109; adding 107 would pass 300
+    assert sum(m.tokens or 0 for m in window) == 217
+    window = await mem.read_window(10_000, max_messages=5)
+    assert [m.id for m in window] == [96, 97, 98, 99, 100]
+    everything = await mem.read_window(1_000_000)
+    assert len(everything) == 100
+
+
+async def test_read_window_never_starts_with_an_orphaned_tool_result(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key)
+    await mem.append_many(
+        [
+            {"role": "user", "content": "weather?", "tokens": 5},
+            {
+                "role": "assistant",
+                "content": "",
+                "tokens": 50,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny", "tokens": 5},
+            {"role": "assistant", "content": "It is sunny.", "tokens": 5},
+        ]
+    )
+    window = await mem.read_window(20)  # fits the tool result but not its call
+    assert [m.content for m in window] == ["It is sunny."]
+    window = await mem.read_window(60)
+    assert [m.role for m in window] == ["assistant", "tool", "assistant"]
+
+
+async def test_trim_archives_and_never_removes_priority_zero(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key, policy=MemoryPolicy(ttl=timedelta(minutes=5)))
+    await mem.append({"role": "system", "content": "rules", "tokens": 20, "priority": 0})
+    await mem.append_many(
+        {"role": "user", "content": f"m{i}", "tokens": 10, "priority": 1 + i % 2} for i in range(10)
+    )
+    result = await mem.trim(keep_messages=4)
+    assert (result.removed_count, result.removed_tokens) == (7, 70)
+    assert [m.content for m in await mem.read()] == ["rules", "m7", "m8", "m9"]
+    result = await mem.trim(max_tokens=35)
+    assert [m.content for m in await mem.read()] == ["rules", "m9"]
+    assert result.total_tokens == 30 == await envelope_token_sum(client, mem.keys)
+    result = await mem.trim(max_tokens=0)
+    assert [m.content for m in await mem.read()] == ["rules"]
+    assert result.total_tokens == 20
+    health = await mem.health()
+    assert health.archive_length == health.archived == health.trimmed == 10
+    assert health.priority_counts == {0: 1}
+    archived = [json.loads(e)["content"] for e in await client.lrange(mem.keys.archive, 0, -1)]
+    assert archived == [f"m{i}" for i in range(10)]
+    for key in (mem.keys.msgs, mem.keys.meta, mem.keys.archive):
+        assert 0 < await client.pttl(key) <= 300_000
+
+
+async def test_archive_is_capped(client: RedisClient, memory_key: str) -> None:
+    mem = memory(client, memory_key, policy=MemoryPolicy(archive_max=3))
+    await mem.append_many({"role": "user", "content": f"m{i}", "tokens": 1} for i in range(10))
+    await mem.trim(keep_messages=0)
+    archived = [json.loads(e)["content"] for e in await client.lrange(mem.keys.archive, 0, -1)]
+    assert archived == ["m7", "m8", "m9"]
+    assert (await mem.health()).archived == 10
+
+
+async def test_replace_archives_the_old_and_honours_if_last_id(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key)
+    await mem.append_many({"role": "user", "content": f"m{i}", "tokens": 3} for i in range(4))
+    result = await mem.replace(
+        [{"role": "system", "content": "summary of m0-m3", "tokens": 5}], if_last_id=4
+    )
+    assert (result.first_id, result.last_id, result.total_tokens, result.total_count) == (
+        5,
+        5,
+        5,
+        1,
+    )
+    before = await state(client, mem.keys)
+    with pytest.raises(ConflictError, match="expected last_id 4, found 5"):
+        await mem.replace([{"role": "user", "content": "stale", "tokens": 1}], if_last_id=4)
+    assert await state(client, mem.keys) == before
+    assert (await mem.health()).priority_tokens == {2: 5}
+    emptied = await mem.replace([])
+    assert (emptied.total_tokens, emptied.total_count) == (0, 0)
+    assert (await mem.health()).archived == 5
+
+
+async def test_clear_keeps_ids_monotonic(client: RedisClient, memory_key: str) -> None:
+    mem = memory(client, memory_key)
+    await mem.append_many({"role": "user", "content": "x", "tokens": 1} for _ in range(3))
+    await mem.trim(keep_messages=1)
+    assert await mem.clear() == 1
+    assert await mem.read() == []
+    assert await client.exists(mem.keys.archive) == 0
+    again = await mem.append({"role": "user", "content": "y", "tokens": 1})
+    assert again.first_id == 4
+    assert (again.total_tokens, again.total_count) == (1, 1)
+
+
+async def test_every_key_carries_the_ttl(client: RedisClient, memory_key: str) -> None:
+    mem = memory(client, memory_key, policy=MemoryPolicy(ttl=timedelta(seconds=90)))
+    await mem.append_many({"role": "user", "content": "x", "tokens": 1} for _ in range(3))
+    await mem.trim(keep_messages=1)
+    await mem.append({"role": "user", "content": "z", "tokens": 1})
+    for key in (mem.keys.msgs, mem.keys.meta, mem.keys.archive):
+        assert 85_000 < await client.pttl(key) <= 90_000, key
+    assert await mem.set_ttl(timedelta(hours=1)) == 3
+    await mem.append({"role": "user", "content": "w", "tokens": 1})
+    for key in (mem.keys.msgs, mem.keys.meta, mem.keys.archive):
+        assert 3_590_000 < await client.pttl(key) <= 3_600_000, key
+    assert await mem.set_ttl(None) == 3
+    for key in (mem.keys.msgs, mem.keys.meta, mem.keys.archive):
+        assert await client.pttl(key) == -1
+    assert (await mem.health()).ttl_ms is None
+
+
+BAD_INPUTS: list[tuple[str, Any, type[Exception]]] = [
+    ("lone surrogate", {"role": "user", "content": "ok \ud800 no"}, InvalidMessageError),
+    (
+        "lone surrogate in metadata",
+        {"role": "user", "content": "x", "metadata": {"k": "\udfff"}},
+        InvalidMessageError,
+    ),
+    ("empty role", {"role": "", "content": "x"}, InvalidMessageError),
+    ("unknown role", {"role": "wizard", "content": "x"}, InvalidMessageError),
+    ("content of wrong type", {"role": "user", "content": 42}, InvalidMessageError),
+    ("block without type", {"role": "user", "content": [{"text": "x"}]}, InvalidMessageError),
+    ("negative tokens", {"role": "user", "content": "x", "tokens": -1}, InvalidMessageError),
+    ("tokens as text", {"role": "user", "content": "x", "tokens": "many"}, InvalidMessageError),
+    (
+        "priority out of range",
+        {"role": "user", "content": "x", "priority": 100},
+        InvalidMessageError,
+    ),
+    ("unknown field", {"role": "user", "content": "x", "colour": "red"}, InvalidMessageError),
+    ("tool message naming no call", {"role": "tool", "content": "x"}, InvalidMessageError),
+    ("not a message", "just a string", InvalidMessageError),
+    ("over max tokens", {"role": "user", "content": "x", "tokens": 101}, MessageTooLargeError),
+]
+
+
+@pytest.mark.parametrize(("case", "bad", "error"), BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+async def test_bad_input_is_a_typed_error_and_changes_nothing(
+    client: RedisClient, memory_key: str, case: str, bad: Any, error: type[Exception]
+) -> None:
+    mem = memory(client, memory_key, policy=MemoryPolicy(max_tokens=100, ttl=timedelta(hours=1)))
+    await mem.append({"role": "user", "content": "before", "tokens": 5})
+    for key in mem.keys.data:  # any write would set the policy's hour again
+        await client.pexpire(key, 30_000)
+    before = await state(client, mem.keys)
+    good = {"role": "user", "content": "fine", "tokens": 1}
+    with pytest.raises(error):
+        await mem.append_many([good, bad])  # the good one must not be stored either
+    with pytest.raises(error):
+        await mem.replace([bad])
+    assert await state(client, mem.keys) == before
+
+
+async def test_scripts_validate_everything_before_their_first_write(
+    client: RedisClient, memory_key: str
+) -> None:
+    """Calling the scripts directly, past the Python checks: a bad later argument writes nothing."""
+    keys = InstanceKeys.build(PROJECT, memory_key)
+    mem = memory(client, memory_key)
+    await mem.append({"role": "user", "content": "before", "tokens": 5})
+    before = await state(client, keys)
+    append = script("append")
+    good: list[ScriptArg] = [3, 2, '{"role":"user","content":"ok"}']
+    cases: list[list[ScriptArg]] = [
+        [0, 0, 2, *good, "x", 2, '{"role":"user"}'],  # tokens not a number
+        [0, 0, 2, *good, 3, 100, '{"role":"user"}'],  # priority out of range
+        [0, 0, 2, *good, 3, 2, "not json"],  # body not an object
+        [0, 0, 2, *good, 3, 2, "{}"],  # empty object
+        [0, 0, 2, *good],  # fewer triples than n
+        [0, 2, 2, *good, 3, 2, '{"role":"user"}'],  # over max_tokens
+        [-5, 0, 1, *good],  # negative ttl
+    ]
+    for args in cases:
+        with pytest.raises((InvalidMessageError, MessageTooLargeError)):
+            await append(client, keys.data, args, key=memory_key)
+    with pytest.raises(ConflictError):
+        await script("replace")(client, keys.data, [0, 0, 0, 99, 1, *good], key=memory_key)
+    with pytest.raises(InvalidMessageError):
+        await script("trim")(client, keys.data, [0, 0, "many", -1], key=memory_key)
+    assert await state(client, keys) == before
+
+
+async def test_read_only_handle_refuses_every_write_before_redis(
+    client: RedisClient, memory_key: str
+) -> None:
+    writer = memory(client, memory_key)
+    await writer.append({"role": "user", "content": "shared", "tokens": 2})
+    reader = memory(client, memory_key, read_only=True)
+    before = await state(client, writer.keys)
+    for call in (
+        reader.append({"role": "user", "content": "x"}),
+        reader.append_many([{"role": "user", "content": "x"}]),
+        reader.replace([]),
+        reader.trim(keep_messages=0),
+        reader.clear(),
+        reader.set_ttl(10),
+    ):
+        with pytest.raises(ReadOnlyMemoryError):
+            await call
+    assert await state(client, writer.keys) == before
+    assert [m.content for m in await reader.read()] == ["shared"]
+
+
+async def test_counters_supplied_and_exact(client: RedisClient, memory_key: str) -> None:
+    supplied = memory(client, memory_key, counter=SuppliedCounter())
+    with pytest.raises(MissingTokenCountError):
+        await supplied.append({"role": "user", "content": "no count"})
+    assert (
+        await supplied.append({"role": "user", "content": "x", "tokens": 12})
+    ).total_tokens == 12
+    exact = memory(client, memory_key + "-exact")
+    result = await exact.append({"role": "user", "content": "hello world"})
+    assert result.total_tokens == 2 + 3  # cl100k: "hello", " world"; 3 framing tokens
+
+
+async def test_all_keys_of_an_instance_share_one_cluster_slot(
+    client: RedisClient, memory_key: str
+) -> None:
+    if not isinstance(client, RedisCluster):
+        pytest.skip("slots exist only on a cluster")
+    keys = InstanceKeys.build(PROJECT, memory_key)
+    slots = {await client.cluster_keyslot(k) for k in (*keys.data, keys.lock)}
+    assert len(slots) == 1

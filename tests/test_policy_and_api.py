@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+import compozy_memory
+from compozy_memory import ConfigurationError, MemoryPolicy
+
+
+def test_public_surface_is_pinned() -> None:
+    assert sorted(compozy_memory.__all__) == sorted(
+        [
+            "AppendResult",
+            "BackendError",
+            "BackendOutOfMemoryError",
+            "BackendUnavailableError",
+            "BudgetExceededError",
+            "CachedCounter",
+            "CompozyMemoryError",
+            "ConfigurationError",
+            "ConflictError",
+            "HeuristicCounter",
+            "InstanceKeys",
+            "InvalidMessageError",
+            "MemoryHealth",
+            "MemoryInstance",
+            "MemoryPolicy",
+            "Message",
+            "MessageTooLargeError",
+            "MissingTokenCountError",
+            "ReadOnlyMemoryError",
+            "ScriptError",
+            "SuppliedCounter",
+            "TiktokenCounter",
+            "TokenCounter",
+            "TrimResult",
+            "__version__",
+            "connect",
+            "sanitize_key",
+        ]
+    )
+    for name in compozy_memory.__all__:
+        assert hasattr(compozy_memory, name)
+
+
+def test_every_error_is_a_compozy_error() -> None:
+    errors = [getattr(compozy_memory, n) for n in compozy_memory.__all__ if n.endswith("Error")]
+    assert all(issubclass(e, compozy_memory.CompozyMemoryError) for e in errors)
+
+
+def test_policy_defaults_and_priorities() -> None:
+    policy = MemoryPolicy(ttl=timedelta(hours=24), content_priorities={"system_prompt": 0})
+    assert policy.ttl_ms == 86_400_000
+    assert policy.priority_of("system_prompt") == 0
+    assert policy.priority_of("message") == 2
+    assert MemoryPolicy().ttl_ms == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"max_tokens": 0}, "max_tokens must be a positive integer"),
+        ({"max_messages": -3}, "max_messages must be a positive integer"),
+        ({"ttl": timedelta(0)}, "ttl must be positive"),
+        ({"archive_max": -1}, "archive_max"),
+        ({"content_priorities": {"x": 100}}, "priority of 'x'"),
+    ],
+)
+def test_bad_policies_are_refused(kwargs: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigurationError, match=fragment):
+        MemoryPolicy(**kwargs)  # type: ignore[arg-type]

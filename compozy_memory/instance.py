@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from redis.asyncio import RedisCluster
+
+from compozy_memory.batching import batcher_for
 from compozy_memory.errors import (
     ConfigurationError,
     InvalidMessageError,
@@ -84,7 +87,9 @@ class MemoryInstance:
     Works with ``redis.asyncio.Redis`` and ``redis.asyncio.RedisCluster`` alike, decoding
     responses or not. Every write is one script call, so concurrent replicas never overwrite
     one another; a read-only handle raises :class:`ReadOnlyMemoryError` before any write
-    reaches Redis.
+    reaches Redis. On a standalone client, calls made by many handles in the same event-loop
+    iteration go out as one pipeline (see :mod:`compozy_memory.batching`); ``batching=False``
+    sends each call on its own.
     """
 
     def __init__(
@@ -95,6 +100,7 @@ class MemoryInstance:
         policy: MemoryPolicy | None = None,
         counter: TokenCounter | None = None,
         read_only: bool = False,
+        batching: bool = True,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -102,6 +108,11 @@ class MemoryInstance:
         self.counter = counter if counter is not None else default_counter()
         self.read_only = read_only
         self._ttl_ms = self.policy.ttl_ms
+        self._data_keys = keys.data
+        #: The instance's key prefix, named in errors and logs.
+        self.key = keys.prefix
+        self._batcher = batcher_for(client) if batching else None
+        self._cluster_ready = not isinstance(client, RedisCluster)
 
     @classmethod
     def open(cls, client: RedisClient, *, project: str, key: str, **options: Any) -> MemoryInstance:
@@ -111,10 +122,6 @@ class MemoryInstance:
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "read-write"
         return f"<MemoryInstance {self.keys.prefix} {mode}>"
-
-    @property
-    def key(self) -> str:
-        return self.keys.prefix
 
     # -- writes -------------------------------------------------------------------------
 
@@ -127,12 +134,13 @@ class MemoryInstance:
         self._check_writable("append")
         args = self._encode(messages)
         if not args:
-            raise InvalidMessageError("append_many needs at least one message", key=self.key)
-        reply = await script("append")(
-            self.client,
-            self.keys.data,
+            raise InvalidMessageError("append_many needs at least one message")
+        # Without a TTL the append touches only msgs and meta, and declares only those.
+        keys = self._data_keys if self._ttl_ms else self._data_keys[:2]
+        reply = await self._call(
+            "append",
+            keys,
             [self._ttl_ms, self.policy.max_tokens or 0, len(args) // 3, *args],
-            key=self.key,
         )
         return self._append_result(reply)
 
@@ -146,9 +154,9 @@ class MemoryInstance:
         """
         self._check_writable("replace")
         args = self._encode(messages)
-        reply = await script("replace")(
-            self.client,
-            self.keys.data,
+        reply = await self._call(
+            "replace",
+            self._data_keys,
             [
                 self._ttl_ms,
                 self.policy.max_tokens or 0,
@@ -157,7 +165,6 @@ class MemoryInstance:
                 len(args) // 3,
                 *args,
             ],
-            key=self.key,
         )
         return self._append_result(reply)
 
@@ -172,23 +179,22 @@ class MemoryInstance:
         for name, value in (("keep_messages", keep_messages), ("max_tokens", max_tokens)):
             if value is not None and (not isinstance(value, int) or value < 0):
                 raise ConfigurationError(f"{name} must be a non-negative integer, got {value!r}")
-        reply = await script("trim")(
-            self.client,
-            self.keys.data,
+        reply = await self._call(
+            "trim",
+            self._data_keys,
             [
                 self._ttl_ms,
                 self.policy.archive_max,
                 -1 if keep_messages is None else keep_messages,
                 -1 if max_tokens is None else max_tokens,
             ],
-            key=self.key,
         )
         return TrimResult(*(int(v) for v in reply))
 
     async def clear(self) -> int:
         """Remove every message, summary and archived original; return how many were live."""
         self._check_writable("clear")
-        return int(await script("clear")(self.client, self.keys.data, [self._ttl_ms], key=self.key))
+        return int(await self._call("clear", self._data_keys, [self._ttl_ms]))
 
     async def set_ttl(self, ttl: timedelta | float | None) -> int:
         """Set (seconds or timedelta) or remove (None) the TTL of every key of the instance.
@@ -203,7 +209,7 @@ class MemoryInstance:
             if seconds <= 0:
                 raise ConfigurationError(f"ttl must be positive, got {ttl!r}")
             ttl_ms = max(1, int(seconds * 1000))
-        existing = await script("expire")(self.client, self.keys.data, [ttl_ms], key=self.key)
+        existing = await self._call("expire", self._data_keys, [ttl_ms])
         self._ttl_ms = ttl_ms
         return int(existing)
 
@@ -211,9 +217,7 @@ class MemoryInstance:
 
     async def read(self, start: int = 0, stop: int = -1) -> list[Message]:
         """Messages from index ``start`` to ``stop`` inclusive, oldest first (LRANGE rules)."""
-        reply = await script("read")(
-            self.client, self.keys.data[:2], ["range", start, stop], key=self.key
-        )
+        reply = await self._call("read", self._data_keys[:2], ["range", start, stop])
         return [Message.model_validate_json(env) for env in reply[3:]]
 
     async def read_window(
@@ -231,27 +235,28 @@ class MemoryInstance:
                 "read_window needs a non-negative max_tokens, or a policy with max_tokens",
                 key=self.key,
             )
-        reply = await script("read")(
-            self.client,
-            self.keys.data[:2],
+        reply = await self._call(
+            "read",
+            self._data_keys[:2],
             ["window", budget, max_messages or 0],
-            key=self.key,
         )
         return _without_orphan_results([Message.model_validate_json(env) for env in reply[3:]])
 
     async def len(self) -> int:
         """Number of live messages."""
+        await self._ready()
         with backend_errors("len", self.key):
             return int(await self.client.llen(self.keys.msgs))
 
     async def token_count(self) -> int:
         """Exact tokens of the live messages, from the totals the scripts keep."""
+        await self._ready()
         with backend_errors("token_count", self.key):
             value = await self.client.hget(self.keys.meta, "tokens")
         return int(value or 0)
 
     async def health(self) -> MemoryHealth:
-        reply = await script("health")(self.client, self.keys.data, [], key=self.key)
+        reply = await self._call("health", self._data_keys, [])
         fields = {_text(reply[i]): _text(reply[i + 1]) for i in range(0, len(reply), 2)}
         tokens: dict[int, int] = {}
         counts: dict[int, int] = {}
@@ -282,6 +287,24 @@ class MemoryInstance:
 
     # -- internals ----------------------------------------------------------------------
 
+    async def _call(self, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
+        if self._batcher is not None:
+            return await self._batcher.run(script(name), keys, args, key=self.key)
+        await self._ready()
+        return await script(name)(self.client, keys, args, key=self.key)
+
+    async def _ready(self) -> None:
+        if self._cluster_ready:
+            return
+        # redis-py initialises a cluster client lazily on its first command, and many tasks
+        # making that first command at once race on half-open connections ('NoneType' object
+        # has no attribute 'writelines'). initialize() is idempotent and takes redis-py's own
+        # lock, so awaiting it once per handle makes the first use safe.
+        assert isinstance(self.client, RedisCluster)
+        with backend_errors("connect", self.key):
+            await self.client.initialize()
+        self._cluster_ready = True
+
     def _check_writable(self, operation: str) -> None:
         if self.read_only:
             raise ReadOnlyMemoryError(
@@ -307,7 +330,7 @@ class MemoryInstance:
                 body = encode_body(message)
                 tokens = count_message(message, self.counter)
             except InvalidMessageError as exc:
-                raise type(exc)(f"message {position}: {exc}", key=self.key) from None
+                raise type(exc)(f"message {position}: {exc}") from None
             if limit is not None and tokens > limit:
                 raise MessageTooLargeError(
                     f"message {position} has {tokens} tokens, more than the memory's "

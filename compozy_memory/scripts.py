@@ -34,7 +34,7 @@ from compozy_memory.errors import (
     ScriptError,
 )
 
-__all__ = ["RedisClient", "Script", "backend_errors", "script"]
+__all__ = ["RedisClient", "Script", "backend_errors", "script", "translate"]
 
 RedisClient: TypeAlias = "Redis | RedisCluster"
 ScriptArg: TypeAlias = "str | bytes | int"
@@ -66,11 +66,16 @@ class Script:
         self, client: RedisClient, keys: Sequence[str], args: Sequence[ScriptArg], *, key: str
     ) -> Any:
         """Run with ``keys`` and ``args``; ``key`` names the memory in errors."""
-        with backend_errors(self.name, key):
-            try:
-                return await client.evalsha(self.sha, len(keys), *keys, *args)
-            except redis_errors.NoScriptError:
-                return await client.eval(self.source, len(keys), *keys, *args)
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except redis_errors.NoScriptError:
+            pass
+        except redis_errors.RedisError as exc:
+            raise translate(exc, self.name, key) from _cause(exc)
+        try:
+            return await client.eval(self.source, len(keys), *keys, *args)
+        except redis_errors.RedisError as exc:
+            raise translate(exc, self.name, key) from _cause(exc)
 
 
 @contextmanager
@@ -78,18 +83,28 @@ def backend_errors(operation: str, key: str) -> Iterator[None]:
     """Turn redis-py exceptions raised inside the block into compozy-memory's typed errors."""
     try:
         yield
-    except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
-        raise BackendUnavailableError(f"{operation}: {exc}", key=key) from exc
-    except redis_errors.OutOfMemoryError as exc:
-        raise BackendOutOfMemoryError(f"{operation}: {exc}", key=key) from exc
-    except redis_errors.ResponseError as exc:
+    except redis_errors.RedisError as exc:
+        raise translate(exc, operation, key) from _cause(exc)
+
+
+def translate(exc: redis_errors.RedisError, operation: str, key: str) -> CompozyMemoryError:
+    """The typed error for a redis-py exception raised by ``operation`` on memory ``key``."""
+    if isinstance(exc, (redis_errors.ConnectionError, redis_errors.TimeoutError)):
+        return BackendUnavailableError(f"{operation}: {exc}", key=key)
+    if isinstance(exc, redis_errors.OutOfMemoryError):
+        return BackendOutOfMemoryError(f"{operation}: {exc}", key=key)
+    if isinstance(exc, redis_errors.ResponseError):
         code, _, rest = str(exc).partition(" ")
         typed = _ERRORS.get(code)
         if typed is not None:
-            raise typed(rest, key=key) from None
-        raise ScriptError(f"{operation}: {exc}", key=key) from exc
-    except redis_errors.RedisError as exc:
-        raise BackendError(f"{operation}: {exc}", key=key) from exc
+            return typed(rest, key=key)
+        return ScriptError(f"{operation}: {exc}", key=key)
+    return BackendError(f"{operation}: {exc}", key=key)
+
+
+def _cause(exc: redis_errors.RedisError) -> redis_errors.RedisError | None:
+    # Our own validation errors are complete in themselves; the redis-py traceback adds noise.
+    return None if str(exc).startswith("COMPOZY_") else exc
 
 
 @cache

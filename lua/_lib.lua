@@ -16,9 +16,18 @@ local function fail(code, text)
   error({err = 'COMPOZY_' .. code .. ' ' .. text})
 end
 
-local function int_arg(value, name, min, max)
+-- Returns value as an integer in [min, max] (max nil = unbounded), or nil.
+local function int_or_nil(value, min, max)
   local n = tonumber(value)
   if n == nil or n ~= math.floor(n) or n < min or (max ~= nil and n > max) then
+    return nil
+  end
+  return n
+end
+
+local function int_arg(value, name, min, max)
+  local n = int_or_nil(value, min, max)
+  if n == nil then
     fail('INVALID', name .. ' must be an integer in [' .. min .. ', ' .. tostring(max or 'inf')
       .. '], got ' .. tostring(value))
   end
@@ -35,48 +44,85 @@ local function envelope_head(env)
   return tonumber(id), tonumber(tokens), tonumber(priority)
 end
 
--- Checks n message triples (tokens, priority, body) starting at ARGV[first].
+-- Checks n message triples (tokens, priority, body) starting at ARGV[first] and returns
+-- them parsed: {tokens = {...}, priority = {...}}, numbers normalised.
 local function validate_batch(first, n, max_tokens)
   if #ARGV ~= first - 1 + 3 * n then
     fail('INVALID', 'expected ' .. n .. ' message triples, got ' .. (#ARGV - first + 1)
       .. ' arguments')
   end
-  for i = 0, n - 1 do
-    local at = first + 3 * i
-    local tokens = int_arg(ARGV[at], 'message ' .. (i + 1) .. ' tokens', 0, nil)
+  local batch = {tokens = {}, priority = {}}
+  for i = 1, n do
+    local at = first + 3 * (i - 1)
+    -- Labels are built only on failure: this loop runs on every append.
+    local tokens = int_or_nil(ARGV[at], 0, nil) or int_arg(ARGV[at], 'message ' .. i .. ' tokens', 0, nil)
     if max_tokens > 0 and tokens > max_tokens then
-      fail('TOOLARGE', 'message ' .. (i + 1) .. ' has ' .. tokens
+      fail('TOOLARGE', 'message ' .. i .. ' has ' .. tokens
         .. ' tokens, more than the memory limit of ' .. max_tokens)
     end
-    int_arg(ARGV[at + 1], 'message ' .. (i + 1) .. ' priority', 0, MAX_PRIORITY)
+    batch.tokens[i] = tokens
+    batch.priority[i] = int_or_nil(ARGV[at + 1], 0, MAX_PRIORITY)
+      or int_arg(ARGV[at + 1], 'message ' .. i .. ' priority', 0, MAX_PRIORITY)
     local body = ARGV[at + 2]
     if string.sub(body, 1, 2) ~= '{"' or string.sub(body, -1) ~= '}' then
-      fail('INVALID', 'message ' .. (i + 1) .. ' body must be a non-empty JSON object')
+      fail('INVALID', 'message ' .. i .. ' body must be a non-empty JSON object')
     end
   end
+  return batch
 end
 
--- Adds (sign = 1) or removes (sign = -1) one message's count and tokens in meta.
-local function account(meta, sign, tokens, priority)
-  redis.call('HINCRBY', meta, 'tokens', sign * tokens)
-  redis.call('HINCRBY', meta, 'count', sign)
-  redis.call('HINCRBY', meta, 'p:' .. priority .. ':tokens', sign * tokens)
-  redis.call('HINCRBY', meta, 'p:' .. priority .. ':count', sign)
+-- Meta changes are gathered in a table of field -> delta and written with one HMGET and one
+-- HSET, whatever the number of messages and priorities involved.
+local function new_deltas()
+  return {tokens = 0, count = 0}
 end
 
--- Pushes n validated triples starting at ARGV[first]; returns first_id, last_id.
-local function push_batch(msgs, meta, first, n)
-  local now = redis.call('TIME')
-  local ts = string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
-  local last_id = redis.call('HINCRBY', meta, 'last_id', n)
+local function account(deltas, sign, tokens, priority)
+  local pt = 'p:' .. priority .. ':tokens'
+  local pc = 'p:' .. priority .. ':count'
+  deltas.tokens = deltas.tokens + sign * tokens
+  deltas.count = deltas.count + sign
+  deltas[pt] = (deltas[pt] or 0) + sign * tokens
+  deltas[pc] = (deltas[pc] or 0) + sign
+end
+
+-- Applies deltas to meta; returns the new values by field.
+local function apply_deltas(meta, deltas)
+  local fields = {}
+  for field in pairs(deltas) do
+    fields[#fields + 1] = field
+  end
+  local current = redis.call('HMGET', meta, unpack(fields))
+  local updates, values = {}, {}
+  for i, field in ipairs(fields) do
+    local value = (tonumber(current[i]) or 0) + deltas[field]
+    values[field] = value
+    updates[#updates + 1] = field
+    updates[#updates + 1] = string.format('%d', value)
+  end
+  redis.call('HSET', meta, unpack(updates))
+  return values
+end
+
+-- Stores a validated batch whose body triples start at ARGV[first]; returns first_id, last_id
+-- and the new meta values.
+local function push_batch(msgs, meta, first, batch, extra_deltas)
+  local n = #batch.tokens
+  local deltas = extra_deltas or new_deltas()
+  for i = 1, n do
+    account(deltas, 1, batch.tokens[i], batch.priority[i])
+  end
+  deltas.last_id = (deltas.last_id or 0) + n
+  local values = apply_deltas(meta, deltas)
+  local last_id = values.last_id
   local first_id = last_id - n + 1
+  local now = redis.call('TIME')
+  local ts = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   local envelopes = {}
-  for i = 0, n - 1 do
-    local at = first + 3 * i
-    local tokens, priority = ARGV[at], ARGV[at + 1]
-    envelopes[#envelopes + 1] = string.format('{"id":%d,"ts":%s,"tokens":%s,"priority":%s,',
-      first_id + i, ts, tokens, priority) .. string.sub(ARGV[at + 2], 2)
-    account(meta, 1, tonumber(tokens), tonumber(priority))
+  for i = 1, n do
+    envelopes[#envelopes + 1] = string.format('{"id":%d,"ts":%d,"tokens":%d,"priority":%d,',
+      first_id + i - 1, ts, batch.tokens[i], batch.priority[i])
+      .. string.sub(ARGV[first + 3 * (i - 1) + 2], 2)
     if #envelopes == 512 then
       redis.call('RPUSH', msgs, unpack(envelopes))
       envelopes = {}
@@ -85,21 +131,21 @@ local function push_batch(msgs, meta, first, n)
   if #envelopes > 0 then
     redis.call('RPUSH', msgs, unpack(envelopes))
   end
-  return first_id, last_id
+  return first_id, last_id, values
 end
 
--- Appends envelopes to the capped archive.
-local function archive(archive_key, meta, envelopes, archive_max)
+-- Appends envelopes to the capped archive (the caller counts them in meta's 'archived').
+local function archive(archive_key, envelopes, archive_max)
   for i = 1, #envelopes, 512 do
     redis.call('RPUSH', archive_key, unpack(envelopes, i, math.min(i + 511, #envelopes)))
   end
-  redis.call('HINCRBY', meta, 'archived', #envelopes)
   if archive_max > 0 then
     redis.call('LTRIM', archive_key, -archive_max, -1)
   end
 end
 
--- Sets the instance TTL on every data key that exists (PEXPIRE on a missing key is a no-op).
+-- Sets the instance TTL on every key passed in KEYS (PEXPIRE on a missing key is a no-op).
+-- Callers that set no TTL may pass only the keys they write.
 local function apply_ttl(ttl_ms)
   if ttl_ms > 0 then
     for i = 1, #KEYS do

@@ -15,7 +15,7 @@ local max_tokens = int_arg(ARGV[2], 'max_tokens', 0, nil)
 local archive_max = int_arg(ARGV[3], 'archive_max', 0, nil)
 local if_last_id = int_arg(ARGV[4], 'if_last_id', -1, nil)
 local n = int_arg(ARGV[5], 'n', 0, MAX_BATCH)
-validate_batch(6, n, max_tokens)
+local batch = validate_batch(6, n, max_tokens)
 local _, _, last_id = totals(KEYS[2])
 if if_last_id >= 0 and if_last_id ~= last_id then
   fail('CONFLICT', 'expected last_id ' .. if_last_id .. ', found ' .. last_id)
@@ -23,7 +23,7 @@ end
 
 local old = redis.call('LRANGE', KEYS[1], 0, -1)
 if #old > 0 then
-  archive(KEYS[3], KEYS[2], old, archive_max)
+  archive(KEYS[3], old, archive_max)
   redis.call('DEL', KEYS[1])
 end
 local fields = redis.call('HKEYS', KEYS[2])
@@ -33,11 +33,10 @@ for i = 1, #fields do
   end
 end
 redis.call('HSET', KEYS[2], 'tokens', 0, 'count', 0)
-local first_id = last_id + 1
-if n > 0 then
-  first_id, last_id = push_batch(KEYS[1], KEYS[2], 6, n)
-end
-redis.call('HINCRBY', KEYS[2], 'replaced', 1)
+local deltas = new_deltas()
+deltas.archived = #old
+deltas.replaced = 1
+local first_id, values
+first_id, last_id, values = push_batch(KEYS[1], KEYS[2], 6, batch, deltas)
 apply_ttl(ttl_ms)
-local tokens, count = totals(KEYS[2])
-return {first_id, last_id, tokens, count}
+return {first_id, last_id, values.tokens, values.count}

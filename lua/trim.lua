@@ -20,6 +20,7 @@ end
 
 local kept, removed = {}, {}
 local removed_tokens = 0
+local deltas = new_deltas()
 local scanned = 0
 while over() do
   local envelopes = redis.call('LRANGE', KEYS[1], scanned, scanned + 127)
@@ -37,7 +38,7 @@ while over() do
       removed_tokens = removed_tokens + t
       tokens = tokens - t
       count = count - 1
-      account(KEYS[2], -1, t, p)
+      account(deltas, -1, t, p)
     end
     scanned = scanned + 1
     i = i + 1
@@ -49,8 +50,10 @@ if #removed > 0 then
   for i = #kept, 1, -1 do
     redis.call('LPUSH', KEYS[1], kept[i])
   end
-  archive(KEYS[3], KEYS[2], removed, archive_max)
-  redis.call('HINCRBY', KEYS[2], 'trimmed', #removed)
+  archive(KEYS[3], removed, archive_max)
+  deltas.archived = #removed
+  deltas.trimmed = #removed
+  apply_deltas(KEYS[2], deltas)
 end
 apply_ttl(ttl_ms)
 return {#removed, removed_tokens, tokens, count}

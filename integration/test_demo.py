@@ -1,0 +1,23 @@
+"""The README's demo command keeps working."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_replicas_demo_runs_on_the_embedded_engine() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "replicas_demo.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "every memory exact" in done.stdout
+    for key in ("support:user-alice", "support:user-bob", "sql-agent:session-7"):
+        assert key in done.stdout

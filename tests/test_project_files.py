@@ -1,0 +1,39 @@
+"""The files users run by hand stay in step with the code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_docker_compose_is_valid_and_points_at_real_files() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert set(compose) == {"services", "volumes"}
+    services = compose["services"]
+    assert {"valkey", "demo"} <= set(services)
+    for name, service in services.items():
+        assert isinstance(service.get("image"), str), name
+    assert services["demo"]["depends_on"]["valkey"]["condition"] == "service_healthy"
+    command = " ".join(services["demo"]["command"])
+    assert "examples/replicas_demo.py" in command
+    assert (ROOT / "examples" / "replicas_demo.py").is_file()
+    assert "valkey-data" in compose["volumes"]
+
+
+def test_every_lua_script_states_its_contract() -> None:
+    for path in sorted((ROOT / "lua").glob("*.lua")):
+        head = path.read_text().splitlines()[:15]
+        assert any("KEYS" in line for line in head), path.name
+        if path.name != "_lib.lua":
+            assert head[0].startswith("#!lua"), path.name
+            assert any("Returns" in line for line in head), path.name
+
+
+def test_readme_quick_start_names_the_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "./scripts/demo" in readme
+    assert "./scripts/test" in readme
+    assert "scripts/test" in (ROOT / ".ci" / "run").read_text()

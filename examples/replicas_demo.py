@@ -120,8 +120,14 @@ async def report(url: str, cluster: bool) -> bool:
             health = await mem.health()
             messages = await mem.read()
             recount = sum(m.tokens or 0 for m in messages)
-            ids = [m.id for m in messages]
-            replicas = sorted({m.metadata.get("replica") for m in messages if m.metadata} - {None})
+            ids = [m.id or 0 for m in messages]
+            replicas = sorted(
+                {
+                    str(m.metadata["replica"])
+                    for m in messages
+                    if m.metadata and "replica" in m.metadata
+                }
+            )
             ok = recount == health.token_count and ids == sorted(ids) and len(set(ids)) == len(ids)
             consistent &= ok
             rows.append(
@@ -130,7 +136,7 @@ async def report(url: str, cluster: bool) -> bool:
                     health.message_count,
                     health.token_count,
                     recount,
-                    ",".join(map(str, replicas)) or "-",
+                    ",".join(replicas) or "-",
                     "yes" if ok else "NO",
                 )
             )

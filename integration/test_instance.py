@@ -21,6 +21,7 @@ from compozy_memory import (
     ReadOnlyMemoryError,
     SuppliedCounter,
 )
+from compozy_memory.embedded import EmbeddedCluster
 from compozy_memory.keys import InstanceKeys
 from compozy_memory.scripts import RedisClient, ScriptArg, script
 
@@ -373,10 +374,16 @@ async def test_counters_supplied_and_exact(client: RedisClient, memory_key: str)
 
 
 async def test_all_keys_of_an_instance_share_one_cluster_slot(
-    client: RedisClient, memory_key: str
+    valkey_cluster: EmbeddedCluster, memory_key: str
 ) -> None:
-    if not isinstance(client, RedisCluster):
-        pytest.skip("slots exist only on a cluster")
-    keys = InstanceKeys.build(PROJECT, memory_key)
-    slots = {await client.cluster_keyslot(k) for k in (*keys.data, keys.lock)}
-    assert len(slots) == 1
+    client = RedisCluster.from_url(valkey_cluster.url)
+    try:
+        keys = InstanceKeys.build(PROJECT, memory_key)
+        slots = {await client.cluster_keyslot(k) for k in (*keys.data, keys.lock)}
+        assert len(slots) == 1
+        mem = MemoryInstance.open(client, project=PROJECT, key=memory_key)
+        await mem.append({"role": "user", "content": "x", "tokens": 1})
+        await mem.trim(keep_messages=0)  # a script touching msgs, meta and archive at once
+        assert (await mem.health()).archived == 1
+    finally:
+        await client.aclose()

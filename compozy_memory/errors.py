@@ -2,6 +2,9 @@
 
     CompozyMemoryError
     ├── ConfigurationError          bad settings: a policy, a counter, an engine binary
+    │   ├── ConfigFileError         project YAML with problems, each with file, line, key path
+    │   ├── MemoryNotFoundError     an id no memory resource has
+    │   └── TemplateError           a key template that cannot render
     ├── InvalidMessageError         a message that cannot be stored as given
     │   └── MissingTokenCountError  a counter that needs supplied counts got none
     ├── BudgetExceededError         a limit of the memory would be broken
@@ -19,19 +22,27 @@ says which conversation failed.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 __all__ = [
     "BackendError",
     "BackendOutOfMemoryError",
     "BackendUnavailableError",
     "BudgetExceededError",
     "CompozyMemoryError",
+    "ConfigFileError",
+    "ConfigProblem",
     "ConfigurationError",
     "ConflictError",
     "InvalidMessageError",
+    "MemoryNotFoundError",
     "MessageTooLargeError",
     "MissingTokenCountError",
     "ReadOnlyMemoryError",
     "ScriptError",
+    "TemplateError",
 ]
 
 
@@ -43,12 +54,61 @@ class CompozyMemoryError(Exception):
         self.key = key
 
     def __str__(self) -> str:
-        text = super().__str__()
+        text = str(self.args[0]) if self.args else ""
         return f"{text} (memory {self.key})" if self.key else text
 
 
 class ConfigurationError(CompozyMemoryError):
     """A setting is invalid: the message says which and what to write instead."""
+
+
+def unknown_name(kind: str, name: str, known: Iterable[str]) -> str:
+    """ "unknown memory 'suport' (did you mean 'support'?); the project defines: a, support"."""
+    names = sorted(known)
+    close = difflib.get_close_matches(name, names, n=1)
+    guess = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown {kind} {name!r}{guess}; the project defines: {', '.join(names) or 'none'}"
+
+
+def format_path(path: tuple[str | int, ...]) -> str:
+    """``("memories", 0, "mode")`` as ``memories[0].mode``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """One problem in a configuration file."""
+
+    file: str
+    line: int | None
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+
+
+class ConfigFileError(ConfigurationError):
+    """Configuration files have problems; ``problems`` lists every one found."""
+
+    def __init__(self, problems: list[ConfigProblem]) -> None:
+        self.problems = problems
+        count = f"{len(problems)} problems" if len(problems) > 1 else "1 problem"
+        super().__init__(f"{count} in memory configuration:\n" + "\n".join(map(str, problems)))
+
+
+class MemoryNotFoundError(ConfigurationError, KeyError):
+    """No memory resource has this id; the message lists the ids that exist."""
+
+    __str__ = CompozyMemoryError.__str__  # KeyError's own would quote the message
+
+
+class TemplateError(ConfigurationError):
+    """A key template failed to render: a missing variable, bad syntax, or a sandbox refusal."""
 
 
 class InvalidMessageError(CompozyMemoryError, ValueError):

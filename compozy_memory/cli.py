@@ -1,0 +1,65 @@
+"""``compozy-memory``: command-line tools.
+
+``compozy-memory validate PATH`` loads a project (its folder or compozy.yaml) and prints the
+resolved memory resources and agents, or every problem with file, line and key path. It exits
+0 when the project is valid, 1 when it has problems, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from compozy_memory.errors import ConfigFileError
+from compozy_memory.loader import Project, load_project
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="compozy-memory", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    validate = commands.add_parser("validate", help="check a project's memory configuration")
+    validate.add_argument("path", help="a project folder or its compozy.yaml")
+    options = parser.parse_args(argv)
+    if options.command == "validate":
+        return _validate(options.path, sys.stdout, sys.stderr)
+    return 2  # pragma: no cover - argparse refuses other commands
+
+
+def _validate(path: str, out: TextIO, err: TextIO) -> int:
+    try:
+        project = load_project(path)
+    except ConfigFileError as exc:
+        for problem in exc.problems:
+            print(problem, file=err)
+        count = len(exc.problems)
+        print(f"{count} problem{'s' if count > 1 else ''}: {path} is not valid", file=err)
+        return 1
+    _print_project(project, out)
+    return 0
+
+
+def _print_project(project: Project, out: TextIO) -> None:
+    print(f"project {project.id} ({project.root})", file=out)
+    print(f"memories ({len(project.resources)}):", file=out)
+    for memory_id in sorted(project.resources):
+        entry = project.resources[memory_id]
+        print(f"  {memory_id}  [{entry.file}:{entry.line}]", file=out)
+        for name, value in entry.resource.summary().items():
+            print(f"      {name}: {value}", file=out)
+    print(f"agents ({len(project.agents)}):", file=out)
+    for agent_id in sorted(project.agents):
+        agent = project.agents[agent_id]
+        level = f"level {agent.level}" if agent.level else "stateless"
+        print(f"  {agent_id}  ({level}) [{agent.file}:{agent.line}]", file=out)
+        for ref in agent.memories:
+            key = ref.key or f"{project.resources[ref.id].resource.default_key_template} (default)"
+            print(f"      {ref.id}: {ref.mode}, key {key}", file=out)
+    print(f"OK: {len(project.resources)} memories, {len(project.agents)} agents", file=out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

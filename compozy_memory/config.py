@@ -1,0 +1,346 @@
+"""The memory resource schema: what a project declares in YAML, validated strictly.
+
+Unknown keys are errors everywhere. Durations are written as ``24h``, ``30s``, ``500ms``,
+``1h30m`` or a number of seconds. A resource turns into the :class:`MemoryPolicy` its
+instances enforce with :meth:`MemoryResource.policy`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    model_validator,
+)
+
+from compozy_memory.messages import MAX_PRIORITY
+from compozy_memory.policy import MemoryPolicy
+
+__all__ = [
+    "KNOWN_CONTEXT_WINDOWS",
+    "PROFILES",
+    "AnthropicSummarizerConfig",
+    "BatchSizes",
+    "CompressionConfig",
+    "CompressionSettings",
+    "ExtractiveSummarizerConfig",
+    "FlushingStrategy",
+    "LockingConfig",
+    "MemoryResource",
+    "PersistenceConfig",
+    "PriorityBlock",
+    "RuleBasedSummarizerConfig",
+    "TokenAllocation",
+    "format_duration",
+    "parse_duration",
+]
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: object) -> timedelta:
+    """``24h``, ``1h30m``, ``500ms``, ``10s`` or a number of seconds, as a positive timedelta."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool):
+        raise ValueError("a duration is text like '24h' or '30s', or a number of seconds")
+    elif isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        parts = _DURATION_PART.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise ValueError(
+                f"'{value}' is not a duration: write e.g. '24h', '30m', '1h30m', '500ms'"
+            )
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    else:
+        raise ValueError("a duration is text like '24h' or '30s', or a number of seconds")
+    if seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return timedelta(seconds=seconds)
+
+
+def format_duration(value: timedelta) -> str:
+    """The shortest way to write ``value`` as a duration: ``24h``, ``1h30m``, ``500ms``."""
+    millis = round(value.total_seconds() * 1000)
+    out = ""
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        count, millis = divmod(millis, size)
+        out += f"{count}{unit}" if count else ""
+    return out + (f"{millis}ms" if millis else "") or "0s"
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+Identifier = Annotated[str, Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]{0,127}$")]
+
+# Context windows of models a resource may name instead of giving context_window.
+KNOWN_CONTEXT_WINDOWS: dict[str, int] = {
+    "claude-": 200_000,
+    "gpt-4o": 128_000,
+    "gpt-4.1": 1_047_576,
+    "o3": 200_000,
+    "o4-mini": 200_000,
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PriorityBlock(_Strict):
+    priority: int = Field(ge=0, le=MAX_PRIORITY)
+    content_types: list[Identifier] = Field(min_length=1)
+    max_tokens: PositiveInt | None = None
+
+
+class TokenAllocation(_Strict):
+    short_term: float = Field(ge=0, le=1)
+    long_term: float = Field(ge=0, le=1)
+    system: float = Field(ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> TokenAllocation:
+        total = self.short_term + self.long_term + self.system
+        if abs(total - 1) > 1e-6:
+            raise ValueError(
+                f"short_term + long_term + system must be 1, got {total:g} "
+                f"({self.short_term:g} + {self.long_term:g} + {self.system:g})"
+            )
+        return self
+
+
+class FlushingStrategy(_Strict):
+    type: Literal["hybrid_summary", "fifo"] = "hybrid_summary"
+    summarize_threshold: float = Field(default=0.8, gt=0, le=1)
+    summary_tokens: PositiveInt = 500
+    summarize_oldest_percent: int = Field(default=30, ge=1, le=100)
+
+
+class PersistenceConfig(_Strict):
+    type: Literal["redis"] = "redis"
+    ttl: Duration | None = None
+
+
+class LockingConfig(_Strict):
+    append_ttl: Duration = timedelta(seconds=30)
+    clear_ttl: Duration = timedelta(seconds=10)
+    flush_ttl: Duration = timedelta(minutes=5)
+
+
+class RuleBasedSummarizerConfig(_Strict):
+    type: Literal["rule_based"] = "rule_based"
+
+
+class ExtractiveSummarizerConfig(_Strict):
+    type: Literal["extractive"]
+
+
+class AnthropicSummarizerConfig(_Strict):
+    type: Literal["anthropic"]
+    model: str = Field(default="claude-3-5-haiku-latest", min_length=1)
+    timeout: Duration = timedelta(seconds=30)
+    max_retries: int = Field(default=3, ge=0, le=10)
+
+
+SummarizerConfig = Annotated[
+    RuleBasedSummarizerConfig | ExtractiveSummarizerConfig | AnthropicSummarizerConfig,
+    Field(discriminator="type"),
+]
+
+
+class BatchSizes(_Strict):
+    normal: PositiveInt
+    warning: PositiveInt
+    critical: PositiveInt
+
+
+class CompressionSettings(_Strict):
+    """Resolved Loom-style compression settings: every value known."""
+
+    workload_profile: Literal["data_intensive", "conversational", "balanced"]
+    max_l1_messages: PositiveInt
+    min_l1_messages: PositiveInt
+    warning_threshold_percent: int = Field(ge=1, le=100)
+    critical_threshold_percent: int = Field(ge=1, le=100)
+    batch_sizes: BatchSizes
+
+
+# Loom's profiles. Loom gives min_l1_messages only for balanced (4, half of max_l1); the
+# others use the same rule.
+PROFILES: dict[str, CompressionSettings] = {
+    "data_intensive": CompressionSettings(
+        workload_profile="data_intensive", max_l1_messages=5, min_l1_messages=2,
+        warning_threshold_percent=50, critical_threshold_percent=70,
+        batch_sizes=BatchSizes(normal=2, warning=4, critical=6),
+    ),
+    "conversational": CompressionSettings(
+        workload_profile="conversational", max_l1_messages=12, min_l1_messages=6,
+        warning_threshold_percent=70, critical_threshold_percent=85,
+        batch_sizes=BatchSizes(normal=4, warning=6, critical=8),
+    ),
+    "balanced": CompressionSettings(
+        workload_profile="balanced", max_l1_messages=8, min_l1_messages=4,
+        warning_threshold_percent=60, critical_threshold_percent=75,
+        batch_sizes=BatchSizes(normal=3, warning=5, critical=7),
+    ),
+}  # fmt: skip
+
+
+class CompressionConfig(_Strict):
+    """A workload profile and any overrides. Explicit values win, then the profile's, then
+    balanced's."""
+
+    workload_profile: Literal["data_intensive", "conversational", "balanced"] = "balanced"
+    max_l1_messages: PositiveInt | None = None
+    min_l1_messages: PositiveInt | None = None
+    warning_threshold_percent: int | None = Field(default=None, ge=1, le=100)
+    critical_threshold_percent: int | None = Field(default=None, ge=1, le=100)
+    batch_sizes: BatchSizes | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CompressionConfig:
+        settings = self.resolve()
+        if settings.critical_threshold_percent < settings.warning_threshold_percent:
+            raise ValueError(
+                f"critical_threshold_percent ({settings.critical_threshold_percent}) must be "
+                f">= warning_threshold_percent ({settings.warning_threshold_percent})"
+            )
+        if settings.min_l1_messages > settings.max_l1_messages:
+            raise ValueError(
+                f"min_l1_messages ({settings.min_l1_messages}) must be <= max_l1_messages "
+                f"({settings.max_l1_messages})"
+            )
+        return self
+
+    def resolve(self) -> CompressionSettings:
+        base = PROFILES[self.workload_profile]
+        explicit = self.model_dump(exclude_none=True, exclude={"workload_profile"})
+        return base.model_copy(update={k: getattr(self, k) for k in explicit})
+
+
+class MemoryResource(_Strict):
+    """One memory declared by the project."""
+
+    resource: Literal["memory"] | None = None
+    id: Identifier
+    description: str = ""
+    type: Literal["token_based", "message_count_based"] = "token_based"
+    max_tokens: PositiveInt | None = None
+    max_messages: PositiveInt | None = None
+    max_context_ratio: float | None = Field(default=None, gt=0, le=1)
+    model: str | None = None
+    context_window: PositiveInt | None = None
+    priority_blocks: list[PriorityBlock] = Field(default_factory=list)
+    token_allocation: TokenAllocation | None = None
+    flushing_strategy: FlushingStrategy = Field(default_factory=FlushingStrategy)
+    persistence: PersistenceConfig = Field(default_factory=PersistenceConfig)
+    locking: LockingConfig = Field(default_factory=LockingConfig)
+    default_key_template: str | None = Field(default=None, min_length=1)
+    summarizer: SummarizerConfig = Field(default_factory=RuleBasedSummarizerConfig)
+    compression: CompressionConfig | None = None
+    archive_max: int = Field(default=10_000, ge=0)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> MemoryResource:
+        if self.max_context_ratio is not None and self.window is None:
+            raise ValueError(
+                "max_context_ratio needs the model's context window: set context_window"
+                + (f" (model '{self.model}' is not one we know)" if self.model else "")
+            )
+        if (
+            self.type == "token_based"
+            and self.max_tokens is None
+            and self.max_context_ratio is None
+        ):
+            raise ValueError(
+                "a token_based memory needs a budget: set max_tokens or max_context_ratio"
+            )
+        if self.type == "message_count_based" and self.max_messages is None:
+            raise ValueError("a message_count_based memory needs max_messages")
+        seen_priorities: set[int] = set()
+        owner: dict[str, int] = {}
+        for block in self.priority_blocks:
+            if block.priority in seen_priorities:
+                raise ValueError(f"priority_blocks: priority {block.priority} appears twice")
+            seen_priorities.add(block.priority)
+            for content_type in block.content_types:
+                if content_type in owner:
+                    raise ValueError(
+                        f"priority_blocks: content type '{content_type}' is in priority "
+                        f"{owner[content_type]} and {block.priority}; give it one priority"
+                    )
+                owner[content_type] = block.priority
+        return self
+
+    @property
+    def window(self) -> int | None:
+        """The model's context window: ``context_window``, else known from ``model``."""
+        if self.context_window is not None:
+            return self.context_window
+        if self.model:
+            for prefix, size in KNOWN_CONTEXT_WINDOWS.items():
+                if self.model.startswith(prefix):
+                    return size
+        return None
+
+    @property
+    def effective_max_tokens(self) -> int | None:
+        """The token budget: the lower of ``max_tokens`` and the ratio of the window."""
+        budgets = [b for b in (self.max_tokens, self._ratio_budget) if b is not None]
+        return min(budgets) if budgets else None
+
+    @property
+    def _ratio_budget(self) -> int | None:
+        if self.max_context_ratio is None or self.window is None:
+            return None
+        return int(self.window * self.max_context_ratio)
+
+    @property
+    def content_priorities(self) -> dict[str, int]:
+        return {t: b.priority for b in self.priority_blocks for t in b.content_types}
+
+    def policy(self) -> MemoryPolicy:
+        """The limits an instance of this memory enforces."""
+        return MemoryPolicy(
+            max_tokens=self.effective_max_tokens,
+            max_messages=self.max_messages,
+            ttl=self.persistence.ttl,
+            archive_max=self.archive_max,
+            content_priorities=self.content_priorities,
+            flush_strategy=self.flushing_strategy.type,
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """What ``compozy-memory validate`` prints for this resource."""
+        out: dict[str, Any] = {
+            "type": self.type,
+            "max_tokens": self.effective_max_tokens,
+            "max_messages": self.max_messages,
+            "ttl": format_duration(self.persistence.ttl) if self.persistence.ttl else None,
+            "flushing": f"{self.flushing_strategy.type} at "
+            f"{self.flushing_strategy.summarize_threshold:.0%}, oldest "
+            f"{self.flushing_strategy.summarize_oldest_percent}%",
+            "summarizer": self.summarizer.type,
+            "key_template": self.default_key_template,
+        }
+        if self.priority_blocks:
+            out["priorities"] = "; ".join(
+                f"{b.priority}: {', '.join(b.content_types)}" for b in self.priority_blocks
+            )
+        if self.compression is not None:
+            c = self.compression.resolve()
+            out["compression"] = (
+                f"{c.workload_profile}: L1 {c.min_l1_messages}-{c.max_l1_messages}, "
+                f"{c.warning_threshold_percent}%/{c.critical_threshold_percent}%, batches "
+                f"{c.batch_sizes.normal}/{c.batch_sizes.warning}/{c.batch_sizes.critical}"
+            )
+        return {k: v for k, v in out.items() if v is not None}

@@ -1,0 +1,95 @@
+"""MemoryManager: from a memory reference and a request's context to a shared instance handle."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from compozy_memory.agents import MemoryReference
+from compozy_memory.errors import ConfigurationError
+from compozy_memory.instance import MemoryInstance, default_counter
+from compozy_memory.keys import InstanceKeys
+from compozy_memory.registry import MemoryRegistry
+from compozy_memory.scripts import RedisClient
+from compozy_memory.templates import compile_template
+from compozy_memory.tokens import TokenCounter
+
+__all__ = ["MemoryManager"]
+
+_HandleKey = tuple[str, str, bool, int]
+
+
+class MemoryManager:
+    """Hands out :class:`MemoryInstance` handles for a project's memories.
+
+    The key of an instance is ``<memory id>:<rendered key template>``, sanitised, so two
+    memories never share storage and two agents that resolve the same memory and key share
+    one conversation. Handles for the same memory, key and mode are shared while anyone
+    holds one, and dropped with the last reference: a lookup creates no task, connection
+    pool or counter, and nothing accumulates per call.
+    """
+
+    def __init__(
+        self,
+        registry: MemoryRegistry,
+        client: RedisClient,
+        *,
+        counter: TokenCounter | None = None,
+        batching: bool = True,
+    ) -> None:
+        self.registry = registry
+        self.client = client
+        self.counter = counter if counter is not None else default_counter()
+        self.batching = batching
+        self._handles: weakref.WeakValueDictionary[_HandleKey, MemoryInstance] = (
+            weakref.WeakValueDictionary()
+        )
+
+    async def get(
+        self, ref: str | MemoryReference, context: Mapping[str, Any] | None = None
+    ) -> MemoryInstance:
+        """The handle for ``ref`` (a memory id, read-write, or a reference) in ``context``.
+
+        ``context`` holds what key templates read: ``workflow``, ``agent``, ``user``...;
+        ``project.id`` is filled in from the registry.
+        """
+        reference = MemoryReference(ref) if isinstance(ref, str) else ref
+        resource = self.registry.get(reference.id)
+        source = reference.key or resource.default_key_template
+        if source is None:
+            raise ConfigurationError(
+                f"memory {resource.id!r} has no default_key_template: pass a MemoryReference "
+                "with a key, or set default_key_template on the memory"
+            )
+        values = dict(context or {})
+        values.setdefault("project", {"id": self.registry.project})
+        rendered = compile_template(source).render_key(values)
+        keys = InstanceKeys.build(self.registry.project, f"{resource.id}:{rendered}")
+        handle_key = (resource.id, keys.key, reference.read_only, self.registry.generation)
+        handle = self._handles.get(handle_key)
+        if handle is None:
+            handle = MemoryInstance(
+                self.client,
+                keys,
+                policy=resource.policy(),
+                counter=self.counter,
+                read_only=reference.read_only,
+                batching=self.batching,
+            )
+            self._handles[handle_key] = handle
+        return handle
+
+    async def for_agent(
+        self, agent: str | Mapping[str, Any], context: Mapping[str, Any] | None = None
+    ) -> list[MemoryInstance]:
+        """Handles for every memory of an agent: its id in the project files, or its settings."""
+        refs = (
+            self.registry.agent(agent) if isinstance(agent, str) else self.registry.resolve(agent)
+        )
+        return [await self.get(ref, context) for ref in refs]
+
+    @property
+    def open_handles(self) -> int:
+        """How many distinct handles are alive (for monitoring and tests)."""
+        return len(self._handles)

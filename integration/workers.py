@@ -54,3 +54,36 @@ async def _append(
     finally:
         await client.aclose()
     return acknowledged
+
+
+def shared_memory_agent(
+    spec: EngineSpec, project_dir: str, agent: str, context: dict[str, object], count: int
+) -> dict[str, object]:
+    """Act as ``agent`` of the example project: write ``count`` facts if it may, then report
+    what it sees and which of its writes were refused."""
+    return asyncio.run(_shared_memory_agent(spec, project_dir, agent, context, count))
+
+
+async def _shared_memory_agent(
+    spec: EngineSpec, project_dir: str, agent: str, context: dict[str, object], count: int
+) -> dict[str, object]:
+    from compozy_memory import MemoryManager, MemoryRegistry, ReadOnlyMemoryError
+
+    client = spec.client()
+    manager = MemoryManager(MemoryRegistry.load(project_dir), client, counter=HeuristicCounter())
+    try:
+        (memory,) = [m for m in await manager.for_agent(agent, context) if "knowledge" in m.key]
+        refused = 0
+        for i in range(count):
+            try:
+                await memory.append({"role": "system", "type": "knowledge", "content": f"f{i}"})
+            except ReadOnlyMemoryError:
+                refused += 1
+        return {
+            "key": memory.key,
+            "read_only": memory.read_only,
+            "refused": refused,
+            "seen": [m.content for m in await memory.read()],
+        }
+    finally:
+        await client.aclose()

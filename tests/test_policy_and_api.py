@@ -11,35 +11,17 @@ from compozy_memory import ConfigurationError, MemoryPolicy
 def test_public_surface_is_pinned() -> None:
     assert sorted(compozy_memory.__all__) == sorted(
         [
-            "AppendResult",
-            "BackendError",
-            "BackendOutOfMemoryError",
-            "BackendUnavailableError",
-            "BudgetExceededError",
-            "CachedCounter",
-            "CompozyMemoryError",
-            "ConfigurationError",
-            "ConflictError",
-            "HeuristicCounter",
-            "InstanceKeys",
-            "InvalidMessageError",
-            "MemoryHealth",
-            "MemoryInstance",
-            "MemoryPolicy",
-            "Message",
-            "MessageTooLargeError",
-            "MissingTokenCountError",
-            "ReadOnlyMemoryError",
-            "ScriptError",
-            "SuppliedCounter",
-            "TiktokenCounter",
-            "TokenCounter",
-            "TrimResult",
-            "__version__",
-            "connect",
+            "AppendResult", "BackendError", "BackendOutOfMemoryError", "BackendUnavailableError",
+            "BudgetExceededError", "CachedCounter", "CompozyMemoryError", "ConfigFileError",
+            "ConfigurationError", "ConflictError", "HeuristicCounter", "InstanceKeys",
+            "InvalidMessageError", "MemoryHealth", "MemoryInstance", "MemoryManager",
+            "MemoryNotFoundError", "MemoryPolicy", "MemoryReference", "MemoryRegistry",
+            "MemoryResource", "Message", "MessageTooLargeError", "MissingTokenCountError",
+            "ReadOnlyMemoryError", "ScriptError", "SuppliedCounter", "TemplateError",
+            "TiktokenCounter", "TokenCounter", "TrimResult", "__version__", "connect",
             "sanitize_key",
         ]
-    )
+    )  # fmt: skip
     for name in compozy_memory.__all__:
         assert hasattr(compozy_memory, name)
 

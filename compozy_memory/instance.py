@@ -134,7 +134,7 @@ class MemoryInstance:
         self._check_writable("append")
         args = self._encode(messages)
         if not args:
-            raise InvalidMessageError("append_many needs at least one message")
+            raise InvalidMessageError("append_many needs at least one message", key=self.key)
         # Without a TTL the append touches only msgs and meta, and declares only those.
         keys = self._data_keys if self._ttl_ms else self._data_keys[:2]
         reply = await self._call(
@@ -178,7 +178,9 @@ class MemoryInstance:
         self._check_writable("trim")
         for name, value in (("keep_messages", keep_messages), ("max_tokens", max_tokens)):
             if value is not None and (not isinstance(value, int) or value < 0):
-                raise ConfigurationError(f"{name} must be a non-negative integer, got {value!r}")
+                raise ConfigurationError(
+                    f"{name} must be a non-negative integer, got {value!r}", key=self.key
+                )
         reply = await self._call(
             "trim",
             self._data_keys,
@@ -207,7 +209,7 @@ class MemoryInstance:
         else:
             seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
             if seconds <= 0:
-                raise ConfigurationError(f"ttl must be positive, got {ttl!r}")
+                raise ConfigurationError(f"ttl must be positive, got {ttl!r}", key=self.key)
             ttl_ms = max(1, int(seconds * 1000))
         existing = await self._call("expire", self._data_keys, [ttl_ms])
         self._ttl_ms = ttl_ms
@@ -330,7 +332,7 @@ class MemoryInstance:
                 body = encode_body(message)
                 tokens = count_message(message, self.counter)
             except InvalidMessageError as exc:
-                raise type(exc)(f"message {position}: {exc}") from None
+                raise type(exc)(f"message {position}: {exc}", key=self.key) from None
             if limit is not None and tokens > limit:
                 raise MessageTooLargeError(
                     f"message {position} has {tokens} tokens, more than the memory's "

@@ -304,8 +304,9 @@ async def test_bad_input_is_a_typed_error_and_changes_nothing(
         await client.pexpire(key, 30_000)
     before = await state(client, mem.keys)
     good = {"role": "user", "content": "fine", "tokens": 1}
-    with pytest.raises(error):
+    with pytest.raises(error) as info:
         await mem.append_many([good, bad])  # the good one must not be stored either
+    assert str(info.value).endswith(f"(memory {mem.key})")  # errors say which memory
     with pytest.raises(error):
         await mem.replace([bad])
     assert await state(client, mem.keys) == before

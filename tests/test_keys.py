@@ -5,6 +5,7 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from redis.crc import key_slot
 
 from compozy_memory import ConfigurationError, InstanceKeys, sanitize_key
 from compozy_memory.keys import MAX_KEY_LENGTH
@@ -84,3 +85,4 @@ def test_any_input_stays_in_its_namespace_and_slot(raw: str) -> None:
         assert key.startswith("compozy:proj:memory:{")
         assert key.count("{") == key.count("}") == 1
         assert hash_tag(key) == keys.key
+    assert len({key_slot(k.encode()) for k in (*keys.data, keys.lock)}) == 1

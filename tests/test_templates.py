@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from redis.crc import key_slot
 
 from compozy_memory.errors import TemplateError
 from compozy_memory.keys import InstanceKeys
@@ -109,7 +110,10 @@ def test_any_context_stays_in_its_namespace_and_slot(user: Any, tenant: str, tem
     except TemplateError:
         return  # only "empty as a key" can happen here
     keys = InstanceKeys.build("acme", f"support:{key}")
+    slots = set()
     for full in (*keys.data, keys.lock):
         assert full.startswith("compozy:acme:memory:{support:")
         assert full.count("{") == full.count("}") == 1
         assert hash_tag(full) == keys.key
+        slots.add(key_slot(full.encode()))  # redis-py's own CRC16 slot computation
+    assert len(slots) == 1

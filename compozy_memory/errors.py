@@ -11,6 +11,9 @@
     │   └── MessageTooLargeError    one message is larger than the whole budget
     ├── ReadOnlyMemoryError         a write through a read-only handle
     ├── ConflictError               a compare-and-swap lost to another writer
+    ├── LockError                   the fenced flush lock
+    │   ├── LockBusyError           another holder kept it past the caller's retries
+    │   └── LockLostError           the lease ended while the caller worked; nothing written
     └── BackendError                Redis refused or could not be reached
         ├── BackendUnavailableError connection refused, reset or timed out
         ├── BackendOutOfMemoryError the server is at maxmemory; the write was refused whole
@@ -37,6 +40,9 @@ __all__ = [
     "ConfigurationError",
     "ConflictError",
     "InvalidMessageError",
+    "LockBusyError",
+    "LockError",
+    "LockLostError",
     "MemoryNotFoundError",
     "MessageTooLargeError",
     "MissingTokenCountError",
@@ -133,6 +139,19 @@ class ReadOnlyMemoryError(CompozyMemoryError):
 
 class ConflictError(CompozyMemoryError):
     """A conditional write found the memory changed since the caller read it."""
+
+
+class LockError(CompozyMemoryError):
+    """The fenced lock that makes one replica at a time flush a memory."""
+
+
+class LockBusyError(LockError):
+    """The lock stayed taken through every retry the caller allowed."""
+
+
+class LockLostError(LockError):
+    """The lease expired or moved to another holder; the protected work was stopped and
+    wrote nothing."""
 
 
 class BackendError(CompozyMemoryError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import RedisCluster
 
@@ -27,6 +27,9 @@ from compozy_memory.tokens import (
     count_message,
 )
 
+if TYPE_CHECKING:
+    from compozy_memory.flushing import Flusher, FlushResult
+
 __all__ = ["AppendResult", "MemoryHealth", "MemoryInstance", "TrimResult"]
 
 MAX_BATCH = 10_000
@@ -41,6 +44,7 @@ class AppendResult:
     last_id: int
     total_tokens: int
     total_count: int
+    summary_tokens: int = 0
     max_tokens: int | None = None
 
     @property
@@ -48,9 +52,14 @@ class AppendResult:
         return range(self.first_id, self.last_id + 1)
 
     @property
+    def context_tokens(self) -> int:
+        """Tokens of the whole context: live messages and summaries."""
+        return self.total_tokens + self.summary_tokens
+
+    @property
     def budget_used(self) -> float | None:
         """Share of the token budget in use (may exceed 1.0 until a flush), or None."""
-        return None if self.max_tokens is None else self.total_tokens / self.max_tokens
+        return None if self.max_tokens is None else self.context_tokens / self.max_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +68,22 @@ class TrimResult:
     removed_tokens: int
     total_tokens: int
     total_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A consistent copy of a memory, as a flush plans from it."""
+
+    epoch: int
+    last_id: int
+    tokens: int
+    summary_tokens: int
+    summaries: tuple[Message, ...]
+    messages: tuple[Message, ...]
+
+    @property
+    def context_tokens(self) -> int:
+        return self.tokens + self.summary_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +98,7 @@ class MemoryHealth:
     archived: int
     archive_length: int
     summaries: int
+    summary_tokens: int
     trimmed: int
     flush_count: int
     last_flush_ms: int | None
@@ -113,6 +139,8 @@ class MemoryInstance:
         self.key = keys.prefix
         self._batcher = batcher_for(client) if batching else None
         self._cluster_ready = not isinstance(client, RedisCluster)
+        #: Set by attach_flusher: schedules a background flush when appends pass the threshold.
+        self.flusher: Flusher | None = None
 
     @classmethod
     def open(cls, client: RedisClient, *, project: str, key: str, **options: Any) -> MemoryInstance:
@@ -142,7 +170,10 @@ class MemoryInstance:
             keys,
             [self._ttl_ms, self.policy.max_tokens or 0, len(args) // 3, *args],
         )
-        return self._append_result(reply)
+        result = self._append_result(reply)
+        if self.flusher is not None:
+            self.flusher.notice(result)
+        return result
 
     async def replace(
         self, messages: Iterable[MessageInput], *, if_last_id: int | None = None
@@ -244,6 +275,65 @@ class MemoryInstance:
         )
         return _without_orphan_results([Message.model_validate_json(env) for env in reply[3:]])
 
+    async def context(self, max_tokens: int | None = None) -> list[Message]:
+        """What to send an LLM: the summaries, then the newest messages that fit the rest of
+        ``max_tokens`` (default: the policy's budget), in one atomic read."""
+        budget = self.policy.max_tokens if max_tokens is None else max_tokens
+        if budget is None:
+            raise ConfigurationError(
+                "context needs max_tokens, or a policy with max_tokens", key=self.key
+            )
+        reply = await self._call(
+            "read",
+            (self.keys.msgs, self.keys.meta, self.keys.summaries),
+            ["context", budget, 0],
+        )
+        n_summaries = int(reply[3])
+        messages = [Message.model_validate_json(e) for e in reply[4:]]
+        summaries, window = messages[:n_summaries], messages[n_summaries:]
+        return summaries + _without_orphan_results(window)
+
+    async def snapshot(self) -> Snapshot:
+        """Live messages, summaries, totals and the fencing epoch, read atomically."""
+        reply = await self._call(
+            "snapshot", (self.keys.msgs, self.keys.meta, self.keys.summaries), []
+        )
+        epoch, last_id, tokens, summary_tokens, n_summaries = (int(v) for v in reply[:5])
+        envelopes = [Message.model_validate_json(e) for e in reply[5:]]
+        return Snapshot(
+            epoch,
+            last_id,
+            tokens,
+            summary_tokens,
+            tuple(envelopes[:n_summaries]),
+            tuple(envelopes[n_summaries:]),
+        )
+
+    async def recall(self, offset: int = 0, limit: int = 100) -> list[Message]:
+        """Originals removed by trims, replaces and flushes, oldest first."""
+        if offset < 0 or limit <= 0:
+            raise ConfigurationError("recall needs offset >= 0 and limit > 0", key=self.key)
+        await self._ready()
+        with backend_errors("recall", self.key):
+            envelopes = await self.client.lrange(self.keys.archive, offset, offset + limit - 1)
+        return [Message.model_validate_json(e) for e in envelopes]
+
+    def attach_flusher(self, flusher: Flusher) -> None:
+        """Flush in the background once appends pass the flusher's threshold."""
+        if flusher.instance is not self:
+            raise ConfigurationError("a flusher belongs to the instance it was made for")
+        self.flusher = flusher
+
+    async def flush(self) -> FlushResult:
+        """Flush now (waiting for nothing: if another replica holds the lock, this one skips)."""
+        if self.flusher is None:
+            raise ConfigurationError(
+                "this memory has no flusher: open it through MemoryManager or attach one",
+                key=self.key,
+            )
+        self._check_writable("flush")
+        return await self.flusher.flush()
+
     async def len(self) -> int:
         """Number of live messages."""
         await self._ready()
@@ -279,6 +369,7 @@ class MemoryInstance:
             archived=int(fields.get("archived", 0)),
             archive_length=int(fields["_archive_len"]),
             summaries=int(fields["_summaries_len"]),
+            summary_tokens=int(fields.get("summary_tokens", 0)),
             trimmed=int(fields.get("trimmed", 0)),
             flush_count=int(fields.get("flushes", 0)),
             last_flush_ms=int(last_flush) if last_flush else None,
@@ -348,8 +439,8 @@ class MemoryInstance:
         return args
 
     def _append_result(self, reply: list[Any]) -> AppendResult:
-        first, last, tokens, count = (int(v) for v in reply)
-        return AppendResult(first, last, tokens, count, self.policy.max_tokens)
+        first, last, tokens, count, summary_tokens = (int(v) for v in reply)
+        return AppendResult(first, last, tokens, count, summary_tokens, self.policy.max_tokens)
 
 
 _DEFAULT_COUNTER: TokenCounter | None = None

@@ -7,11 +7,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from compozy_memory.agents import MemoryReference
+from compozy_memory.config import MemoryResource
 from compozy_memory.errors import ConfigurationError
+from compozy_memory.flushing import Flusher
 from compozy_memory.instance import MemoryInstance, default_counter
 from compozy_memory.keys import InstanceKeys
+from compozy_memory.metrics import FlushMetrics, default_metrics
+from compozy_memory.planner import FlushSettings
 from compozy_memory.registry import MemoryRegistry
 from compozy_memory.scripts import RedisClient
+from compozy_memory.summarizers import Summarizer, build_summarizer
 from compozy_memory.templates import compile_template
 from compozy_memory.tokens import TokenCounter
 
@@ -25,9 +30,12 @@ class MemoryManager:
 
     The key of an instance is ``<memory id>:<rendered key template>``, sanitised, so two
     memories never share storage and two agents that resolve the same memory and key share
-    one conversation. Handles for the same memory, key and mode are shared while anyone
-    holds one, and dropped with the last reference: a lookup creates no task, connection
-    pool or counter, and nothing accumulates per call.
+    one conversation. Read-write handles of memories with a token budget flush in the
+    background as their resource says (summarizer, thresholds, lock TTL).
+
+    Handles for the same memory, key and mode are shared while anyone holds one, and dropped
+    with the last reference: a lookup creates no task, connection pool or counter, and
+    nothing accumulates per call.
     """
 
     def __init__(
@@ -37,11 +45,18 @@ class MemoryManager:
         *,
         counter: TokenCounter | None = None,
         batching: bool = True,
+        flushing: bool = True,
+        summarizer: Summarizer | None = None,
+        metrics: FlushMetrics | None = None,
     ) -> None:
         self.registry = registry
         self.client = client
         self.counter = counter if counter is not None else default_counter()
         self.batching = batching
+        self.flushing = flushing
+        self.metrics = metrics or default_metrics()
+        self._summarizer = summarizer
+        self._summarizers: dict[tuple[str, int], Summarizer] = {}
         self._handles: weakref.WeakValueDictionary[_HandleKey, MemoryInstance] = (
             weakref.WeakValueDictionary()
         )
@@ -77,6 +92,18 @@ class MemoryManager:
                 read_only=reference.read_only,
                 batching=self.batching,
             )
+            budget = resource.effective_max_tokens
+            if self.flushing and not reference.read_only and budget is not None:
+                handle.attach_flusher(
+                    Flusher(
+                        handle,
+                        FlushSettings.from_resource(resource),
+                        self._summarizer_for(resource),
+                        lock_ttl=resource.locking.flush_ttl,
+                        metrics=self.metrics,
+                        name=resource.id,
+                    )
+                )
             self._handles[handle_key] = handle
         return handle
 
@@ -88,6 +115,16 @@ class MemoryManager:
             self.registry.agent(agent) if isinstance(agent, str) else self.registry.resolve(agent)
         )
         return [await self.get(ref, context) for ref in refs]
+
+    def _summarizer_for(self, resource: MemoryResource) -> Summarizer:
+        if self._summarizer is not None:
+            return self._summarizer
+        cache_key = (resource.id, self.registry.generation)
+        summarizer = self._summarizers.get(cache_key)
+        if summarizer is None:
+            summarizer = build_summarizer(resource.summarizer, self.counter, metrics=self.metrics)
+            self._summarizers[cache_key] = summarizer
+        return summarizer
 
     @property
     def open_handles(self) -> int:

@@ -3,7 +3,8 @@
 A message carries what agents really send: a role, text or a list of content blocks
 (Anthropic ``text`` / ``tool_use`` / ``tool_result`` blocks, OpenAI ``tool_calls`` on an
 assistant message and ``tool_call_id`` on a tool message), a content type and priority used
-by eviction, a token count, and the id and timestamp Redis assigned when it was stored.
+by eviction, a token count, and the id and timestamp Redis assigned when it was stored. A
+summary lists in ``covers`` the ids of the messages it replaced.
 
 On the wire the client sends the message as one compact JSON object without ``id``, ``ts``,
 ``tokens`` and ``priority``; the append script validates those four as separate arguments and
@@ -57,6 +58,7 @@ class Message(BaseModel):
     priority: int | None = Field(default=None, ge=0, le=MAX_PRIORITY)
     tokens: int | None = Field(default=None, ge=0)
     metadata: dict[str, JsonValue] | None = None
+    covers: list[int] | None = None
     id: int | None = None
     ts: int | None = None
 

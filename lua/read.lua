@@ -1,11 +1,13 @@
 #!lua flags=no-writes
 -- read.lua: a consistent snapshot of part of a memory with its totals.
--- KEYS[1] msgs  KEYS[2] meta
--- ARGV[1] mode  'range' or 'window'
---   range:  ARGV[2] start, ARGV[3] stop    LRANGE indices (negative count from the newest)
---   window: ARGV[2] max_tokens             the newest messages whose tokens fit this budget
---           ARGV[3] max_messages           and at most this many; 0 = no limit
--- Returns {total_tokens, total_count, last_id, envelope, ...} envelopes oldest first.
+-- KEYS[1] msgs  KEYS[2] meta  KEYS[3] summaries (context mode only)
+-- ARGV[1] mode  'range', 'window' or 'context'
+--   range:   ARGV[2] start, ARGV[3] stop   LRANGE indices (negative count from the newest)
+--   window:  ARGV[2] max_tokens            the newest messages whose tokens fit this budget
+--            ARGV[3] max_messages          and at most this many; 0 = no limit
+--   context: as window, after the summaries, whose tokens come off the budget first
+-- Returns {total_tokens, total_count, last_id, envelope, ...} envelopes oldest first; in
+-- context mode {total_tokens, total_count, last_id, n_summaries, summary..., envelope...}.
 -- A window stops at the first message that does not fit (it never skips one to fit an older
 -- one) and reads the list from the newest end in growing chunks, so its cost follows the size
 -- of the window, not of the memory.
@@ -23,10 +25,20 @@ if mode == 'range' then
   return out
 end
 
-if mode ~= 'window' then
-  fail('INVALID', "mode must be 'range' or 'window', got " .. tostring(mode))
+if mode ~= 'window' and mode ~= 'context' then
+  fail('INVALID', "mode must be 'range', 'window' or 'context', got " .. tostring(mode))
 end
 local budget = int_arg(ARGV[2], 'max_tokens', 0, nil)
+if mode == 'context' then
+  local summaries = redis.call('LRANGE', KEYS[3], 0, -1)
+  out[#out + 1] = #summaries
+  for i = 1, #summaries do
+    local _, t = envelope_head(summaries[i])
+    budget = budget - t
+    out[#out + 1] = summaries[i]
+  end
+  budget = math.max(budget, 0)
+end
 local max_messages = int_arg(ARGV[3], 'max_messages', 0, nil)
 local picked = {}
 local used = 0

@@ -7,7 +7,8 @@
 -- ARGV[4] if_last_id     replace only if meta last_id equals this; -1 = unconditionally
 -- ARGV[5] n              number of new messages, 0..10000
 -- ARGV[6..]              n triples: tokens, priority, body (as for append.lua)
--- Returns {first_id, last_id, total_tokens, total_count}; first_id > last_id when n = 0.
+-- Returns {first_id, last_id, total_tokens, total_count, summary_tokens}; first_id > last_id
+-- when n = 0. Summaries are left as they are.
 -- The replaced originals go to the archive; the new messages get fresh ids.
 -- Errors (nothing written): COMPOZY_INVALID, COMPOZY_TOOLARGE, COMPOZY_CONFLICT
 local ttl_ms = int_arg(ARGV[1], 'ttl_ms', 0, nil)
@@ -34,9 +35,10 @@ for i = 1, #fields do
 end
 redis.call('HSET', KEYS[2], 'tokens', 0, 'count', 0)
 local deltas = new_deltas()
+deltas.summary_tokens = 0
 deltas.archived = #old
 deltas.replaced = 1
 local first_id, values
 first_id, last_id, values = push_batch(KEYS[1], KEYS[2], 6, batch, deltas)
 apply_ttl(ttl_ms)
-return {first_id, last_id, values.tokens, values.count}
+return {first_id, last_id, values.tokens, values.count, values.summary_tokens}

@@ -1,0 +1,265 @@
+"""Flush planning: pure functions from a snapshot and settings to a FlushPlan of exact ids.
+
+Rules, in order:
+
+1. Nothing is touched that is priority 0, or the newest user turn and anything after it.
+2. A tool call and its results move together: they are summarised or evicted as one unit,
+   or not at all.
+3. Priority blocks over their limit lose their oldest messages to the archive, lowest
+   priority first. A block's limit is the lower of its ``max_tokens`` and its share of the
+   budget under ``token_allocation`` (priority 0 is ``system``, 1 ``long_term``, 2 and up
+   ``short_term``).
+4. Past ``summarize_threshold`` of the budget (or past the profile's ``max_l1_messages``),
+   the oldest messages are summarised: ``summarize_oldest_percent`` of the conversation, or,
+   with a workload profile, the batch size of the pressure tier (normal, warning, critical),
+   keeping ``min_l1_messages``. The selection grows while the projected context would still
+   exceed the budget.
+5. When the summaries would take more than twice ``summary_tokens``, they are folded into
+   the new one (a rolling summary) and archived.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from compozy_memory.config import CompressionSettings, MemoryResource
+from compozy_memory.messages import Message
+
+if TYPE_CHECKING:
+    from compozy_memory.instance import Snapshot
+
+__all__ = ["FlushPlan", "FlushSettings", "plan_flush", "tool_groups"]
+
+Tier = Literal["none", "normal", "warning", "critical"]
+_ALLOCATION_OF_PRIORITY = {0: "system", 1: "long_term"}
+
+
+@dataclass(frozen=True, slots=True)
+class FlushSettings:
+    """What a flush aims for; built from a memory resource or by hand."""
+
+    max_tokens: int
+    summarize_threshold: float = 0.8
+    summarize_oldest_percent: int = 30
+    summary_tokens: int = 500
+    strategy: Literal["hybrid_summary", "fifo"] = "hybrid_summary"
+    priority_limits: Mapping[int, int] = field(default_factory=dict)
+    compression: CompressionSettings | None = None
+
+    @classmethod
+    def from_resource(cls, resource: MemoryResource) -> FlushSettings:
+        budget = resource.effective_max_tokens
+        if budget is None:
+            raise ValueError(f"memory {resource.id!r} has no token budget to flush towards")
+        allocation = resource.token_allocation
+        limits: dict[int, int] = {}
+        for block in resource.priority_blocks:
+            candidates = [block.max_tokens] if block.max_tokens else []
+            if allocation is not None:
+                share = getattr(
+                    allocation, _ALLOCATION_OF_PRIORITY.get(block.priority, "short_term")
+                )
+                candidates.append(int(budget * share))
+            if candidates and block.priority > 0:
+                limits[block.priority] = min(candidates)
+        strategy = resource.flushing_strategy
+        return cls(
+            max_tokens=budget,
+            summarize_threshold=strategy.summarize_threshold,
+            summarize_oldest_percent=strategy.summarize_oldest_percent,
+            summary_tokens=min(strategy.summary_tokens, budget // 2),
+            strategy=strategy.type,
+            priority_limits=limits,
+            compression=resource.compression.resolve() if resource.compression else None,
+        )
+
+    @property
+    def trigger_tokens(self) -> int:
+        """Context size at which a flush is due."""
+        return int(self.max_tokens * self.summarize_threshold)
+
+
+@dataclass(frozen=True, slots=True)
+class FlushPlan:
+    """Exactly which ids a flush removes, and what it expects to find."""
+
+    prefix_ids: tuple[int, ...] = ()
+    summarize_ids: tuple[int, ...] = ()
+    evict_ids: tuple[int, ...] = ()
+    fold_summary_ids: tuple[int, ...] = ()
+    tier: Tier = "none"
+    context_tokens: int = 0
+    projected_tokens: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not (self.summarize_ids or self.evict_ids)
+
+    @property
+    def remove_ids(self) -> tuple[int, ...]:
+        return tuple(sorted((*self.summarize_ids, *self.evict_ids)))
+
+
+def tool_groups(messages: Sequence[Message]) -> list[int]:
+    """A group number per message: a tool call and its results share one (union-find)."""
+    parent = list(range(len(messages)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    caller: dict[str, int] = {}
+    for i, message in enumerate(messages):
+        for call_id in message.tool_use_ids:
+            caller[call_id] = i
+    for i, message in enumerate(messages):
+        for call_id in message.tool_result_ids:
+            if call_id in caller:
+                parent[find(i)] = find(caller[call_id])
+    return [find(i) for i in range(len(messages))]
+
+
+def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
+    """The plan for ``snapshot``; an empty plan when nothing is due."""
+    messages = snapshot.messages
+    tokens = [m.tokens or 0 for m in messages]
+    groups = tool_groups(messages)
+    members: dict[int, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    protected = _protected(messages)
+    # A group is movable only if none of its members is protected.
+    movable = [not any(protected[j] for j in members[groups[i]]) for i in range(len(messages))]
+    context = snapshot.context_tokens
+
+    evicted: set[int] = set()
+    for priority in sorted(settings.priority_limits, reverse=True):
+        limit = settings.priority_limits[priority]
+        used = sum(t for i, t in enumerate(tokens) if messages[i].priority == priority)
+        for i, message in enumerate(messages):
+            if used <= limit:
+                break
+            if message.priority != priority or i in evicted or not movable[i]:
+                continue
+            for j in members[groups[i]]:
+                if j not in evicted:
+                    evicted.add(j)
+                    if messages[j].priority == priority:
+                        used -= tokens[j]
+    remaining = context - sum(tokens[i] for i in evicted)
+
+    live = len(messages) - len(evicted)
+    tier = _tier(remaining, live, settings)
+    candidates = [i for i in range(len(messages)) if movable[i] and i not in evicted]
+    selected: set[int] = set()
+    fold: tuple[Message, ...] = ()
+    if tier != "none" and candidates:
+        want = _first_batch(messages, live, tier, settings)
+        if settings.compression is not None:
+            want = min(want, max(0, live - settings.compression.min_l1_messages))
+        selected = _take(candidates, want, members, groups)
+        summary_cost = 0 if settings.strategy == "fifo" else settings.summary_tokens
+        fold = snapshot.summaries if _should_fold(snapshot, settings) else ()
+        folded_tokens = sum(s.tokens or 0 for s in fold)
+
+        def projected(chosen: set[int]) -> int:
+            cost = min(summary_cost, sum(tokens[i] for i in chosen)) if chosen else 0
+            return (
+                remaining - sum(tokens[i] for i in chosen) + cost - (folded_tokens if fold else 0)
+            )
+
+        while projected(selected) > settings.max_tokens and len(selected) < len(candidates):
+            selected = _take(candidates, len(selected) + 1, members, groups)
+        if not selected:
+            fold = ()
+
+    if not selected and not evicted:
+        return FlushPlan(tier=tier, context_tokens=context, projected_tokens=context)
+    if settings.strategy == "fifo":
+        evicted |= selected
+        selected = set()
+    last = max(evicted | selected)
+    summary_cost = min(settings.summary_tokens, sum(tokens[i] for i in selected)) if selected else 0
+    projected_tokens = (
+        remaining
+        - sum(tokens[i] for i in selected)
+        + summary_cost
+        - sum(s.tokens or 0 for s in fold)
+    )
+    return FlushPlan(
+        prefix_ids=tuple(_id(m) for m in messages[: last + 1]),
+        summarize_ids=tuple(_id(messages[i]) for i in sorted(selected)),
+        evict_ids=tuple(_id(messages[i]) for i in sorted(evicted)),
+        fold_summary_ids=tuple(_id(s) for s in fold),
+        tier=tier,
+        context_tokens=context,
+        projected_tokens=projected_tokens,
+    )
+
+
+def _protected(messages: Sequence[Message]) -> list[bool]:
+    newest_user = next(
+        (
+            i
+            for i in range(len(messages) - 1, -1, -1)
+            if messages[i].role == "user" and not messages[i].tool_result_ids
+        ),
+        len(messages) - 1,
+    )
+    return [m.priority == 0 or i >= newest_user for i, m in enumerate(messages)]
+
+
+def _tier(tokens: int, live: int, settings: FlushSettings) -> Tier:
+    used = 100 * tokens / settings.max_tokens
+    compression = settings.compression
+    if compression is not None:
+        if used >= compression.critical_threshold_percent:
+            return "critical"
+        if used >= compression.warning_threshold_percent:
+            return "warning"
+        if live > compression.max_l1_messages or tokens >= settings.trigger_tokens:
+            return "normal"
+        return "none"
+    return "normal" if tokens >= settings.trigger_tokens else "none"
+
+
+def _first_batch(
+    messages: Sequence[Message], live: int, tier: Tier, settings: FlushSettings
+) -> int:
+    compression = settings.compression
+    if compression is not None:
+        sizes = compression.batch_sizes
+        return {"normal": sizes.normal, "warning": sizes.warning, "critical": sizes.critical}[
+            tier if tier != "none" else "normal"
+        ]
+    return max(1, math.ceil(live * settings.summarize_oldest_percent / 100))
+
+
+def _take(
+    candidates: Sequence[int], count: int, members: Mapping[int, list[int]], groups: Sequence[int]
+) -> set[int]:
+    """The oldest ``count`` candidates, completed so that no tool group is split."""
+    chosen: set[int] = set()
+    for i in candidates:
+        if len(chosen) >= count:
+            break
+        chosen.update(members[groups[i]])
+    return chosen
+
+
+def _should_fold(snapshot: Snapshot, settings: FlushSettings) -> bool:
+    existing = sum(s.tokens or 0 for s in snapshot.summaries)
+    return (
+        bool(snapshot.summaries)
+        and existing + settings.summary_tokens > 2 * settings.summary_tokens
+    )
+
+
+def _id(message: Message) -> int:
+    assert message.id is not None, "planned messages come from Redis and carry ids"
+    return message.id

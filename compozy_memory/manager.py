@@ -126,6 +126,15 @@ class MemoryManager:
             self._summarizers[cache_key] = summarizer
         return summarizer
 
+    async def aclose(self) -> None:
+        """Close what the manager's summarizers opened (LLM clients); the Redis client is
+        the caller's to close."""
+        for summarizer in self._summarizers.values():
+            close = getattr(summarizer, "aclose", None)
+            if close is not None:
+                await close()
+        self._summarizers.clear()
+
     @property
     def open_handles(self) -> int:
         """How many distinct handles are alive (for monitoring and tests)."""

@@ -33,6 +33,8 @@ from compozy_memory.messages import Message
 from compozy_memory.tokens import TokenCounter
 
 if TYPE_CHECKING:
+    import anthropic
+
     from compozy_memory.metrics import FlushMetrics
 
 __all__ = [
@@ -160,21 +162,35 @@ class AnthropicSummarizer:
         base_url: str | None = None,
         metrics: FlushMetrics | None = None,
     ) -> None:
-        import anthropic
-
         self.counter = counter
         self.model = model
         self.timeout = timeout.total_seconds()
         self.max_retries = max_retries
         self.metrics = metrics
         self.fallback = ExtractiveSummarizer(counter)
-        # Retries are ours (tenacity), so the client must not retry on its own.
-        self.client = anthropic.AsyncAnthropic(
-            api_key=api_key or os.environ.get("ANTHROPIC_API_KEY") or "missing-key",
-            base_url=base_url,
-            timeout=self.timeout,
-            max_retries=0,
-        )
+        self._api_key = api_key
+        self._base_url = base_url
+        self._client: anthropic.AsyncAnthropic | None = None
+
+    @property
+    def client(self) -> anthropic.AsyncAnthropic:
+        """The API client, made on first use: a memory that never flushes opens no connection."""
+        if self._client is None:
+            import anthropic
+
+            # Retries are ours (tenacity), so the client must not retry on its own.
+            self._client = anthropic.AsyncAnthropic(
+                api_key=self._api_key or os.environ.get("ANTHROPIC_API_KEY") or "missing-key",
+                base_url=self._base_url,
+                timeout=self.timeout,
+                max_retries=0,
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
     async def summarize(self, messages: Sequence[Message], *, max_tokens: int) -> Summary:
         started = time.monotonic()

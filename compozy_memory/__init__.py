@@ -13,6 +13,9 @@ from compozy_memory.errors import (
     ConfigurationError,
     ConflictError,
     InvalidMessageError,
+    LockBusyError,
+    LockError,
+    LockLostError,
     MemoryNotFoundError,
     MessageTooLargeError,
     MissingTokenCountError,
@@ -20,12 +23,29 @@ from compozy_memory.errors import (
     ScriptError,
     TemplateError,
 )
-from compozy_memory.instance import AppendResult, MemoryHealth, MemoryInstance, TrimResult
+from compozy_memory.flushing import Flusher, FlushResult
+from compozy_memory.instance import (
+    AppendResult,
+    MemoryHealth,
+    MemoryInstance,
+    Snapshot,
+    TrimResult,
+)
 from compozy_memory.keys import InstanceKeys, sanitize_key
+from compozy_memory.lock import FencedLock, Lease
 from compozy_memory.manager import MemoryManager
 from compozy_memory.messages import Message
+from compozy_memory.metrics import FlushMetrics
+from compozy_memory.planner import FlushPlan, FlushSettings, plan_flush
 from compozy_memory.policy import MemoryPolicy
 from compozy_memory.registry import MemoryRegistry
+from compozy_memory.summarizers import (
+    AnthropicSummarizer,
+    ExtractiveSummarizer,
+    RuleBasedSummarizer,
+    Summarizer,
+    Summary,
+)
 from compozy_memory.tokens import (
     CachedCounter,
     HeuristicCounter,
@@ -37,6 +57,7 @@ from compozy_memory.tokens import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AnthropicSummarizer",
     "AppendResult",
     "BackendError",
     "BackendOutOfMemoryError",
@@ -47,9 +68,20 @@ __all__ = [
     "ConfigFileError",
     "ConfigurationError",
     "ConflictError",
+    "ExtractiveSummarizer",
+    "FencedLock",
+    "FlushMetrics",
+    "FlushPlan",
+    "FlushResult",
+    "FlushSettings",
+    "Flusher",
     "HeuristicCounter",
     "InstanceKeys",
     "InvalidMessageError",
+    "Lease",
+    "LockBusyError",
+    "LockError",
+    "LockLostError",
     "MemoryHealth",
     "MemoryInstance",
     "MemoryManager",
@@ -62,7 +94,11 @@ __all__ = [
     "MessageTooLargeError",
     "MissingTokenCountError",
     "ReadOnlyMemoryError",
+    "RuleBasedSummarizer",
     "ScriptError",
+    "Snapshot",
+    "Summarizer",
+    "Summary",
     "SuppliedCounter",
     "TemplateError",
     "TiktokenCounter",
@@ -70,5 +106,6 @@ __all__ = [
     "TrimResult",
     "__version__",
     "connect",
+    "plan_flush",
     "sanitize_key",
 ]

@@ -64,7 +64,7 @@ class FencedLock:
         """A lease, retrying with jittered exponential backoff for up to ``wait``."""
         retrying = AsyncRetrying(
             stop=stop_after_delay(wait.total_seconds()),
-            wait=wait_jitter(initial=0.01, max=1.0),
+            wait=wait_jitter(multiplier=0.01, max=1.0, jitter=0.05),
             retry=retry_if_result(lambda lease: lease is None),
             retry_error_callback=lambda state: None,
         )

@@ -156,41 +156,33 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
     live = len(messages) - len(evicted)
     tier = _tier(remaining, live, settings)
     candidates = [i for i in range(len(messages)) if movable[i] and i not in evicted]
+    summary_cost = 0 if settings.strategy == "fifo" else settings.summary_tokens
+    fold = snapshot.summaries if _should_fold(snapshot, settings) else ()
+
+    def projected(chosen: set[int]) -> int:
+        """Context after removing ``chosen`` and adding at most one summary of them."""
+        if not chosen:
+            return remaining
+        taken = sum(tokens[i] for i in chosen)
+        return remaining - taken + min(summary_cost, taken) - sum(s.tokens or 0 for s in fold)
+
     selected: set[int] = set()
-    fold: tuple[Message, ...] = ()
     if tier != "none" and candidates:
-        want = _first_batch(messages, live, tier, settings)
+        want = _first_batch(live, tier, settings)
         if settings.compression is not None:
             want = min(want, max(0, live - settings.compression.min_l1_messages))
         selected = _take(candidates, want, members, groups)
-        summary_cost = 0 if settings.strategy == "fifo" else settings.summary_tokens
-        fold = snapshot.summaries if _should_fold(snapshot, settings) else ()
-        folded_tokens = sum(s.tokens or 0 for s in fold)
-
-        def projected(chosen: set[int]) -> int:
-            cost = min(summary_cost, sum(tokens[i] for i in chosen)) if chosen else 0
-            return (
-                remaining - sum(tokens[i] for i in chosen) + cost - (folded_tokens if fold else 0)
-            )
-
         while projected(selected) > settings.max_tokens and len(selected) < len(candidates):
             selected = _take(candidates, len(selected) + 1, members, groups)
-        if not selected:
-            fold = ()
-
+    if not selected:
+        fold = ()
     if not selected and not evicted:
         return FlushPlan(tier=tier, context_tokens=context, projected_tokens=context)
+    projected_tokens = projected(selected)
     if settings.strategy == "fifo":
         evicted |= selected
         selected = set()
     last = max(evicted | selected)
-    summary_cost = min(settings.summary_tokens, sum(tokens[i] for i in selected)) if selected else 0
-    projected_tokens = (
-        remaining
-        - sum(tokens[i] for i in selected)
-        + summary_cost
-        - sum(s.tokens or 0 for s in fold)
-    )
     return FlushPlan(
         prefix_ids=tuple(_id(m) for m in messages[: last + 1]),
         summarize_ids=tuple(_id(messages[i]) for i in sorted(selected)),
@@ -228,9 +220,7 @@ def _tier(tokens: int, live: int, settings: FlushSettings) -> Tier:
     return "normal" if tokens >= settings.trigger_tokens else "none"
 
 
-def _first_batch(
-    messages: Sequence[Message], live: int, tier: Tier, settings: FlushSettings
-) -> int:
+def _first_batch(live: int, tier: Tier, settings: FlushSettings) -> int:
     compression = settings.compression
     if compression is not None:
         sizes = compression.batch_sizes

@@ -215,7 +215,7 @@ class AnthropicSummarizer:
         prompt = _PROMPT.format(words=max(20, int(max_tokens * 0.7)), transcript=transcript)
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
-            wait=wait_jitter(initial=0.2, max=5.0),
+            wait=wait_jitter(multiplier=0.2, max=5.0, jitter=0.2),
             retry=retry_if_exception(_retryable),
             reraise=True,
         ):

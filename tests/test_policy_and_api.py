@@ -11,15 +11,18 @@ from compozy_memory import ConfigurationError, MemoryPolicy
 def test_public_surface_is_pinned() -> None:
     assert sorted(compozy_memory.__all__) == sorted(
         [
-            "AppendResult", "BackendError", "BackendOutOfMemoryError", "BackendUnavailableError",
-            "BudgetExceededError", "CachedCounter", "CompozyMemoryError", "ConfigFileError",
-            "ConfigurationError", "ConflictError", "HeuristicCounter", "InstanceKeys",
-            "InvalidMessageError", "MemoryHealth", "MemoryInstance", "MemoryManager",
-            "MemoryNotFoundError", "MemoryPolicy", "MemoryReference", "MemoryRegistry",
-            "MemoryResource", "Message", "MessageTooLargeError", "MissingTokenCountError",
-            "ReadOnlyMemoryError", "ScriptError", "SuppliedCounter", "TemplateError",
-            "TiktokenCounter", "TokenCounter", "TrimResult", "__version__", "connect",
-            "sanitize_key",
+            "AnthropicSummarizer", "AppendResult", "BackendError", "BackendOutOfMemoryError",
+            "BackendUnavailableError", "BudgetExceededError", "CachedCounter",
+            "CompozyMemoryError", "ConfigFileError", "ConfigurationError", "ConflictError",
+            "ExtractiveSummarizer", "FencedLock", "FlushMetrics", "FlushPlan", "FlushResult",
+            "FlushSettings", "Flusher", "HeuristicCounter", "InstanceKeys",
+            "InvalidMessageError", "Lease", "LockBusyError", "LockError", "LockLostError",
+            "MemoryHealth", "MemoryInstance", "MemoryManager", "MemoryNotFoundError",
+            "MemoryPolicy", "MemoryReference", "MemoryRegistry", "MemoryResource", "Message",
+            "MessageTooLargeError", "MissingTokenCountError", "ReadOnlyMemoryError",
+            "RuleBasedSummarizer", "ScriptError", "Snapshot", "Summarizer", "Summary",
+            "SuppliedCounter", "TemplateError", "TiktokenCounter", "TokenCounter", "TrimResult",
+            "__version__", "connect", "plan_flush", "sanitize_key",
         ]
     )  # fmt: skip
     for name in compozy_memory.__all__:

@@ -1,0 +1,258 @@
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compozy_memory.config import PROFILES, MemoryResource
+from compozy_memory.instance import Snapshot
+from compozy_memory.messages import Message
+from compozy_memory.planner import FlushPlan, FlushSettings, plan_flush, tool_groups
+
+
+def conversation(spec: list[tuple[str, int, int]]) -> list[Message]:
+    """Messages from (kind, tokens, priority): kind is user, assistant, call (a tool_use with
+    its result right after), anthropic (tool_use/tool_result blocks)."""
+    out: list[Message] = []
+    for kind, tokens, priority in spec:
+        n = len(out) + 1
+        if kind == "call":
+            out.append(
+                Message(
+                    role="assistant",
+                    content="",
+                    id=n,
+                    tokens=tokens,
+                    priority=priority,
+                    tool_calls=[{"id": f"c{n}", "type": "function", "function": {}}],
+                )
+            )
+            out.append(
+                Message(
+                    role="tool",
+                    tool_call_id=f"c{n}",
+                    content="r",
+                    id=n + 1,
+                    tokens=tokens,
+                    priority=priority,
+                )
+            )
+        elif kind == "anthropic":
+            out.append(
+                Message(
+                    role="assistant",
+                    id=n,
+                    tokens=tokens,
+                    priority=priority,
+                    content=[{"type": "tool_use", "id": f"t{n}", "name": "f"}],
+                )
+            )
+            out.append(
+                Message(
+                    role="user",
+                    id=n + 1,
+                    tokens=tokens,
+                    priority=priority,
+                    content=[{"type": "tool_result", "tool_use_id": f"t{n}"}],
+                )
+            )
+        else:
+            out.append(
+                Message.model_validate(
+                    {"role": kind, "content": "x", "id": n, "tokens": tokens, "priority": priority}
+                )
+            )
+    return out  # fmt: skip
+
+
+def snapshot(messages: list[Message], summaries: tuple[Message, ...] = ()) -> Snapshot:
+    return Snapshot(
+        epoch=1,
+        last_id=len(messages),
+        tokens=sum(m.tokens or 0 for m in messages),
+        summary_tokens=sum(s.tokens or 0 for s in summaries),
+        summaries=summaries,
+        messages=tuple(messages),
+    )
+
+
+def ids(plan: FlushPlan) -> set[int]:
+    return set(plan.remove_ids)
+
+
+def test_nothing_is_due_below_the_threshold() -> None:
+    messages = conversation([("user", 10, 2)] * 7)
+    plan = plan_flush(snapshot(messages), FlushSettings(max_tokens=100))
+    assert plan.empty
+    assert plan.context_tokens == 70
+
+
+def test_the_oldest_share_is_summarised_at_the_threshold() -> None:
+    messages = conversation([("user", 10, 2), ("assistant", 10, 2)] * 5)  # 100 tokens
+    plan = plan_flush(snapshot(messages), FlushSettings(max_tokens=120, summary_tokens=5))
+    assert plan.summarize_ids == (1, 2, 3)  # 30% of 10 messages, oldest first
+    assert plan.prefix_ids == (1, 2, 3)
+    assert plan.projected_tokens == 100 - 30 + 5
+
+
+def test_priority_zero_and_the_newest_user_turn_are_never_touched() -> None:
+    messages = conversation(
+        [("user", 50, 0), ("assistant", 50, 2), ("user", 50, 2), ("assistant", 50, 2),
+         ("user", 50, 2), ("assistant", 50, 2)]
+    )  # fmt: skip
+    plan = plan_flush(snapshot(messages), FlushSettings(max_tokens=100, summary_tokens=10))
+    assert 1 not in ids(plan)
+    assert not ids(plan) & {5, 6}
+    assert plan.summarize_ids == (2, 3, 4)  # grown past 30% because 300 tokens > 100 budget
+
+
+def test_tool_calls_and_results_move_together() -> None:
+    messages = conversation([("user", 10, 2), ("call", 10, 2), ("user", 10, 2), ("user", 10, 2)])
+    plan = plan_flush(
+        snapshot(messages),
+        FlushSettings(max_tokens=50, summary_tokens=1, summarize_oldest_percent=40),
+    )
+    assert plan.summarize_ids == (1, 2, 3)  # 40% of 5 is 2, but the call's result comes along
+
+
+def test_priority_blocks_evict_lowest_priority_first() -> None:
+    messages = conversation(
+        [("user", 30, 1), ("user", 30, 3), ("user", 30, 3), ("user", 30, 1), ("user", 30, 3),
+         ("user", 5, 2)]
+    )  # fmt: skip
+    settings_ = FlushSettings(max_tokens=1000, priority_limits={1: 30, 3: 30})
+    plan = plan_flush(snapshot(messages), settings_)
+    assert plan.evict_ids == (1, 2, 3)  # priority 3 down to 30 tokens, then priority 1
+    assert plan.summarize_ids == ()
+
+
+def test_allocation_and_block_limits_take_the_lower() -> None:
+    resource = MemoryResource.model_validate(
+        {
+            "id": "m",
+            "max_tokens": 1000,
+            "priority_blocks": [
+                {"priority": 0, "content_types": ["system_prompt"]},
+                {"priority": 1, "content_types": ["profile"], "max_tokens": 150},
+                {"priority": 2, "content_types": ["message"], "max_tokens": 900},
+            ],
+            "token_allocation": {"short_term": 0.7, "long_term": 0.2, "system": 0.1},
+        }
+    )
+    assert FlushSettings.from_resource(resource).priority_limits == {1: 150, 2: 700}
+
+
+def test_workload_profiles_pick_the_batch_of_the_pressure_tier() -> None:
+    messages = conversation([("user", 10, 2)] * 20)  # 200 tokens
+    data = PROFILES["data_intensive"]  # 50% / 70%, batches 2 / 4 / 6, keep at least 2
+    for budget, tier, batch in ((1000, "normal", 2), (350, "warning", 4), (250, "critical", 6)):
+        plan = plan_flush(
+            snapshot(messages),
+            FlushSettings(max_tokens=budget, summary_tokens=1, compression=data),
+        )
+        assert (plan.tier, len(plan.summarize_ids)) == (tier, batch), budget
+
+
+def test_summaries_fold_into_a_rolling_one() -> None:
+    old = (
+        Message(role="system", type="summary", content="s", id=90, tokens=60, covers=[1]),
+        Message(role="system", type="summary", content="s", id=91, tokens=60, covers=[2]),
+    )
+    messages = conversation([("user", 50, 2)] * 6)
+    plan = plan_flush(snapshot(messages, old), FlushSettings(max_tokens=300, summary_tokens=50))
+    assert plan.fold_summary_ids == (90, 91)
+    assert plan.projected_tokens <= 300
+
+
+def test_fifo_evicts_instead_of_summarising() -> None:
+    messages = conversation([("user", 10, 2)] * 10)
+    plan = plan_flush(snapshot(messages), FlushSettings(max_tokens=100, strategy="fifo"))
+    assert plan.summarize_ids == ()
+    assert plan.evict_ids == (1, 2, 3)
+
+
+kinds = st.sampled_from(["user", "assistant", "call", "anthropic"])
+specs = st.lists(
+    st.tuples(kinds, st.integers(1, 200), st.sampled_from([0, 1, 2, 2, 2, 3])),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=400)
+@given(
+    spec=specs,
+    budget=st.integers(50, 4000),
+    threshold=st.sampled_from([0.5, 0.8, 1.0]),
+    percent=st.integers(1, 100),
+    summary_tokens=st.integers(1, 300),
+    limits=st.dictionaries(st.sampled_from([1, 2, 3]), st.integers(0, 500), max_size=2),
+    profile=st.sampled_from([None, "data_intensive", "conversational", "balanced"]),
+    strategy=st.sampled_from(["hybrid_summary", "fifo"]),
+)
+def test_plans_keep_every_rule(
+    spec: list[tuple[str, int, int]],
+    budget: int,
+    threshold: float,
+    percent: int,
+    summary_tokens: int,
+    limits: dict[int, int],
+    profile: str | None,
+    strategy: Any,
+) -> None:
+    messages = conversation(spec)
+    config = FlushSettings(
+        max_tokens=budget,
+        summarize_threshold=threshold,
+        summarize_oldest_percent=percent,
+        summary_tokens=summary_tokens,
+        strategy=strategy,
+        priority_limits=limits,
+        compression=PROFILES[profile] if profile else None,
+    )
+    plan = plan_flush(snapshot(messages), config)
+    removed = ids(plan)
+    by_id = {m.id: m for m in messages}
+    # Priority 0 is never touched; nor is the newest user turn and what follows it.
+    assert all(by_id[i].priority != 0 for i in removed)
+    newest_user = max(  # with no user turn, the newest message is the one kept
+        (m.id or 0 for m in messages if m.role == "user" and not m.tool_result_ids),
+        default=messages[-1].id or 0,
+    )
+    assert all(i < newest_user for i in removed)
+    # A tool call and its results are removed together, and the same way, or not at all.
+    groups = tool_groups(messages)
+    for g in set(groups):
+        members = {messages[i].id for i, x in enumerate(groups) if x == g}
+        assert (
+            members <= set(plan.summarize_ids)
+            or members <= set(plan.evict_ids)
+            or not (members & removed)
+        )
+    # The commit can check exactly what the plan saw.
+    assert plan.prefix_ids == tuple(m.id for m in messages[: len(plan.prefix_ids)])
+    assert removed <= set(plan.prefix_ids)
+    assert not set(plan.summarize_ids) & set(plan.evict_ids)
+    if strategy == "fifo":
+        assert plan.summarize_ids == ()
+    # Over budget after the plan only when nothing more could be moved (a profile's
+    # min_l1_messages may keep some on purpose).
+    if plan.projected_tokens > budget and plan.tier != "none" and profile is None:
+        left = [
+            m.id
+            for m in messages
+            if m.id not in removed
+            and _whole_group_movable(m.id or 0, messages, groups, newest_user)
+        ]
+        assert left == []
+    if plan.empty:
+        assert plan.projected_tokens == plan.context_tokens
+
+
+def _whole_group_movable(
+    message_id: int, messages: list[Message], groups: list[int], newest_user: int
+) -> bool:
+    index = next(i for i, m in enumerate(messages) if m.id == message_id)
+    members = [messages[i] for i, g in enumerate(groups) if g == groups[index]]
+    return all(m.priority != 0 and (m.id or 0) < newest_user for m in members)

@@ -146,7 +146,7 @@ class ExtractiveSummarizerConfig(_Strict):
 
 class AnthropicSummarizerConfig(_Strict):
     type: Literal["anthropic"]
-    model: str = Field(default="claude-3-5-haiku-latest", min_length=1)
+    model: str = Field(default="claude-haiku-4-5", min_length=1)
     timeout: Duration = timedelta(seconds=30)
     max_retries: int = Field(default=3, ge=0, le=10)
 

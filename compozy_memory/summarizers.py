@@ -155,7 +155,7 @@ class AnthropicSummarizer:
         self,
         counter: TokenCounter,
         *,
-        model: str = "claude-3-5-haiku-latest",
+        model: str = "claude-haiku-4-5",
         timeout: timedelta = timedelta(seconds=30),
         max_retries: int = 3,
         api_key: str | None = None,

@@ -63,7 +63,7 @@ def test_defaults_follow_the_spec() -> None:
 def test_the_lower_of_ratio_and_max_tokens_wins() -> None:
     assert resource(max_context_ratio=0.5, context_window=10_000).effective_max_tokens == 1000
     assert resource(max_context_ratio=0.05, context_window=10_000).effective_max_tokens == 500
-    known = MemoryResource(id="m", max_context_ratio=0.1, model="claude-3-5-haiku-latest")
+    known = MemoryResource(id="m", max_context_ratio=0.1, model="claude-haiku-4-5")
     assert known.effective_max_tokens == 20_000
 
 

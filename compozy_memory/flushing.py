@@ -167,7 +167,13 @@ class Flusher:
                     raise LockLostError(
                         f"flush refused: {exc.args[0]}", key=self.instance.key
                     ) from None
-                continue  # the memory changed under the plan: plan again
+                # The memory changed under the plan: plan again, if the lease is still ours.
+                if not await lease.refresh():
+                    raise LockLostError(
+                        "the flush lease was lost; the flush was stopped before writing",
+                        key=self.instance.key,
+                    ) from None
+                continue
             summary_id, _, removed_tokens, tokens, _, summary_total = (int(v) for v in reply)
             return FlushResult(
                 "summarised" if summary is not None else "evicted",

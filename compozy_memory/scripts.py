@@ -13,6 +13,7 @@ the key's slot. Callers see latency, never the NOSCRIPT.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ __all__ = ["RedisClient", "Script", "backend_errors", "script", "translate"]
 RedisClient: TypeAlias = "Redis | RedisCluster"
 ScriptArg: TypeAlias = "str | bytes | int"
 
+_SCRIPT_LOCATION = re.compile(r"\s*script: [0-9a-f]+, on @\w+:\d+\.?$")
 _ERRORS: dict[str, type[CompozyMemoryError]] = {
     "COMPOZY_INVALID": InvalidMessageError,
     "COMPOZY_TOOLARGE": MessageTooLargeError,
@@ -97,7 +99,9 @@ def translate(exc: redis_errors.RedisError, operation: str, key: str) -> Compozy
         code, _, rest = str(exc).partition(" ")
         typed = _ERRORS.get(code)
         if typed is not None:
-            return typed(rest, key=key)
+            # Some servers append where in the script the error was raised; callers need
+            # only our message.
+            return typed(_SCRIPT_LOCATION.sub("", rest), key=key)
         return ScriptError(f"{operation}: {exc}", key=key)
     return BackendError(f"{operation}: {exc}", key=key)
 

@@ -20,7 +20,7 @@
 -- Messages appended after the snapshot sit after the prefix and are not touched.
 local ttl_ms = int_arg(ARGV[1], 'ttl_ms', 0, nil)
 local archive_max = int_arg(ARGV[2], 'archive_max', 0, nil)
-local epoch = int_arg(ARGV[3], 'epoch', 1, nil)
+local epoch = int_arg(ARGV[3], 'epoch', 0, nil)
 local prefix_len = int_arg(ARGV[4], 'prefix_len', 0, nil)
 local n_remove = int_arg(ARGV[5], 'n_remove', 0, prefix_len)
 local n_fold = int_arg(ARGV[6], 'n_fold', 0, nil)

@@ -1,0 +1,194 @@
+"""Helpers for the flush tests: slow summarizers, flusher processes, and the invariant audit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from threading import Barrier
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from compozy_memory import (
+    ExtractiveSummarizer,
+    Flusher,
+    FlushSettings,
+    HeuristicCounter,
+    LockLostError,
+    MemoryInstance,
+    MemoryPolicy,
+    Message,
+    Summary,
+)
+from compozy_memory.keys import InstanceKeys
+from compozy_memory.metrics import FlushMetrics
+from compozy_memory.scripts import RedisClient
+from integration.engines import EngineSpec
+
+PROJECT = "flush"
+COUNTER = HeuristicCounter()
+
+
+class SlowSummarizer:
+    """Extractive, after a delay; announces itself through a marker file if given one."""
+
+    def __init__(self, delay: float, marker: Path | None = None) -> None:
+        self.delay = delay
+        self.marker = marker
+        self.inner = ExtractiveSummarizer(COUNTER)
+
+    async def summarize(self, messages: Sequence[Message], *, max_tokens: int) -> Summary:
+        if self.marker is not None:
+            self.marker.write_text("summarizing")
+        await asyncio.sleep(self.delay)
+        return await self.inner.summarize(messages, max_tokens=max_tokens)
+
+
+def open_memory(
+    client: RedisClient,
+    key: str,
+    budget: int,
+    *,
+    delay: float = 0.0,
+    lock_ttl: timedelta = timedelta(seconds=30),
+    marker: Path | None = None,
+) -> MemoryInstance:
+    memory = MemoryInstance.open(
+        client,
+        project=PROJECT,
+        key=key,
+        counter=COUNTER,
+        policy=MemoryPolicy(max_tokens=budget, archive_max=0, ttl=timedelta(minutes=10)),
+    )
+    memory.attach_flusher(
+        Flusher(
+            memory,
+            FlushSettings(max_tokens=budget, summary_tokens=min(120, budget // 4)),
+            SlowSummarizer(delay, marker),
+            lock_ttl=lock_ttl,
+            debounce=timedelta(milliseconds=10),
+            metrics=FlushMetrics(CollectorRegistry()),
+        )
+    )
+    return memory
+
+
+def writer_with_flushes(
+    spec: EngineSpec, key: str, writer: int, count: int, budget: int, delay: float, start: Barrier
+) -> dict[str, Any]:
+    return asyncio.run(_writer(spec, key, writer, count, budget, delay, start))
+
+
+async def _writer(
+    spec: EngineSpec, key: str, writer: int, count: int, budget: int, delay: float, start: Barrier
+) -> dict[str, Any]:
+    client = spec.client()
+    memory = open_memory(client, key, budget, delay=delay)
+    assert memory.flusher is not None
+    results = []
+    original = memory.flusher.flush
+
+    async def recording_flush() -> Any:
+        result = await original()
+        results.append(result)
+        return result
+
+    memory.flusher.flush = recording_flush  # type: ignore[method-assign]
+    acknowledged = []
+    try:
+        await client.ping()
+        start.wait(timeout=60)
+        for seq in range(count):
+            role = "user" if seq % 3 else "assistant"
+            result = await memory.append(
+                {"role": role, "content": f"w{writer} s{seq} order #{writer}-{seq}"}
+            )
+            acknowledged.append(result.first_id)
+            if seq % 25 == 0:
+                await asyncio.sleep(0.005)
+        await memory.flusher.wait_idle()
+    finally:
+        await client.aclose()
+    summarised = [r for r in results if r.outcome == "summarised"]
+    return {
+        "acknowledged": acknowledged,
+        "outcomes": dict(Counter(r.outcome for r in results)),
+        "projected": [r.plan.projected_tokens for r in summarised if r.plan],
+    }
+
+
+def paused_flusher(spec: EngineSpec, key: str, budget: int, marker: str, result: str) -> None:
+    """Flush with a 1 s lease and a 2 s summary; write the outcome to ``result``."""
+    asyncio.run(_paused_flusher(spec, key, budget, Path(marker), Path(result)))
+
+
+async def _paused_flusher(
+    spec: EngineSpec, key: str, budget: int, marker: Path, result: Path
+) -> None:
+    client = spec.client()
+    memory = open_memory(
+        client, key, budget, delay=2.0, lock_ttl=timedelta(seconds=1), marker=marker
+    )
+    assert memory.flusher is not None
+    outcome: str
+    try:
+        outcome = (await memory.flusher.flush()).outcome
+    except LockLostError as exc:
+        outcome = f"lost: {exc}"
+    finally:
+        await client.aclose()
+    await asyncio.to_thread(result.write_text, outcome)
+
+
+@dataclass
+class Audit:
+    live: list[int]
+    covered: list[int]
+    archived: list[int]
+    summaries: int
+    context_tokens: int
+
+
+async def audit(client: RedisClient, key: str, acknowledged: Sequence[int] = ()) -> Audit:
+    """Check the memory's invariants from Redis state alone; return what was found."""
+    keys = InstanceKeys.build(PROJECT, key)
+    live_envs = [json.loads(e) for e in await client.lrange(keys.msgs, 0, -1)]
+    summary_envs = [json.loads(e) for e in await client.lrange(keys.summaries, 0, -1)]
+    archive_envs = [json.loads(e) for e in await client.lrange(keys.archive, 0, -1)]
+    raw_meta = await client.hgetall(keys.meta)
+    meta = {_text(k): int(v) for k, v in raw_meta.items()}
+
+    live = [e["id"] for e in live_envs]
+    covered = [i for s in summary_envs for i in s["covers"]]
+    archived = [e["id"] for e in archive_envs if e.get("type") != "summary"]
+    assert len(live) == len(set(live)), "a live message appears twice"
+    assert live == sorted(live), "live messages out of order"
+    assert len(covered) == len(set(covered)), "a message is covered by two summaries"
+    assert not set(live) & set(covered), "a message is both live and summarised"
+    assert len(archived) == len(set(archived)), "a message was archived twice"
+    assert set(covered) <= set(archived), "a summarised message is missing from the archive"
+    for message_id in acknowledged:
+        assert message_id in set(live) | set(covered), f"acknowledged message {message_id} lost"
+    assert meta.get("tokens", 0) == sum(e["tokens"] for e in live_envs)
+    assert meta.get("count", 0) == len(live_envs)
+    assert meta.get("summary_tokens", 0) == sum(e["tokens"] for e in summary_envs)
+    assert meta.get("summary_count", 0) == len(summary_envs)
+    per_priority = sum(v for k, v in meta.items() if re.fullmatch(r"p:\d+:tokens", k))
+    assert per_priority == meta.get("tokens", 0)
+    return Audit(
+        live,
+        covered,
+        archived,
+        len(summary_envs),
+        meta.get("tokens", 0) + meta.get("summary_tokens", 0),
+    )
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["AppendResult", "MemoryHealth", "MemoryInstance", "TrimResult"]
 
 MAX_BATCH = 10_000
+# Snapshots parse this many messages between yields to the event loop.
+_PARSE_CHUNK = 64
 MessageInput = Message | Mapping[str, Any]
 
 
@@ -299,7 +302,12 @@ class MemoryInstance:
             "snapshot", (self.keys.msgs, self.keys.meta, self.keys.summaries), []
         )
         epoch, last_id, tokens, summary_tokens, n_summaries = (int(v) for v in reply[:5])
-        envelopes = [Message.model_validate_json(e) for e in reply[5:]]
+        envelopes = []
+        for start in range(5, len(reply), _PARSE_CHUNK):
+            envelopes += [
+                Message.model_validate_json(e) for e in reply[start : start + _PARSE_CHUNK]
+            ]
+            await asyncio.sleep(0)  # a large memory must not stall other tasks' appends
         return Snapshot(
             epoch,
             last_id,

@@ -171,9 +171,21 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
         want = _first_batch(live, tier, settings)
         if settings.compression is not None:
             want = min(want, max(0, live - settings.compression.min_l1_messages))
-        selected = _take(candidates, want, members, groups)
-        while projected(selected) > settings.max_tokens and len(selected) < len(candidates):
-            selected = _take(candidates, len(selected) + 1, members, groups)
+        # One pass: take the oldest candidates (whole tool groups) until there are ``want``
+        # of them and the projected context fits the budget.
+        taken = 0
+        folded = sum(s.tokens or 0 for s in fold)
+        for i in candidates:
+            if len(selected) >= want and (
+                selected
+                and remaining - taken + min(summary_cost, taken) - folded <= settings.max_tokens
+            ):
+                break
+            if i in selected:
+                continue
+            for j in members[groups[i]]:
+                selected.add(j)
+                taken += tokens[j]
     if not selected:
         fold = ()
     if not selected and not evicted:
@@ -228,18 +240,6 @@ def _first_batch(live: int, tier: Tier, settings: FlushSettings) -> int:
             tier if tier != "none" else "normal"
         ]
     return max(1, math.ceil(live * settings.summarize_oldest_percent / 100))
-
-
-def _take(
-    candidates: Sequence[int], count: int, members: Mapping[int, list[int]], groups: Sequence[int]
-) -> set[int]:
-    """The oldest ``count`` candidates, completed so that no tool group is split."""
-    chosen: set[int] = set()
-    for i in candidates:
-        if len(chosen) >= count:
-            break
-        chosen.update(members[groups[i]])
-    return chosen
 
 
 def _should_fold(snapshot: Snapshot, settings: FlushSettings) -> bool:

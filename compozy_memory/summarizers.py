@@ -96,7 +96,9 @@ class ExtractiveSummarizer:
     async def summarize(self, messages: Sequence[Message], *, max_tokens: int) -> Summary:
         scored: list[tuple[float, int, str]] = []
         seen: set[str] = set()
-        for message in messages:
+        for n, message in enumerate(messages, start=1):
+            if n % 32 == 0:
+                await asyncio.sleep(0)  # summarising runs beside appends in the same loop
             for sentence in _SENTENCE.split(_text_of(message)):
                 sentence = sentence.strip()
                 if len(sentence) < 3 or sentence.lower() in seen:

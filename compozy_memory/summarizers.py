@@ -78,6 +78,7 @@ class RuleBasedSummarizer:
         return Summary(_fit(" ".join(parts), max_tokens, self.counter), "rule_based")
 
 
+_HEADER = re.compile(r"Key points from \d+ earlier messages:")  # a folded summary's own
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _NUMBER = re.compile(r"\d")
 _NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b[A-Z][a-z]+")
@@ -101,7 +102,7 @@ class ExtractiveSummarizer:
                 await asyncio.sleep(0)  # summarising runs beside appends in the same loop
             for sentence in _SENTENCE.split(_text_of(message)):
                 sentence = sentence.strip()
-                if len(sentence) < 3 or sentence.lower() in seen:
+                if len(sentence) < 3 or sentence.lower() in seen or _HEADER.match(sentence):
                     continue
                 seen.add(sentence.lower())
                 # A folded summary's lines already say who spoke.

@@ -1,10 +1,12 @@
-"""Agent replicas behind a load balancer, sharing memories in one Redis.
+"""Agent replicas behind a load balancer, sharing memories in one Redis, flushing as they go.
 
-Four OS processes play replicas of a support bot and a SQL agent. Each conversation's turns
-are dealt round-robin across the replicas, as a load balancer would: the replica that gets
-turn n waits until the memory shows turn n-1 (written by another process), then answers.
-Every replica also adds facts to one project-wide knowledge memory, all at the same time. At
-the end the demo prints each memory with the totals Redis kept and a recount.
+Four OS processes play replicas of the agents in ``examples/project``. Each conversation's
+turns are dealt round-robin across the replicas, as a load balancer would: the replica that
+gets turn n waits until the memory shows turn n-1 (written by another process), then
+answers. The memories are configured in YAML; as they pass their thresholds they flush in the
+background (extractive summaries, so the demo needs no API key), while the other replicas
+keep writing. At the end the demo checks every memory from Redis alone: totals equal a
+recount, and every message ever stored is either live or covered by a summary and archived.
 
 Run: ``./scripts/demo`` (starts an embedded Valkey), or
 ``python examples/replicas_demo.py --url redis://localhost:6379/0``.
@@ -17,22 +19,33 @@ import asyncio
 import json
 import multiprocessing
 import time
-from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
-from compozy_memory import MemoryInstance, MemoryPolicy, connect
+from compozy_memory import (
+    ExtractiveSummarizer,
+    HeuristicCounter,
+    MemoryInstance,
+    MemoryManager,
+    MemoryRegistry,
+    connect,
+)
 from compozy_memory.embedded import start_server
 from compozy_memory.scripts import RedisClient
 
-PROJECT = "acme"
+PROJECT_DIR = Path(__file__).resolve().parent / "project"
 REPLICAS = 4
 TURNS = 60
-CONVERSATIONS = {
-    "support:user-alice": "My order #1042 arrived damaged, can I get a refund?",
-    "support:user-bob": "How do I reset the password on my account?",
-    "sql-agent:session-7": "Which customers in Berlin ordered more than 5 times in 2026?",
-}
-KNOWLEDGE = "project:knowledge"
-POLICY = MemoryPolicy(max_tokens=4_000, ttl=timedelta(hours=24))
+COUNTER = HeuristicCounter()
+# (agent, context, opening question): one conversation each.
+CONVERSATIONS: list[tuple[str, dict[str, Any], str]] = [
+    ("support-bot", {"workflow": {"id": "wf-1", "input": {"user_id": "alice"}}},
+     "My order #1042 arrived damaged, can I get a refund?"),
+    ("support-bot", {"workflow": {"id": "wf-2", "input": {"user_id": "bob"}}},
+     "How do I reset the password on my account?"),
+    ("sql-analyst", {"workflow": {"id": "wf-7", "input": {}}},
+     "Which customers in Berlin ordered more than 5 times in 2026?"),
+]  # fmt: skip
 
 
 def replica(url: str, cluster: bool, number: int) -> int:
@@ -40,121 +53,143 @@ def replica(url: str, cluster: bool, number: int) -> int:
     return asyncio.run(_replica(url, cluster, number))
 
 
+def manager_for(client: RedisClient) -> MemoryManager:
+    return MemoryManager(
+        MemoryRegistry.load(PROJECT_DIR),
+        client,
+        counter=COUNTER,
+        summarizer=ExtractiveSummarizer(COUNTER),  # offline: no LLM call in the demo
+    )
+
+
 async def _replica(url: str, cluster: bool, number: int) -> int:
     client = connect(url, cluster=cluster)
+    manager = manager_for(client)
     try:
-        knowledge = MemoryInstance.open(client, project=PROJECT, key=KNOWLEDGE, policy=POLICY)
+        handles = [
+            (await manager.for_agent(agent, context))[0] for agent, context, _ in CONVERSATIONS
+        ]
+        (curator,) = await manager.for_agent("knowledge-curator", {})
         counts = await asyncio.gather(
-            *(converse(client, key, opening, number) for key, opening in CONVERSATIONS.items())
+            *(
+                converse(handle, opening, number)
+                for handle, (_, _, opening) in zip(handles, CONVERSATIONS, strict=True)
+            )
         )
-        facts = 0
         for turn in range(number, TURNS, 10):
-            await knowledge.append(
+            await curator.append(
                 {
                     "role": "system",
                     "type": "knowledge",
-                    "priority": 1,
                     "content": f"Fact {turn}: refunds over $200 need a manager; the Berlin "
                     f"warehouse ships within {turn % 5 + 1} days.",
                     "metadata": {"replica": number},
                 }
             )
-            facts += 1
+        for handle in handles:
+            if handle.flusher is not None:
+                await handle.flusher.wait_idle()
+        return sum(counts)
     finally:
+        await manager.aclose()
         await client.aclose()
-    return sum(counts) + facts
 
 
-async def converse(client: RedisClient, key: str, opening: str, number: int) -> int:
+async def converse(memory: MemoryInstance, opening: str, number: int) -> int:
     """Answer this replica's turns of one conversation, each after the turn before it."""
-    mem = MemoryInstance.open(client, project=PROJECT, key=key, policy=POLICY)
     written = 0
     for turn in range(number, TURNS, REPLICAS):
         # Polling Redis on purpose: the previous turn is written by another OS process.
-        while await last_turn(mem) != turn - 1:  # noqa: ASYNC110
-            await asyncio.sleep(0.002)  # another replica still has the previous turn
-        await mem.append_many(turn_messages(key, opening, turn, number))
+        while await last_turn(memory) != turn - 1:  # noqa: ASYNC110
+            await asyncio.sleep(0.002)
+        meta: dict[str, Any] = {"replica": number, "turn": turn}
+        question = opening if turn == 0 else f"Follow-up {turn}: what about order #{2000 + turn}?"
+        await memory.append_many(
+            [
+                {"role": "user", "content": question, "metadata": meta},
+                {"role": "assistant", "metadata": meta,
+                 "content": f"(replica {number}) Order #{2000 + turn} ships on 2026-12-"
+                            f"{turn % 28 + 1:02d}; I noted it for you."},
+            ]
+        )  # fmt: skip
         written += 2
     return written
 
 
-async def last_turn(mem: MemoryInstance) -> int:
-    newest = await mem.read(-1)
-    if not newest or not newest[0].metadata:
-        return -1
-    return int(str(newest[0].metadata["turn"]))
+async def last_turn(memory: MemoryInstance) -> int:
+    newest = await memory.read(-1)
+    if newest and newest[0].metadata and "turn" in newest[0].metadata:
+        return int(str(newest[0].metadata["turn"]))
+    # The newest message may have been folded into a summary: look at what the summary covers.
+    return -1 if not newest else await _turn_from_history(memory)
 
 
-def turn_messages(key: str, opening: str, turn: int, number: int) -> list[dict[str, object]]:
-    question = opening if turn == 0 else f"Follow-up {turn} on {key.split(':')[1]}."
-    answer: dict[str, object] = {
-        "role": "assistant",
-        "content": f"(replica {number}) Answer to turn {turn}: checked and noted.",
-        "metadata": {"replica": number, "turn": turn},
-    }
-    if key.startswith("sql-agent") and turn % 3 == 0:
-        answer["content"] = ""
-        answer["tool_calls"] = [
-            {
-                "id": f"call_{turn}",
-                "type": "function",
-                "function": {
-                    "name": "run_sql",
-                    "arguments": json.dumps({"query": "SELECT id FROM customers LIMIT 5"}),
-                },
-            }
-        ]
-    return [
-        {"role": "user", "content": question, "metadata": {"replica": number, "turn": turn}},
-        answer,
-    ]
+async def _turn_from_history(memory: MemoryInstance) -> int:
+    for message in reversed(await memory.read()):
+        if message.metadata and "turn" in message.metadata:
+            return int(str(message.metadata["turn"]))
+    return -1
 
 
 async def report(url: str, cluster: bool) -> bool:
     client = connect(url, cluster=cluster, decode_responses=True)
+    manager = manager_for(client)
     consistent = True
+    rows = []
     try:
-        rows = []
-        for key in [*CONVERSATIONS, KNOWLEDGE]:
-            mem = MemoryInstance.open(client, project=PROJECT, key=key, policy=POLICY)
-            health = await mem.health()
-            messages = await mem.read()
-            recount = sum(m.tokens or 0 for m in messages)
-            ids = [m.id or 0 for m in messages]
-            replicas = sorted(
-                {
-                    str(m.metadata["replica"])
-                    for m in messages
-                    if m.metadata and "replica" in m.metadata
-                }
-            )
-            ok = recount == health.token_count and ids == sorted(ids) and len(set(ids)) == len(ids)
+        memories = [(await manager.for_agent(a, c))[0] for a, c, _ in CONVERSATIONS]
+        memories.append((await manager.for_agent("knowledge-curator", {}))[0])
+        for memory in memories:
+            ok, row = await check(client, memory)
             consistent &= ok
-            rows.append(
-                (
-                    key,
-                    health.message_count,
-                    health.token_count,
-                    recount,
-                    ",".join(replicas) or "-",
-                    "yes" if ok else "NO",
-                )
-            )
-        header = ("memory", "messages", "tokens (meta)", "tokens (recount)", "replicas", "exact")
+            rows.append(row)
+        header = ("memory", "live", "summaries", "archived", "context / budget", "exact")
         widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
         for row in [header, tuple("-" * w for w in widths), *rows]:
             print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)))
-
-        alice = MemoryInstance.open(
-            client, project=PROJECT, key="support:user-alice", policy=POLICY
-        )
-        window = await alice.read_window(120)
-        print(f"\nNewest 120-token window of support:user-alice ({len(window)} messages):")
-        for m in window:
-            print(f"  #{m.id:<4} {m.role:<9} {m.tokens:>3} tokens  {m.text[:60]}")
+        alice = memories[0]
+        context = await alice.context(800)
+        print(f"\nWhat an LLM would get for alice within 800 tokens ({len(context)} messages):")
+        summaries = [m for m in context if m.content_type == "summary"]
+        recent = [m for m in context if m.content_type != "summary"]
+        shown = summaries + recent[-6:]
+        for m in shown:
+            if m is recent[-6] and len(recent) > 6:
+                print(f"  ... {len(recent) - 6} more recent messages ...")
+            text = " ".join(m.text.split())
+            label = f"summary of {len(m.covers or [])}" if m.content_type == "summary" else m.role
+            print(f"  #{m.id:<4} {label:<14} {m.tokens:>3} tokens  {text[:58]}")
     finally:
+        await manager.aclose()
         await client.aclose()
     return consistent
+
+
+async def check(client: RedisClient, memory: MemoryInstance) -> tuple[bool, tuple[Any, ...]]:
+    """Totals equal a recount; every id ever assigned is live, summarised, or a summary."""
+    live = await memory.read()
+    summaries = (await memory.snapshot()).summaries
+    archived = [json.loads(e) for e in await client.lrange(memory.keys.archive, 0, -1)]
+    health = await memory.health()
+    covered = {i for s in summaries for i in s.covers or ()}
+    archived_ids = {e["id"] for e in archived}
+    accounted = {m.id for m in live} | {s.id for s in summaries} | covered | archived_ids
+    exact = (
+        sum(m.tokens or 0 for m in live) == health.token_count
+        and sum(s.tokens or 0 for s in summaries) == health.summary_tokens
+        and covered <= archived_ids
+        and accounted == set(range(1, health.last_id + 1))
+    )
+    context = health.token_count + health.summary_tokens
+    key = memory.key.split("{", 1)[1].rstrip("}")
+    return exact, (
+        key,
+        len(live),
+        len(summaries),
+        len(archived),
+        f"{context} / {health.max_tokens}",
+        "yes" if exact else "NO",
+    )
 
 
 def main() -> int:
@@ -179,16 +214,23 @@ def main() -> int:
     finally:
         if server is not None:
             server.stop()
-    print("\nevery memory exact: totals kept in Redis match a recount" if consistent else "")
+    if consistent:
+        print("\nevery memory exact: totals match a recount; every message is live or summarised")
     return 0 if consistent else 1
 
 
 async def _clear(url: str, cluster: bool) -> None:
     client = connect(url, cluster=cluster)
+    manager = manager_for(client)
     try:
-        for key in [*CONVERSATIONS, KNOWLEDGE]:
-            await MemoryInstance.open(client, project=PROJECT, key=key).clear()
+        for agent, context, _ in CONVERSATIONS:
+            for memory in await manager.for_agent(agent, context):
+                if not memory.read_only:
+                    await memory.clear()
+        for memory in await manager.for_agent("knowledge-curator", {}):
+            await memory.clear()
     finally:
+        await manager.aclose()
         await client.aclose()
 
 

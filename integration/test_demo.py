@@ -19,5 +19,10 @@ def test_replicas_demo_runs_on_the_embedded_engine() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "every memory exact" in done.stdout
-    for key in ("support:user-alice", "support:user-bob", "sql-agent:session-7"):
-        assert key in done.stdout
+    for key in (
+        "customer-support:user:alice",
+        "customer-support:user:bob",
+        "sql-agent:session:wf-7",
+    ):
+        assert f"{key} " in done.stdout
+    assert "summary of" in done.stdout  # the memories flushed while the replicas wrote

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -45,6 +46,7 @@ class FlushResult:
     removed_tokens: int = 0
     context_tokens: int | None = None
     epoch: int | None = None
+    rounds: int = 1
 
 
 class Flusher:
@@ -59,6 +61,7 @@ class Flusher:
         lock_ttl: timedelta = timedelta(minutes=5),
         debounce: timedelta = timedelta(milliseconds=50),
         max_conflicts: int = 3,
+        max_rounds: int = 20,
         metrics: FlushMetrics | None = None,
         name: str = "memory",
     ) -> None:
@@ -69,6 +72,7 @@ class Flusher:
         self.lock = FencedLock(instance, lock_ttl, metrics=self.metrics)
         self.debounce = debounce.total_seconds()
         self.max_conflicts = max_conflicts
+        self.max_rounds = max_rounds
         self.name = name
         self._task: asyncio.Task[None] | None = None
         self._again = False
@@ -128,8 +132,27 @@ class Flusher:
                 log.warning("could not release the flush lock of %s", self.instance.key)
 
     async def _flush_with(self, lease: Lease) -> FlushResult:
+        """Rounds of bounded snapshot, plan, summary and commit, until the context fits or
+        nothing more can move. A memory that fits its snapshot bound needs one round."""
+        result = await self._round(lease)
+        rounds = 1
+        while (
+            result.plan is not None
+            and result.plan.partial
+            and result.outcome in ("summarised", "evicted")
+            and result.plan.projected_tokens > self.settings.max_tokens
+            and rounds < self.max_rounds
+        ):
+            following = await self._round(lease)
+            rounds += 1
+            if following.outcome not in ("summarised", "evicted"):
+                break
+            result = following
+        return dataclasses.replace(result, rounds=rounds)
+
+    async def _round(self, lease: Lease) -> FlushResult:
         for _ in range(self.max_conflicts):
-            snapshot = await self.instance.snapshot()
+            snapshot = await self.instance.snapshot(self.settings.snapshot_limit)
             plan = plan_flush(snapshot, self.settings)
             if plan.empty:
                 return FlushResult("nothing", plan, context_tokens=plan.context_tokens)

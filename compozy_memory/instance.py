@@ -83,10 +83,19 @@ class Snapshot:
     summary_tokens: int
     summaries: tuple[Message, ...]
     messages: tuple[Message, ...]
+    #: Live messages in the memory; more than ``len(messages)`` when the read was bounded.
+    count: int = -1
+    #: Token totals of the live messages by priority, from meta (all of them, read or not).
+    priority_tokens: Mapping[int, int] | None = None
 
     @property
     def context_tokens(self) -> int:
         return self.tokens + self.summary_tokens
+
+    @property
+    def complete(self) -> bool:
+        """Whether ``messages`` holds every live message."""
+        return self.count < 0 or len(self.messages) >= self.count
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,17 +305,22 @@ class MemoryInstance:
         summaries, window = messages[:n_summaries], messages[n_summaries:]
         return summaries + _without_orphan_results(window)
 
-    async def snapshot(self) -> Snapshot:
-        """Live messages, summaries, totals and the fencing epoch, read atomically."""
+    async def snapshot(self, limit: int = 0) -> Snapshot:
+        """Totals, summaries and the oldest ``limit`` live messages (0: all), read atomically.
+
+        The totals always cover the whole memory, so a bounded snapshot is enough to plan
+        a flush of a memory far larger than the limit."""
         reply = await self._call(
-            "snapshot", (self.keys.msgs, self.keys.meta, self.keys.summaries), []
+            "snapshot", (self.keys.msgs, self.keys.meta, self.keys.summaries), [limit]
         )
-        epoch, last_id, tokens, summary_tokens, n_summaries = (int(v) for v in reply[:5])
+        epoch, last_id, tokens, summary_tokens, count, n_priorities = (int(v) for v in reply[:6])
+        at = 6 + 2 * n_priorities
+        priority_tokens = {int(reply[i]): int(reply[i + 1]) for i in range(6, at, 2)}
+        n_summaries = int(reply[at])
         envelopes = []
-        for start in range(5, len(reply), _PARSE_CHUNK):
-            envelopes += [
-                Message.model_validate_json(e) for e in reply[start : start + _PARSE_CHUNK]
-            ]
+        for start in range(at + 1, len(reply), _PARSE_CHUNK):
+            chunk = reply[start : start + _PARSE_CHUNK]
+            envelopes += [Message.model_validate_json(e) for e in chunk]
             await asyncio.sleep(0)  # a large memory must not stall other tasks' appends
         return Snapshot(
             epoch,
@@ -315,6 +329,8 @@ class MemoryInstance:
             summary_tokens,
             tuple(envelopes[:n_summaries]),
             tuple(envelopes[n_summaries:]),
+            count,
+            priority_tokens,
         )
 
     async def recall(self, offset: int = 0, limit: int = 100) -> list[Message]:

@@ -2,9 +2,10 @@
 
 Rules, in order:
 
-1. Nothing is touched that is priority 0, or the newest user turn and anything after it.
+1. Nothing is touched that is priority 0, or the newest user turn and anything after it
+   (in a bounded snapshot: the newest user turn it contains).
 2. A tool call and its results move together: they are summarised or evicted as one unit,
-   or not at all.
+   or not at all; a call whose result is not in the snapshot stays.
 3. Priority blocks over their limit lose their oldest messages to the archive, lowest
    priority first. A block's limit is the lower of its ``max_tokens`` and its share of the
    budget under ``token_allocation`` (priority 0 is ``system``, 1 ``long_term``, 2 and up
@@ -48,6 +49,9 @@ class FlushSettings:
     strategy: Literal["hybrid_summary", "fifo"] = "hybrid_summary"
     priority_limits: Mapping[int, int] = field(default_factory=dict)
     compression: CompressionSettings | None = None
+    #: A flush reads at most this many of the oldest messages, so its snapshot and commit stay
+    #: bounded however far a flooded memory has grown; the totals come from meta.
+    snapshot_limit: int = 1000
 
     @classmethod
     def from_resource(cls, resource: MemoryResource) -> FlushSettings:
@@ -93,6 +97,8 @@ class FlushPlan:
     tier: Tier = "none"
     context_tokens: int = 0
     projected_tokens: int = 0
+    #: The snapshot was bounded and the memory holds more: another round may be needed.
+    partial: bool = False
 
     @property
     def empty(self) -> bool:
@@ -133,6 +139,12 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
     for i, g in enumerate(groups):
         members.setdefault(g, []).append(i)
     protected = _protected(messages)
+    # A call whose result is not in sight (pending, or past a bounded snapshot) stays, or
+    # its result would arrive without it.
+    answered = {call_id for m in messages for call_id in m.tool_result_ids}
+    for i, message in enumerate(messages):
+        if any(call_id not in answered for call_id in message.tool_use_ids):
+            protected[i] = True
     # A group is movable only if none of its members is protected.
     movable = [not any(protected[j] for j in members[groups[i]]) for i in range(len(messages))]
     context = snapshot.context_tokens
@@ -140,7 +152,11 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
     evicted: set[int] = set()
     for priority in sorted(settings.priority_limits, reverse=True):
         limit = settings.priority_limits[priority]
-        used = sum(t for i, t in enumerate(tokens) if messages[i].priority == priority)
+        used = (
+            snapshot.priority_tokens.get(priority, 0)
+            if snapshot.priority_tokens is not None
+            else sum(t for i, t in enumerate(tokens) if messages[i].priority == priority)
+        )
         for i, message in enumerate(messages):
             if used <= limit:
                 break
@@ -153,7 +169,7 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
                         used -= tokens[j]
     remaining = context - sum(tokens[i] for i in evicted)
 
-    live = len(messages) - len(evicted)
+    live = (snapshot.count if snapshot.count >= 0 else len(messages)) - len(evicted)
     tier = _tier(remaining, live, settings)
     candidates = [i for i in range(len(messages)) if movable[i] and i not in evicted]
     summary_cost = 0 if settings.strategy == "fifo" else settings.summary_tokens
@@ -189,7 +205,12 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
     if not selected:
         fold = ()
     if not selected and not evicted:
-        return FlushPlan(tier=tier, context_tokens=context, projected_tokens=context)
+        return FlushPlan(
+            tier=tier,
+            context_tokens=context,
+            projected_tokens=context,
+            partial=not snapshot.complete,
+        )
     projected_tokens = projected(selected)
     if settings.strategy == "fifo":
         evicted |= selected
@@ -203,6 +224,7 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
         tier=tier,
         context_tokens=context,
         projected_tokens=projected_tokens,
+        partial=not snapshot.complete,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -66,6 +67,22 @@ async def test_a_flush_replaces_exactly_what_it_planned(
     assert sum(m.tokens or 0 for m in context) <= 200
     recalled = await memory.recall(0, 5)
     assert [m.id for m in recalled] == list(result.plan.summarize_ids[:5])
+
+
+async def test_a_flooded_memory_is_flushed_in_bounded_rounds(
+    client: RedisClient, memory_key: str
+) -> None:
+    memory = open_memory(client, memory_key, budget=300)
+    assert memory.flusher is not None
+    memory.flusher.settings = dataclasses.replace(memory.flusher.settings, snapshot_limit=40)
+    ids = await fill(memory, 400)
+    result = await memory.flush()
+    assert result.outcome == "summarised"
+    assert result.rounds > 1  # no round read or moved more than 40 messages
+    assert result.plan is not None
+    assert len(result.plan.prefix_ids) <= 40
+    found = await audit(client, memory_key, ids)
+    assert found.context_tokens <= 300
 
 
 async def test_messages_appended_during_summarisation_stay(

@@ -66,14 +66,23 @@ def conversation(spec: list[tuple[str, int, int]]) -> list[Message]:
     return out  # fmt: skip
 
 
-def snapshot(messages: list[Message], summaries: tuple[Message, ...] = ()) -> Snapshot:
+def snapshot(
+    messages: list[Message], summaries: tuple[Message, ...] = (), window: int | None = None
+) -> Snapshot:
+    """A snapshot of ``messages``; with ``window``, bounded to the oldest that many, with the
+    totals of all of them, as snapshot.lua returns."""
+    by_priority: dict[int, int] = {}
+    for m in messages:
+        by_priority[m.priority or 0] = by_priority.get(m.priority or 0, 0) + (m.tokens or 0)
     return Snapshot(
         epoch=1,
         last_id=len(messages),
         tokens=sum(m.tokens or 0 for m in messages),
         summary_tokens=sum(s.tokens or 0 for s in summaries),
         summaries=summaries,
-        messages=tuple(messages),
+        messages=tuple(messages[:window]),
+        count=len(messages),
+        priority_tokens=by_priority,
     )
 
 
@@ -190,6 +199,7 @@ specs = st.lists(
     limits=st.dictionaries(st.sampled_from([1, 2, 3]), st.integers(0, 500), max_size=2),
     profile=st.sampled_from([None, "data_intensive", "conversational", "balanced"]),
     strategy=st.sampled_from(["hybrid_summary", "fifo"]),
+    window=st.one_of(st.none(), st.integers(1, 40)),
 )
 def test_plans_keep_every_rule(
     spec: list[tuple[str, int, int]],
@@ -200,6 +210,7 @@ def test_plans_keep_every_rule(
     limits: dict[int, int],
     profile: str | None,
     strategy: Any,
+    window: int | None,
 ) -> None:
     messages = conversation(spec)
     config = FlushSettings(
@@ -211,7 +222,9 @@ def test_plans_keep_every_rule(
         priority_limits=limits,
         compression=PROFILES[profile] if profile else None,
     )
-    plan = plan_flush(snapshot(messages), config)
+    seen = snapshot(messages, window=window)
+    plan = plan_flush(seen, config)
+    assert plan.partial == (not seen.complete)
     removed = ids(plan)
     by_id = {m.id: m for m in messages}
     # Priority 0 is never touched; nor is the newest user turn and what follows it.
@@ -230,15 +243,21 @@ def test_plans_keep_every_rule(
             or members <= set(plan.evict_ids)
             or not (members & removed)
         )
-    # The commit can check exactly what the plan saw.
+    # The commit can check exactly what the plan saw, and a bounded plan saw only its window.
     assert plan.prefix_ids == tuple(m.id for m in messages[: len(plan.prefix_ids)])
+    assert len(plan.prefix_ids) <= len(seen.messages)
     assert removed <= set(plan.prefix_ids)
     assert not set(plan.summarize_ids) & set(plan.evict_ids)
     if strategy == "fifo":
         assert plan.summarize_ids == ()
     # Over budget after the plan only when nothing more could be moved (a profile's
     # min_l1_messages may keep some on purpose).
-    if plan.projected_tokens > budget and plan.tier != "none" and profile is None:
+    if (
+        plan.projected_tokens > budget
+        and plan.tier != "none"
+        and profile is None
+        and not plan.partial
+    ):
         left = [
             m.id
             for m in messages

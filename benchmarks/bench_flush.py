@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import secrets
 import statistics
 import time
@@ -43,6 +44,8 @@ APPENDERS = 16
 INTERVAL = 0.005
 SUMMARY_DELAY = 0.5
 BUDGET = 3000
+# The flush's snapshot bound; the library's default unless SNAPSHOT_LIMIT says otherwise.
+SNAPSHOT_LIMIT = int(os.environ.get("SNAPSHOT_LIMIT", FlushSettings(max_tokens=1).snapshot_limit))
 COUNTER = HeuristicCounter()
 
 
@@ -79,7 +82,7 @@ async def scenario(client: RedisClient, mode: str, seconds: float) -> list[float
     )
     flusher = Flusher(
         memory,
-        FlushSettings(max_tokens=BUDGET, summary_tokens=200),
+        FlushSettings(max_tokens=BUDGET, summary_tokens=200, snapshot_limit=SNAPSHOT_LIMIT),
         SlowSummarizer(),
         metrics=FlushMetrics(CollectorRegistry()),
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
@@ -62,6 +63,7 @@ class Flusher:
         debounce: timedelta = timedelta(milliseconds=50),
         max_conflicts: int = 3,
         max_rounds: int = 20,
+        skip_backoff: timedelta = timedelta(milliseconds=500),
         metrics: FlushMetrics | None = None,
         name: str = "memory",
     ) -> None:
@@ -73,6 +75,8 @@ class Flusher:
         self.debounce = debounce.total_seconds()
         self.max_conflicts = max_conflicts
         self.max_rounds = max_rounds
+        self.skip_backoff = skip_backoff.total_seconds()
+        self._quiet_until = 0.0
         self.name = name
         self._task: asyncio.Task[None] | None = None
         self._again = False
@@ -81,7 +85,8 @@ class Flusher:
 
     def notice(self, result: AppendResult) -> None:
         """Called with every append's result: schedule a flush once the threshold is passed."""
-        if result.context_tokens >= self.settings.trigger_tokens or self._over_l1(result):
+        due = result.context_tokens >= self.settings.trigger_tokens or self._over_l1(result)
+        if due and time.monotonic() >= self._quiet_until:
             self.schedule()
 
     def schedule(self) -> None:
@@ -119,6 +124,9 @@ class Flusher:
         """Flush now if this replica gets the lock; skip if another holds it."""
         lease = await self.lock.try_acquire()
         if lease is None:
+            # Another replica is flushing: leave it be for a while instead of asking again on
+            # every append.
+            self._quiet_until = time.monotonic() + self.skip_backoff
             return self._count(FlushResult("skipped"))
         try:
             return self._count(await lease.hold(lambda: self._flush_with(lease)))

@@ -51,7 +51,7 @@ class FlushSettings:
     compression: CompressionSettings | None = None
     #: A flush reads at most this many of the oldest messages, so its snapshot and commit stay
     #: bounded however far a flooded memory has grown; the totals come from meta.
-    snapshot_limit: int = 1000
+    snapshot_limit: int = 256
 
     @classmethod
     def from_resource(cls, resource: MemoryResource) -> FlushSettings:

@@ -119,6 +119,7 @@ async def _writer(
     return {
         "acknowledged": acknowledged,
         "outcomes": dict(Counter(r.outcome for r in results)),
+        "commits": sum(r.rounds for r in summarised),
         "projected": [r.plan.projected_tokens for r in summarised if r.plan],
     }
 

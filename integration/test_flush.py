@@ -198,7 +198,7 @@ async def test_writers_and_flushers_together_lose_nothing(
     for report in reports:
         for outcome, count in report["outcomes"].items():
             outcomes[outcome] = outcomes.get(outcome, 0) + count
-    assert outcomes.get("summarised", 0) >= 3, outcomes
+    assert sum(r["commits"] for r in reports) >= 3, outcomes  # flushed again and again
     # Every flush planned a context within budget as of its snapshot.
     assert all(p <= BUDGET for r in reports for p in r["projected"])
     client = engine.client()

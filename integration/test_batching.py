@@ -106,6 +106,22 @@ async def test_cancelled_callers_never_receive_or_steal_a_reply(
         assert len(contents) == len(set(contents))  # a cancelled append ran at most once
 
 
+async def test_batches_decode_replies_like_their_client(
+    engine: EngineSpec, memory_key: str
+) -> None:
+    client = engine.client(decode_responses=True)
+    try:
+        mems = sessions(client, memory_key)
+        results = await asyncio.gather(
+            *(m.append({"role": "user", "content": f"hi {i}"}) for i, m in enumerate(mems))
+        )
+        assert [r.first_id for r in results] == [1] * SESSIONS
+        windows = await asyncio.gather(*(m.read_window(100) for m in mems))
+        assert [w[0].content for w in windows] == [f"hi {i}" for i in range(SESSIONS)]
+    finally:
+        await client.aclose()
+
+
 async def test_cluster_clients_are_not_batched(client: RedisClient) -> None:
     from redis.asyncio import RedisCluster
 

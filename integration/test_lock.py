@@ -70,11 +70,11 @@ async def test_hold_refreshes_and_a_lost_lease_stops_the_work(
     client: RedisClient, memory_key: str
 ) -> None:
     mem = memory(client, memory_key)
-    lock = FencedLock(mem, timedelta(milliseconds=300))
+    lock = FencedLock(mem, timedelta(milliseconds=600))
     lease = await lock.try_acquire()
     assert lease is not None
     # Work longer than the lease survives because the lease is refreshed every ttl/3.
-    assert await lease.hold(lambda: asyncio.sleep(0.8, result="done")) == "done"
+    assert await lease.hold(lambda: asyncio.sleep(1.5, result="done")) == "done"
     finished = asyncio.Event()
 
     async def long_work() -> None:

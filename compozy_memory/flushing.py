@@ -27,7 +27,7 @@ from compozy_memory.messages import Message, encode_body
 from compozy_memory.metrics import FlushMetrics, default_metrics
 from compozy_memory.planner import FlushPlan, FlushSettings, plan_flush
 from compozy_memory.summarizers import Summarizer, Summary
-from compozy_memory.tokens import count_message
+from compozy_memory.tokens import MESSAGE_OVERHEAD_TOKENS, count_message
 
 if TYPE_CHECKING:
     from compozy_memory.instance import AppendResult, MemoryInstance
@@ -166,10 +166,15 @@ class Flusher:
                 return FlushResult("nothing", plan, context_tokens=plan.context_tokens)
             summary, body, summary_tokens = None, "", 0
             if plan.summarize_ids:
-                covered = [m for m in snapshot.messages if m.id in set(plan.summarize_ids)]
-                folded = [s for s in snapshot.summaries if s.id in set(plan.fold_summary_ids)]
+                chosen, fold = set(plan.summarize_ids), set(plan.fold_summary_ids)
+                covered = [m for m in snapshot.messages if m.id in chosen]
+                folded = [s for s in snapshot.summaries if s.id in fold]
+                # Never larger than what it replaces, framing included: the plan's projection
+                # is then an upper bound on the context after the commit.
+                replaced = sum(m.tokens or 0 for m in covered)
+                limit = min(self.settings.summary_tokens, replaced) - MESSAGE_OVERHEAD_TOKENS
                 summary = await self.summarizer.summarize(
-                    [*folded, *covered], max_tokens=self.settings.summary_tokens
+                    [*folded, *covered], max_tokens=max(1, limit)
                 )
                 message = _summary_message(summary, folded, plan)
                 body = encode_body(message).decode()
@@ -192,12 +197,10 @@ class Flusher:
                         *plan.fold_summary_ids,
                     ],
                 )
-            except ConflictError as exc:
-                if "stale fencing epoch" in str(exc):
-                    lease.lost = True
-                    raise LockLostError(
-                        f"flush refused: {exc.args[0]}", key=self.instance.key
-                    ) from None
+            except LockLostError:
+                lease.lost = True  # the script saw a newer epoch: another holder took over
+                raise
+            except ConflictError:
                 # The memory changed under the plan: plan again, if the lease is still ours.
                 if not await lease.refresh():
                     raise LockLostError(

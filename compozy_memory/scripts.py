@@ -31,6 +31,7 @@ from compozy_memory.errors import (
     CompozyMemoryError,
     ConflictError,
     InvalidMessageError,
+    LockLostError,
     MessageTooLargeError,
     ScriptError,
 )
@@ -45,6 +46,7 @@ _ERRORS: dict[str, type[CompozyMemoryError]] = {
     "COMPOZY_INVALID": InvalidMessageError,
     "COMPOZY_TOOLARGE": MessageTooLargeError,
     "COMPOZY_CONFLICT": ConflictError,
+    "COMPOZY_STALE": LockLostError,
 }
 
 

@@ -15,8 +15,9 @@
 -- ARGV[9 .. 8+P]             the ids of the P oldest live messages, as the plan saw them
 -- ARGV[9+P .. 8+P+R]         the ids to remove, all among those P
 -- ARGV[9+P+R .. 8+P+R+F]     the ids of the F oldest summaries, as the plan saw them
--- Errors (nothing written): COMPOZY_CONFLICT when the epoch moved on (a newer lock holder
--- exists) or the planned messages are no longer where the plan saw them; COMPOZY_INVALID.
+-- Errors (nothing written): COMPOZY_STALE when the epoch moved on (a newer lock holder
+-- exists); COMPOZY_CONFLICT when the planned messages are no longer where the plan saw them;
+-- COMPOZY_INVALID.
 -- Messages appended after the snapshot sit after the prefix and are not touched.
 local ttl_ms = int_arg(ARGV[1], 'ttl_ms', 0, nil)
 local archive_max = int_arg(ARGV[2], 'archive_max', 0, nil)
@@ -40,7 +41,7 @@ end
 
 local current = tonumber(redis.call('HGET', KEYS[2], 'epoch')) or 0
 if current ~= epoch then
-  fail('CONFLICT', 'stale fencing epoch ' .. epoch .. ', the lock is now at ' .. current)
+  fail('STALE', 'stale fencing epoch ' .. epoch .. ', the lock is now at ' .. current)
 end
 local prefix = redis.call('LRANGE', KEYS[1], 0, prefix_len - 1)
 if #prefix ~= prefix_len then

@@ -8,6 +8,7 @@ resolved memory resources and agents, or every problem with file, line and key p
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -24,8 +25,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     validate = commands.add_parser("validate", help="check a project's memory configuration")
     validate.add_argument("path", help="a project folder or its compozy.yaml")
     options = parser.parse_args(argv)
-    if options.command == "validate":
-        return _validate(options.path, sys.stdout, sys.stderr)
+    try:
+        if options.command == "validate":
+            return _validate(options.path, sys.stdout, sys.stderr)
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, without a traceback at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 2  # pragma: no cover - argparse refuses other commands
 
 

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import textwrap
 from pathlib import Path
 
@@ -185,6 +187,16 @@ def test_cli_validate_prints_resources(capsys: pytest.CaptureFixture[str]) -> No
     assert "  sql-analyst  (level 3) [compozy.yaml:35]" in out
     assert "      project-knowledge: read-only, key project:{{ .project.id }} (default)" in out
     assert out.rstrip().endswith("OK: 3 memories, 5 agents")
+
+
+def test_cli_validate_stops_quietly_when_its_reader_goes_away(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `| head` that has exited
+    with os.fdopen(write_end, "w", buffering=1) as broken:
+        monkeypatch.setattr(sys, "stdout", broken)
+        assert main(["validate", str(EXAMPLES)]) == 0
 
 
 def test_cli_validate_reports_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

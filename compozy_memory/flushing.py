@@ -164,7 +164,8 @@ class Flusher:
             plan = plan_flush(snapshot, self.settings)
             if plan.empty:
                 return FlushResult("nothing", plan, context_tokens=plan.context_tokens)
-            summary, body, summary_tokens = None, "", 0
+            # Bytes, like every envelope: UTF-8 whatever encoding the client is set up with.
+            summary, body, summary_tokens = None, b"", 0
             if plan.summarize_ids:
                 chosen, fold = set(plan.summarize_ids), set(plan.fold_summary_ids)
                 covered = [m for m in snapshot.messages if m.id in chosen]
@@ -177,7 +178,7 @@ class Flusher:
                     [*folded, *covered], max_tokens=max(1, limit)
                 )
                 message = _summary_message(summary, folded, plan)
-                body = encode_body(message).decode()
+                body = encode_body(message)
                 summary_tokens = count_message(message, self.instance.counter)
             try:
                 reply = await self.instance._call(

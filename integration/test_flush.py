@@ -85,6 +85,24 @@ async def test_a_flooded_memory_is_flushed_in_bounded_rounds(
     assert found.context_tokens <= 300
 
 
+async def test_summaries_are_utf8_whatever_the_clients_encoding(
+    engine: EngineSpec, memory_key: str
+) -> None:
+    client = engine.client(encoding="latin-1")
+    try:
+        memory = open_memory(client, memory_key, budget=150)
+        result = await memory.append_many(
+            {"role": "user", "content": f"東京 order #{i} ships on 2026-12-0{i % 9 + 1}."}
+            for i in range(20)
+        )
+        assert (await memory.flush()).outcome == "summarised"
+        (summary,) = (await memory.snapshot()).summaries
+        assert "東京" in summary.text
+        await audit(client, memory_key, list(result.ids))
+    finally:
+        await client.aclose()
+
+
 async def test_messages_appended_during_summarisation_stay(
     client: RedisClient, memory_key: str
 ) -> None:

@@ -11,13 +11,12 @@ reported with what to write instead.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from compozy_memory.config import MemoryResource
-from compozy_memory.errors import ConfigurationError, format_path, unknown_name
+from compozy_memory.errors import ConfigurationError, format_path, unknown_key, unknown_name
 
 __all__ = ["AgentConfigError", "MemoryReference", "Mode", "resolve_agent_memories"]
 
@@ -57,7 +56,9 @@ def resolve_agent_memories(
         raise AgentConfigError((), "an agent's settings must be a mapping")
     for name in config:
         if name not in _AGENT_KEYS:
-            raise AgentConfigError((str(name),), _unknown(str(name), _AGENT_KEYS))
+            raise AgentConfigError(
+                (str(name),), unknown_key(str(name), _AGENT_KEYS, list_allowed=True)
+            )
     memory = config.get("memory")
     memories = config.get("memories")
     memory_key = config.get("memory_key")
@@ -158,7 +159,9 @@ def _level_three(
             )
         for name in item:
             if name not in _ENTRY_KEYS:
-                raise AgentConfigError((*where, str(name)), _unknown(str(name), _ENTRY_KEYS))
+                raise AgentConfigError(
+                    (*where, str(name)), unknown_key(str(name), _ENTRY_KEYS, list_allowed=True)
+                )
         memory_id = item.get("id")
         if not isinstance(memory_id, str) or not memory_id.strip():
             raise AgentConfigError((*where, "id"), "is required: the id of a memory resource")
@@ -203,12 +206,6 @@ def _no_duplicates(refs: Sequence[MemoryReference]) -> None:
         if ref.id in seen:
             raise AgentConfigError(("memories", i), f"memory {ref.id!r} is listed twice")
         seen.add(ref.id)
-
-
-def _unknown(name: str, allowed: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, allowed, n=1)
-    guess = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown key {name!r}; {guess}allowed: {', '.join(allowed)}"
 
 
 def _kind(value: Any) -> str:

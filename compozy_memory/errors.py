@@ -76,6 +76,16 @@ def unknown_name(kind: str, name: str, known: Iterable[str]) -> str:
     return f"unknown {kind} {name!r}{guess}; the project defines: {', '.join(names) or 'none'}"
 
 
+def unknown_key(name: str, allowed: Iterable[str], *, list_allowed: bool = False) -> str:
+    """ "unknown key 'memroy'; did you mean 'memory'?", optionally listing the allowed keys."""
+    keys = list(allowed)
+    close = difflib.get_close_matches(name, sorted(keys), n=1)
+    if list_allowed:
+        guess = f"did you mean {close[0]!r}? " if close else ""
+        return f"unknown key {name!r}; {guess}allowed: {', '.join(keys)}"
+    return f"unknown key {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+
+
 def format_path(path: tuple[str | int, ...]) -> str:
     """``("memories", 0, "mode")`` as ``memories[0].mode``."""
     out = ""

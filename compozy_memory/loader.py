@@ -14,7 +14,6 @@ equal to 1``. Unknown keys, duplicate keys and duplicate ids are errors.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,13 @@ from pydantic import BaseModel, ValidationError
 from compozy_memory import config as config_models
 from compozy_memory.agents import AgentConfigError, MemoryReference, resolve_agent_memories
 from compozy_memory.config import MemoryResource
-from compozy_memory.errors import ConfigFileError, ConfigProblem, ConfigurationError, format_path
+from compozy_memory.errors import (
+    ConfigFileError,
+    ConfigProblem,
+    ConfigurationError,
+    format_path,
+    unknown_key,
+)
 from compozy_memory.keys import validate_project
 
 __all__ = ["PROJECT_FILE", "AgentEntry", "Project", "ResourceEntry", "load_project"]
@@ -102,7 +107,7 @@ def load_project(path: str | Path) -> Project:
                             main.file,
                             main.line((key,)),
                             str(key),
-                            _unknown_key(str(key), _PROJECT_KEYS),
+                            unknown_key(str(key), _PROJECT_KEYS),
                         )
                     )
             project_id = _project_id(main, problems)
@@ -338,16 +343,11 @@ def _message(error: Any) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         name = str(error["loc"][-1])
-        return _unknown_key(name, _ALL_FIELDS)
+        return unknown_key(name, _ALL_FIELDS)
     if kind == "missing":
         return "is required"
     message = str(error["msg"])
     return message.removeprefix("Value error, ")
-
-
-def _unknown_key(name: str, allowed: tuple[str, ...] | frozenset[str]) -> str:
-    close = difflib.get_close_matches(name, sorted(allowed), n=1)
-    return f"unknown key {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
 
 
 def _models() -> Iterator[type[BaseModel]]:

@@ -18,7 +18,13 @@ from typing import Any, Literal
 from compozy_memory.config import MemoryResource
 from compozy_memory.errors import ConfigurationError, format_path, unknown_key, unknown_name
 
-__all__ = ["AgentConfigError", "MemoryReference", "Mode", "resolve_agent_memories"]
+__all__ = [
+    "AgentConfigError",
+    "MemoryReference",
+    "Mode",
+    "configuration_level",
+    "resolve_agent_memories",
+]
 
 Mode = Literal["read-write", "read-only"]
 _MODES = ("read-write", "read-only")
@@ -46,6 +52,16 @@ class AgentConfigError(ConfigurationError):
         self.path = path
         super().__init__(f"{format_path(path)}: {message}" if path else message)
         self.detail = message
+
+
+def configuration_level(config: Mapping[str, Any]) -> int | None:
+    """Which of the three levels valid settings use; None for a stateless agent."""
+    memory = config.get("memory")
+    if isinstance(memory, str):
+        return 1
+    if memory is True:
+        return 2
+    return 3 if memory is None and config.get("memories") else None
 
 
 def resolve_agent_memories(

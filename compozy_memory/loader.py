@@ -23,7 +23,12 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from compozy_memory import config as config_models
-from compozy_memory.agents import AgentConfigError, MemoryReference, resolve_agent_memories
+from compozy_memory.agents import (
+    AgentConfigError,
+    MemoryReference,
+    configuration_level,
+    resolve_agent_memories,
+)
 from compozy_memory.config import MemoryResource
 from compozy_memory.errors import (
     ConfigFileError,
@@ -240,17 +245,10 @@ def _agents(
                 ConfigProblem(document.file, document.line(path), format_path(path), exc.detail)
             )
             continue
-        agents[agent_id] = AgentEntry(agent_id, tuple(refs), document.file, line, _level(data))
+        agents[agent_id] = AgentEntry(
+            agent_id, tuple(refs), document.file, line, configuration_level(data)
+        )
     return agents
-
-
-def _level(data: dict[str, Any]) -> int | None:
-    memory = data.get("memory")
-    if isinstance(memory, str):
-        return 1
-    if memory is True:
-        return 2
-    return 3 if data.get("memories") else None
 
 
 def _read(file: Path, root: Path, problems: list[ConfigProblem]) -> _Document | None:

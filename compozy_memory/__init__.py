@@ -6,6 +6,8 @@ from compozy_memory.connection import connect
 from compozy_memory.errors import (
     BackendError,
     BackendOutOfMemoryError,
+    BackendPermissionError,
+    BackendTimeoutError,
     BackendUnavailableError,
     BudgetExceededError,
     CompozyMemoryError,
@@ -20,6 +22,7 @@ from compozy_memory.errors import (
     MessageTooLargeError,
     MissingTokenCountError,
     ReadOnlyMemoryError,
+    ReplicationError,
     ScriptError,
     TemplateError,
 )
@@ -37,8 +40,9 @@ from compozy_memory.manager import MemoryManager
 from compozy_memory.messages import Message
 from compozy_memory.metrics import FlushMetrics
 from compozy_memory.planner import FlushPlan, FlushSettings, plan_flush
-from compozy_memory.policy import MemoryPolicy
+from compozy_memory.policy import MemoryPolicy, WaitPolicy
 from compozy_memory.registry import MemoryRegistry
+from compozy_memory.retry import NO_RETRY, RetryPolicy
 from compozy_memory.summarizers import (
     AnthropicSummarizer,
     ExtractiveSummarizer,
@@ -57,10 +61,13 @@ from compozy_memory.tokens import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "NO_RETRY",
     "AnthropicSummarizer",
     "AppendResult",
     "BackendError",
     "BackendOutOfMemoryError",
+    "BackendPermissionError",
+    "BackendTimeoutError",
     "BackendUnavailableError",
     "BudgetExceededError",
     "CachedCounter",
@@ -94,6 +101,8 @@ __all__ = [
     "MessageTooLargeError",
     "MissingTokenCountError",
     "ReadOnlyMemoryError",
+    "ReplicationError",
+    "RetryPolicy",
     "RuleBasedSummarizer",
     "ScriptError",
     "Snapshot",
@@ -104,6 +113,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "TrimResult",
+    "WaitPolicy",
     "__version__",
     "connect",
     "plan_flush",

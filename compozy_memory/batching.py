@@ -121,7 +121,8 @@ class ScriptBatcher:
         which cost more than the script itself for an 11-argument EVALSHA."""
         pool = self.client.connection_pool
         commands = [
-            (b"EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args, _, _ in calls
+            (script.commands(self.client)[0], script.sha, len(keys), *keys, *args)
+            for script, keys, args, _, _ in calls
         ]
         connection = await pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py
         try:

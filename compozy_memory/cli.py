@@ -3,6 +3,9 @@
 ``compozy-memory validate PATH`` loads a project (its folder or compozy.yaml) and prints the
 resolved memory resources and agents, or every problem with file, line and key path. It exits
 0 when the project is valid, 1 when it has problems, 2 on a usage error.
+
+``compozy-memory acl --project ID --user NAME [--read-only]`` prints the ``ACL SETUSER`` line
+for a user confined to one project's memories (see :mod:`compozy_memory.acl`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from compozy_memory.errors import ConfigFileError
+from compozy_memory.acl import acl_setuser
+from compozy_memory.errors import ConfigFileError, ConfigurationError
 from compozy_memory.loader import Project, load_project
 
 __all__ = ["main"]
@@ -24,10 +28,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser("validate", help="check a project's memory configuration")
     validate.add_argument("path", help="a project folder or its compozy.yaml")
+    acl = commands.add_parser("acl", help="print the ACL SETUSER line for a project's user")
+    acl.add_argument("--project", required=True, help="the project id")
+    acl.add_argument("--user", required=True, help="the ACL user name")
+    acl.add_argument("--read-only", action="store_true", help="reads only, on this project")
+    acl.add_argument("--cluster", action="store_true", help="for a Redis Cluster")
+    acl.add_argument(
+        "--password",
+        default="<password>",
+        help="put in the line as >password (default: a placeholder to fill in)",
+    )
     options = parser.parse_args(argv)
     try:
         if options.command == "validate":
             return _validate(options.path, sys.stdout, sys.stderr)
+        if options.command == "acl":
+            return _acl(options, sys.stdout, sys.stderr)
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, without a traceback at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -45,6 +61,22 @@ def _validate(path: str, out: TextIO, err: TextIO) -> int:
         print(f"{count} problem{'s' if count > 1 else ''}: {path} is not valid", file=err)
         return 1
     _print_project(project, out)
+    return 0
+
+
+def _acl(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        line = acl_setuser(
+            options.user,
+            options.project,
+            read_only=options.read_only,
+            password=options.password,
+            cluster=options.cluster,
+        )
+    except (ConfigurationError, ValueError) as exc:
+        print(f"error: {exc}", file=err)
+        return 2
+    print(" ".join(line), file=out)
     return 0
 
 

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from compozy_memory.messages import MAX_PRIORITY
-from compozy_memory.policy import MemoryPolicy
+from compozy_memory.policy import MemoryPolicy, WaitPolicy
 
 __all__ = [
     "KNOWN_CONTEXT_WINDOWS",
@@ -125,9 +125,27 @@ class FlushingStrategy(_Strict):
     summarize_oldest_percent: int = Field(default=30, ge=1, le=100)
 
 
+class WaitConfig(_Strict):
+    """``persistence.wait``: acknowledgement every write waits for (see WaitPolicy)."""
+
+    replicas: int = Field(default=0, ge=0)
+    aof: bool = False
+    timeout: Duration = timedelta(seconds=1)
+
+    @model_validator(mode="after")
+    def _waits_for_something(self) -> WaitConfig:
+        if self.replicas == 0 and not self.aof:
+            raise ValueError("wait needs replicas >= 1, or aof: true")
+        return self
+
+    def policy(self) -> WaitPolicy:
+        return WaitPolicy(replicas=self.replicas, aof=self.aof, timeout=self.timeout)
+
+
 class PersistenceConfig(_Strict):
     type: Literal["redis"] = "redis"
     ttl: Duration | None = None
+    wait: WaitConfig | None = None
 
 
 class LockingConfig(_Strict):
@@ -317,6 +335,7 @@ class MemoryResource(_Strict):
             archive_max=self.archive_max,
             content_priorities=self.content_priorities,
             flush_strategy=self.flushing_strategy.type,
+            wait=self.persistence.wait.policy() if self.persistence.wait else None,
         )
 
     def summary(self) -> dict[str, Any]:
@@ -332,6 +351,10 @@ class MemoryResource(_Strict):
             "summarizer": self.summarizer.type,
             "key_template": self.default_key_template,
         }
+        wait = self.persistence.wait
+        if wait is not None:
+            what = f"{wait.replicas} replica(s)" + (", AOF fsync" if wait.aof else "")
+            out["wait"] = f"{what}, timeout {format_duration(wait.timeout)}"
         if self.priority_blocks:
             out["priorities"] = "; ".join(
                 f"{b.priority}: {', '.join(b.content_types)}" for b in self.priority_blocks

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 __all__ = [
     "BackendError",
     "BackendOutOfMemoryError",
+    "BackendPermissionError",
+    "BackendTimeoutError",
     "BackendUnavailableError",
     "BudgetExceededError",
     "CompozyMemoryError",
@@ -47,6 +49,7 @@ __all__ = [
     "MessageTooLargeError",
     "MissingTokenCountError",
     "ReadOnlyMemoryError",
+    "ReplicationError",
     "ScriptError",
     "TemplateError",
 ]
@@ -169,7 +172,33 @@ class BackendError(CompozyMemoryError):
 
 
 class BackendUnavailableError(BackendError):
-    """The connection to Redis was refused, reset or timed out."""
+    """The connection to Redis was refused, reset or timed out, or the server was still
+    loading its data. Raised once the handle's retries are spent."""
+
+
+class BackendTimeoutError(BackendUnavailableError):
+    """No reply came within the client's ``socket_timeout``.
+
+    The command may or may not have run. Appends and replaces are idempotent (each carries a
+    dedupe key, see :meth:`MemoryInstance.append_many`), so retrying with the same
+    ``dedupe_key`` is safe."""
+
+
+class BackendPermissionError(BackendError):
+    """The server refused the credentials, or the ACL user may not run this command on these
+    keys (NOPERM). Never retried."""
+
+
+class ReplicationError(BackendError):
+    """A write was applied on the primary but fewer replicas (or AOF fsyncs) than required
+    acknowledged it within the timeout. The write is not rolled back."""
+
+    def __init__(
+        self, message: str, *, key: str | None = None, required: int = 0, acknowledged: int = 0
+    ) -> None:
+        super().__init__(message, key=key)
+        self.required = required
+        self.acknowledged = acknowledged
 
 
 class BackendOutOfMemoryError(BackendError):

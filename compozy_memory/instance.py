@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from redis.asyncio import RedisCluster
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis, RedisCluster
 
 from compozy_memory.batching import batcher_for
 from compozy_memory.errors import (
@@ -16,11 +18,14 @@ from compozy_memory.errors import (
     InvalidMessageError,
     MessageTooLargeError,
     ReadOnlyMemoryError,
+    ReplicationError,
+    ScriptError,
 )
 from compozy_memory.keys import InstanceKeys
 from compozy_memory.messages import Message, encode_body
-from compozy_memory.policy import MemoryPolicy
-from compozy_memory.scripts import RedisClient, ScriptArg, backend_errors, script
+from compozy_memory.policy import MemoryPolicy, WaitPolicy
+from compozy_memory.retry import RetryPolicy
+from compozy_memory.scripts import RedisClient, ScriptArg, backend_errors, script, translate
 from compozy_memory.tokens import (
     CachedCounter,
     TiktokenCounter,
@@ -34,6 +39,9 @@ if TYPE_CHECKING:
 __all__ = ["AppendResult", "MemoryHealth", "MemoryInstance", "TrimResult"]
 
 MAX_BATCH = 10_000
+MAX_DEDUPE_KEY = 256
+# Scripts that change the memory: with a WaitPolicy, each is followed by WAIT or WAITAOF.
+_WRITES = frozenset({"append", "replace", "trim", "clear", "expire", "flush_commit"})
 # Snapshots parse this many messages between yields to the event loop.
 _PARSE_CHUNK = 64
 MessageInput = Message | Mapping[str, Any]
@@ -49,6 +57,9 @@ class AppendResult:
     total_count: int
     summary_tokens: int = 0
     max_tokens: int | None = None
+    #: True when the dedupe key was already stored: nothing was written by this call, the ids
+    #: are those of the first call, the totals are the current ones.
+    duplicate: bool = False
 
     @property
     def ids(self) -> range:
@@ -128,6 +139,9 @@ class MemoryInstance:
     reaches Redis. On a standalone client, calls made by many handles in the same event-loop
     iteration go out as one pipeline (see :mod:`compozy_memory.batching`); ``batching=False``
     sends each call on its own.
+
+    Calls that meet an unreachable server are retried within ``retry`` (see
+    :mod:`compozy_memory.retry`); every call is safe to repeat, appends included.
     """
 
     def __init__(
@@ -139,6 +153,7 @@ class MemoryInstance:
         counter: TokenCounter | None = None,
         read_only: bool = False,
         batching: bool = True,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -149,6 +164,15 @@ class MemoryInstance:
         self._data_keys = keys.data
         #: The instance's key prefix, named in errors and logs.
         self.key = keys.prefix
+        self.retry = retry or RetryPolicy()
+        self._wait = self.policy.wait
+        if self._wait is not None and not isinstance(client, Redis):
+            raise ConfigurationError(
+                "persistence.wait needs a standalone client: WAIT and WAITAOF must follow the "
+                "write on its own connection, which redis-py's Cluster client cannot do",
+                key=self.key,
+            )
+        # Writes that wait go out with their WAIT in a pipeline of their own.
         self._batcher = batcher_for(client) if batching else None
         self._cluster_ready = not isinstance(client, RedisCluster)
         #: Set by attach_flusher: schedules a background flush when appends pass the threshold.
@@ -165,22 +189,33 @@ class MemoryInstance:
 
     # -- writes -------------------------------------------------------------------------
 
-    async def append(self, message: MessageInput) -> AppendResult:
+    async def append(self, message: MessageInput, *, dedupe_key: str | None = None) -> AppendResult:
         """Store one message; Redis assigns its id and timestamp."""
-        return await self.append_many((message,))
+        return await self.append_many((message,), dedupe_key=dedupe_key)
 
-    async def append_many(self, messages: Iterable[MessageInput]) -> AppendResult:
-        """Store several messages in one atomic step, in order, with consecutive ids."""
+    async def append_many(
+        self, messages: Iterable[MessageInput], *, dedupe_key: str | None = None
+    ) -> AppendResult:
+        """Store several messages in one atomic step, in order, with consecutive ids.
+
+        The append is applied at most once per ``dedupe_key`` (a random key per call when none
+        is given, which makes the handle's own retries safe). Pass your own, such as the id of
+        the event being recorded, to make retries across processes safe too: a repeat returns
+        ``duplicate=True`` and writes nothing. The newest 1,000 keys of each memory are
+        remembered; a key names one append, and reusing it for other messages stores nothing.
+        """
         self._check_writable("append")
+        token = self._dedupe_token(dedupe_key)
         args = self._encode(messages)
         if not args:
             raise InvalidMessageError("append_many needs at least one message", key=self.key)
-        # Without a TTL the append touches only msgs and meta, and declares only those.
-        keys = self._data_keys if self._ttl_ms else self._data_keys[:2]
+        msgs, meta, archive, summaries, dedupe = self._data_keys
+        # Without a TTL the append touches only msgs, meta and dedupe, and declares only those.
+        keys = (msgs, meta, dedupe, archive, summaries) if self._ttl_ms else (msgs, meta, dedupe)
         reply = await self._call(
             "append",
             keys,
-            [self._ttl_ms, self.policy.max_tokens or 0, len(args) // 3, *args],
+            [self._ttl_ms, self.policy.max_tokens or 0, token, len(args) // 3, *args],
         )
         result = self._append_result(reply)
         if self.flusher is not None:
@@ -188,14 +223,20 @@ class MemoryInstance:
         return result
 
     async def replace(
-        self, messages: Iterable[MessageInput], *, if_last_id: int | None = None
+        self,
+        messages: Iterable[MessageInput],
+        *,
+        if_last_id: int | None = None,
+        dedupe_key: str | None = None,
     ) -> AppendResult:
         """Swap the conversation for ``messages``; the old ones go to the archive.
 
         With ``if_last_id`` the swap happens only if no message was appended since the caller
         saw that id; otherwise :class:`ConflictError` is raised and nothing changes.
+        ``dedupe_key`` works as for :meth:`append_many`.
         """
         self._check_writable("replace")
+        token = self._dedupe_token(dedupe_key)
         args = self._encode(messages)
         reply = await self._call(
             "replace",
@@ -205,6 +246,7 @@ class MemoryInstance:
                 self.policy.max_tokens or 0,
                 self.policy.archive_max,
                 -1 if if_last_id is None else if_last_id,
+                token,
                 len(args) // 3,
                 *args,
             ],
@@ -337,9 +379,9 @@ class MemoryInstance:
         """Originals removed by trims, replaces and flushes, oldest first."""
         if offset < 0 or limit <= 0:
             raise ConfigurationError("recall needs offset >= 0 and limit > 0", key=self.key)
-        await self._ready()
-        with backend_errors("recall", self.key):
-            envelopes = await self.client.lrange(self.keys.archive, offset, offset + limit - 1)
+        envelopes = await self._command(
+            "recall", "lrange", self.keys.archive, offset, offset + limit - 1
+        )
         return [Message.model_validate_json(e) for e in envelopes]
 
     def attach_flusher(self, flusher: Flusher) -> None:
@@ -360,15 +402,11 @@ class MemoryInstance:
 
     async def len(self) -> int:
         """Number of live messages."""
-        await self._ready()
-        with backend_errors("len", self.key):
-            return int(await self.client.llen(self.keys.msgs))
+        return int(await self._command("len", "llen", self.keys.msgs))
 
     async def token_count(self) -> int:
         """Exact tokens of the live messages, from the totals the scripts keep."""
-        await self._ready()
-        with backend_errors("token_count", self.key):
-            value = await self.client.hget(self.keys.meta, "tokens")
+        value = await self._command("token_count", "hget", self.keys.meta, "tokens")
         return int(value or 0)
 
     async def health(self) -> MemoryHealth:
@@ -405,10 +443,80 @@ class MemoryInstance:
     # -- internals ----------------------------------------------------------------------
 
     async def _call(self, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
+        """Run script ``name``, retried within the handle's RetryPolicy."""
+        if self._wait is not None and name in _WRITES:
+            wait = self._wait
+            return await self.retry.call(lambda: self._call_and_wait(name, keys, args, wait))
         if self._batcher is not None:
-            return await self._batcher.run(script(name), keys, args, key=self.key)
+            batcher = self._batcher
+            return await self.retry.call(
+                lambda: batcher.run(script(name), keys, args, key=self.key)
+            )
         await self._ready()
-        return await script(name)(self.client, keys, args, key=self.key)
+        return await self.retry.call(lambda: script(name)(self.client, keys, args, key=self.key))
+
+    async def _command(self, operation: str, method: str, *args: Any) -> Any:
+        """A plain redis-py command (``method`` of the client), retried like scripts."""
+        await self._ready()
+
+        async def attempt() -> Any:
+            with backend_errors(operation, self.key):
+                return await getattr(self.client, method)(*args)
+
+        return await self.retry.call(attempt)
+
+    async def _call_and_wait(
+        self, name: str, keys: Sequence[str], args: Sequence[ScriptArg], wait: WaitPolicy
+    ) -> Any:
+        """Run a write script and then WAIT/WAITAOF on the same connection (one pipeline).
+
+        WAIT counts the replicas that acknowledged this connection's writes, so it must follow
+        the write on the connection that made it; a pipeline guarantees that."""
+        assert isinstance(self.client, Redis)
+        code = script(name)
+        reply: Any = None
+        for command in ("EVALSHA", "EVAL"):
+            body = code.sha if command == "EVALSHA" else code.source
+            try:
+                async with self.client.pipeline(transaction=False) as pipe:
+                    pipe.execute_command(command, body, len(keys), *keys, *args)
+                    pipe.execute_command(*wait.command())
+                    reply, acks = await pipe.execute(raise_on_error=False)
+            except redis_errors.RedisError as exc:
+                raise translate(exc, name, self.key) from exc
+            if not isinstance(reply, redis_errors.NoScriptError):
+                break
+        if isinstance(reply, redis_errors.RedisError):
+            raise translate(reply, name, self.key) from reply
+        if isinstance(acks, redis_errors.RedisError):
+            raise ScriptError(
+                f"{name} was applied, but {wait.command()[0]} failed: {acks} (WAITAOF needs "
+                "Redis or Valkey 7.2+ with appendonly yes)",
+                key=self.key,
+            ) from acks
+        self._check_acks(name, wait, acks)
+        return reply
+
+    def _check_acks(self, name: str, wait: WaitPolicy, acks: Any) -> None:
+        if wait.aof:
+            local, replicas = (int(v) for v in acks)
+            if local >= 1 and replicas >= wait.replicas:
+                return
+            seen = f"local fsync {local}/1, replicas {replicas}/{wait.replicas}"
+            acknowledged = replicas
+        else:
+            acknowledged = int(acks)
+            if acknowledged >= wait.replicas:
+                return
+            seen = f"{acknowledged}/{wait.replicas} replicas"
+        raise ReplicationError(
+            f"{name} was applied on the primary but not acknowledged within "
+            f"{wait.timeout_ms} ms ({seen}); it is not undone. Repeat it with the same "
+            "dedupe_key to wait again without writing twice",
+            key=self.key,
+            required=wait.replicas,
+            acknowledged=acknowledged,
+        )
 
     async def _ready(self) -> None:
         if self._cluster_ready:
@@ -421,6 +529,27 @@ class MemoryInstance:
         with backend_errors("connect", self.key):
             await self.client.initialize()
         self._cluster_ready = True
+
+    def _dedupe_token(self, dedupe_key: str | None) -> str:
+        if dedupe_key is None:
+            return secrets.token_urlsafe(12)
+        if (
+            not isinstance(dedupe_key, str)
+            or not dedupe_key
+            or len(dedupe_key.encode("utf-8", "surrogatepass")) > MAX_DEDUPE_KEY
+        ):
+            raise InvalidMessageError(
+                f"dedupe_key must be a non-empty string of at most {MAX_DEDUPE_KEY} bytes, "
+                f"got {dedupe_key!r:.80}",
+                key=self.key,
+            )
+        try:
+            dedupe_key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidMessageError(
+                "dedupe_key is not valid UTF-8 text (lone surrogate)", key=self.key
+            ) from None
+        return dedupe_key
 
     def _check_writable(self, operation: str) -> None:
         if self.read_only:
@@ -463,8 +592,10 @@ class MemoryInstance:
         return args
 
     def _append_result(self, reply: list[Any]) -> AppendResult:
-        first, last, tokens, count, summary_tokens = (int(v) for v in reply)
-        return AppendResult(first, last, tokens, count, summary_tokens, self.policy.max_tokens)
+        first, last, tokens, count, summary_tokens, duplicate = (int(v) for v in reply)
+        return AppendResult(
+            first, last, tokens, count, summary_tokens, self.policy.max_tokens, bool(duplicate)
+        )
 
 
 _DEFAULT_COUNTER: TokenCounter | None = None

@@ -92,10 +92,15 @@ class InstanceKeys:
         return f"{self.prefix}:summaries"
 
     @property
+    def dedupe(self) -> str:
+        """Sorted set of the newest append/replace dedupe keys, scored by first id."""
+        return f"{self.prefix}:dedupe"
+
+    @property
     def lock(self) -> str:
         return f"{self.prefix}:lock"
 
     @property
-    def data(self) -> tuple[str, str, str, str]:
+    def data(self) -> tuple[str, str, str, str, str]:
         """The keys every write script receives, in the order the scripts expect."""
-        return (self.msgs, self.meta, self.archive, self.summaries)
+        return (self.msgs, self.meta, self.archive, self.summaries, self.dedupe)

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, TypeVar
 
-from tenacity import AsyncRetrying, retry_if_result, stop_after_delay
-from tenacity import wait_exponential_jitter as wait_jitter
+from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_exponential, wait_random
 
 from compozy_memory.errors import BackendError, LockBusyError, LockLostError
 
@@ -64,7 +63,7 @@ class FencedLock:
         """A lease, retrying with jittered exponential backoff for up to ``wait``."""
         retrying = AsyncRetrying(
             stop=stop_after_delay(wait.total_seconds()),
-            wait=wait_jitter(multiplier=0.01, max=1.0, jitter=0.05),
+            wait=wait_exponential(multiplier=0.01, max=1.0) + wait_random(0, 0.05),
             retry=retry_if_result(lambda lease: lease is None),
             retry_error_callback=lambda state: None,
         )

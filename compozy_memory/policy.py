@@ -10,10 +10,44 @@ from types import MappingProxyType
 from compozy_memory.errors import ConfigurationError
 from compozy_memory.messages import MAX_PRIORITY
 
-__all__ = ["DEFAULT_PRIORITY", "MemoryPolicy"]
+__all__ = ["DEFAULT_PRIORITY", "MemoryPolicy", "WaitPolicy"]
 
 # The spec's levels: 0 critical (never evicted), 1 important, 2 and up optional.
 DEFAULT_PRIORITY = 2
+
+
+@dataclass(frozen=True, slots=True)
+class WaitPolicy:
+    """Acknowledgement to wait for after every write, on the same connection.
+
+    ``replicas`` > 0 sends ``WAIT replicas timeout``: the write has reached that many replicas'
+    memory. ``aof`` sends ``WAITAOF 1 replicas timeout`` instead: the write is fsynced to the
+    primary's append-only file (and to that many replicas' files); it needs Redis or Valkey
+    7.2+ with ``appendonly yes``. Neither makes replication synchronous: a failover can still
+    promote a replica that missed an acknowledged write, and a timeout does not undo the
+    write (see :class:`~compozy_memory.ReplicationError`).
+    """
+
+    replicas: int = 0
+    aof: bool = False
+    timeout: timedelta = timedelta(seconds=1)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.replicas, int) or self.replicas < 0:
+            raise ConfigurationError(f"wait replicas must be >= 0, got {self.replicas!r}")
+        if self.replicas == 0 and not self.aof:
+            raise ConfigurationError("wait needs replicas >= 1, or aof: true")
+        if self.timeout.total_seconds() <= 0:
+            raise ConfigurationError(f"wait timeout must be positive, got {self.timeout}")
+
+    @property
+    def timeout_ms(self) -> int:
+        return max(1, int(self.timeout.total_seconds() * 1000))
+
+    def command(self) -> tuple[str | int, ...]:
+        if self.aof:
+            return ("WAITAOF", 1, self.replicas, self.timeout_ms)
+        return ("WAIT", self.replicas, self.timeout_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +57,8 @@ class MemoryPolicy:
     ``max_tokens`` is the context budget: the append script refuses any single message larger
     than it, and totals beyond it are what flushing brings back down. ``ttl`` is set on every
     key of the instance by every write. ``archive_max`` caps how many removed originals are
-    kept for recall; 0 keeps them all.
+    kept for recall; 0 keeps them all. ``wait`` makes every write wait for replica or AOF
+    acknowledgement.
     """
 
     max_tokens: int | None = None
@@ -33,6 +68,7 @@ class MemoryPolicy:
     default_priority: int = DEFAULT_PRIORITY
     content_priorities: Mapping[str, int] = field(default_factory=dict)
     flush_strategy: str = "hybrid_summary"
+    wait: WaitPolicy | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "max_messages"):

@@ -27,6 +27,8 @@ from redis.asyncio import Redis, RedisCluster
 from compozy_memory.errors import (
     BackendError,
     BackendOutOfMemoryError,
+    BackendPermissionError,
+    BackendTimeoutError,
     BackendUnavailableError,
     CompozyMemoryError,
     ConflictError,
@@ -41,6 +43,11 @@ __all__ = ["RedisClient", "Script", "backend_errors", "script", "translate"]
 RedisClient: TypeAlias = "Redis | RedisCluster"
 ScriptArg: TypeAlias = "str | bytes | int"
 
+_TRANSIENT = (
+    redis_errors.ConnectionError,
+    redis_errors.TryAgainError,
+    redis_errors.ClusterDownError,
+)
 _SCRIPT_LOCATION = re.compile(r"\s*script: [0-9a-f]+, on @\w+:\d+\.?$")
 _ERRORS: dict[str, type[CompozyMemoryError]] = {
     "COMPOZY_INVALID": InvalidMessageError,
@@ -65,21 +72,48 @@ class Script:
     name: str
     source: str
     sha: str
+    #: Declared ``flags=no-writes``: sent as EVALSHA_RO/EVAL_RO, which declare the keys as
+    #: read, so ACL users with read-only key permissions (``%R~``) may run it. Not on a
+    #: Cluster client: redis-py routes only EVAL and EVALSHA without asking the server for
+    #: the keys of every call.
+    read_only: bool = False
+
+    def commands(self, client: RedisClient) -> tuple[str, str]:
+        """The by-SHA and by-source commands that run this script on ``client``."""
+        if self.read_only and not isinstance(client, RedisCluster):
+            return ("EVALSHA_RO", "EVAL_RO")
+        return ("EVALSHA", "EVAL")
 
     async def __call__(
         self, client: RedisClient, keys: Sequence[str], args: Sequence[ScriptArg], *, key: str
     ) -> Any:
         """Run with ``keys`` and ``args``; ``key`` names the memory in errors."""
+        by_sha, by_source = self.commands(client)
         try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
+            return await _run(client, by_sha, self.sha, keys, args)
         except redis_errors.NoScriptError:
             pass
         except redis_errors.RedisError as exc:
             raise translate(exc, self.name, key) from _cause(exc)
         try:
-            return await client.eval(self.source, len(keys), *keys, *args)
+            return await _run(client, by_source, self.source, keys, args)
         except redis_errors.RedisError as exc:
             raise translate(exc, self.name, key) from _cause(exc)
+
+
+async def _run(
+    client: RedisClient, command: str, body: str, keys: Sequence[str], args: Sequence[ScriptArg]
+) -> Any:
+    # redis-py routes EVAL-family commands on a Cluster by their first key.
+    try:
+        return await client.execute_command(command, body, len(keys), *keys, *args)
+    except AttributeError as exc:
+        # redis-py's async Cluster client can close a connection another task is using while
+        # it follows a MOVED redirect (its stream becomes None mid-call). Treat that like any
+        # dropped connection: the call is retried, and dedupe keys make a repeat harmless.
+        if isinstance(client, RedisCluster) and "'NoneType' object" in str(exc):
+            raise redis_errors.ConnectionError(f"connection closed while in use ({exc})") from exc
+        raise
 
 
 @contextmanager
@@ -93,7 +127,20 @@ def backend_errors(operation: str, key: str) -> Iterator[None]:
 
 def translate(exc: redis_errors.RedisError, operation: str, key: str) -> CompozyMemoryError:
     """The typed error for a redis-py exception raised by ``operation`` on memory ``key``."""
-    if isinstance(exc, (redis_errors.ConnectionError, redis_errors.TimeoutError)):
+    if isinstance(
+        exc,
+        (
+            redis_errors.AuthenticationError,
+            redis_errors.AuthorizationError,
+            redis_errors.NoPermissionError,
+        ),
+    ) or str(exc).startswith(("NOPERM", "WRONGPASS", "NOAUTH")):
+        return BackendPermissionError(f"{operation}: {exc}", key=key)
+    if isinstance(exc, redis_errors.TimeoutError):
+        return BackendTimeoutError(f"{operation}: {exc}", key=key)
+    if isinstance(exc, _TRANSIENT):
+        # TRYAGAIN (a slot half migrated) and CLUSTERDOWN (a failover) pass, like a dropped
+        # connection: the call is retried.
         return BackendUnavailableError(f"{operation}: {exc}", key=key)
     if isinstance(exc, redis_errors.OutOfMemoryError):
         return BackendOutOfMemoryError(f"{operation}: {exc}", key=key)
@@ -123,4 +170,5 @@ def script(name: str) -> Script:
     if not shebang.startswith("#!lua"):
         raise FileNotFoundError(f"lua/{name}.lua must start with a '#!lua' line")
     source = f"{shebang}{newline}{lib}\n{rest}"
-    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324
+    read_only = "no-writes" in shebang
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), read_only)  # noqa: S324

@@ -21,8 +21,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
-from tenacity import wait_exponential_jitter as wait_jitter
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random,
+)
 
 from compozy_memory.config import (
     AnthropicSummarizerConfig,
@@ -218,7 +223,7 @@ class AnthropicSummarizer:
         prompt = _PROMPT.format(words=max(20, int(max_tokens * 0.7)), transcript=transcript)
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
-            wait=wait_jitter(multiplier=0.2, max=5.0, jitter=0.2),
+            wait=wait_exponential(multiplier=0.2, max=5.0) + wait_random(0, 0.2),
             retry=retry_if_exception(_retryable),
             reraise=True,
         ):

@@ -42,6 +42,8 @@ async def state(client: RedisClient, keys: InstanceKeys) -> dict[str, object]:
             out[name] = await client.lrange(name, 0, -1)
         elif kind == "hash":
             out[name] = await client.hgetall(name)
+        elif kind == "zset":
+            out[name] = await client.zrange(name, 0, -1, withscores=True)
         pttl = await client.pttl(name)
         out[f"{name}:ttl"] = pttl if pttl < 0 else ("over 60s" if pttl > 60_000 else "short")
     return out
@@ -257,14 +259,15 @@ async def test_every_key_carries_the_ttl(client: RedisClient, memory_key: str) -
     await mem.append_many({"role": "user", "content": "x", "tokens": 1} for _ in range(3))
     await mem.trim(keep_messages=1)
     await mem.append({"role": "user", "content": "z", "tokens": 1})
-    for key in (mem.keys.msgs, mem.keys.meta, mem.keys.archive):
+    parts = (mem.keys.msgs, mem.keys.meta, mem.keys.archive, mem.keys.dedupe)
+    for key in parts:
         assert 85_000 < await client.pttl(key) <= 90_000, key
-    assert await mem.set_ttl(timedelta(hours=1)) == 3
+    assert await mem.set_ttl(timedelta(hours=1)) == 4
     await mem.append({"role": "user", "content": "w", "tokens": 1})
-    for key in (mem.keys.msgs, mem.keys.meta, mem.keys.archive):
+    for key in parts:
         assert 3_590_000 < await client.pttl(key) <= 3_600_000, key
-    assert await mem.set_ttl(None) == 3
-    for key in (mem.keys.msgs, mem.keys.meta, mem.keys.archive):
+    assert await mem.set_ttl(None) == 4
+    for key in parts:
         assert await client.pttl(key) == -1
     assert (await mem.health()).ttl_ms is None
 
@@ -323,19 +326,21 @@ async def test_scripts_validate_everything_before_their_first_write(
     append = script("append")
     good: list[ScriptArg] = [3, 2, '{"role":"user","content":"ok"}']
     cases: list[list[ScriptArg]] = [
-        [0, 0, 2, *good, "x", 2, '{"role":"user"}'],  # tokens not a number
-        [0, 0, 2, *good, 3, 100, '{"role":"user"}'],  # priority out of range
-        [0, 0, 2, *good, 3, 2, "not json"],  # body not an object
-        [0, 0, 2, *good, 3, 2, "{}"],  # empty object
-        [0, 0, 2, *good],  # fewer triples than n
-        [0, 2, 2, *good, 3, 2, '{"role":"user"}'],  # over max_tokens
-        [-5, 0, 1, *good],  # negative ttl
+        [0, 0, "", 2, *good, "x", 2, '{"role":"user"}'],  # tokens not a number
+        [0, 0, "", 2, *good, 3, 100, '{"role":"user"}'],  # priority out of range
+        [0, 0, "", 2, *good, 3, 2, "not json"],  # body not an object
+        [0, 0, "", 2, *good, 3, 2, "{}"],  # empty object
+        [0, 0, "", 2, *good],  # fewer triples than n
+        [0, 2, "", 2, *good, 3, 2, '{"role":"user"}'],  # over max_tokens
+        [-5, 0, "", 1, *good],  # negative ttl
+        [0, 0, "k" * 257, 1, *good],  # dedupe key too long
     ]
+    append_keys = (keys.msgs, keys.meta, keys.dedupe, keys.archive, keys.summaries)
     for args in cases:
         with pytest.raises((InvalidMessageError, MessageTooLargeError)):
-            await append(client, keys.data, args, key=memory_key)
+            await append(client, append_keys, args, key=memory_key)
     with pytest.raises(ConflictError):
-        await script("replace")(client, keys.data, [0, 0, 0, 99, 1, *good], key=memory_key)
+        await script("replace")(client, keys.data, [0, 0, 0, 99, "", 1, *good], key=memory_key)
     with pytest.raises(InvalidMessageError):
         await script("trim")(client, keys.data, [0, 0, "many", -1], key=memory_key)
     assert await state(client, keys) == before

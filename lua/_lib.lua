@@ -9,6 +9,9 @@
 --   those four fields with one pattern match, without decoding JSON.
 
 local MAX_BATCH = 10000
+-- How many dedupe keys an instance remembers (the newest); see dedupe_seen.
+local DEDUPE_WINDOW = 1000
+local MAX_DEDUPE_KEY = 256
 local MAX_PRIORITY = 99
 local ENVELOPE_HEAD = '^{"id":(%d+),"ts":%d+,"tokens":(%d+),"priority":(%d+),'
 
@@ -151,6 +154,40 @@ local function apply_ttl(ttl_ms)
     for i = 1, #KEYS do
       redis.call('PEXPIRE', KEYS[i], ttl_ms)
     end
+  end
+end
+
+-- Idempotent writes: append and replace carry a dedupe key (a random one per call by
+-- default), remembered in a sorted set with the first id the write was given. A retry of a
+-- write whose reply was lost finds its key and writes nothing again.
+local function dedupe_arg(value)
+  if string.len(value) > MAX_DEDUPE_KEY then
+    fail('INVALID', 'a dedupe key has at most ' .. MAX_DEDUPE_KEY .. ' bytes, got '
+      .. string.len(value))
+  end
+  return value
+end
+
+-- Returns the first id the write with this key was given, or nil if it is not remembered.
+local function dedupe_seen(key, token)
+  if token == '' then
+    return nil
+  end
+  local score = redis.call('ZSCORE', key, token)
+  if score then
+    return tonumber(score)
+  end
+  return nil
+end
+
+local function dedupe_record(key, token, first_id)
+  if token == '' then
+    return
+  end
+  redis.call('ZADD', key, first_id, token)
+  local size = redis.call('ZCARD', key)
+  if size > DEDUPE_WINDOW then
+    redis.call('ZREMRANGEBYRANK', key, 0, size - DEDUPE_WINDOW - 1)
   end
 end
 

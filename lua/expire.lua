@@ -1,6 +1,6 @@
 #!lua
 -- expire.lua: set or remove the TTL of every key of a memory.
--- KEYS[1] msgs  KEYS[2] meta  KEYS[3] archive  KEYS[4] summaries
+-- KEYS[1] msgs  KEYS[2] meta  KEYS[3] archive  KEYS[4] summaries  KEYS[5] dedupe
 -- ARGV[1] ttl_ms  the new TTL; 0 removes the TTL (PERSIST)
 -- Returns the number of keys of the instance that exist.
 local ttl_ms = int_arg(ARGV[1], 'ttl_ms', 0, nil)

@@ -1,6 +1,6 @@
 #!lua
 -- flush_commit.lua: apply a flush plan atomically, or refuse it whole.
--- KEYS[1] msgs  KEYS[2] meta  KEYS[3] archive  KEYS[4] summaries
+-- KEYS[1] msgs  KEYS[2] meta  KEYS[3] archive  KEYS[4] summaries  KEYS[5] dedupe
 -- Returns {summary_id (0 if none), removed_count, removed_tokens, tokens, count,
 --          summary_tokens}
 -- ARGV[1] ttl_ms        TTL set on every key; 0 leaves TTLs alone

@@ -1,6 +1,6 @@
 #!lua flags=no-writes
 -- health.lua: the totals and sizes of a memory in one consistent read.
--- KEYS[1] msgs  KEYS[2] meta  KEYS[3] archive  KEYS[4] summaries
+-- KEYS[1] msgs  KEYS[2] meta  KEYS[3] archive  KEYS[4] summaries  KEYS[5] dedupe
 -- ARGV    none
 -- Returns a flat list of field, value pairs: every field of meta (tokens, count, last_id,
 -- p:<priority>:tokens, p:<priority>:count, archived, ...) then '_msgs_len', '_archive_len',

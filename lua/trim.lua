@@ -1,6 +1,6 @@
 #!lua
 -- trim.lua: drop the oldest messages until the memory is within the given limits.
--- KEYS[1] msgs  KEYS[2] meta  KEYS[3] archive  KEYS[4] summaries
+-- KEYS[1] msgs  KEYS[2] meta  KEYS[3] archive  KEYS[4] summaries  KEYS[5] dedupe
 -- ARGV[1] ttl_ms         TTL set on every key; 0 leaves TTLs alone
 -- ARGV[2] archive_max    the archive keeps at most this many originals; 0 = no cap
 -- ARGV[3] keep_messages  at most this many messages remain; -1 = no message limit

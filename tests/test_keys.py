@@ -63,6 +63,7 @@ def test_layout() -> None:
         "compozy:p:memory:{user:1}:meta",
         "compozy:p:memory:{user:1}:archive",
         "compozy:p:memory:{user:1}:summaries",
+        "compozy:p:memory:{user:1}:dedupe",
     )
 
 

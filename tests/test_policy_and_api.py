@@ -12,14 +12,16 @@ def test_public_surface_is_pinned() -> None:
     assert sorted(compozy_memory.__all__) == sorted(
         [
             "AnthropicSummarizer", "AppendResult", "BackendError", "BackendOutOfMemoryError",
-            "BackendUnavailableError", "BudgetExceededError", "CachedCounter",
+            "BackendPermissionError", "BackendTimeoutError", "BackendUnavailableError",
+            "BudgetExceededError", "CachedCounter",
             "CompozyMemoryError", "ConfigFileError", "ConfigurationError", "ConflictError",
             "ExtractiveSummarizer", "FencedLock", "FlushMetrics", "FlushPlan", "FlushResult",
             "FlushSettings", "Flusher", "HeuristicCounter", "InstanceKeys",
             "InvalidMessageError", "Lease", "LockBusyError", "LockError", "LockLostError",
             "MemoryHealth", "MemoryInstance", "MemoryManager", "MemoryNotFoundError",
             "MemoryPolicy", "MemoryReference", "MemoryRegistry", "MemoryResource", "Message",
-            "MessageTooLargeError", "MissingTokenCountError", "ReadOnlyMemoryError",
+            "MessageTooLargeError", "MissingTokenCountError", "NO_RETRY", "ReadOnlyMemoryError",
+            "ReplicationError", "RetryPolicy", "WaitPolicy",
             "RuleBasedSummarizer", "ScriptError", "Snapshot", "Summarizer", "Summary",
             "SuppliedCounter", "TemplateError", "TiktokenCounter", "TokenCounter", "TrimResult",
             "__version__", "connect", "plan_flush", "sanitize_key",

@@ -1,0 +1,78 @@
+"""Redis ACL users confined to one project's memories.
+
+Every key of a project lives under ``compozy:<project>:memory:``, so one key pattern confines
+a user to one project. The scripts run as the calling user and the server checks each command
+they call against the user's rules, so a read-only user whose client calls a write script
+directly is still refused by the server (NOPERM), not only by the library.
+
+``compozy-memory acl --project acme --user support-bot [--read-only]`` prints the line to run.
+"""
+
+from __future__ import annotations
+
+from compozy_memory.keys import validate_project
+
+__all__ = ["READ_COMMANDS", "WRITE_COMMANDS", "acl_rules", "acl_setuser"]
+
+#: What the client sends itself: script calls (reads go as EVALSHA_RO, which declares its
+#: keys as read), and the connection handshake. redis-py's CLIENT SETINFO is left out: Redis
+#: 7.0 does not know it, and redis-py ignores its refusal.
+_CLIENT = ("evalsha", "eval", "evalsha_ro", "eval_ro", "ping", "hello")
+#: What the read scripts call (read, health, snapshot).
+READ_COMMANDS = (*_CLIENT, "lrange", "llen", "lindex", "hget", "hmget", "hgetall", "pttl", "time")
+#: What the write scripts and the flush lock call, on top of the reads.
+WRITE_COMMANDS = (
+    "rpush",
+    "lpush",
+    "ltrim",
+    "hset",
+    "hdel",
+    "hkeys",
+    "hincrby",
+    "del",
+    "exists",
+    "pexpire",
+    "persist",
+    "zadd",
+    "zcard",
+    "zscore",
+    "zremrangebyrank",
+    "set",
+    "get",
+)
+
+
+def acl_rules(project: str, *, read_only: bool, cluster: bool = False) -> list[str]:
+    """The ACL rules (after the user name) for a user of ``project``'s memories.
+
+    Read-only users get only read commands, and on a standalone server read-only key
+    permission too (``%R~``), so the server refuses their writes twice over. On a Cluster
+    the read scripts go as EVALSHA, which declares its keys as written, so the key pattern
+    grants all access and the command list alone refuses the writes."""
+    validate_project(project)
+    pattern = f"compozy:{project}:memory:*"
+    commands = READ_COMMANDS if read_only else (*READ_COMMANDS, *WRITE_COMMANDS)
+    return [
+        "resetkeys",
+        "resetchannels",
+        f"%R~{pattern}" if read_only and not cluster else f"~{pattern}",
+        "-@all",
+        *(f"+{c}" for c in commands),
+    ]
+
+
+def acl_setuser(
+    user: str, project: str, *, read_only: bool, password: str, cluster: bool = False
+) -> list[str]:
+    """The whole ``ACL SETUSER`` command, as arguments."""
+    if not user or any(c.isspace() for c in user):
+        raise ValueError(f"an ACL user name has no spaces and is not empty, got {user!r}")
+    return [
+        "ACL",
+        "SETUSER",
+        user,
+        "reset",
+        "on",
+        f">{password}",
+        *acl_rules(project, read_only=read_only, cluster=cluster),
+    ]

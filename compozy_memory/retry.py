@@ -1,0 +1,90 @@
+"""Bounded retries of calls that failed because Redis could not be reached.
+
+A restart, a failover or a cut connection surfaces in redis-py as ``ConnectionError`` or
+``TimeoutError`` (``BusyLoadingError`` while a restarted server loads its data).
+:class:`RetryPolicy` retries those, with jittered exponential backoff, until an attempt count
+or a deadline is reached; then the typed error reaches the caller. Every script call of a
+:class:`~compozy_memory.MemoryInstance` is safe to repeat:
+
+* appends and replaces carry a dedupe key checked inside the script, so a write whose reply
+  was lost is not applied twice;
+* trims and TTL changes converge to the same state when repeated;
+* a repeated flush commit finds its messages gone and re-plans (``ConflictError``);
+* reads change nothing.
+
+Permission errors, out-of-memory refusals and script errors are never retried: repeating them
+cannot help.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+    wait_random,
+)
+
+from compozy_memory.errors import BackendUnavailableError, ConfigurationError
+
+__all__ = ["NO_RETRY", "RetryPolicy"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How long a handle keeps trying when Redis is unreachable.
+
+    ``attempts`` counts the first try; ``deadline`` (seconds) bounds the whole call, backoff
+    included, so a caller waits at most about ``deadline`` plus one ``socket_timeout``.
+    """
+
+    attempts: int = 8
+    deadline: float = 10.0
+    initial_backoff: float = 0.05
+    max_backoff: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.attempts, int) or self.attempts < 1:
+            raise ConfigurationError(
+                f"retry attempts must be an integer >= 1, got {self.attempts!r}"
+            )
+        for name in ("deadline", "initial_backoff", "max_backoff"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ConfigurationError(f"retry {name} must be a number >= 0, got {value!r}")
+
+    async def call(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Run ``operation``, again after each :class:`BackendUnavailableError`, within bounds."""
+        started = time.monotonic()
+        try:
+            return await operation()  # the common case, without building a retry loop
+        except BackendUnavailableError:
+            if self.attempts == 1 or self.deadline <= 0:
+                raise
+        left = self.deadline - (time.monotonic() - started)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(BackendUnavailableError),
+            stop=stop_after_attempt(self.attempts - 1) | stop_after_delay(max(0.0, left)),
+            wait=wait_exponential(multiplier=self.initial_backoff, max=self.max_backoff)
+            + wait_random(0, self.initial_backoff),
+            reraise=True,
+        )
+        await asyncio.sleep(self.initial_backoff)
+        async for attempt in retrying:
+            with attempt:
+                return await operation()
+        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+
+#: One attempt: errors reach the caller at once.
+NO_RETRY = RetryPolicy(attempts=1)

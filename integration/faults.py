@@ -1,0 +1,272 @@
+"""Fault injection for the reliability tests: a TCP proxy that delays, stalls, cuts and loses
+replies, and the recorder that turns each test's counts into a row of RELIABILITY.md."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from compozy_memory.keys import InstanceKeys
+from compozy_memory.scripts import RedisClient
+
+ROWS_DIR = Path(os.environ.get("COMPOZY_RELIABILITY_DIR", "build/reliability"))
+
+
+class FaultProxy:
+    """A loopback TCP proxy in front of one server, run on its own thread and event loop.
+
+    Bytes are forwarded in order, chunk by chunk, in both directions, with these faults:
+
+    * ``delay``: every chunk waits that many seconds before it is forwarded;
+    * ``stall()``/``resume()``: nothing is forwarded until resumed (a hung network);
+    * ``cut()``: every open connection is reset (a dropped link, a restarted load balancer);
+    * ``lose_replies(n)``: the next ``n`` replies to a script call (EVAL/EVALSHA) are dropped
+      and their connection reset: the server ran the script, the client never hears of it;
+    * ``reply_loss``: the same for each script reply with that probability (seeded).
+    """
+
+    def __init__(self, target_port: int, *, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.target_port = target_port
+        self.delay = 0.0
+        self.cuts = 0
+        self.lost_replies = 0
+        self._lose = 0
+        self.reply_loss = 0.0
+        self._rng = random.Random(7)
+        self._loop = asyncio.new_event_loop()
+        self._connections: set[asyncio.StreamWriter] = set()
+        self._flowing: asyncio.Event | None = None
+        self._server: asyncio.Server | None = None
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(started,), daemon=True)
+        self._thread.start()
+        started.wait(10)
+        assert self._server is not None
+        self.port: int = self._server.sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    def stall(self) -> None:
+        self._call(self._set_flowing, False)
+
+    def resume(self) -> None:
+        self._call(self._set_flowing, True)
+
+    def cut(self) -> None:
+        self._call(self._cut)
+
+    def lose_replies(self, n: int = 1) -> None:
+        self._call(self._set_lose, n)
+
+    def close(self) -> None:
+        if not self._thread.is_alive():
+            return
+        self._call(self._close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- on the proxy's loop ----------------------------------------------------------------
+
+    def _run(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def serve() -> None:
+            self._flowing = asyncio.Event()
+            self._flowing.set()
+            self._server = await asyncio.start_server(self._accept, self.host, 0)
+
+        self._loop.run_until_complete(serve())
+        started.set()
+        self._loop.run_forever()
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        if self._server is not None:
+            self._loop.run_until_complete(self._server.wait_closed())
+        self._loop.close()
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> None:
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                fn(*args)
+            finally:
+                done.set()
+
+        self._loop.call_soon_threadsafe(run)
+        done.wait(10)
+
+    def _set_flowing(self, on: bool) -> None:
+        assert self._flowing is not None
+        if on:
+            self._flowing.set()
+        else:
+            self._flowing.clear()
+
+    def _set_lose(self, n: int) -> None:
+        self._lose = n
+
+    def _cut(self) -> None:
+        self.cuts += 1
+        for writer in list(self._connections):
+            writer.transport.abort()
+        self._connections.clear()
+
+    def _close(self) -> None:
+        self._cut()
+        if self._server is not None:
+            self._server.close()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.host, self.target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        pair = {writer, up_writer}
+        self._connections |= pair
+        script_sent = [False]  # the client's last chunk on this connection called a script
+        await asyncio.gather(
+            self._pump(reader, up_writer, pair, script_sent, from_server=False),
+            self._pump(up_reader, writer, pair, script_sent, from_server=True),
+            return_exceptions=True,
+        )
+        for w in pair:
+            w.transport.abort()
+        self._connections -= pair
+
+    async def _pump(
+        self,
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        pair: set[asyncio.StreamWriter],
+        script_sent: list[bool],
+        *,
+        from_server: bool,
+    ) -> None:
+        assert self._flowing is not None
+        while True:
+            chunk = await source.read(65536)
+            if not chunk:
+                break
+            await self._flowing.wait()
+            if self.delay:
+                await asyncio.sleep(self.delay)
+                await self._flowing.wait()
+            if not from_server:
+                script_sent[0] = b"EVAL" in chunk.upper()
+            elif script_sent[0] and (
+                self._lose > 0 or (self.reply_loss and self._rng.random() < self.reply_loss)
+            ):
+                self._lose = max(0, self._lose - 1)
+                self.lost_replies += 1
+                for w in pair:
+                    w.transport.abort()
+                return
+            sink.write(chunk)
+            await sink.drain()
+        for w in pair:
+            w.transport.abort()
+
+
+@dataclass
+class Row:
+    """One row of RELIABILITY.md, written by the test that measured it."""
+
+    fault: str
+    engine: str
+    promise: str
+    operations: int
+    acknowledged: int
+    lost: int
+    duplicated: int
+    observed: str
+    command: str
+    group: str = "faults"
+
+
+def record_row(row: Row, nodeid: str) -> None:
+    """Save ``row`` for ``scripts/reliability`` (one JSON file per test id)."""
+    ROWS_DIR.mkdir(parents=True, exist_ok=True)
+    name = "".join(c if c.isalnum() else "_" for c in nodeid)[-150:]
+    (ROWS_DIR / f"{name}.json").write_text(json.dumps(asdict(row), indent=1))
+
+
+def reproduce(nodeid: str) -> str:
+    return f"./scripts/test '{nodeid}'"
+
+
+@dataclass
+class Tally:
+    """What a load saw against what Redis holds afterwards, by message content."""
+
+    operations: int
+    acknowledged: int
+    lost: int
+    duplicated: int
+    #: Stored although the caller got an error (the outcome of a failed call is unknown).
+    stored_unacknowledged: int
+
+
+async def tally(
+    client: RedisClient, keys: Sequence[InstanceKeys], attempted: int, acknowledged: set[str]
+) -> Tally:
+    """Count acknowledged contents missing from, or repeated in, the instances' lists."""
+    stored: Counter[str] = Counter()
+    for k in keys:
+        for envelope in await client.lrange(k.msgs, 0, -1):
+            stored[json.loads(envelope)["content"]] += 1
+    return Tally(
+        operations=attempted,
+        acknowledged=len(acknowledged),
+        lost=len(acknowledged - set(stored)),
+        duplicated=sum(n - 1 for n in stored.values() if n > 1),
+        stored_unacknowledged=len(set(stored) - acknowledged),
+    )
+
+
+async def consistency_problems(client: RedisClient, keys: InstanceKeys) -> list[str]:
+    """Every invariant the scripts keep about one instance that does not hold, as text."""
+    problems = []
+    envelopes = [json.loads(e) for e in await client.lrange(keys.msgs, 0, -1)]
+    meta = {_text(k): int(v) for k, v in (await client.hgetall(keys.meta)).items()}
+    ids = [e["id"] for e in envelopes]
+    if ids != sorted(set(ids)):
+        problems.append(f"ids not strictly increasing: {ids[:20]}")
+    if ids and ids[-1] > meta.get("last_id", 0):
+        problems.append(f"id {ids[-1]} beyond last_id {meta.get('last_id')}")
+    if meta.get("count", 0) != len(envelopes):
+        problems.append(f"meta count {meta.get('count')} != {len(envelopes)} stored")
+    token_sum = sum(e["tokens"] for e in envelopes)
+    if meta.get("tokens", 0) != token_sum:
+        problems.append(f"meta tokens {meta.get('tokens')} != envelope sum {token_sum}")
+    for priority in {e["priority"] for e in envelopes}:
+        mine = [e for e in envelopes if e["priority"] == priority]
+        if meta.get(f"p:{priority}:count", 0) != len(mine):
+            problems.append(f"priority {priority} count wrong")
+        if meta.get(f"p:{priority}:tokens", 0) != sum(e["tokens"] for e in mine):
+            problems.append(f"priority {priority} tokens wrong")
+    return problems
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

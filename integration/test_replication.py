@@ -1,0 +1,235 @@
+"""A primary with one replica: what WAIT / WAITAOF after each write does and does not give."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from redis import Redis as SyncRedis
+from redis.asyncio import Redis
+
+from compozy_memory import (
+    ConfigurationError,
+    HeuristicCounter,
+    MemoryInstance,
+    MemoryPolicy,
+    ReplicationError,
+    ScriptError,
+    WaitPolicy,
+    connect,
+)
+from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer, find_binary, start_server
+from integration.engines import EngineSpec, spec_for
+from integration.faults import FaultProxy, consistency_problems
+
+PROJECT = "repl"
+COUNTER = HeuristicCounter()
+ONE_REPLICA = WaitPolicy(replicas=1, timeout=timedelta(milliseconds=300))
+
+
+@dataclass
+class Pair:
+    """A primary and a replica that replicates through a FaultProxy (the link can stall)."""
+
+    primary: EmbeddedServer
+    replica: EmbeddedServer
+    link: FaultProxy
+
+    def pause_replica(self) -> None:
+        """Stall the replication link: the replica receives nothing until resumed."""
+        self.link.stall()
+
+    def resume_replica(self) -> None:
+        self.link.resume()
+
+    def stop(self) -> None:
+        self.link.close()
+        self.replica.stop()
+        self.primary.stop()
+
+
+def start_pair(binary: Path, *, aof: bool = False) -> Pair:
+    persistence = ["--appendonly", "yes", "--appendfsync", "always"] if aof else []
+    primary = start_server(binary, extra_args=["--repl-diskless-sync-delay", "0", *persistence])
+    link = FaultProxy(primary.port)
+    replica = start_server(
+        binary, extra_args=["--replicaof", "127.0.0.1", str(link.port), *persistence]
+    )
+    deadline = time.monotonic() + 15
+    with SyncRedis(port=replica.port) as admin:
+        while admin.info("replication").get("master_link_status") != "up":
+            if time.monotonic() > deadline:
+                raise AssertionError("the replica did not sync in 15 s")
+            time.sleep(0.05)
+    return Pair(primary, replica, link)
+
+
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    p = start_pair(find_binary("valkey-server"))
+    yield p
+    p.stop()
+
+
+def memory(client: Redis, wait: WaitPolicy | None, **options: object) -> MemoryInstance:
+    return MemoryInstance.open(
+        client,
+        project=PROJECT,
+        key=f"r:{uuid.uuid4().hex}",
+        counter=COUNTER,
+        policy=MemoryPolicy(wait=wait),
+        **options,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_waited_write_is_on_the_replica_when_the_call_returns(pair: Pair) -> None:
+    primary = Redis.from_url(pair.primary.url)
+    replica = Redis.from_url(pair.replica.url)
+    mem = memory(primary, ONE_REPLICA)
+    for i in range(50):
+        await mem.append({"role": "user", "content": f"m{i}"})
+        assert await replica.llen(mem.keys.msgs) == i + 1  # read at once, no polling
+    await mem.replace([{"role": "user", "content": "fresh"}])
+    assert await replica.lrange(mem.keys.msgs, 0, -1) == await primary.lrange(mem.keys.msgs, 0, -1)
+    await primary.aclose()
+    await replica.aclose()
+
+
+async def test_a_missing_acknowledgement_is_a_typed_error_and_a_safe_retry(
+    pair: Pair, record: Callable[..., None]
+) -> None:
+    primary = Redis.from_url(pair.primary.url)
+    mem = memory(primary, ONE_REPLICA)
+    await mem.append({"role": "user", "content": "before"})
+    pair.pause_replica()
+    started = time.monotonic()
+    with pytest.raises(ReplicationError) as info:
+        await mem.append({"role": "user", "content": "unacked"}, dedupe_key="turn-2")
+    waited = time.monotonic() - started
+    assert (info.value.required, info.value.acknowledged) == (1, 0)
+    assert "not undone" in str(info.value)
+    assert 0.25 < waited < 2.0
+    # The write is applied on the primary; the error says it was not replicated in time.
+    assert await primary.llen(mem.keys.msgs) == 2
+    pair.resume_replica()
+    again = await mem.append({"role": "user", "content": "unacked"}, dedupe_key="turn-2")
+    assert again.duplicate
+    replica = Redis.from_url(pair.replica.url)
+    assert await replica.llen(mem.keys.msgs) == 2
+    assert await consistency_problems(primary, mem.keys) == []
+    await primary.aclose()
+    await replica.aclose()
+    record(
+        group="replicas",
+        fault="replica paused during a write with wait: replicas=1",
+        engine="valkey",
+        promise="ReplicationError within the timeout; the write stays on the primary; a "
+        "retry with the same dedupe key waits again without writing twice",
+        operations=3,
+        acknowledged=2,
+        lost=0,
+        duplicated=0,
+        observed=f"ReplicationError after {waited * 1000:.0f} ms (timeout 300 ms), "
+        "retry returned duplicate=True and the replica had both messages",
+    )
+
+
+async def test_asking_for_more_replicas_than_exist_fails_with_the_counts(pair: Pair) -> None:
+    primary = Redis.from_url(pair.primary.url)
+    mem = memory(primary, WaitPolicy(replicas=2, timeout=timedelta(milliseconds=100)))
+    with pytest.raises(ReplicationError) as info:
+        await mem.append({"role": "user", "content": "x"})
+    assert (info.value.required, info.value.acknowledged) == (2, 1)
+    await primary.aclose()
+
+
+@pytest.mark.parametrize("wait", [None, ONE_REPLICA], ids=["no-wait", "wait-1-replica"])
+async def test_failover_to_a_replica_that_missed_writes(
+    wait: WaitPolicy | None, record: Callable[..., None]
+) -> None:
+    """The replica stops applying; the primary takes writes, then dies; the replica is
+    promoted. Without wait the acknowledged writes are gone; with wait none of them had been
+    acknowledged (each raised ReplicationError), so nothing acknowledged is lost."""
+    p = start_pair(find_binary("valkey-server"))
+    try:
+        primary = Redis.from_url(p.primary.url)
+        mem = memory(primary, wait)
+        acked: set[str] = set()
+        for i in range(10):
+            await mem.append({"role": "user", "content": f"synced {i}"})
+            acked.add(f"synced {i}")
+        p.pause_replica()
+        refused = 0
+        for i in range(10):
+            try:
+                await mem.append({"role": "user", "content": f"during pause {i}"})
+            except ReplicationError:
+                refused += 1
+            else:
+                acked.add(f"during pause {i}")
+        await primary.aclose()
+        p.primary.process.kill()
+        p.primary.process.wait()
+        p.link.close()  # what the stalled link held dies with the primary
+        promoted = Redis.from_url(p.replica.url)
+        await promoted.execute_command("REPLICAOF", "NO", "ONE")
+        survived = {m.content for m in await MemoryInstance(promoted, mem.keys).read()}
+        lost = len(acked - survived)
+        await promoted.aclose()
+    finally:
+        p.stop()
+    if wait is None:
+        assert lost == 10  # asynchronous replication: acknowledged writes can be lost
+    else:
+        assert (lost, refused) == (0, 10)
+    record(
+        group="replicas",
+        fault="failover to a replica that stopped applying, "
+        + ("no wait" if wait is None else "wait: replicas=1"),
+        engine="valkey",
+        promise="none: asynchronous replication can lose acknowledged writes"
+        if wait is None
+        else "a write acknowledged without error is on the replica",
+        operations=20,
+        acknowledged=len(acked),
+        lost=lost,
+        duplicated=0,
+        observed=f"{refused} writes raised ReplicationError; {lost} acknowledged writes "
+        "missing after promotion",
+    )
+
+
+async def test_waitaof_fsyncs_before_returning() -> None:
+    p = start_pair(find_binary("valkey-server"), aof=True)
+    try:
+        primary = Redis.from_url(p.primary.url)
+        mem = memory(primary, WaitPolicy(replicas=1, aof=True))
+        result = await mem.append({"role": "user", "content": "durable"})
+        assert result.first_id == 1
+        await primary.aclose()
+    finally:
+        p.stop()
+
+
+async def test_waitaof_on_a_server_without_it_is_a_clear_error(
+    standalone: EngineSpec,
+) -> None:
+    """Redis 7.0 has no WAITAOF, and no server takes it without appendonly."""
+    client = connect(standalone.url)
+    assert isinstance(client, Redis)
+    mem = memory(client, WaitPolicy(aof=True))
+    with pytest.raises(ScriptError, match="WAITAOF"):
+        await mem.append({"role": "user", "content": "x"})
+    await client.aclose()
+
+
+async def test_wait_needs_a_standalone_client(valkey_cluster: EmbeddedCluster) -> None:
+    client = spec_for("valkey-cluster", valkey_cluster).client()
+    with pytest.raises(ConfigurationError, match="standalone"):
+        memory(client, ONE_REPLICA)  # type: ignore[arg-type]
+    await client.aclose()

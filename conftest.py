@@ -1,8 +1,25 @@
-"""Settings shared by tests/ and integration/."""
+"""Settings and fixtures shared by tests/ and integration/."""
 
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 from hypothesis import settings
+
+from integration.faults import Row, record_row, reproduce
 
 # The machines that run this suite are small and busy: a per-example deadline would fail
 # property tests for being slow, not wrong. Examples stay bounded by max_examples.
 settings.register_profile("compozy", deadline=None)
 settings.load_profile("compozy")
+
+
+@pytest.fixture
+def record(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """Save a row of RELIABILITY.md, with the command that reproduces this test."""
+    nodeid = request.node.nodeid
+
+    def save(**fields: Any) -> None:
+        record_row(Row(command=reproduce(nodeid), **fields), nodeid)
+
+    return save

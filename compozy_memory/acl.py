@@ -34,9 +34,8 @@ WRITE_COMMANDS = (
     "pexpire",
     "persist",
     "zadd",
-    "zcard",
     "zscore",
-    "zremrangebyrank",
+    "zremrangebyscore",
     "set",
     "get",
 )

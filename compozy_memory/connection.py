@@ -8,15 +8,22 @@ from redis.asyncio import Redis, RedisCluster
 
 from compozy_memory.scripts import RedisClient
 
-__all__ = ["connect"]
+__all__ = ["DEFAULT_TIMEOUTS", "connect"]
+
+#: Without a socket timeout a stalled network hangs a call forever; with one, it surfaces as
+#: BackendTimeoutError and the handle's RetryPolicy decides what happens next.
+DEFAULT_TIMEOUTS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 
 
 def connect(url: str, *, cluster: bool = False, **options: Any) -> RedisClient:
     """A ``redis.asyncio`` client for ``url`` (``redis://`` or ``rediss://``).
 
-    With ``cluster=True`` the URL names any one node and the client discovers the rest.
-    ``options`` go to redis-py (timeouts, pool size, ``decode_responses``...).
+    Credentials come from the URL (``redis://user:password@host:port/db``); TLS options from
+    its query (``rediss://host:port?ssl_ca_certs=/path/ca.pem``). With ``cluster=True`` the
+    URL names any one node and the client discovers the rest. ``options`` go to redis-py;
+    ``socket_timeout`` and ``socket_connect_timeout`` default to 5 seconds.
     """
+    options = {**DEFAULT_TIMEOUTS, **options}
     if cluster:
         return RedisCluster.from_url(url, **options)
     return Redis.from_url(url, **options)

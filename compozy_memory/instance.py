@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -201,8 +203,9 @@ class MemoryInstance:
         The append is applied at most once per ``dedupe_key`` (a random key per call when none
         is given, which makes the handle's own retries safe). Pass your own, such as the id of
         the event being recorded, to make retries across processes safe too: a repeat returns
-        ``duplicate=True`` and writes nothing. The newest 1,000 keys of each memory are
-        remembered; a key names one append, and reusing it for other messages stores nothing.
+        ``duplicate=True`` and writes nothing. A key is remembered until 1,000 more messages
+        have been appended to the memory; it names one append, and reusing it for other
+        messages stores nothing.
         """
         self._check_writable("append")
         token = self._dedupe_token(dedupe_key)
@@ -532,7 +535,7 @@ class MemoryInstance:
 
     def _dedupe_token(self, dedupe_key: str | None) -> str:
         if dedupe_key is None:
-            return secrets.token_urlsafe(12)
+            return _next_token()
         if (
             not isinstance(dedupe_key, str)
             or not dedupe_key
@@ -599,6 +602,25 @@ class MemoryInstance:
 
 
 _DEFAULT_COUNTER: TokenCounter | None = None
+
+
+class _Tokens:
+    """Dedupe keys for calls that pass none: a random per-process prefix (96 bits, drawn
+    again in a forked child) and a counter, cheaper than fresh randomness per call."""
+
+    def __init__(self) -> None:
+        self.reset()
+        os.register_at_fork(after_in_child=self.reset)
+
+    def reset(self) -> None:
+        self.prefix = "~" + secrets.token_urlsafe(12) + ":"
+        self.counter = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self.prefix}{next(self.counter)}"
+
+
+_next_token = _Tokens()
 
 
 def default_counter() -> TokenCounter:

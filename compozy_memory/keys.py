@@ -93,7 +93,7 @@ class InstanceKeys:
 
     @property
     def dedupe(self) -> str:
-        """Sorted set of the newest append/replace dedupe keys, scored by first id."""
+        """Sorted set of recent append/replace dedupe keys, scored by the first id each got."""
         return f"{self.prefix}:dedupe"
 
     @property

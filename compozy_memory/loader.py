@@ -258,8 +258,9 @@ def _read(file: Path, root: Path, problems: list[ConfigProblem]) -> _Document | 
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(ConfigProblem(shown, None, "", f"cannot be read: {exc}"))
         return None
-    loader = yaml.SafeLoader(text)
+    loader: yaml.SafeLoader | None = None
     try:
+        loader = yaml.SafeLoader(text)  # refuses control characters at once (ReaderError)
         node = loader.get_single_node()
         if node is None:
             problems.append(ConfigProblem(shown, 1, "", "is empty"))
@@ -272,7 +273,8 @@ def _read(file: Path, root: Path, problems: list[ConfigProblem]) -> _Document | 
         problems.append(ConfigProblem(shown, line, "", f"is not valid YAML: {_yaml_reason(exc)}"))
         return None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return _Document(shown, data, lines)
 
 

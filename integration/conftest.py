@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer, start_cluster, start_server
 from compozy_memory.scripts import RedisClient
 from integration.engines import REQUIRE_REDIS7, EngineSpec, redis7_binary, spec_for
-from integration.faults import Row, record_row, reproduce
 
 ENGINES = ["valkey", "redis7", "valkey-cluster"]
 
@@ -63,14 +61,3 @@ def standalone(request: pytest.FixtureRequest) -> EngineSpec:
     """A standalone server of each engine (the proxy and replica tests need one address)."""
     name: str = request.param
     return spec_for(name, request.getfixturevalue(f"{name}_server"))
-
-
-@pytest.fixture
-def record(request: pytest.FixtureRequest) -> Callable[..., None]:
-    """Save a row of RELIABILITY.md, with the command that reproduces this test."""
-    nodeid = request.node.nodeid
-
-    def save(**fields: Any) -> None:
-        record_row(Row(command=reproduce(nodeid), **fields), nodeid)
-
-    return save

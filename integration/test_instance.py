@@ -393,3 +393,35 @@ async def test_all_keys_of_an_instance_share_one_cluster_slot(
         assert (await mem.health()).archived == 1
     finally:
         await client.aclose()
+
+
+async def test_a_dedupe_key_stores_once_within_its_window(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key, counter=HeuristicCounter())
+    first = await mem.append({"role": "user", "content": "once"}, dedupe_key="event-1")
+    again = await mem.append({"role": "user", "content": "once"}, dedupe_key="event-1")
+    assert (first.duplicate, again.duplicate) == (False, True)
+    assert (again.first_id, again.last_id) == (first.first_id, first.last_id)
+    batch = [{"role": "user", "content": f"b{i}"} for i in range(3)]
+    stored = await mem.append_many(batch, dedupe_key="event-2")
+    repeat = await mem.append_many(batch, dedupe_key="event-2")
+    assert repeat.duplicate
+    assert repeat.ids == stored.ids
+    assert await mem.len() == 4
+    # Remembered until 1,000 more messages have come; then the key is forgotten.
+    filler = [{"role": "user", "content": "f", "tokens": 1} for _ in range(500)]
+    await mem.append_many(filler)
+    assert (await mem.append({"role": "user", "content": "once"}, dedupe_key="event-1")).duplicate
+    await mem.append_many(filler)
+    await mem.append_many(filler)
+    assert await client.zscore(mem.keys.dedupe, "event-1") is None
+    late = await mem.append({"role": "user", "content": "once"}, dedupe_key="event-1")
+    assert not late.duplicate
+    # replace takes one too; clear forgets every key.
+    swapped = await mem.replace([{"role": "user", "content": "new"}], dedupe_key="swap-1")
+    assert (await mem.replace([], dedupe_key="swap-1")).duplicate
+    assert [m.content for m in await mem.read()] == ["new"]
+    assert swapped.first_id == swapped.last_id
+    await mem.clear()
+    assert await client.exists(mem.keys.dedupe) == 0

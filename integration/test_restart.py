@@ -204,7 +204,7 @@ async def test_a_crash_under_load(
     record(
         group="restarts",
         fault=f"{what[crash]} mid-load, restarted; appendfsync {fsync}",
-        engine=server_binary.name.replace("-server", ""),
+        engine="valkey" if "valkey" in server_binary.name else "redis7",
         promise=promise,
         operations=t.operations,
         acknowledged=t.acknowledged,

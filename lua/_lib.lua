@@ -9,8 +9,10 @@
 --   those four fields with one pattern match, without decoding JSON.
 
 local MAX_BATCH = 10000
--- How many dedupe keys an instance remembers (the newest); see dedupe_seen.
+-- A dedupe key is remembered while its append's first id is within this many ids of the
+-- newest (and up to DEDUPE_SWEEP more); see dedupe_record.
 local DEDUPE_WINDOW = 1000
+local DEDUPE_SWEEP = 64
 local MAX_DEDUPE_KEY = 256
 local MAX_PRIORITY = 99
 local ENVELOPE_HEAD = '^{"id":(%d+),"ts":%d+,"tokens":(%d+),"priority":(%d+),'
@@ -180,14 +182,15 @@ local function dedupe_seen(key, token)
   return nil
 end
 
-local function dedupe_record(key, token, first_id)
+-- Remembers token for the write whose ids are first_id..last_id. Keys older than the window
+-- are swept each time the ids cross a multiple of DEDUPE_SWEEP, one call in many.
+local function dedupe_record(key, token, first_id, last_id)
   if token == '' then
     return
   end
   redis.call('ZADD', key, first_id, token)
-  local size = redis.call('ZCARD', key)
-  if size > DEDUPE_WINDOW then
-    redis.call('ZREMRANGEBYRANK', key, 0, size - DEDUPE_WINDOW - 1)
+  if math.floor(last_id / DEDUPE_SWEEP) ~= math.floor((first_id - 1) / DEDUPE_SWEEP) then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (last_id - DEDUPE_WINDOW))
   end
 end
 

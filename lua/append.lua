@@ -27,6 +27,6 @@ end
 local deltas = new_deltas()
 deltas.summary_tokens = 0
 local first_id, last_id, values = push_batch(KEYS[1], KEYS[2], 5, batch, deltas)
-dedupe_record(KEYS[3], dedupe_key, first_id)
+dedupe_record(KEYS[3], dedupe_key, first_id, last_id)
 apply_ttl(ttl_ms)
 return {first_id, last_id, values.tokens, values.count, values.summary_tokens, 0}

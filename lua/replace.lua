@@ -47,6 +47,6 @@ deltas.archived = #old
 deltas.replaced = 1
 local first_id, values
 first_id, last_id, values = push_batch(KEYS[1], KEYS[2], 7, batch, deltas)
-dedupe_record(KEYS[5], dedupe_key, last_id + 1 - n)
+dedupe_record(KEYS[5], dedupe_key, last_id + 1 - n, last_id)
 apply_ttl(ttl_ms)
 return {first_id, last_id, values.tokens, values.count, values.summary_tokens, 0}

@@ -15,6 +15,7 @@ from compozy_memory.keys import InstanceKeys
 from compozy_memory.metrics import FlushMetrics, default_metrics
 from compozy_memory.planner import FlushSettings
 from compozy_memory.registry import MemoryRegistry
+from compozy_memory.retry import RetryPolicy
 from compozy_memory.scripts import RedisClient
 from compozy_memory.summarizers import Summarizer, build_summarizer
 from compozy_memory.templates import compile_template
@@ -48,8 +49,10 @@ class MemoryManager:
         flushing: bool = True,
         summarizer: Summarizer | None = None,
         metrics: FlushMetrics | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.registry = registry
+        self.retry = retry
         self.client = client
         self.counter = counter if counter is not None else default_counter()
         self.batching = batching
@@ -91,6 +94,7 @@ class MemoryManager:
                 counter=self.counter,
                 read_only=reference.read_only,
                 batching=self.batching,
+                retry=self.retry,
             )
             budget = resource.effective_max_tokens
             if self.flushing and not reference.read_only and budget is not None:

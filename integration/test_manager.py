@@ -6,6 +6,7 @@ import asyncio
 import gc
 import multiprocessing
 import shutil
+import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -14,12 +15,15 @@ import pytest
 from redis.asyncio import Redis
 
 from compozy_memory import (
+    BackendUnavailableError,
     HeuristicCounter,
     MemoryManager,
     MemoryNotFoundError,
     MemoryRegistry,
     ReadOnlyMemoryError,
+    RetryPolicy,
     TemplateError,
+    connect,
 )
 from compozy_memory.agents import MemoryReference
 from compozy_memory.scripts import RedisClient
@@ -95,6 +99,23 @@ async def test_read_only_handles_never_reach_redis() -> None:
     ):
         with pytest.raises(ReadOnlyMemoryError, match="read-only"):
             await write
+    await dead.aclose()
+
+
+async def test_the_manager_hands_its_retry_policy_to_every_handle() -> None:
+    dead = connect("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
+    quick = RetryPolicy(attempts=3, deadline=0.5, initial_backoff=0.01)
+    manager = MemoryManager(
+        MemoryRegistry.load(EXAMPLES), dead, counter=HeuristicCounter(), retry=quick
+    )
+    handle = await manager.get("sql-agent", {"workflow": {"id": "w1"}})
+    assert handle.retry is quick
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailableError):
+        await handle.append({"role": "user", "content": "x"})
+    # Bounded by the policy alone: connect() leaves redis-py no retries of its own to stack.
+    assert time.monotonic() - started < 1.5
+    await manager.aclose()
     await dead.aclose()
 
 

@@ -83,7 +83,7 @@ def memory(client: Redis, wait: WaitPolicy | None, **options: object) -> MemoryI
         key=f"r:{uuid.uuid4().hex}",
         counter=COUNTER,
         policy=MemoryPolicy(wait=wait),
-        **options,  # type: ignore[arg-type]
+        **options,
     )
 
 
@@ -177,7 +177,7 @@ async def test_failover_to_a_replica_that_missed_writes(
         p.primary.process.wait()
         p.link.close()  # what the stalled link held dies with the primary
         promoted = Redis.from_url(p.replica.url)
-        await promoted.execute_command("REPLICAOF", "NO", "ONE")
+        await promoted.replicaof("NO", "ONE")
         survived = {m.content for m in await MemoryInstance(promoted, mem.keys).read()}
         lost = len(acked - survived)
         await promoted.aclose()

@@ -104,9 +104,9 @@ class Crashable:
         dropped = 0
         for increment in self.directory.rglob("*.incr.aof"):
             keep = synced.get(str(increment.resolve()), 0)
-            size = increment.stat().st_size
-            if size > keep:
-                dropped += size - keep
+            length = increment.stat().st_size
+            if length > keep:
+                dropped += length - keep
                 with increment.open("r+b") as f:
                     f.truncate(keep)
         return dropped

@@ -8,12 +8,14 @@ import json
 import os
 import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from compozy_memory import BackendUnavailableError, MemoryInstance
 from compozy_memory.keys import InstanceKeys
 from compozy_memory.scripts import RedisClient
 
@@ -213,6 +215,50 @@ def record_row(row: Row, nodeid: str) -> None:
 
 def reproduce(nodeid: str) -> str:
     return f"./scripts/test '{nodeid}'"
+
+
+class Load:
+    """Writers appending numbered messages (``w<writer>:s<seq>``), each to the memory
+    ``pick(writer, seq)`` chooses, until ``stop`` is set or ``per_writer`` calls are made.
+    Records what was attempted, what failed (BackendUnavailableError, after the handle's
+    retries) and when each acknowledged message came back."""
+
+    def __init__(
+        self,
+        pick: Callable[[int, int], MemoryInstance],
+        *,
+        stop: asyncio.Event | None = None,
+        per_writer: int | None = None,
+    ) -> None:
+        self.pick = pick
+        self.stop = stop
+        self.per_writer = per_writer
+        self.attempted = 0
+        self.failed = 0
+        self.acked_at: dict[str, float] = {}
+
+    @property
+    def acknowledged(self) -> set[str]:
+        return set(self.acked_at)
+
+    async def writer(self, w: int) -> None:
+        s = 0
+        while (self.stop is None or not self.stop.is_set()) and (
+            self.per_writer is None or s < self.per_writer
+        ):
+            content = f"w{w}:s{s}"
+            mem = self.pick(w, s)
+            s += 1
+            self.attempted += 1
+            try:
+                await mem.append({"role": "user", "content": content})
+            except BackendUnavailableError:
+                self.failed += 1
+            else:
+                self.acked_at[content] = time.monotonic()
+
+    def start(self, writers: int) -> list[asyncio.Task[None]]:
+        return [asyncio.create_task(self.writer(w)) for w in range(writers)]
 
 
 @dataclass

@@ -14,7 +14,6 @@ from redis import Redis as SyncRedis
 from redis.asyncio import RedisCluster
 
 from compozy_memory import (
-    BackendUnavailableError,
     FencedLock,
     HeuristicCounter,
     MemoryInstance,
@@ -22,7 +21,7 @@ from compozy_memory import (
     RetryPolicy,
 )
 from compozy_memory.embedded import EmbeddedCluster, start_cluster
-from integration.faults import consistency_problems, tally
+from integration.faults import Load, consistency_problems, tally
 
 PROJECT = "cl"
 COUNTER = HeuristicCounter()
@@ -118,26 +117,9 @@ async def test_resharding_under_load_loses_nothing(
     source, target = cluster.nodes[0], cluster.nodes[1]
     slots = [await client.cluster_keyslot(m.keys.msgs) for m in mems]
     moved_keys = sum(1 for slot in slots if before[slot] == source.port)
-    acknowledged: set[str] = set()
-    attempted = failed = 0
     stop = asyncio.Event()
-
-    async def writer(w: int) -> None:
-        nonlocal attempted, failed
-        s = 0
-        while not stop.is_set():
-            content = f"w{w}:s{s}"
-            mem = mems[(w * 37 + s) % len(mems)]
-            s += 1
-            attempted += 1
-            try:
-                await mem.append({"role": "user", "content": content})
-            except BackendUnavailableError:
-                failed += 1
-            else:
-                acknowledged.add(content)
-
-    writers = [asyncio.create_task(writer(w)) for w in range(8)]
+    load = Load(lambda w, s: mems[(w * 37 + s) % len(mems)], stop=stop)
+    writers = load.start(8)
     await asyncio.sleep(0.3)
     started = time.monotonic()
     reshard = await asyncio.to_thread(
@@ -168,26 +150,23 @@ async def test_resharding_under_load_loses_nothing(
     after = owners(cluster)
     redirected = redirections(cluster) - replies_before
     slots_moved = sum(1 for s, port in after.items() if before[s] != port)
-    t = await tally(client, [m.keys for m in mems], attempted, acknowledged)
+    t = await tally(client, [m.keys for m in mems], load.attempted, load.acknowledged)
     for mem in mems[:50]:
         assert await consistency_problems(client, mem.keys) == []
     await client.aclose()
     assert slots_moved == 2000
     assert redirected["MOVED"] > 0  # the load really met the migration
-    assert (t.lost, t.duplicated, failed) == (0, 0, 0)
+    assert (t.lost, t.duplicated, load.failed) == (0, 0, 0)
     record(
         group="cluster",
         fault="valkey-cli --cluster reshard of 2,000 slots during load (8 writers, 300 memories)",
         engine="valkey-cluster",
         promise="nothing lost, nothing duplicated (MOVED/ASK followed, TRYAGAIN retried)",
-        operations=t.operations,
-        acknowledged=t.acknowledged,
-        lost=t.lost,
-        duplicated=t.duplicated,
+        tally=t,
         observed=f"{slots_moved} slots moved in {resharding_s:.1f} s; {moved_keys} of the "
         f"memories started on the source master; the servers answered "
         f"{redirected['MOVED']} MOVED, {redirected['ASK']} ASK, {redirected['TRYAGAIN']} "
-        f"TRYAGAIN; {failed} calls failed",
+        f"TRYAGAIN; {load.failed} calls failed",
     )
 
 

@@ -14,14 +14,13 @@ from redis.asyncio import Redis
 
 from compozy_memory import (
     BackendTimeoutError,
-    BackendUnavailableError,
     HeuristicCounter,
     MemoryInstance,
     RetryPolicy,
     connect,
 )
 from integration.engines import EngineSpec
-from integration.faults import FaultProxy, consistency_problems, tally
+from integration.faults import FaultProxy, Load, consistency_problems, tally
 
 PROJECT = "net"
 PATIENT = RetryPolicy(attempts=50, deadline=30.0, max_backoff=0.2)
@@ -88,10 +87,7 @@ async def test_a_lost_reply_is_not_applied_twice(
         fault=f"reply lost after the server ran the append ({'batched' if batching else 'direct'})",
         engine=standalone.name,
         promise="nothing lost, nothing duplicated",
-        operations=t.operations,
-        acknowledged=t.acknowledged,
-        lost=t.lost,
-        duplicated=t.duplicated,
+        tally=t,
         observed=f"{proxy.lost_replies} replies dropped; every retry answered duplicate=True",
     )
 
@@ -103,21 +99,7 @@ async def test_cut_connections_and_lost_replies_under_load(
     script replies are dropped: every acknowledged append is stored exactly once."""
     client = through(proxy, socket_timeout=2)
     mems = [memory(client, new_key(), retry=PATIENT) for _ in range(4)]
-    acknowledged: set[str] = set()
-    failed = 0
-    per_writer = 250
-
-    async def writer(w: int) -> None:
-        nonlocal failed
-        mem = mems[w % len(mems)]
-        for s in range(per_writer):
-            content = f"w{w}:s{s}"
-            try:
-                await mem.append({"role": "user", "content": content})
-            except BackendUnavailableError:
-                failed += 1
-            else:
-                acknowledged.add(content)
+    load = Load(lambda w, s: mems[w % len(mems)], per_writer=250)
 
     async def saboteur(stop: asyncio.Event) -> None:
         rng = random.Random(5)
@@ -128,11 +110,12 @@ async def test_cut_connections_and_lost_replies_under_load(
     proxy.reply_loss = 0.1
     stop = asyncio.Event()
     chaos = asyncio.create_task(saboteur(stop))
-    await asyncio.gather(*(writer(w) for w in range(8)))
+    await asyncio.gather(*load.start(8))
     stop.set()
     await chaos
     await client.aclose()
-    t = await tally(direct, [m.keys for m in mems], 8 * per_writer, acknowledged)
+    t = await tally(direct, [m.keys for m in mems], load.attempted, load.acknowledged)
+    failed = load.failed
     for mem in mems:
         assert await consistency_problems(direct, mem.keys) == []
     assert proxy.cuts > 10
@@ -142,10 +125,7 @@ async def test_cut_connections_and_lost_replies_under_load(
         fault="all connections reset every 10-50 ms and 10% of replies dropped, 8 writers",
         engine=standalone.name,
         promise="nothing lost, nothing duplicated",
-        operations=t.operations,
-        acknowledged=t.acknowledged,
-        lost=t.lost,
-        duplicated=t.duplicated,
+        tally=t,
         observed=f"{proxy.cuts} resets, {proxy.lost_replies} replies dropped, "
         f"{failed} calls failed after retries",
     )
@@ -215,10 +195,7 @@ async def test_a_slow_network_changes_latency_only(
         fault="20 ms added to every chunk each way, 4 writers reading their writes",
         engine=standalone.name,
         promise="nothing lost, nothing duplicated; each writer reads its own write",
-        operations=t.operations,
-        acknowledged=t.acknowledged,
-        lost=t.lost,
-        duplicated=t.duplicated,
+        tally=t,
         observed=f"{elapsed:.1f} s for 320 calls",
     )
 

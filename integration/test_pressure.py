@@ -78,10 +78,7 @@ async def test_appends_at_maxmemory_are_refused_whole(
         engine="valkey" if "valkey" in tiny_server.binary.name else "redis7",
         promise="refused batches write nothing (BackendOutOfMemoryError); acknowledged ones "
         "are whole; reads go on",
-        operations=t.operations,
-        acknowledged=t.acknowledged,
-        lost=t.lost,
-        duplicated=t.duplicated,
+        tally=t,
         observed=f"{refused // 10} batches refused, {t.stored_unacknowledged} messages of "
         "refused batches stored; writes resumed once memory was freed",
     )

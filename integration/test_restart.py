@@ -22,7 +22,6 @@ import pytest
 from redis.asyncio import Redis
 
 from compozy_memory import (
-    BackendUnavailableError,
     HeuristicCounter,
     MemoryInstance,
     RetryPolicy,
@@ -31,7 +30,7 @@ from compozy_memory import (
 from compozy_memory.embedded import EmbeddedServer, find_binary, start_server
 from compozy_memory.keys import InstanceKeys
 from integration.engines import REQUIRE_REDIS7, redis7_binary
-from integration.faults import consistency_problems, tally
+from integration.faults import Load, consistency_problems, tally
 
 PROJECT = "restart"
 SHIM = Path(__file__).parent / "native" / "powercut.c"
@@ -151,25 +150,9 @@ async def test_a_crash_under_load(
         MemoryInstance.open(client, project=PROJECT, key=f"m{i}", counter=counter, retry=DEFAULT)
         for i in range(3)
     ]
-    acked_at: dict[str, float] = {}
-    attempted = failed = 0
     stop = asyncio.Event()
-
-    async def writer(w: int) -> None:
-        nonlocal attempted, failed
-        s = 0
-        while not stop.is_set():
-            content = f"w{w}:s{s}"
-            s += 1
-            attempted += 1
-            try:
-                await mems[w % 3].append({"role": "user", "content": content})
-            except BackendUnavailableError:
-                failed += 1
-            else:
-                acked_at[content] = time.monotonic()
-
-    writers = [asyncio.create_task(writer(w)) for w in range(6)]
+    load = Load(lambda w, s: mems[w % 3], stop=stop)
+    acked_at, writers = load.acked_at, load.start(6)
     await asyncio.sleep(1.0)
     acked_before = len(acked_at)
     crashing.kill()
@@ -181,7 +164,8 @@ async def test_a_crash_under_load(
     stop.set()
     await asyncio.gather(*writers)
 
-    t = await tally(client, [m.keys for m in mems], attempted, set(acked_at))
+    t = await tally(client, [m.keys for m in mems], load.attempted, load.acknowledged)
+    failed = load.failed
     for mem in mems:
         assert await consistency_problems(client, mem.keys) == []
     stored = await stored_contents(client, mems)
@@ -213,10 +197,7 @@ async def test_a_crash_under_load(
         fault=f"{what[crash]} mid-load, back 0.3 s later; appendfsync {fsync}",
         engine="valkey" if "valkey" in server_binary.name else "redis7",
         promise=promise,
-        operations=t.operations,
-        acknowledged=t.acknowledged,
-        lost=t.lost,
-        duplicated=t.duplicated,
+        tally=t,
         observed=(
             f"{acked_before} acked before the crash; {dropped} unsynced AOF bytes dropped; "
             + (f"lost writes acked in the last {window_ms:.0f} ms" if lost else "none lost")

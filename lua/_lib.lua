@@ -184,6 +184,13 @@ end
 
 -- Remembers token for the write whose ids are first_id..last_id. Keys older than the window
 -- are swept each time the ids cross a multiple of DEDUPE_SWEEP, one call in many.
+-- The reply of an append or replace whose dedupe key was already remembered: the ids the
+-- first call got (n messages from seen), the current totals, and duplicate = 1.
+local function dedupe_reply(meta, seen, n)
+  local t = redis.call('HMGET', meta, 'tokens', 'count', 'summary_tokens')
+  return {seen, seen + n - 1, tonumber(t[1]) or 0, tonumber(t[2]) or 0, tonumber(t[3]) or 0, 1}
+end
+
 local function dedupe_record(key, token, first_id, last_id)
   if token == '' then
     return

@@ -19,8 +19,7 @@ local batch = validate_batch(5, n, max_tokens)
 
 local seen = dedupe_seen(KEYS[3], dedupe_key)
 if seen ~= nil then
-  local t = redis.call('HMGET', KEYS[2], 'tokens', 'count', 'summary_tokens')
-  return {seen, seen + n - 1, tonumber(t[1]) or 0, tonumber(t[2]) or 0, tonumber(t[3]) or 0, 1}
+  return dedupe_reply(KEYS[2], seen, n)
 end
 
 -- summary_tokens rides along (delta 0) so the caller sees the whole context's size.

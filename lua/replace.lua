@@ -21,8 +21,7 @@ local n = int_arg(ARGV[6], 'n', 0, MAX_BATCH)
 local batch = validate_batch(7, n, max_tokens)
 local seen = dedupe_seen(KEYS[5], dedupe_key)
 if seen ~= nil then
-  local t = redis.call('HMGET', KEYS[2], 'tokens', 'count', 'summary_tokens')
-  return {seen, seen + n - 1, tonumber(t[1]) or 0, tonumber(t[2]) or 0, tonumber(t[3]) or 0, 1}
+  return dedupe_reply(KEYS[2], seen, n)
 end
 local _, _, last_id = totals(KEYS[2])
 if if_last_id >= 0 and if_last_id ~= last_id then

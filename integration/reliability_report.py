@@ -50,6 +50,14 @@ def main(rows_dir: Path, out: Path) -> int:
         f'Rows promising "{NOTHING_LOST}": {sum(NOTHING_LOST in r["promise"] for r in rows)}, '
         f"of which broken: **{len(broken)}**.",
         "",
+        "How the faults are made, all against real servers the fixtures start: a TCP proxy "
+        "between client and server delays, stalls and resets connections and drops replies "
+        "after the server ran the command; a crash is a SIGKILL of the server; a *power cut* "
+        "is a SIGKILL after which each append-only file is cut back to the size it had at its "
+        "last successful fsync, as logged by `integration/native/powercut.c` preloaded into "
+        "the server; a replica's link runs through the proxy so it can be stalled; "
+        "resharding is `valkey-cli --cluster reshard`; memory pressure is `maxmemory`.",
+        "",
     ]
     for group, title in GROUPS.items():
         mine = [r for r in rows if r["group"] == group]

@@ -492,9 +492,9 @@ class MemoryInstance:
         if isinstance(reply, redis_errors.RedisError):
             raise translate(reply, name, self.key) from reply
         if isinstance(acks, redis_errors.RedisError):
+            hint = " (WAITAOF needs Redis or Valkey 7.2+ with appendonly yes)" if wait.aof else ""
             raise ScriptError(
-                f"{name} was applied, but {wait.command()[0]} failed: {acks} (WAITAOF needs "
-                "Redis or Valkey 7.2+ with appendonly yes)",
+                f"{name} was applied, but {wait.command()[0]} failed: {acks}{hint}",
                 key=self.key,
             ) from acks
         self._check_acks(name, wait, acks)

@@ -8,7 +8,8 @@ or a deadline is reached; then the typed error reaches the caller. Every script 
 
 * appends and replaces carry a dedupe key checked inside the script, so a write whose reply
   was lost is not applied twice;
-* trims and TTL changes converge to the same state when repeated;
+* trims and TTL changes converge to the same state when repeated; a repeated ``clear`` also
+  removes what was appended between the two attempts, as a clear a moment later would;
 * a repeated flush commit finds its messages gone and re-plans (``ConflictError``);
 * reads change nothing.
 

@@ -194,11 +194,20 @@ class ReplicationError(BackendError):
     acknowledged it within the timeout. The write is not rolled back."""
 
     def __init__(
-        self, message: str, *, key: str | None = None, required: int = 0, acknowledged: int = 0
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        required: int = 0,
+        acknowledged: int = 0,
+        reply: object = None,
     ) -> None:
         super().__init__(message, key=key)
         self.required = required
         self.acknowledged = acknowledged
+        #: What the write returned on the primary (for an append or replace, its
+        #: AppendResult): the write happened, only the acknowledgement is missing.
+        self.result: object = reply
 
 
 class BackendOutOfMemoryError(BackendError):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
-from compozy_memory.errors import CompozyMemoryError, ConflictError, LockLostError
+from compozy_memory.errors import CompozyMemoryError, ConflictError, LockLostError, ReplicationError
 from compozy_memory.lock import FencedLock, Lease
 from compozy_memory.messages import Message, encode_body
 from compozy_memory.metrics import FlushMetrics, default_metrics
@@ -201,6 +201,15 @@ class Flusher:
             except LockLostError:
                 lease.lost = True  # the script saw a newer epoch: another holder took over
                 raise
+            except ReplicationError as exc:
+                # Committed on the primary, not acknowledged by its replicas in time: the flush
+                # happened, and is reported as such.
+                log.warning(
+                    "flush of %s committed without replica acknowledgement: %s",
+                    self.instance.key,
+                    exc,
+                )
+                reply = exc.result
             except ConflictError:
                 # The memory changed under the plan: plan again, if the lease is still ours.
                 if not await lease.refresh():

@@ -215,7 +215,7 @@ class MemoryInstance:
         msgs, meta, archive, summaries, dedupe = self._data_keys
         # Without a TTL the append touches only msgs, meta and dedupe, and declares only those.
         keys = (msgs, meta, dedupe, archive, summaries) if self._ttl_ms else (msgs, meta, dedupe)
-        reply = await self._call(
+        reply = await self._write_call(
             "append",
             keys,
             [self._ttl_ms, self.policy.max_tokens or 0, token, len(args) // 3, *args],
@@ -241,7 +241,7 @@ class MemoryInstance:
         self._check_writable("replace")
         token = self._dedupe_token(dedupe_key)
         args = self._encode(messages)
-        reply = await self._call(
+        reply = await self._write_call(
             "replace",
             self._data_keys,
             [
@@ -458,6 +458,14 @@ class MemoryInstance:
         await self._ready()
         return await self.retry.call(lambda: script(name)(self.client, keys, args, key=self.key))
 
+    async def _write_call(self, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
+        """An append or replace: a ReplicationError carries the AppendResult of the write."""
+        try:
+            return await self._call(name, keys, args)
+        except ReplicationError as exc:
+            exc.result = self._append_result(exc.result)  # type: ignore[arg-type]
+            raise
+
     async def _command(self, operation: str, method: str, *args: Any) -> Any:
         """A plain redis-py command (``method`` of the client), retried like scripts."""
         await self._ready()
@@ -497,10 +505,10 @@ class MemoryInstance:
                 f"{name} was applied, but {wait.command()[0]} failed: {acks}{hint}",
                 key=self.key,
             ) from acks
-        self._check_acks(name, wait, acks)
+        self._check_acks(name, wait, acks, reply)
         return reply
 
-    def _check_acks(self, name: str, wait: WaitPolicy, acks: Any) -> None:
+    def _check_acks(self, name: str, wait: WaitPolicy, acks: Any, reply: Any) -> None:
         if wait.aof:
             local, replicas = (int(v) for v in acks)
             if local >= 1 and replicas >= wait.replicas:
@@ -519,6 +527,7 @@ class MemoryInstance:
             key=self.key,
             required=wait.replicas,
             acknowledged=acknowledged,
+            reply=reply,
         )
 
     async def _ready(self) -> None:

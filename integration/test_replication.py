@@ -10,11 +10,17 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from compozy_memory import (
+    AppendResult,
     ConfigurationError,
+    ExtractiveSummarizer,
+    Flusher,
+    FlushMetrics,
+    FlushSettings,
     HeuristicCounter,
     MemoryInstance,
     MemoryPolicy,
@@ -113,6 +119,8 @@ async def test_a_missing_acknowledgement_is_a_typed_error_and_a_safe_retry(
     waited = time.monotonic() - started
     assert (info.value.required, info.value.acknowledged) == (1, 0)
     assert "not undone" in str(info.value)
+    assert isinstance(info.value.result, AppendResult)  # what the primary stored
+    assert info.value.result.first_id == 2
     assert 0.25 < waited < 2.0
     # The write is applied on the primary; the error says it was not replicated in time.
     assert await primary.llen(mem.keys.msgs) == 2
@@ -137,6 +145,33 @@ async def test_a_missing_acknowledgement_is_a_typed_error_and_a_safe_retry(
         observed=f"ReplicationError after {waited * 1000:.0f} ms (timeout 300 ms), "
         "retry returned duplicate=True and the replica had both messages",
     )
+
+
+async def test_a_flush_without_replica_acknowledgement_still_reports_its_commit(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The commit happened on the primary; the flusher says so instead of failing."""
+    primary = Redis.from_url(pair.primary.url)
+    policy = MemoryPolicy(max_tokens=400, wait=ONE_REPLICA)
+    mem = MemoryInstance.open(
+        primary, project=PROJECT, key="flushed", counter=COUNTER, policy=policy
+    )
+    mem.attach_flusher(
+        Flusher(
+            mem,
+            FlushSettings(max_tokens=400, summary_tokens=60),
+            ExtractiveSummarizer(COUNTER),
+            metrics=FlushMetrics(CollectorRegistry()),
+        )
+    )
+    await mem.append_many([{"role": "user", "content": f"order {i} " * 20} for i in range(12)])
+    pair.pause_replica()
+    result = await mem.flush()
+    assert result.outcome == "summarised"
+    assert (await mem.health()).summaries == 1
+    assert "committed without replica acknowledgement" in caplog.text
+    pair.resume_replica()
+    await primary.aclose()
 
 
 async def test_asking_for_more_replicas_than_exist_fails_with_the_counts(pair: Pair) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -198,6 +199,14 @@ async def test_failover_to_a_replica_that_missed_writes(
         for i in range(10):
             await mem.append({"role": "user", "content": f"synced {i}"})
             acked.add(f"synced {i}")
+        # Let the first ten reach the replica (without wait nothing else makes sure of it),
+        # so that exactly the writes made during the stall are at stake.
+        replica = Redis.from_url(p.replica.url)
+        for _ in range(1000):  # up to 10 s
+            if await replica.llen(mem.keys.msgs) >= 10:
+                break
+            await asyncio.sleep(0.01)
+        await replica.aclose()
         p.pause_replica()
         refused = 0
         for i in range(10):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,3 +38,11 @@ def test_readme_quick_start_names_the_two_commands() -> None:
     assert "./scripts/demo" in readme
     assert "./scripts/test" in readme
     assert "scripts/test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_shows_the_acl_line_the_cli_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    from compozy_memory.cli import main
+
+    assert main(["acl", "--project", "acme", "--user", "support-bot", "--read-only"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line in (ROOT / "README.md").read_text()

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from compozy_memory import LockBusyError, LockLostError, MemoryInstance
 from compozy_memory.lock import FencedLock
 from compozy_memory.metrics import FlushMetrics
-from compozy_memory.scripts import RedisClient
+from compozy_memory.scripts import RedisClient, script
 
 
 def memory(client: RedisClient, key: str) -> MemoryInstance:
@@ -42,6 +42,20 @@ async def test_one_holder_at_a_time_with_growing_epochs(
         "compozy_memory_lock_acquisitions_total", {"result": "busy"}
     )
     assert (acquired, busy) == (2, 1)
+
+
+async def test_a_repeated_acquire_with_the_same_token_gets_the_same_epoch(
+    client: RedisClient, memory_key: str
+) -> None:
+    """A retry whose first attempt took the lock (its reply lost) must not see it as busy,
+    and must not bump the epoch a second time; another token still finds it taken."""
+    mem = memory(client, memory_key)
+    acquire = script("lock_acquire")
+    keys = (mem.keys.lock, mem.keys.meta)
+    first = await acquire(client, keys, ["t" * 32, 5_000], key=mem.key)
+    again = await acquire(client, keys, ["t" * 32, 5_000], key=mem.key)
+    other = await acquire(client, keys, ["u" * 32, 5_000], key=mem.key)
+    assert (int(first), int(again), int(other)) == (1, 1, 0)
 
 
 async def test_a_lease_expires(client: RedisClient, memory_key: str) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,6 +18,7 @@ from compozy_memory.agents import resolve_agent_memories
 from compozy_memory.errors import ConfigurationError
 from compozy_memory.loader import load_project
 from compozy_memory.templates import render_key
+from integration.faults import Row, record_row, reproduce
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "project"
@@ -53,6 +55,32 @@ RESOURCES = st.fixed_dictionaries(
 
 
 TALLY = {"examples": 0, "refused": 0}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _record_the_fuzzing() -> Iterator[None]:
+    """Once the properties of this module have run, save their counts as a RELIABILITY.md row."""
+    yield
+    if TALLY["examples"] == 0:
+        return
+    nodeid = "tests/test_fuzz_config.py"
+    accepted = TALLY["examples"] - TALLY["refused"]
+    row = Row(
+        group="input",
+        fault="fuzzed configuration: memory YAML files, raw bytes as compozy.yaml, agent "
+        "configs, template contexts",
+        engine="none (loader)",
+        promise="loads, or a ConfigurationError with a message; rendered keys stay in their "
+        "namespace",
+        operations=TALLY["examples"],
+        acknowledged=accepted,
+        lost=0,
+        duplicated=0,
+        observed=f"{accepted} accepted, {TALLY['refused']} refused with a typed error, 0 other "
+        "exceptions",
+        command=reproduce(nodeid),
+    )
+    record_row(row, nodeid)
 
 
 def typed_outcome(call: Callable[[], object]) -> str | None:
@@ -126,23 +154,3 @@ def test_any_template_context_renders_a_safe_key_or_says_why(template: str, cont
         assert "{" not in key
         assert "}" not in key
         assert len(key) <= 512
-
-
-def test_zz_record_the_configuration_fuzzing(record: Callable[..., None]) -> None:
-    """Runs after the four properties above (pytest keeps file order) and reports them."""
-    if TALLY["examples"] == 0:
-        return  # run alone: nothing to report
-    record(
-        group="input",
-        fault="fuzzed configuration: memory YAML files, raw bytes as compozy.yaml, agent "
-        "configs, template contexts",
-        engine="none (loader)",
-        promise="loads, or a ConfigurationError with a message; rendered keys stay in their "
-        "namespace",
-        operations=TALLY["examples"],
-        acknowledged=TALLY["examples"] - TALLY["refused"],
-        lost=0,
-        duplicated=0,
-        observed=f"{TALLY['examples'] - TALLY['refused']} accepted, {TALLY['refused']} refused "
-        "with a typed error, 0 other exceptions",
-    )

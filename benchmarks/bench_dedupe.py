@@ -15,9 +15,9 @@ import statistics
 
 from redis.asyncio import Redis
 
+from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._wire.scripts import script
 from compozy_memory.embedded import start_server
-from compozy_memory.keys import InstanceKeys
-from compozy_memory.scripts import script
 
 CALLS = 10_000
 BODY = '{"role":"user","content":"hello there, how are you today?"}'

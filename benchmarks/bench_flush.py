@@ -36,9 +36,9 @@ from compozy_memory import (
     Summary,
     connect,
 )
+from compozy_memory._metrics import FlushMetrics
+from compozy_memory._wire.scripts import RedisClient
 from compozy_memory.embedded import start_server
-from compozy_memory.metrics import FlushMetrics
-from compozy_memory.scripts import RedisClient
 
 APPENDERS = 16
 INTERVAL = 0.005

@@ -1,8 +1,39 @@
 """compozy-memory: Redis-native distributed memory for fleets of LLM agents."""
 
-from compozy_memory.agents import MemoryReference
-from compozy_memory.config import MemoryResource
-from compozy_memory.connection import connect
+from compozy_memory._config.agents import MemoryReference
+from compozy_memory._config.registry import MemoryRegistry
+from compozy_memory._config.schema import MemoryResource
+from compozy_memory._flush.flusher import Flusher, FlushResult
+from compozy_memory._flush.lock import FencedLock, Lease
+from compozy_memory._flush.planner import FlushPlan, FlushSettings, plan_flush
+from compozy_memory._flush.summarizers import (
+    AnthropicSummarizer,
+    ExtractiveSummarizer,
+    RuleBasedSummarizer,
+    Summarizer,
+    Summary,
+)
+from compozy_memory._manager import MemoryManager
+from compozy_memory._metrics import FlushMetrics
+from compozy_memory._model.keys import InstanceKeys, sanitize_key
+from compozy_memory._model.messages import Message
+from compozy_memory._model.policy import MemoryPolicy, WaitPolicy
+from compozy_memory._model.tokens import (
+    CachedCounter,
+    HeuristicCounter,
+    SuppliedCounter,
+    TiktokenCounter,
+    TokenCounter,
+)
+from compozy_memory._store.instance import (
+    AppendResult,
+    MemoryHealth,
+    MemoryInstance,
+    Snapshot,
+    TrimResult,
+)
+from compozy_memory._wire.connection import connect
+from compozy_memory._wire.retry import NO_RETRY, RetryPolicy
 from compozy_memory.errors import (
     BackendError,
     BackendOutOfMemoryError,
@@ -25,37 +56,6 @@ from compozy_memory.errors import (
     ReplicationError,
     ScriptError,
     TemplateError,
-)
-from compozy_memory.flushing import Flusher, FlushResult
-from compozy_memory.instance import (
-    AppendResult,
-    MemoryHealth,
-    MemoryInstance,
-    Snapshot,
-    TrimResult,
-)
-from compozy_memory.keys import InstanceKeys, sanitize_key
-from compozy_memory.lock import FencedLock, Lease
-from compozy_memory.manager import MemoryManager
-from compozy_memory.messages import Message
-from compozy_memory.metrics import FlushMetrics
-from compozy_memory.planner import FlushPlan, FlushSettings, plan_flush
-from compozy_memory.policy import MemoryPolicy, WaitPolicy
-from compozy_memory.registry import MemoryRegistry
-from compozy_memory.retry import NO_RETRY, RetryPolicy
-from compozy_memory.summarizers import (
-    AnthropicSummarizer,
-    ExtractiveSummarizer,
-    RuleBasedSummarizer,
-    Summarizer,
-    Summary,
-)
-from compozy_memory.tokens import (
-    CachedCounter,
-    HeuristicCounter,
-    SuppliedCounter,
-    TiktokenCounter,
-    TokenCounter,
 )
 
 __version__ = "0.1.0"

@@ -30,8 +30,8 @@ from compozy_memory import (
     MemoryRegistry,
     connect,
 )
+from compozy_memory._wire.scripts import RedisClient
 from compozy_memory.embedded import start_server
-from compozy_memory.scripts import RedisClient
 
 PROJECT_DIR = Path(__file__).resolve().parent / "project"
 REPLICAS = 4

@@ -26,9 +26,9 @@ from compozy_memory import (
     Message,
     Summary,
 )
-from compozy_memory.keys import InstanceKeys
-from compozy_memory.metrics import FlushMetrics
-from compozy_memory.scripts import RedisClient
+from compozy_memory._metrics import FlushMetrics
+from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._wire.scripts import RedisClient
 from integration.engines import EngineSpec
 
 PROJECT = "flush"

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from compozy_memory import ConflictError, HeuristicCounter, MemoryInstance, MessageTooLargeError
-from compozy_memory.batching import batcher_for
-from compozy_memory.policy import MemoryPolicy
-from compozy_memory.scripts import RedisClient
+from compozy_memory._model.policy import MemoryPolicy
+from compozy_memory._wire.batching import batcher_for
+from compozy_memory._wire.scripts import RedisClient
 from integration.engines import EngineSpec
 
 SESSIONS = 40

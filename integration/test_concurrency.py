@@ -10,9 +10,9 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 
 from compozy_memory import HeuristicCounter
-from compozy_memory.keys import InstanceKeys
-from compozy_memory.messages import Message
-from compozy_memory.tokens import count_message
+from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.messages import Message
+from compozy_memory._model.tokens import count_message
 from integration.engines import EngineSpec
 from integration.workers import WRITER_TTL_SECONDS, append_worker, tokens_for
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from compozy_memory import ConflictError, FencedLock, LockLostError, Message, Summary
-from compozy_memory.keys import InstanceKeys
-from compozy_memory.scripts import RedisClient, script
+from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._wire.scripts import RedisClient, script
 from integration.engines import EngineSpec
 from integration.flush_support import (
     PROJECT,

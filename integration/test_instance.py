@@ -21,9 +21,9 @@ from compozy_memory import (
     ReadOnlyMemoryError,
     SuppliedCounter,
 )
+from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._wire.scripts import RedisClient, ScriptArg, script
 from compozy_memory.embedded import EmbeddedCluster
-from compozy_memory.keys import InstanceKeys
-from compozy_memory.scripts import RedisClient, ScriptArg, script
 
 PROJECT = "itest"
 

@@ -9,9 +9,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from compozy_memory import LockBusyError, LockLostError, MemoryInstance
-from compozy_memory.lock import FencedLock
-from compozy_memory.metrics import FlushMetrics
-from compozy_memory.scripts import RedisClient, script
+from compozy_memory._flush.lock import FencedLock
+from compozy_memory._metrics import FlushMetrics
+from compozy_memory._wire.scripts import RedisClient, script
 
 
 def memory(client: RedisClient, key: str) -> MemoryInstance:

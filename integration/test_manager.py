@@ -25,8 +25,8 @@ from compozy_memory import (
     TemplateError,
     connect,
 )
-from compozy_memory.agents import MemoryReference
-from compozy_memory.scripts import RedisClient
+from compozy_memory._config.agents import MemoryReference
+from compozy_memory._wire.scripts import RedisClient
 from integration.engines import EngineSpec
 from integration.workers import shared_memory_agent
 

@@ -27,8 +27,8 @@ from compozy_memory import (
     RetryPolicy,
     connect,
 )
+from compozy_memory._model.keys import InstanceKeys
 from compozy_memory.embedded import EmbeddedServer, find_binary, start_server
-from compozy_memory.keys import InstanceKeys
 from integration.engines import REQUIRE_REDIS7, redis7_binary
 from integration.faults import Load, consistency_problems, tally
 

@@ -19,8 +19,8 @@ from compozy_memory import (
     RetryPolicy,
     connect,
 )
-from compozy_memory.acl import acl_setuser
-from compozy_memory.cli import main
+from compozy_memory._ops.acl import acl_setuser
+from compozy_memory._ops.cli import main
 from compozy_memory.embedded import EmbeddedServer, start_server
 from integration.certs import make_certificates
 from integration.engines import REQUIRE_REDIS7, EngineSpec, redis7_binary

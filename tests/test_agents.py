@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from compozy_memory.agents import AgentConfigError, MemoryReference, resolve_agent_memories
-from compozy_memory.config import MemoryResource
+from compozy_memory._config.agents import AgentConfigError, MemoryReference, resolve_agent_memories
+from compozy_memory._config.schema import MemoryResource
 
 RESOURCES = {
     "support": MemoryResource(id="support", max_tokens=100),

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from compozy_memory.config import (
+from compozy_memory._config.schema import (
     PROFILES,
     CompressionConfig,
     MemoryResource,

@@ -14,10 +14,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compozy_memory.agents import resolve_agent_memories
+from compozy_memory._config.agents import resolve_agent_memories
+from compozy_memory._config.loader import load_project
+from compozy_memory._config.templates import render_key
 from compozy_memory.errors import ConfigurationError
-from compozy_memory.loader import load_project
-from compozy_memory.templates import render_key
 from integration.faults import Row, record_row, reproduce
 
 ROOT = Path(__file__).resolve().parent.parent

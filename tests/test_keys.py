@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from compozy_memory import ConfigurationError, InstanceKeys, sanitize_key
-from compozy_memory.keys import MAX_KEY_LENGTH
+from compozy_memory._model.keys import MAX_KEY_LENGTH
 
 SAFE = re.compile(r"^[a-zA-Z0-9\-_.:#]+$")
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from compozy_memory.cli import main
+from compozy_memory._config.loader import load_project
+from compozy_memory._config.registry import MemoryRegistry
+from compozy_memory._ops.cli import main
 from compozy_memory.errors import ConfigFileError, ConfigurationError, MemoryNotFoundError
-from compozy_memory.loader import load_project
-from compozy_memory.registry import MemoryRegistry
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "project"
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from compozy_memory import InvalidMessageError, Message
-from compozy_memory.messages import encode_body
+from compozy_memory._model.messages import encode_body
 
 
 def test_body_is_compact_and_leaves_script_fields_out() -> None:

@@ -5,10 +5,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compozy_memory.config import PROFILES, MemoryResource
-from compozy_memory.instance import Snapshot
-from compozy_memory.messages import Message
-from compozy_memory.planner import FlushPlan, FlushSettings, plan_flush, tool_groups
+from compozy_memory._config.schema import PROFILES, MemoryResource
+from compozy_memory._flush.planner import FlushPlan, FlushSettings, plan_flush, tool_groups
+from compozy_memory._model.messages import Message
+from compozy_memory._store.instance import Snapshot
 
 
 def conversation(spec: list[tuple[str, int, int]]) -> list[Message]:

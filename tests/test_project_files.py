@@ -41,7 +41,7 @@ def test_readme_quick_start_names_the_two_commands() -> None:
 
 
 def test_readme_shows_the_acl_line_the_cli_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    from compozy_memory.cli import main
+    from compozy_memory._ops.cli import main
 
     assert main(["acl", "--project", "acme", "--user", "support-bot", "--read-only"]) == 0
     line = capsys.readouterr().out.strip()

@@ -28,9 +28,9 @@ from compozy_memory import (
     WaitPolicy,
     connect,
 )
-from compozy_memory.acl import READ_COMMANDS, WRITE_COMMANDS, acl_rules
-from compozy_memory.config import MemoryResource
-from compozy_memory.scripts import script, translate
+from compozy_memory._config.schema import MemoryResource
+from compozy_memory._ops.acl import READ_COMMANDS, WRITE_COMMANDS, acl_rules
+from compozy_memory._wire.scripts import script, translate
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 

@@ -12,7 +12,7 @@ from compozy_memory import (
     Message,
     RuleBasedSummarizer,
 )
-from compozy_memory.metrics import FlushMetrics
+from compozy_memory._metrics import FlushMetrics
 from tests.anthropic_stub import Reply, anthropic_stub
 
 COUNTER = HeuristicCounter()

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
+from compozy_memory._config.templates import KeyTemplate, compile_template, render_key
+from compozy_memory._model.keys import InstanceKeys
 from compozy_memory.errors import TemplateError
-from compozy_memory.keys import InstanceKeys
-from compozy_memory.templates import KeyTemplate, compile_template, render_key
 
 CONTEXT = {
     "project": {"id": "acme"},

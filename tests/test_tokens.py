@@ -11,7 +11,7 @@ from compozy_memory import (
     SuppliedCounter,
     TiktokenCounter,
 )
-from compozy_memory.tokens import MESSAGE_OVERHEAD_TOKENS, count_message, local_encodings
+from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, count_message, local_encodings
 
 
 def test_offline_encoding_counts_exactly() -> None:

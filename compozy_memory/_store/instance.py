@@ -14,7 +14,18 @@ from typing import TYPE_CHECKING, Any
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis, RedisCluster
 
-from compozy_memory.batching import batcher_for
+from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.messages import Message, encode_body
+from compozy_memory._model.policy import MemoryPolicy, WaitPolicy
+from compozy_memory._model.tokens import (
+    CachedCounter,
+    TiktokenCounter,
+    TokenCounter,
+    count_message,
+)
+from compozy_memory._wire.batching import batcher_for
+from compozy_memory._wire.retry import RetryPolicy
+from compozy_memory._wire.scripts import RedisClient, ScriptArg, backend_errors, script, translate
 from compozy_memory.errors import (
     ConfigurationError,
     InvalidMessageError,
@@ -23,20 +34,9 @@ from compozy_memory.errors import (
     ReplicationError,
     ScriptError,
 )
-from compozy_memory.keys import InstanceKeys
-from compozy_memory.messages import Message, encode_body
-from compozy_memory.policy import MemoryPolicy, WaitPolicy
-from compozy_memory.retry import RetryPolicy
-from compozy_memory.scripts import RedisClient, ScriptArg, backend_errors, script, translate
-from compozy_memory.tokens import (
-    CachedCounter,
-    TiktokenCounter,
-    TokenCounter,
-    count_message,
-)
 
 if TYPE_CHECKING:
-    from compozy_memory.flushing import Flusher, FlushResult
+    from compozy_memory._flush.flusher import Flusher, FlushResult
 
 __all__ = ["AppendResult", "MemoryHealth", "MemoryInstance", "TrimResult"]
 
@@ -139,11 +139,11 @@ class MemoryInstance:
     responses or not. Every write is one script call, so concurrent replicas never overwrite
     one another; a read-only handle raises :class:`ReadOnlyMemoryError` before any write
     reaches Redis. On a standalone client, calls made by many handles in the same event-loop
-    iteration go out as one pipeline (see :mod:`compozy_memory.batching`); ``batching=False``
+    iteration go out as one pipeline (see :mod:`compozy_memory._wire.batching`); ``batching=False``
     sends each call on its own.
 
     Calls that meet an unreachable server are retried within ``retry`` (see
-    :mod:`compozy_memory.retry`); every call is safe to repeat, appends included.
+    :mod:`compozy_memory._wire.retry`); every call is safe to repeat, appends included.
     """
 
     def __init__(

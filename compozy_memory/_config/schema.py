@@ -20,8 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-from compozy_memory.messages import MAX_PRIORITY
-from compozy_memory.policy import MemoryPolicy, WaitPolicy
+from compozy_memory._model.messages import MAX_PRIORITY
+from compozy_memory._model.policy import MemoryPolicy, WaitPolicy
 
 __all__ = [
     "KNOWN_CONTEXT_WINDOWS",

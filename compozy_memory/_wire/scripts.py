@@ -58,11 +58,12 @@ _ERRORS: dict[str, type[CompozyMemoryError]] = {
 
 
 def _lua_dir() -> Path:
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "lua", here.parent / "lua"):
+    package = Path(__file__).resolve().parent.parent
+    # An installed wheel carries lua/ inside the package; a source checkout has it beside.
+    for candidate in (package / "lua", package.parent / "lua"):
         if (candidate / "_lib.lua").is_file():
             return candidate
-    raise FileNotFoundError(f"compozy-memory's lua/ scripts are missing beside {here}")
+    raise FileNotFoundError(f"compozy-memory's lua/ scripts are missing beside {package}")
 
 
 @dataclass(frozen=True, slots=True)

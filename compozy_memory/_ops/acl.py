@@ -10,7 +10,7 @@ directly is still refused by the server (NOPERM), not only by the library.
 
 from __future__ import annotations
 
-from compozy_memory.keys import validate_project
+from compozy_memory._model.keys import validate_project
 
 __all__ = ["READ_COMMANDS", "WRITE_COMMANDS", "acl_rules", "acl_setuser"]
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from compozy_memory.errors import ConfigurationError, MissingTokenCountError
 
 if TYPE_CHECKING:
-    from compozy_memory.messages import Message
+    from compozy_memory._model.messages import Message
 
 __all__ = [
     "DEFAULT_ENCODING",

@@ -26,11 +26,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from compozy_memory.config import CompressionSettings, MemoryResource
-from compozy_memory.messages import Message
+from compozy_memory._config.schema import CompressionSettings, MemoryResource
+from compozy_memory._model.messages import Message
 
 if TYPE_CHECKING:
-    from compozy_memory.instance import Snapshot
+    from compozy_memory._store.instance import Snapshot
 
 __all__ = ["FlushPlan", "FlushSettings", "plan_flush", "tool_groups"]
 

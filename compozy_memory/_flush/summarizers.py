@@ -29,18 +29,18 @@ from tenacity import (
     wait_random,
 )
 
-from compozy_memory.config import (
+from compozy_memory._config.schema import (
     AnthropicSummarizerConfig,
     ExtractiveSummarizerConfig,
     RuleBasedSummarizerConfig,
 )
-from compozy_memory.messages import Message
-from compozy_memory.tokens import TokenCounter
+from compozy_memory._model.messages import Message
+from compozy_memory._model.tokens import TokenCounter
 
 if TYPE_CHECKING:
     import anthropic
 
-    from compozy_memory.metrics import FlushMetrics
+    from compozy_memory._metrics import FlushMetrics
 
 __all__ = [
     "AnthropicSummarizer",

@@ -4,7 +4,7 @@
    flush in the background (debounced, one at a time per instance in this process).
 2. The flush takes the fenced lock (other replicas that find it taken skip), refreshes it
    while working, and is cancelled if the lease is lost.
-3. It reads a snapshot, plans (:mod:`compozy_memory.planner`) and summarises with no lock
+3. It reads a snapshot, plans (:mod:`compozy_memory._flush.planner`) and summarises with no lock
    that appenders wait on.
 4. ``flush_commit.lua`` checks the epoch and that the planned messages are still where the
    plan saw them, then replaces exactly those with the summary and archives the originals.
@@ -21,16 +21,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
+from compozy_memory._flush.lock import FencedLock, Lease
+from compozy_memory._flush.planner import FlushPlan, FlushSettings, plan_flush
+from compozy_memory._flush.summarizers import Summarizer, Summary
+from compozy_memory._metrics import FlushMetrics, default_metrics
+from compozy_memory._model.messages import Message, encode_body
+from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, count_message
 from compozy_memory.errors import CompozyMemoryError, ConflictError, LockLostError, ReplicationError
-from compozy_memory.lock import FencedLock, Lease
-from compozy_memory.messages import Message, encode_body
-from compozy_memory.metrics import FlushMetrics, default_metrics
-from compozy_memory.planner import FlushPlan, FlushSettings, plan_flush
-from compozy_memory.summarizers import Summarizer, Summary
-from compozy_memory.tokens import MESSAGE_OVERHEAD_TOKENS, count_message
 
 if TYPE_CHECKING:
-    from compozy_memory.instance import AppendResult, MemoryInstance
+    from compozy_memory._store.instance import AppendResult, MemoryInstance
 
 __all__ = ["FlushResult", "Flusher"]
 

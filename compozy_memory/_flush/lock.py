@@ -26,8 +26,8 @@ from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_expo
 from compozy_memory.errors import BackendError, LockBusyError, LockLostError
 
 if TYPE_CHECKING:
-    from compozy_memory.instance import MemoryInstance
-    from compozy_memory.metrics import FlushMetrics
+    from compozy_memory._metrics import FlushMetrics
+    from compozy_memory._store.instance import MemoryInstance
 
 __all__ = ["FencedLock", "Lease"]
 

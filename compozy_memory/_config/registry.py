@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compozy_memory.agents import MemoryReference, resolve_agent_memories
-from compozy_memory.config import MemoryResource
+from compozy_memory._config.agents import MemoryReference, resolve_agent_memories
+from compozy_memory._config.loader import AgentEntry, Project, load_project
+from compozy_memory._config.schema import MemoryResource
+from compozy_memory._model.keys import validate_project
 from compozy_memory.errors import ConfigurationError, MemoryNotFoundError, unknown_name
-from compozy_memory.keys import validate_project
-from compozy_memory.loader import AgentEntry, Project, load_project
 
 __all__ = ["MemoryRegistry"]
 

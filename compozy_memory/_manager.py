@@ -6,20 +6,20 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from compozy_memory.agents import MemoryReference
-from compozy_memory.config import MemoryResource
+from compozy_memory._config.agents import MemoryReference
+from compozy_memory._config.registry import MemoryRegistry
+from compozy_memory._config.schema import MemoryResource
+from compozy_memory._config.templates import compile_template
+from compozy_memory._flush.flusher import Flusher
+from compozy_memory._flush.planner import FlushSettings
+from compozy_memory._flush.summarizers import Summarizer, build_summarizer
+from compozy_memory._metrics import FlushMetrics, default_metrics
+from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.tokens import TokenCounter
+from compozy_memory._store.instance import MemoryInstance, default_counter
+from compozy_memory._wire.retry import RetryPolicy
+from compozy_memory._wire.scripts import RedisClient
 from compozy_memory.errors import ConfigurationError
-from compozy_memory.flushing import Flusher
-from compozy_memory.instance import MemoryInstance, default_counter
-from compozy_memory.keys import InstanceKeys
-from compozy_memory.metrics import FlushMetrics, default_metrics
-from compozy_memory.planner import FlushSettings
-from compozy_memory.registry import MemoryRegistry
-from compozy_memory.retry import RetryPolicy
-from compozy_memory.scripts import RedisClient
-from compozy_memory.summarizers import Summarizer, build_summarizer
-from compozy_memory.templates import compile_template
-from compozy_memory.tokens import TokenCounter
 
 __all__ = ["MemoryManager"]
 

@@ -7,7 +7,7 @@ template names is looked up in the context, so a missing one is reported in full
 (``workflow.input.user_id``) together with what the context does have there. Paths through
 private attributes (``__class__``, ``_x``) are refused outright.
 
-The rendered text is then sanitised by :func:`compozy_memory.keys.sanitize_key`, so whatever
+The rendered text is then sanitised by :func:`compozy_memory._model.keys.sanitize_key`, so whatever
 the context holds, the key stays in its project's namespace and cannot pick its Cluster slot.
 """
 
@@ -22,8 +22,8 @@ from jinja2 import StrictUndefined, nodes
 from jinja2.exceptions import SecurityError, TemplateSyntaxError, UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 
+from compozy_memory._model.keys import sanitize_key
 from compozy_memory.errors import ConfigurationError, TemplateError
-from compozy_memory.keys import sanitize_key
 
 __all__ = ["KeyTemplate", "compile_template", "render_key"]
 

@@ -29,7 +29,7 @@ from typing import Any, cast
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from compozy_memory.scripts import RedisClient, Script, ScriptArg, translate
+from compozy_memory._wire.scripts import RedisClient, Script, ScriptArg, translate
 
 __all__ = ["MAX_PIPELINE", "ScriptBatcher", "batcher_for"]
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from compozy_memory.config import MemoryResource
+from compozy_memory._config.schema import MemoryResource
 from compozy_memory.errors import ConfigurationError, format_path, unknown_key, unknown_name
 
 __all__ = [

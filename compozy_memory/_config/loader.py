@@ -22,14 +22,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from compozy_memory import config as config_models
-from compozy_memory.agents import (
+from compozy_memory._config import schema as config_models
+from compozy_memory._config.agents import (
     AgentConfigError,
     MemoryReference,
     configuration_level,
     resolve_agent_memories,
 )
-from compozy_memory.config import MemoryResource
+from compozy_memory._config.schema import MemoryResource
+from compozy_memory._model.keys import validate_project
 from compozy_memory.errors import (
     ConfigFileError,
     ConfigProblem,
@@ -37,7 +38,6 @@ from compozy_memory.errors import (
     format_path,
     unknown_key,
 )
-from compozy_memory.keys import validate_project
 
 __all__ = ["PROJECT_FILE", "AgentEntry", "Project", "ResourceEntry", "load_project"]
 

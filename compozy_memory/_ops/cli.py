@@ -5,7 +5,7 @@ resolved memory resources and agents, or every problem with file, line and key p
 0 when the project is valid, 1 when it has problems, 2 on a usage error.
 
 ``compozy-memory acl --project ID --user NAME [--read-only]`` prints the ``ACL SETUSER`` line
-for a user confined to one project's memories (see :mod:`compozy_memory.acl`).
+for a user confined to one project's memories (see :mod:`compozy_memory._ops.acl`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from compozy_memory.acl import acl_setuser
+from compozy_memory._config.loader import Project, load_project
+from compozy_memory._ops.acl import acl_setuser
 from compozy_memory.errors import ConfigFileError, ConfigurationError
-from compozy_memory.loader import Project, load_project
 
 __all__ = ["main"]
 

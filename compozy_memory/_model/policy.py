@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
 
+from compozy_memory._model.messages import MAX_PRIORITY
 from compozy_memory.errors import ConfigurationError
-from compozy_memory.messages import MAX_PRIORITY
 
 __all__ = ["DEFAULT_PRIORITY", "MemoryPolicy", "WaitPolicy"]
 

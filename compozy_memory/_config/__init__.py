@@ -1,0 +1,1 @@
+"""The project's YAML: schema, loader, registry, agents, key templates."""

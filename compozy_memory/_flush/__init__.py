@@ -1,0 +1,1 @@
+"""Bringing a memory back under budget: settings, planner, summarizers, lock, flusher."""

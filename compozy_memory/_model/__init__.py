@@ -1,0 +1,1 @@
+"""Plain data: messages, keys, limits, policies, token counts and result types."""

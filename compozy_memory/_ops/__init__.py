@@ -1,0 +1,1 @@
+"""Operating tools: ACL lines and the command line."""

@@ -1,0 +1,1 @@
+"""One memory and its operations, thin over the gateway."""

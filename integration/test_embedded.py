@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from compozy_memory import ConfigurationError
+from compozy_memory import StartupError
 from compozy_memory.embedded import find_binary, start_server
 
 
@@ -21,10 +21,10 @@ def test_server_starts_answers_and_cleans_up() -> None:
 
 
 def test_a_taken_port_is_a_clear_error() -> None:
-    with start_server() as first, pytest.raises(ConfigurationError, match="in use"):
+    with start_server() as first, pytest.raises(StartupError, match="in use"):
         start_server(port=first.port)
 
 
 def test_a_missing_binary_is_a_clear_error() -> None:
-    with pytest.raises(ConfigurationError, match="not found"):
+    with pytest.raises(StartupError, match="not found"):
         find_binary("no-such-server")

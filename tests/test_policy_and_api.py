@@ -23,7 +23,8 @@ def test_public_surface_is_pinned() -> None:
             "MessageTooLargeError", "MissingTokenCountError", "NO_RETRY", "ReadOnlyMemoryError",
             "ReplicationError", "RetryPolicy", "WaitPolicy",
             "RuleBasedSummarizer", "ScriptError", "Snapshot", "Summarizer", "Summary",
-            "SuppliedCounter", "TemplateError", "TiktokenCounter", "TokenCounter", "TrimResult",
+            "StartupError", "SuppliedCounter", "TemplateError", "TiktokenCounter", "TokenCounter",
+            "TrimResult", "UsageError",
             "__version__", "connect", "plan_flush", "sanitize_key",
         ]
     )  # fmt: skip

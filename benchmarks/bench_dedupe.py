@@ -32,7 +32,8 @@ async def round_of(client: Redis, mode: str, label: str) -> float:
         for n in range(start, start + 250):
             token = f"~bench:{label}:{n}" if mode == "with key" else ""
             pipe.execute_command(
-                "EVALSHA", append.sha, 3, keys.msgs, keys.meta, keys.dedupe, 0, 0, token, 1, 12,
+                "EVALSHA", append.sha, 5, keys.msgs, keys.meta, keys.archive, keys.summaries,
+                keys.dedupe, 0, 0, token, 1, 12,
                 2, BODY,
             )  # fmt: skip
         await pipe.execute()

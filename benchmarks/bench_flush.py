@@ -37,7 +37,7 @@ from compozy_memory import (
     connect,
 )
 from compozy_memory._metrics import FlushMetrics
-from compozy_memory._wire.scripts import RedisClient
+from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import start_server
 
 APPENDERS = 16
@@ -81,9 +81,10 @@ async def scenario(client: RedisClient, mode: str, seconds: float) -> list[float
         policy=MemoryPolicy(max_tokens=BUDGET),
     )
     flusher = Flusher(
-        memory,
+        memory.gateway,
         FlushSettings(max_tokens=BUDGET, summary_tokens=200, snapshot_limit=SNAPSHOT_LIMIT),
         SlowSummarizer(),
+        COUNTER,
         metrics=FlushMetrics(CollectorRegistry()),
     )
     await memory.append_many(turn(i) for i in range(150))  # already past the threshold

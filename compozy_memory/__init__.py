@@ -3,21 +3,30 @@
 from compozy_memory._config.agents import MemoryReference
 from compozy_memory._config.registry import MemoryRegistry
 from compozy_memory._config.schema import MemoryResource
-from compozy_memory._flush.flusher import Flusher, FlushResult
+from compozy_memory._flush.flusher import Flusher
 from compozy_memory._flush.lock import FencedLock, Lease
-from compozy_memory._flush.planner import FlushPlan, FlushSettings, plan_flush
+from compozy_memory._flush.planner import plan_flush
+from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._flush.summarizers import (
     AnthropicSummarizer,
     ExtractiveSummarizer,
     RuleBasedSummarizer,
     Summarizer,
-    Summary,
 )
 from compozy_memory._manager import MemoryManager
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._model.keys import InstanceKeys, sanitize_key
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy, WaitPolicy
+from compozy_memory._model.results import (
+    AppendResult,
+    FlushPlan,
+    FlushResult,
+    MemoryHealth,
+    Snapshot,
+    Summary,
+    TrimResult,
+)
 from compozy_memory._model.tokens import (
     CachedCounter,
     HeuristicCounter,
@@ -25,13 +34,7 @@ from compozy_memory._model.tokens import (
     TiktokenCounter,
     TokenCounter,
 )
-from compozy_memory._store.instance import (
-    AppendResult,
-    MemoryHealth,
-    MemoryInstance,
-    Snapshot,
-    TrimResult,
-)
+from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._wire.connection import connect
 from compozy_memory._wire.retry import NO_RETRY, RetryPolicy
 from compozy_memory.errors import (

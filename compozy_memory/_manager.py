@@ -8,17 +8,28 @@ from typing import Any
 
 from compozy_memory._config.agents import MemoryReference
 from compozy_memory._config.registry import MemoryRegistry
-from compozy_memory._config.schema import MemoryResource
+from compozy_memory._config.schema import (
+    AnthropicSummarizerConfig,
+    CompressionSettings,
+    ExtractiveSummarizerConfig,
+    MemoryResource,
+    RuleBasedSummarizerConfig,
+)
 from compozy_memory._config.templates import compile_template
 from compozy_memory._flush.flusher import Flusher
-from compozy_memory._flush.planner import FlushSettings
-from compozy_memory._flush.summarizers import Summarizer, build_summarizer
+from compozy_memory._flush.settings import BatchSizes, Compression, FlushSettings
+from compozy_memory._flush.summarizers import (
+    AnthropicSummarizer,
+    ExtractiveSummarizer,
+    RuleBasedSummarizer,
+    Summarizer,
+)
 from compozy_memory._metrics import FlushMetrics, default_metrics
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._model.tokens import TokenCounter
-from compozy_memory._store.instance import MemoryInstance, default_counter
+from compozy_memory._model.tokens import TokenCounter, default_counter
+from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.scripts import RedisClient
+from compozy_memory._wire.translate import RedisClient
 from compozy_memory.errors import ConfigurationError
 
 __all__ = ["MemoryManager"]
@@ -100,9 +111,10 @@ class MemoryManager:
             if self.flushing and not reference.read_only and budget is not None:
                 handle.attach_flusher(
                     Flusher(
-                        handle,
-                        FlushSettings.from_resource(resource),
+                        handle.gateway,
+                        flush_settings(resource),
                         self._summarizer_for(resource),
+                        self.counter,
                         lock_ttl=resource.locking.flush_ttl,
                         metrics=self.metrics,
                         name=resource.id,
@@ -143,3 +155,66 @@ class MemoryManager:
     def open_handles(self) -> int:
         """How many distinct handles are alive (for monitoring and tests)."""
         return len(self._handles)
+
+
+# Which share of token_allocation limits a priority block: 0 is the system prompt, 1 what the
+# memory must keep long, 2 and up the conversation.
+_ALLOCATION_OF_PRIORITY = {0: "system", 1: "long_term"}
+
+
+def flush_settings(resource: MemoryResource) -> FlushSettings:
+    """What a flush of ``resource`` aims for."""
+    budget = resource.effective_max_tokens
+    if budget is None:
+        raise ConfigurationError(f"memory {resource.id!r} has no token budget to flush towards")
+    allocation = resource.token_allocation
+    limits: dict[int, int] = {}
+    for block in resource.priority_blocks:
+        candidates = [block.max_tokens] if block.max_tokens else []
+        if allocation is not None:
+            share = getattr(allocation, _ALLOCATION_OF_PRIORITY.get(block.priority, "short_term"))
+            candidates.append(int(budget * share))
+        if candidates and block.priority > 0:
+            limits[block.priority] = min(candidates)
+    strategy = resource.flushing_strategy
+    compression = resource.compression.resolve() if resource.compression else None
+    return FlushSettings(
+        max_tokens=budget,
+        summarize_threshold=strategy.summarize_threshold,
+        summarize_oldest_percent=strategy.summarize_oldest_percent,
+        summary_tokens=min(strategy.summary_tokens, budget // 2),
+        strategy=strategy.type,
+        priority_limits=limits,
+        compression=compression_settings(compression) if compression else None,
+    )
+
+
+def compression_settings(settings: CompressionSettings) -> Compression:
+    sizes = settings.batch_sizes
+    return Compression(
+        max_l1_messages=settings.max_l1_messages,
+        min_l1_messages=settings.min_l1_messages,
+        warning_threshold_percent=settings.warning_threshold_percent,
+        critical_threshold_percent=settings.critical_threshold_percent,
+        batch_sizes=BatchSizes(sizes.normal, sizes.warning, sizes.critical),
+    )
+
+
+def build_summarizer(
+    config: RuleBasedSummarizerConfig | ExtractiveSummarizerConfig | AnthropicSummarizerConfig,
+    counter: TokenCounter,
+    *,
+    metrics: FlushMetrics | None = None,
+) -> Summarizer:
+    """The summarizer a resource's ``summarizer`` block asks for."""
+    if isinstance(config, AnthropicSummarizerConfig):
+        return AnthropicSummarizer(
+            counter,
+            model=config.model,
+            timeout=config.timeout,
+            max_retries=config.max_retries,
+            metrics=metrics,
+        )
+    if isinstance(config, ExtractiveSummarizerConfig):
+        return ExtractiveSummarizer(counter)
+    return RuleBasedSummarizer(counter)

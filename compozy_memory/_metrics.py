@@ -36,18 +36,19 @@ class FlushMetrics:
         self.lock_acquisitions = Counter(
             "compozy_memory_lock_acquisitions_total",
             "Flush lock attempts: acquired, or busy (contention)",
-            ["result"],
+            ["memory", "result"],
             registry=registry,
         )
         self.lock_refreshes = Counter(
             "compozy_memory_lock_refreshes_total",
             "Lease refreshes: ok, or lost",
-            ["result"],
+            ["memory", "result"],
             registry=registry,
         )
         self.lock_hold_seconds = Histogram(
             "compozy_memory_lock_hold_seconds",
             "How long a flush held the lock",
+            ["memory"],
             registry=registry,
         )
         self.summarizer_seconds = Histogram(

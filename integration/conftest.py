@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from compozy_memory._wire.scripts import RedisClient
+from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer, start_cluster, start_server
 from integration.engines import REQUIRE_REDIS7, EngineSpec, redis7_binary, spec_for
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from compozy_memory import BackendUnavailableError, MemoryInstance
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._wire.scripts import RedisClient
+from compozy_memory._wire.translate import RedisClient
 
 ROWS_DIR = Path(os.environ.get("COMPOZY_RELIABILITY_DIR", "build/reliability"))
 

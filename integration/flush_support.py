@@ -28,7 +28,7 @@ from compozy_memory import (
 )
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._wire.scripts import RedisClient
+from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 
 PROJECT = "flush"
@@ -68,15 +68,23 @@ def open_memory(
     )
     memory.attach_flusher(
         Flusher(
-            memory,
+            memory.gateway,
             FlushSettings(max_tokens=budget, summary_tokens=min(120, budget // 4)),
             SlowSummarizer(delay, marker),
+            COUNTER,
             lock_ttl=lock_ttl,
             debounce=timedelta(milliseconds=10),
             metrics=FlushMetrics(CollectorRegistry()),
         )
     )
     return memory
+
+
+def flusher_of(memory: MemoryInstance) -> Flusher:
+    """The Flusher open_memory attached (tests reach into its settings and lock)."""
+    flusher = memory.flusher
+    assert isinstance(flusher, Flusher)
+    return flusher
 
 
 def writer_with_flushes(

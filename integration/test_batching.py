@@ -10,7 +10,7 @@ import pytest
 from compozy_memory import ConflictError, HeuristicCounter, MemoryInstance, MessageTooLargeError
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._wire.batching import batcher_for
-from compozy_memory._wire.scripts import RedisClient
+from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 
 SESSIONS = 40

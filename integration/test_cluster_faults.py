@@ -71,7 +71,7 @@ async def test_a_thousand_memories_over_every_master_run_every_script(
         assert (await mem.trim(keep_messages=3)).removed_count == 2
         await mem.replace([{"role": "user", "content": "fresh"}], if_last_id=5)
         await mem.set_ttl(timedelta(minutes=30))
-        lease = await FencedLock(mem, timedelta(seconds=5)).try_acquire()
+        lease = await FencedLock(mem.gateway, timedelta(seconds=5)).try_acquire()
         assert lease is not None
         assert await lease.release()
         assert len(await mem.recall()) == 5  # 2 trimmed, 3 replaced

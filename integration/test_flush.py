@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from compozy_memory import ConflictError, FencedLock, LockLostError, Message, Summary
+from compozy_memory import ConflictError, FencedLock, FlushPlan, LockLostError, Message, Summary
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._wire.scripts import RedisClient, script
+from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.flush_support import (
     PROJECT,
     audit,
+    flusher_of,
     open_memory,
     paused_flusher,
     writer_with_flushes,
@@ -74,7 +75,9 @@ async def test_a_flooded_memory_is_flushed_in_bounded_rounds(
 ) -> None:
     memory = open_memory(client, memory_key, budget=300)
     assert memory.flusher is not None
-    memory.flusher.settings = dataclasses.replace(memory.flusher.settings, snapshot_limit=40)
+    flusher_of(memory).settings = dataclasses.replace(
+        flusher_of(memory).settings, snapshot_limit=40
+    )
     ids = await fill(memory, 400)
     result = await memory.flush()
     assert result.outcome == "summarised"
@@ -116,7 +119,7 @@ async def test_messages_appended_during_summarisation_stay(
             late.extend(await fill(memory, 5, start=100))  # another replica keeps writing
             return Summary("summary text", "test")
 
-    memory.flusher.summarizer = AppendingSummarizer()
+    flusher_of(memory).summarizer = AppendingSummarizer()
     result = await memory.flush()
     assert result.outcome == "summarised"
     found = await audit(client, memory_key, ids + late)
@@ -139,7 +142,7 @@ async def test_a_changed_memory_is_replanned_not_half_written(
                 await memory.trim(keep_messages=25)  # the plan's prefix moves away
             return Summary("summary text", "test")
 
-    memory.flusher.summarizer = TrimmingSummarizer()
+    flusher_of(memory).summarizer = TrimmingSummarizer()
     result = await memory.flush()
     assert result.outcome == "summarised"
     assert calls == 2  # the first commit was refused, the second plan went through
@@ -157,12 +160,12 @@ async def test_the_fence_refuses_a_holder_whose_lease_moved_on(
     class PausedSummarizer:
         async def summarize(self, messages: Sequence[Message], *, max_tokens: int) -> Summary:
             await client.delete(memory.keys.lock)  # our lease ends, as after a long pause
-            other = await FencedLock(memory).try_acquire()  # another replica: a newer epoch
+            other = await FencedLock(memory.gateway).try_acquire()  # another replica: a newer epoch
             assert other is not None
             await other.release()
             return Summary("stale summary", "test")
 
-    memory.flusher.summarizer = PausedSummarizer()
+    flusher_of(memory).summarizer = PausedSummarizer()
     with pytest.raises(LockLostError, match="stale fencing epoch"):
         await memory.flush()
     assert (await audit(client, memory_key, ids)).summaries == 0
@@ -174,20 +177,32 @@ async def test_the_commit_script_refuses_stale_epochs_and_moved_messages(
     memory = open_memory(client, memory_key, budget=200)
     ids = await fill(memory, 5)
     keys = InstanceKeys.build(PROJECT, memory_key)
-    lease = await memory.flusher.lock.try_acquire() if memory.flusher else None
+    lease = await flusher_of(memory).lock.try_acquire() if memory.flusher else None
     assert lease is not None
     before = await client.lrange(keys.msgs, 0, -1)
-    body = '{"role":"system","content":"s","type":"summary"}'
-    commit = script("flush_commit")
-    plan = [ids[0], ids[1], ids[0], ids[1]]  # prefix seen, then ids to remove
+    body = b'{"role":"system","content":"s","type":"summary"}'
+    plan = FlushPlan(prefix_ids=(ids[0], ids[1]), summarize_ids=(ids[0], ids[1]))
+    commit = memory.gateway.flush_commit
     with pytest.raises(LockLostError, match="stale fencing epoch"):
         await commit(
-            client, keys.data, [0, 0, lease.epoch - 1, 2, 2, 0, 3, body, *plan], key=memory_key
+            epoch=lease.epoch - 1,
+            incarnation=lease.incarnation,
+            plan=plan,
+            summary_body=body,
+            summary_tokens=3,
         )
-    moved = [ids[1], ids[0], ids[0], ids[1]]  # the plan saw another order
+    with pytest.raises(LockLostError, match="expired and was written again"):
+        await commit(
+            epoch=lease.epoch, incarnation="1", plan=plan, summary_body=body, summary_tokens=3
+        )
+    moved = FlushPlan(prefix_ids=(ids[1], ids[0]), summarize_ids=(ids[0], ids[1]))
     with pytest.raises(ConflictError, match="the plan saw"):
         await commit(
-            client, keys.data, [0, 0, lease.epoch, 2, 2, 0, 3, body, *moved], key=memory_key
+            epoch=lease.epoch,
+            incarnation=lease.incarnation,
+            plan=moved,
+            summary_body=body,
+            summary_tokens=3,
         )
     assert await client.lrange(keys.msgs, 0, -1) == before
     await audit(client, memory_key, ids)

@@ -22,8 +22,10 @@ from compozy_memory import (
     SuppliedCounter,
 )
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._wire.scripts import RedisClient, ScriptArg, script
+from compozy_memory._wire.scripts import ScriptArg
+from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedCluster
+from integration.raw import run_raw
 
 PROJECT = "itest"
 
@@ -323,26 +325,46 @@ async def test_scripts_validate_everything_before_their_first_write(
     mem = memory(client, memory_key)
     await mem.append({"role": "user", "content": "before", "tokens": 5})
     before = await state(client, keys)
-    append = script("append")
     good: list[ScriptArg] = [3, 2, '{"role":"user","content":"ok"}']
-    cases: list[list[ScriptArg]] = [
-        [0, 0, "", 2, *good, "x", 2, '{"role":"user"}'],  # tokens not a number
-        [0, 0, "", 2, *good, 3, 100, '{"role":"user"}'],  # priority out of range
-        [0, 0, "", 2, *good, 3, 2, "not json"],  # body not an object
-        [0, 0, "", 2, *good, 3, 2, "{}"],  # empty object
-        [0, 0, "", 2, *good],  # fewer triples than n
-        [0, 2, "", 2, *good, 3, 2, '{"role":"user"}'],  # over max_tokens
-        [-5, 0, "", 1, *good],  # negative ttl
-        [0, 0, "k" * 257, 1, *good],  # dedupe key too long
+    ok: dict[str, ScriptArg] = {"ttl_ms": 0, "max_tokens": 0, "dedupe_key": "", "n": 2}
+    cases: list[tuple[dict[str, ScriptArg], list[ScriptArg]]] = [
+        (ok, [*good, "x", 2, '{"role":"user"}']),  # tokens not a number
+        (ok, [*good, 3, 100, '{"role":"user"}']),  # priority out of range
+        (ok, [*good, 3, 2, "not json"]),  # body not an object
+        (ok, [*good, 3, 2, "{}"]),  # empty object
+        (ok, good),  # fewer triples than n
+        ({**ok, "max_tokens": 2}, [*good, 3, 2, '{"role":"user"}']),  # over max_tokens
+        ({**ok, "ttl_ms": -5, "n": 1}, good),  # negative ttl
+        ({**ok, "dedupe_key": "k" * 257, "n": 1}, good),  # dedupe key too long
+        ({**ok, "n": 1}, [10**300, 2, '{"role":"user"}']),  # a count past any bound
+        ({**ok, "n": 1}, [2**63, 2, '{"role":"user"}']),
     ]
-    append_keys = (keys.msgs, keys.meta, keys.dedupe, keys.archive, keys.summaries)
-    for args in cases:
+    for values, rest in cases:
         with pytest.raises((InvalidMessageError, MessageTooLargeError)):
-            await append(client, append_keys, args, key=memory_key)
+            await run_raw(client, "append", keys, values, rest)
     with pytest.raises(ConflictError):
-        await script("replace")(client, keys.data, [0, 0, 0, 99, "", 1, *good], key=memory_key)
+        await run_raw(
+            client,
+            "replace",
+            keys,
+            {
+                "ttl_ms": 0,
+                "max_tokens": 0,
+                "archive_max": 0,
+                "if_last_id": 99,
+                "if_incarnation": "",
+                "dedupe_key": "",
+                "n": 1,
+            },
+            good,
+        )
     with pytest.raises(InvalidMessageError):
-        await script("trim")(client, keys.data, [0, 0, "many", -1], key=memory_key)
+        await run_raw(
+            client,
+            "trim",
+            keys,
+            {"ttl_ms": 0, "archive_max": 0, "keep_messages": "many", "max_tokens": -1},
+        )
     assert await state(client, keys) == before
 
 

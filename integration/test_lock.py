@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from compozy_memory import LockBusyError, LockLostError, MemoryInstance
 from compozy_memory._flush.lock import FencedLock
 from compozy_memory._metrics import FlushMetrics
-from compozy_memory._wire.scripts import RedisClient, script
+from compozy_memory._wire.translate import RedisClient
 
 
 def memory(client: RedisClient, key: str) -> MemoryInstance:
@@ -22,7 +22,7 @@ async def test_one_holder_at_a_time_with_growing_epochs(
     client: RedisClient, memory_key: str
 ) -> None:
     metrics = FlushMetrics(CollectorRegistry())
-    lock = FencedLock(memory(client, memory_key), timedelta(seconds=5), metrics=metrics)
+    lock = FencedLock(memory(client, memory_key).gateway, timedelta(seconds=5), metrics=metrics)
     first = await lock.try_acquire()
     assert first is not None
     assert await lock.try_acquire() is None  # taken: flushers skip
@@ -36,10 +36,10 @@ async def test_one_holder_at_a_time_with_growing_epochs(
     assert await second.refresh()
     assert await second.release()
     acquired = metrics.registry.get_sample_value(
-        "compozy_memory_lock_acquisitions_total", {"result": "acquired"}
+        "compozy_memory_lock_acquisitions_total", {"memory": "memory", "result": "acquired"}
     )
     busy = metrics.registry.get_sample_value(
-        "compozy_memory_lock_acquisitions_total", {"result": "busy"}
+        "compozy_memory_lock_acquisitions_total", {"memory": "memory", "result": "busy"}
     )
     assert (acquired, busy) == (2, 1)
 
@@ -49,17 +49,16 @@ async def test_a_repeated_acquire_with_the_same_token_gets_the_same_epoch(
 ) -> None:
     """A retry whose first attempt took the lock (its reply lost) must not see it as busy,
     and must not bump the epoch a second time; another token still finds it taken."""
-    mem = memory(client, memory_key)
-    acquire = script("lock_acquire")
-    keys = (mem.keys.lock, mem.keys.meta)
-    first = await acquire(client, keys, ["t" * 32, 5_000], key=mem.key)
-    again = await acquire(client, keys, ["t" * 32, 5_000], key=mem.key)
-    other = await acquire(client, keys, ["u" * 32, 5_000], key=mem.key)
-    assert (int(first), int(again), int(other)) == (1, 1, 0)
+    gateway = memory(client, memory_key).gateway
+    first = await gateway.lock_acquire("t" * 32, 5_000)
+    inc = first[1]
+    again = await gateway.lock_acquire("t" * 32, 5_000)
+    other = await gateway.lock_acquire("u" * 32, 5_000)
+    assert (first, again, other) == ((1, inc), (1, inc), (0, inc))
 
 
 async def test_a_lease_expires(client: RedisClient, memory_key: str) -> None:
-    lock = FencedLock(memory(client, memory_key), timedelta(milliseconds=200))
+    lock = FencedLock(memory(client, memory_key).gateway, timedelta(milliseconds=200))
     lease = await lock.try_acquire()
     assert lease is not None
     await asyncio.sleep(0.3)
@@ -70,7 +69,7 @@ async def test_a_lease_expires(client: RedisClient, memory_key: str) -> None:
 
 
 async def test_waiting_is_bounded(client: RedisClient, memory_key: str) -> None:
-    lock = FencedLock(memory(client, memory_key), timedelta(seconds=5))
+    lock = FencedLock(memory(client, memory_key).gateway, timedelta(seconds=5))
     held = await lock.try_acquire()
     assert held is not None
     with pytest.raises(LockBusyError, match=r"stayed taken for 0\.3s"):
@@ -84,7 +83,7 @@ async def test_hold_refreshes_and_a_lost_lease_stops_the_work(
     client: RedisClient, memory_key: str
 ) -> None:
     mem = memory(client, memory_key)
-    lock = FencedLock(mem, timedelta(milliseconds=600))
+    lock = FencedLock(mem.gateway, timedelta(milliseconds=600))
     lease = await lock.try_acquire()
     assert lease is not None
     # Work longer than the lease survives because the lease is refreshed every ttl/3.
@@ -98,7 +97,7 @@ async def test_hold_refreshes_and_a_lost_lease_stops_the_work(
     async def steal() -> None:
         await asyncio.sleep(0.15)
         await client.delete(mem.keys.lock)  # the lease is gone, as after an expiry
-        await FencedLock(mem, timedelta(seconds=5)).try_acquire()
+        await FencedLock(mem.gateway, timedelta(seconds=5)).try_acquire()
 
     thief = asyncio.create_task(steal())
     with pytest.raises(LockLostError, match="lease was lost"):

@@ -26,7 +26,7 @@ from compozy_memory import (
     connect,
 )
 from compozy_memory._config.agents import MemoryReference
-from compozy_memory._wire.scripts import RedisClient
+from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.workers import shared_memory_agent
 

@@ -159,9 +159,10 @@ async def test_a_flush_without_replica_acknowledgement_still_reports_its_commit(
     )
     mem.attach_flusher(
         Flusher(
-            mem,
+            mem.gateway,
             FlushSettings(max_tokens=400, summary_tokens=60),
             ExtractiveSummarizer(COUNTER),
+            COUNTER,
             metrics=FlushMetrics(CollectorRegistry()),
         )
     )

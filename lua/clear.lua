@@ -1,18 +1,24 @@
 #!lua
--- clear.lua: remove a memory's messages, summaries and archive.
--- KEYS[1] msgs  KEYS[2] meta  KEYS[3] archive  KEYS[4] summaries  KEYS[5] dedupe
--- ARGV[1] ttl_ms  TTL for the meta key that remains; 0 leaves it without one
--- Returns the number of live messages removed.
--- meta keeps last_id and epoch, so ids stay monotonic and a fencing epoch never goes back.
-local ttl_ms = int_arg(ARGV[1], 'ttl_ms', 0, nil)
-local _, count = totals(KEYS[2])
-local kept = redis.call('HMGET', KEYS[2], 'last_id', 'epoch')
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-if kept[1] then
-  redis.call('HSET', KEYS[2], 'last_id', kept[1])
+-- clear.lua: remove a memory's messages, summaries, archive and dedupe keys.
+-- KEYS: msgs meta archive summaries dedupe
+-- ARGV: ttl_ms
+--   ttl_ms  TTL for the meta key that remains; 0 leaves it without one
+-- Returns: the number of live messages removed.
+-- meta keeps last_id, epoch and the incarnation, so ids stay monotonic, a fencing epoch never
+-- goes back, and a compare-and-set taken before the clear still names this memory.
+local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
+local _, count = totals(k_meta)
+local kept = redis.call('HMGET', k_meta, 'last_id', 'epoch', 'inc')
+redis.call('DEL', k_msgs, k_meta, k_archive, k_summaries, k_dedupe)
+local restore = {}
+for i, field in ipairs({'last_id', 'epoch', 'inc'}) do
+  if kept[i] then
+    restore[#restore + 1] = field
+    restore[#restore + 1] = kept[i]
+  end
 end
-if kept[2] then
-  redis.call('HSET', KEYS[2], 'epoch', kept[2])
+if #restore > 0 then
+  redis.call('HSET', k_meta, unpack(restore))
 end
-apply_ttl(ttl_ms)
+apply_ttl(KEYS, ttl_ms)
 return count

@@ -1,20 +1,30 @@
 #!lua
 -- lock_acquire.lua: take the flush lock of a memory and get a fencing epoch.
--- KEYS[1] lock  KEYS[2] meta
--- ARGV[1] token   a random owner token, unique to this acquisition
--- ARGV[2] ttl_ms  the lease
--- Returns the new fencing epoch (meta 'epoch', incremented) if the lock was free, else 0.
--- A retry whose first attempt took the lock (its reply lost) finds its own token, and gets
--- the epoch that attempt made.
--- Every acquisition gets a larger epoch, so a commit carrying an older one can be refused.
-local ttl_ms = int_arg(ARGV[2], 'ttl_ms', 1, nil)
-if string.len(ARGV[1]) < 16 then
+-- KEYS: meta lock
+-- ARGV: token lease_ms ttl_ms
+--   token     a random owner token, unique to this acquisition (at least 16 characters)
+--   lease_ms  how long the lock is held unless refreshed
+--   ttl_ms    the memory's TTL, set on meta if this creates it; 0 = none
+-- Returns: {epoch, incarnation}: the new fencing epoch (meta 'epoch', incremented) if the
+-- lock was free, else {0, incarnation}. A retry whose first attempt took the lock (its reply
+-- lost) finds its own token, and gets the epoch that attempt made.
+-- Every acquisition gets a larger epoch, and every flush commit names the epoch and the
+-- incarnation it planned under, so a commit from an older holder, or from before the memory
+-- expired, is refused.
+local lease_ms = int_arg(a_lease_ms, 'lease_ms', 1, nil)
+local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
+if string.len(a_token) < 16 then
   fail('INVALID', 'the lock token must be at least 16 characters')
 end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl_ms) then
-  if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return tonumber(redis.call('HGET', KEYS[2], 'epoch'))
-  end
-  return 0
+local created = redis.call('EXISTS', k_meta) == 0
+local inc = incarnation(k_meta)
+if created then
+  apply_ttl({k_meta}, ttl_ms)
 end
-return redis.call('HINCRBY', KEYS[2], 'epoch', 1)
+if not redis.call('SET', k_lock, a_token, 'NX', 'PX', lease_ms) then
+  if redis.call('GET', k_lock) == a_token then
+    return {tonumber(redis.call('HGET', k_meta, 'epoch')), inc}
+  end
+  return {0, inc}
+end
+return {redis.call('HINCRBY', k_meta, 'epoch', 1), inc}

@@ -6,9 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compozy_memory._config.schema import PROFILES, MemoryResource
-from compozy_memory._flush.planner import FlushPlan, FlushSettings, plan_flush, tool_groups
+from compozy_memory._flush.planner import plan_flush, tool_groups
+from compozy_memory._flush.settings import FlushSettings
+from compozy_memory._manager import compression_settings, flush_settings
 from compozy_memory._model.messages import Message
-from compozy_memory._store.instance import Snapshot
+from compozy_memory._model.results import FlushPlan, Snapshot
 
 
 def conversation(spec: list[tuple[str, int, int]]) -> list[Message]:
@@ -149,7 +151,7 @@ def test_allocation_and_block_limits_take_the_lower() -> None:
             "token_allocation": {"short_term": 0.7, "long_term": 0.2, "system": 0.1},
         }
     )
-    assert FlushSettings.from_resource(resource).priority_limits == {1: 150, 2: 700}
+    assert flush_settings(resource).priority_limits == {1: 150, 2: 700}
 
 
 def test_workload_profiles_pick_the_batch_of_the_pressure_tier() -> None:
@@ -158,7 +160,9 @@ def test_workload_profiles_pick_the_batch_of_the_pressure_tier() -> None:
     for budget, tier, batch in ((1000, "normal", 2), (350, "warning", 4), (250, "critical", 6)):
         plan = plan_flush(
             snapshot(messages),
-            FlushSettings(max_tokens=budget, summary_tokens=1, compression=data),
+            FlushSettings(
+                max_tokens=budget, summary_tokens=1, compression=compression_settings(data)
+            ),
         )
         assert (plan.tier, len(plan.summarize_ids)) == (tier, batch), budget
 
@@ -220,7 +224,7 @@ def test_plans_keep_every_rule(
         summary_tokens=summary_tokens,
         strategy=strategy,
         priority_limits=limits,
-        compression=PROFILES[profile] if profile else None,
+        compression=compression_settings(PROFILES[profile]) if profile else None,
     )
     seen = snapshot(messages, window=window)
     plan = plan_flush(seen, config)

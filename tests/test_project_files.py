@@ -24,15 +24,6 @@ def test_docker_compose_is_valid_and_points_at_real_files() -> None:
     assert "valkey-data" in compose["volumes"]
 
 
-def test_every_lua_script_states_its_contract() -> None:
-    for path in sorted((ROOT / "lua").glob("*.lua")):
-        head = path.read_text().splitlines()[:15]
-        assert any("KEYS" in line for line in head), path.name
-        if path.name != "_lib.lua":
-            assert head[0].startswith("#!lua"), path.name
-            assert any("Returns" in line for line in head), path.name
-
-
 def test_readme_quick_start_names_the_two_commands() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "./scripts/demo" in readme

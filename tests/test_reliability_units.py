@@ -30,7 +30,8 @@ from compozy_memory import (
 )
 from compozy_memory._config.schema import MemoryResource
 from compozy_memory._ops.acl import READ_COMMANDS, WRITE_COMMANDS, acl_rules
-from compozy_memory._wire.scripts import script, translate
+from compozy_memory._wire.scripts import script
+from compozy_memory._wire.translate import translate
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 

@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from compozy_memory._model.messages import MAX_PRIORITY
+from compozy_memory._model.limits import MAX_PRIORITY
 from compozy_memory._model.policy import MemoryPolicy, WaitPolicy
 
 __all__ = [

@@ -1,14 +1,16 @@
 """Flushing: bring a memory back under its budget without blocking appends or losing one.
 
 1. Appends return the context's size; past the threshold, :meth:`Flusher.notice` schedules a
-   flush in the background (debounced, one at a time per instance in this process).
+   flush in the background (debounced, one at a time per memory in this process).
 2. The flush takes the fenced lock (other replicas that find it taken skip), refreshes it
-   while working, and is cancelled if the lease is lost.
-3. It reads a snapshot, plans (:mod:`compozy_memory._flush.planner`) and summarises with no lock
-   that appenders wait on.
-4. ``flush_commit.lua`` checks the epoch and that the planned messages are still where the
-   plan saw them, then replaces exactly those with the summary and archives the originals.
-   Messages appended meanwhile are untouched. A conflict re-plans from a fresh snapshot.
+   while working, and is cancelled if the lease is lost before it commits.
+3. It reads a snapshot, plans (:mod:`compozy_memory._flush.planner`) and summarises with no
+   lock that appenders wait on. The summarizer has a deadline, and its text is fitted to the
+   summary's budget whatever it returned; on failure the rule-based summary stands in.
+4. ``flush_commit.lua`` checks the epoch, the incarnation, and that the planned messages are
+   still where the plan saw them, then replaces exactly those with the summary and archives
+   the originals. Messages appended meanwhile are untouched. A conflict re-plans from a fresh
+   snapshot.
 """
 
 from __future__ import annotations
@@ -17,47 +19,47 @@ import asyncio
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import cast
 
 from compozy_memory._flush.lock import FencedLock, Lease
-from compozy_memory._flush.planner import FlushPlan, FlushSettings, plan_flush
-from compozy_memory._flush.summarizers import Summarizer, Summary
+from compozy_memory._flush.planner import plan_flush
+from compozy_memory._flush.settings import FlushSettings
+from compozy_memory._flush.summarizers import RuleBasedSummarizer, Summarizer, fit_text
 from compozy_memory._metrics import FlushMetrics, default_metrics
 from compozy_memory._model.messages import Message, encode_body
-from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, count_message
-from compozy_memory.errors import CompozyMemoryError, ConflictError, LockLostError, ReplicationError
+from compozy_memory._model.results import (
+    AppendResult,
+    FlushCommit,
+    FlushPlan,
+    FlushResult,
+    Snapshot,
+    Summary,
+)
+from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, count_message
+from compozy_memory._wire.gateway import MemoryGateway
+from compozy_memory.errors import (
+    CompozyMemoryError,
+    ConflictError,
+    LockLostError,
+    ReadOnlyMemoryError,
+    ReplicationError,
+)
 
-if TYPE_CHECKING:
-    from compozy_memory._store.instance import AppendResult, MemoryInstance
-
-__all__ = ["FlushResult", "Flusher"]
+__all__ = ["Flusher"]
 
 log = logging.getLogger("compozy_memory.flush")
-Outcome = Literal["summarised", "evicted", "nothing", "skipped", "conflicted"]
-
-
-@dataclass(frozen=True, slots=True)
-class FlushResult:
-    outcome: Outcome
-    plan: FlushPlan | None = None
-    summary: Summary | None = None
-    summary_id: int | None = None
-    removed_tokens: int = 0
-    context_tokens: int | None = None
-    epoch: int | None = None
-    rounds: int = 1
 
 
 class Flusher:
-    """Flushes one memory instance; attach with :meth:`MemoryInstance.attach_flusher`."""
+    """Flushes one memory; the manager attaches it with ``MemoryInstance.attach_flusher``."""
 
     def __init__(
         self,
-        instance: MemoryInstance,
+        gateway: MemoryGateway,
         settings: FlushSettings,
         summarizer: Summarizer,
+        counter: TokenCounter,
         *,
         lock_ttl: timedelta = timedelta(minutes=5),
         debounce: timedelta = timedelta(milliseconds=50),
@@ -67,17 +69,23 @@ class Flusher:
         metrics: FlushMetrics | None = None,
         name: str = "memory",
     ) -> None:
-        self.instance = instance
+        if gateway.read_only:
+            raise ReadOnlyMemoryError(
+                "a flusher writes: it needs a read-write handle", key=gateway.name
+            )
+        self.gateway = gateway
         self.settings = settings
         self.summarizer = summarizer
+        self.counter = counter
         self.metrics = metrics or default_metrics()
-        self.lock = FencedLock(instance, lock_ttl, metrics=self.metrics)
+        self.name = name
+        self.lock = FencedLock(gateway, lock_ttl, metrics=self.metrics, name=name)
         self.debounce = debounce.total_seconds()
         self.max_conflicts = max_conflicts
         self.max_rounds = max_rounds
         self.skip_backoff = skip_backoff.total_seconds()
+        self._fallback = RuleBasedSummarizer(counter)
         self._quiet_until = 0.0
-        self.name = name
         self._task: asyncio.Task[None] | None = None
         self._again = False
 
@@ -108,9 +116,9 @@ class Flusher:
             try:
                 await self.flush()
             except LockLostError:
-                log.warning("flush of %s stopped: the lease was lost", self.instance.key)
+                log.warning("flush of %s stopped: the lease was lost", self.gateway.name)
             except CompozyMemoryError:
-                log.exception("background flush of %s failed", self.instance.key)
+                log.exception("background flush of %s failed", self.gateway.name)
             if not self._again:
                 return
 
@@ -137,7 +145,7 @@ class Flusher:
             try:
                 await lease.release()
             except CompozyMemoryError:
-                log.warning("could not release the flush lock of %s", self.instance.key)
+                log.warning("could not release the flush lock of %s", self.gateway.name)
 
     async def _flush_with(self, lease: Lease) -> FlushResult:
         """Rounds of bounded snapshot, plan, summary and commit, until the context fits or
@@ -160,43 +168,22 @@ class Flusher:
 
     async def _round(self, lease: Lease) -> FlushResult:
         for _ in range(self.max_conflicts):
-            snapshot = await self.instance.snapshot(self.settings.snapshot_limit)
+            snapshot = await self.gateway.snapshot(self.settings.snapshot_limit)
             plan = plan_flush(snapshot, self.settings)
             if plan.empty:
                 return FlushResult("nothing", plan, context_tokens=plan.context_tokens)
+            summary, message = await self._summary(snapshot, plan)
             # Bytes, like every envelope: UTF-8 whatever encoding the client is set up with.
-            summary, body, summary_tokens = None, b"", 0
-            if plan.summarize_ids:
-                chosen, fold = set(plan.summarize_ids), set(plan.fold_summary_ids)
-                covered = [m for m in snapshot.messages if m.id in chosen]
-                folded = [s for s in snapshot.summaries if s.id in fold]
-                # Never larger than what it replaces, framing included: the plan's projection
-                # is then an upper bound on the context after the commit.
-                replaced = sum(m.tokens or 0 for m in covered)
-                limit = min(self.settings.summary_tokens, replaced) - MESSAGE_OVERHEAD_TOKENS
-                summary = await self.summarizer.summarize(
-                    [*folded, *covered], max_tokens=max(1, limit)
-                )
-                message = _summary_message(summary, folded, plan)
-                body = encode_body(message)
-                summary_tokens = count_message(message, self.instance.counter)
+            body = encode_body(message) if message is not None else b""
+            tokens = count_message(message, self.counter) if message is not None else 0
+            lease.committing = True
             try:
-                reply = await self.instance._call(
-                    "flush_commit",
-                    self.instance.keys.data,
-                    [
-                        self.instance._ttl_ms,
-                        self.instance.policy.archive_max,
-                        lease.epoch,
-                        len(plan.prefix_ids),
-                        len(plan.remove_ids),
-                        len(plan.fold_summary_ids),
-                        summary_tokens,
-                        body,
-                        *plan.prefix_ids,
-                        *plan.remove_ids,
-                        *plan.fold_summary_ids,
-                    ],
+                commit = await self.gateway.flush_commit(
+                    epoch=lease.epoch,
+                    incarnation=lease.incarnation,
+                    plan=plan,
+                    summary_body=body,
+                    summary_tokens=tokens,
                 )
             except LockLostError:
                 lease.lost = True  # the script saw a newer epoch: another holder took over
@@ -206,29 +193,68 @@ class Flusher:
                 # happened, and is reported as such.
                 log.warning(
                     "flush of %s committed without replica acknowledgement: %s",
-                    self.instance.key,
+                    self.gateway.name,
                     exc,
                 )
-                reply = exc.result
+                commit = cast(FlushCommit, exc.result)
             except ConflictError:
+                lease.committing = False
                 # The memory changed under the plan: plan again, if the lease is still ours.
                 if not await lease.refresh():
                     raise LockLostError(
                         "the flush lease was lost; the flush was stopped before writing",
-                        key=self.instance.key,
+                        key=self.gateway.name,
                     ) from None
                 continue
-            summary_id, _, removed_tokens, tokens, _, summary_total = (int(v) for v in reply)
+            lease.committing = False
             return FlushResult(
                 "summarised" if summary is not None else "evicted",
                 plan,
                 summary,
-                summary_id or None,
-                removed_tokens,
-                tokens + summary_total,
+                commit.summary_id,
+                commit.removed_tokens,
+                commit.context_tokens,
                 lease.epoch,
             )
         return FlushResult("conflicted")
+
+    async def _summary(
+        self, snapshot: Snapshot, plan: FlushPlan
+    ) -> tuple[Summary | None, Message | None]:
+        """The summary of what the plan summarises, never larger than what it replaces."""
+        if not plan.summarize_ids:
+            return None, None
+        chosen, fold = set(plan.summarize_ids), set(plan.fold_summary_ids)
+        covered = [m for m in snapshot.messages if m.id in chosen]
+        folded = [s for s in snapshot.summaries if s.id in fold]
+        # Never larger than what it replaces, framing included: the plan's projection is then
+        # an upper bound on the context after the commit.
+        replaced = sum(m.tokens or 0 for m in covered)
+        limit = max(1, min(self.settings.summary_tokens, replaced) - MESSAGE_OVERHEAD_TOKENS)
+        summary = await self._summarize([*folded, *covered], limit)
+        return summary, _summary_message(summary, folded, plan)
+
+    async def _summarize(self, messages: list[Message], limit: int) -> Summary:
+        """The summarizer's output within its deadline, fitted to ``limit`` tokens; the
+        rule-based summary if it fails, hangs or returns something that is not text."""
+        deadline = self.settings.summarizer_deadline.total_seconds()
+        try:
+            async with asyncio.timeout(deadline):
+                summary = await self.summarizer.summarize(messages, max_tokens=limit)
+            if not isinstance(summary, Summary) or not isinstance(summary.text, str):
+                raise TypeError(f"a summarizer returned {type(summary).__name__}, not a Summary")
+        except Exception as exc:  # any summarizer, custom ones included, may fail
+            reason = (
+                f"timed out after {deadline:g}s"
+                if isinstance(exc, TimeoutError)
+                else (f"{type(exc).__name__}: {str(exc)[:200]}")
+            )
+            log.warning("summarizer of %s failed (%s); using rule_based", self.gateway.name, reason)
+            self.metrics.summarizer_fallbacks.labels(method=type(self.summarizer).__name__).inc()
+            fallback = await self._fallback.summarize(messages, max_tokens=limit)
+            return Summary(fallback.text, fallback.method, reason)
+        text = fit_text(summary.text, limit, self.counter)
+        return summary if text == summary.text else dataclasses.replace(summary, text=text)
 
     def _count(self, result: FlushResult) -> FlushResult:
         self.metrics.flushes.labels(memory=self.name, outcome=result.outcome).inc()

@@ -1,14 +1,16 @@
 """The fenced lock that makes one replica at a time flush a memory.
 
-Acquiring is one script: ``SET lock <token> NX PX <ttl>`` and, if that succeeded, an
-increment of the memory's fencing ``epoch`` in ``meta`` (same Cluster slot). Each acquisition
-returns its own :class:`Lease` with a fresh random token from :mod:`secrets`; a token is
-never stored where another task could pick it up (redis-py's thread-local token is shared by
-all asyncio tasks of a thread). Refresh and release check the owner inside their scripts.
+Acquiring is one script: ``SET lock <token> NX PX <lease>`` and, if that succeeded, an
+increment of the memory's fencing ``epoch`` in ``meta`` (same Cluster slot); the reply also
+names the memory's incarnation. Each acquisition returns its own :class:`Lease` with a fresh
+random token from :mod:`secrets`; a token is never stored where another task could pick it up
+(redis-py's thread-local token is shared by all asyncio tasks of a thread). Refresh and release
+check the owner inside their scripts.
 
 Exclusion holds only while the lease lasts. A holder that is paused past its lease (a GC
 pause, SIGSTOP, a slow network) may still try to commit; the commit script refuses any epoch
-but the newest, so its work is dropped instead of overwriting a newer holder's.
+but the newest, and any incarnation but the current one, so its work is dropped instead of
+overwriting a newer holder's, or landing in a conversation that started after it expired.
 """
 
 from __future__ import annotations
@@ -19,15 +21,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_exponential, wait_random
 
+from compozy_memory._metrics import FlushMetrics
+from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory.errors import BackendError, LockBusyError, LockLostError
-
-if TYPE_CHECKING:
-    from compozy_memory._metrics import FlushMetrics
-    from compozy_memory._store.instance import MemoryInstance
 
 __all__ = ["FencedLock", "Lease"]
 
@@ -35,29 +35,31 @@ T = TypeVar("T")
 
 
 class FencedLock:
-    """The flush lock of one memory instance."""
+    """The flush lock of one memory."""
 
     def __init__(
         self,
-        instance: MemoryInstance,
+        gateway: MemoryGateway,
         ttl: timedelta = timedelta(minutes=5),
         *,
         metrics: FlushMetrics | None = None,
+        name: str = "memory",
     ) -> None:
-        self.instance = instance
+        self.gateway = gateway
         self.ttl_ms = max(1, int(ttl.total_seconds() * 1000))
         self.metrics = metrics
+        #: The memory resource id the metrics are labelled with.
+        self.name = name
 
     async def try_acquire(self) -> Lease | None:
         """A lease if the lock was free, else None (flushers skip: someone else is on it)."""
         token = secrets.token_hex(16)
-        keys = self.instance.keys
-        epoch = int(
-            await self.instance._call("lock_acquire", (keys.lock, keys.meta), [token, self.ttl_ms])
-        )
+        epoch, incarnation = await self.gateway.lock_acquire(token, self.ttl_ms)
         if self.metrics is not None:
-            self.metrics.lock_acquisitions.labels(result="acquired" if epoch else "busy").inc()
-        return Lease(self, token, epoch) if epoch else None
+            self.metrics.lock_acquisitions.labels(
+                memory=self.name, result="acquired" if epoch else "busy"
+            ).inc()
+        return Lease(self, token, epoch, incarnation) if epoch else None
 
     async def acquire(self, *, wait: timedelta = timedelta(seconds=10)) -> Lease:
         """A lease, retrying with jittered exponential backoff for up to ``wait``."""
@@ -71,45 +73,47 @@ class FencedLock:
         if lease is None:
             raise LockBusyError(
                 f"the flush lock stayed taken for {wait.total_seconds():g}s",
-                key=self.instance.key,
+                key=self.gateway.name,
             )
         return lease
 
 
 @dataclass
 class Lease:
-    """One holding of the lock: its owner token and fencing epoch."""
+    """One holding of the lock: its owner token, fencing epoch and the memory's incarnation."""
 
     lock: FencedLock
     token: str
     epoch: int
+    incarnation: str = ""
     acquired_at: float = field(default_factory=time.monotonic)
     lost: bool = False
+    #: Set by the holder right before it sends its commit: from then on a lost refresh no
+    #: longer cancels the work, because the commit itself (fenced by the epoch) decides.
+    committing: bool = False
 
     async def refresh(self) -> bool:
         """Extend the lease; False if it was lost (expired, or taken by another holder)."""
-        instance = self.lock.instance
-        ok = bool(
-            await instance._call(
-                "lock_refresh", (instance.keys.lock,), [self.token, self.lock.ttl_ms]
-            )
-        )
+        ok = await self.lock.gateway.lock_refresh(self.token, self.lock.ttl_ms)
         if self.lock.metrics is not None:
-            self.lock.metrics.lock_refreshes.labels(result="ok" if ok else "lost").inc()
+            self.lock.metrics.lock_refreshes.labels(
+                memory=self.lock.name, result="ok" if ok else "lost"
+            ).inc()
         self.lost = self.lost or not ok
         return ok
 
     async def release(self) -> bool:
         """Give the lock up if still held; False if it had already expired or moved on."""
-        instance = self.lock.instance
-        released = bool(await instance._call("lock_release", (instance.keys.lock,), [self.token]))
+        released = await self.lock.gateway.lock_release(self.token)
         if self.lock.metrics is not None:
-            self.lock.metrics.lock_hold_seconds.observe(time.monotonic() - self.acquired_at)
+            self.lock.metrics.lock_hold_seconds.labels(memory=self.lock.name).observe(
+                time.monotonic() - self.acquired_at
+            )
         return released
 
     async def hold(self, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` while refreshing the lease every ttl/3; if a refresh finds the lease
-        lost, ``work`` is cancelled and LockLostError raised."""
+        lost before the work started committing, it is cancelled and LockLostError raised."""
         task: asyncio.Task[T] = asyncio.ensure_future(work())
         keeper = asyncio.create_task(self._keep(task))
         try:
@@ -118,7 +122,7 @@ class Lease:
             if self.lost and not _cancelling_us():
                 raise LockLostError(
                     "the flush lease was lost; the flush was stopped before writing",
-                    key=self.lock.instance.key,
+                    key=self.lock.gateway.name,
                 ) from None
             task.cancel()
             raise
@@ -135,7 +139,8 @@ class Lease:
                 alive = False  # cannot prove we still hold it: stop the work
                 self.lost = True
             if not alive:
-                task.cancel()
+                if not self.committing:
+                    task.cancel()
                 return
 
 

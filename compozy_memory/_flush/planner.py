@@ -22,91 +22,13 @@ Rules, in order:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Sequence
 
-from compozy_memory._config.schema import CompressionSettings, MemoryResource
+from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._model.messages import Message
+from compozy_memory._model.results import FlushPlan, Snapshot, Tier
 
-if TYPE_CHECKING:
-    from compozy_memory._store.instance import Snapshot
-
-__all__ = ["FlushPlan", "FlushSettings", "plan_flush", "tool_groups"]
-
-Tier = Literal["none", "normal", "warning", "critical"]
-_ALLOCATION_OF_PRIORITY = {0: "system", 1: "long_term"}
-
-
-@dataclass(frozen=True, slots=True)
-class FlushSettings:
-    """What a flush aims for; built from a memory resource or by hand."""
-
-    max_tokens: int
-    summarize_threshold: float = 0.8
-    summarize_oldest_percent: int = 30
-    summary_tokens: int = 500
-    strategy: Literal["hybrid_summary", "fifo"] = "hybrid_summary"
-    priority_limits: Mapping[int, int] = field(default_factory=dict)
-    compression: CompressionSettings | None = None
-    #: A flush reads at most this many of the oldest messages, so its snapshot and commit stay
-    #: bounded however far a flooded memory has grown; the totals come from meta.
-    snapshot_limit: int = 256
-
-    @classmethod
-    def from_resource(cls, resource: MemoryResource) -> FlushSettings:
-        budget = resource.effective_max_tokens
-        if budget is None:
-            raise ValueError(f"memory {resource.id!r} has no token budget to flush towards")
-        allocation = resource.token_allocation
-        limits: dict[int, int] = {}
-        for block in resource.priority_blocks:
-            candidates = [block.max_tokens] if block.max_tokens else []
-            if allocation is not None:
-                share = getattr(
-                    allocation, _ALLOCATION_OF_PRIORITY.get(block.priority, "short_term")
-                )
-                candidates.append(int(budget * share))
-            if candidates and block.priority > 0:
-                limits[block.priority] = min(candidates)
-        strategy = resource.flushing_strategy
-        return cls(
-            max_tokens=budget,
-            summarize_threshold=strategy.summarize_threshold,
-            summarize_oldest_percent=strategy.summarize_oldest_percent,
-            summary_tokens=min(strategy.summary_tokens, budget // 2),
-            strategy=strategy.type,
-            priority_limits=limits,
-            compression=resource.compression.resolve() if resource.compression else None,
-        )
-
-    @property
-    def trigger_tokens(self) -> int:
-        """Context size at which a flush is due."""
-        return int(self.max_tokens * self.summarize_threshold)
-
-
-@dataclass(frozen=True, slots=True)
-class FlushPlan:
-    """Exactly which ids a flush removes, and what it expects to find."""
-
-    prefix_ids: tuple[int, ...] = ()
-    summarize_ids: tuple[int, ...] = ()
-    evict_ids: tuple[int, ...] = ()
-    fold_summary_ids: tuple[int, ...] = ()
-    tier: Tier = "none"
-    context_tokens: int = 0
-    projected_tokens: int = 0
-    #: The snapshot was bounded and the memory holds more: another round may be needed.
-    partial: bool = False
-
-    @property
-    def empty(self) -> bool:
-        return not (self.summarize_ids or self.evict_ids)
-
-    @property
-    def remove_ids(self) -> tuple[int, ...]:
-        return tuple(sorted((*self.summarize_ids, *self.evict_ids)))
+__all__ = ["plan_flush", "tool_groups"]
 
 
 def tool_groups(messages: Sequence[Message]) -> list[int]:

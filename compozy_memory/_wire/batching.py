@@ -29,7 +29,8 @@ from typing import Any, cast
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from compozy_memory._wire.scripts import RedisClient, Script, ScriptArg, translate
+from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory._wire.translate import RedisClient, eval_commands, run_script, translate
 
 __all__ = ["MAX_PIPELINE", "ScriptBatcher", "batcher_for"]
 
@@ -63,7 +64,7 @@ class ScriptBatcher:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             if self._pending:  # a call from another loop while this one has work queued
-                return await script(self.client, keys, args, key=key)
+                return await run_script(self.client, script, keys, args, key)
             self._loop = loop
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((script, keys, args, key, future))
@@ -82,7 +83,7 @@ class ScriptBatcher:
     async def _send(self, calls: list[_Call]) -> None:
         if len(calls) == 1:
             script, keys, args, key, future = calls[0]
-            await _settle(future, script(self.client, keys, args, key=key))
+            await _settle(future, run_script(self.client, script, keys, args, key))
             return
         try:
             replies = await self._pipeline(calls)
@@ -106,7 +107,7 @@ class ScriptBatcher:
             if future.done():
                 continue
             if isinstance(reply, redis_errors.NoScriptError):
-                retries.append(_settle(future, script(self.client, keys, args, key=key)))
+                retries.append(_settle(future, run_script(self.client, script, keys, args, key)))
             elif isinstance(reply, redis_errors.RedisError):
                 future.set_exception(translate(reply, script.name, key))
             else:
@@ -121,7 +122,7 @@ class ScriptBatcher:
         which cost more than the script itself for an 11-argument EVALSHA."""
         pool = self.client.connection_pool
         commands = [
-            (script.commands(self.client)[0], script.sha, len(keys), *keys, *args)
+            (eval_commands(script, self.client)[0], script.sha, len(keys), *keys, *args)
             for script, keys, args, _, _ in calls
         ]
         connection = await pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py

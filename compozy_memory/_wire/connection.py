@@ -8,7 +8,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from compozy_memory._wire.scripts import RedisClient
+from compozy_memory._wire.translate import RedisClient
 
 __all__ = ["DEFAULT_TIMEOUTS", "connect"]
 

@@ -1,63 +1,61 @@
-"""Lua scripts as named units: loaded once, called by SHA, recovered after NOSCRIPT.
+"""The Lua scripts as checked units: loaded from ``lua/``, their contracts parsed from headers.
 
-Each operation lives in ``lua/<name>.lua`` with a header naming its KEYS, ARGV and return
-value. Redis scripts cannot include one another, so the shared helpers in ``lua/_lib.lua`` are
-spliced in after each script's ``#!lua`` line when it is loaded.
+Each operation lives in ``lua/<name>.lua`` and opens with a header the loader reads::
 
-A call goes out as EVALSHA. When the server has lost its script cache (a restart, a failover,
-``SCRIPT FLUSH``, or a Cluster node that never saw the script) it answers NOSCRIPT, and the
-call is repeated once as EVAL, which runs the script and caches it again on the node that owns
-the key's slot. Callers see latency, never the NOSCRIPT.
+    #!lua
+    -- append.lua: store one or many messages ...
+    -- KEYS: msgs meta archive summaries dedupe
+    -- ARGV: ttl_ms max_tokens dedupe_key n messages...
+
+``KEYS`` names the memory's keys the script touches, always in one order (:data:`KEY_ORDER`);
+``ARGV`` names its arguments, the last one variadic when it ends in ``...``. Redis scripts cannot
+include one another, so the loader builds each script's source as: its shebang, the limits of
+:mod:`compozy_memory._model.limits` as ``local`` lines, ``lua/_lib.lua``, locals naming the
+declared keys (``k_msgs``) and arguments (``a_ttl_ms``, and ``ARGS_FROM`` where the variadic part
+starts), then the body. A body that indexes ``KEYS``/``ARGV`` by number, or a header that does not
+follow the one key order, is refused when the script loads, so a header cannot drift from the
+code, and :class:`Contract` checks every call the gateway makes against it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
-from redis import exceptions as redis_errors
-from redis.asyncio import Redis, RedisCluster
+from compozy_memory._model.limits import LUA_CONSTANTS
+from compozy_memory.errors import ScriptError
 
-from compozy_memory.errors import (
-    BackendError,
-    BackendOutOfMemoryError,
-    BackendPermissionError,
-    BackendTimeoutError,
-    BackendUnavailableError,
-    CompozyMemoryError,
-    ConflictError,
-    InvalidMessageError,
-    LockLostError,
-    MessageTooLargeError,
-    ScriptError,
-)
+__all__ = ["KEY_ORDER", "SCRIPT_NAMES", "Contract", "Script", "ScriptArg", "lua_dir", "script"]
 
-__all__ = ["RedisClient", "Script", "backend_errors", "script", "translate"]
-
-RedisClient: TypeAlias = "Redis | RedisCluster"
 ScriptArg: TypeAlias = "str | bytes | int"
 
-_TRANSIENT = (
-    redis_errors.ConnectionError,
-    redis_errors.TryAgainError,
-    redis_errors.ClusterDownError,
+#: Every script declares the keys it touches in this order.
+KEY_ORDER = ("msgs", "meta", "archive", "summaries", "dedupe", "lock")
+SCRIPT_NAMES = (
+    "append",
+    "read",
+    "health",
+    "trim",
+    "replace",
+    "clear",
+    "expire",
+    "snapshot",
+    "flush_commit",
+    "lock_acquire",
+    "lock_refresh",
+    "lock_release",
 )
-_SCRIPT_LOCATION = re.compile(r"\s*script: [0-9a-f]+, on @\w+:\d+\.?$")
-_ERRORS: dict[str, type[CompozyMemoryError]] = {
-    "COMPOZY_INVALID": InvalidMessageError,
-    "COMPOZY_TOOLARGE": MessageTooLargeError,
-    "COMPOZY_CONFLICT": ConflictError,
-    "COMPOZY_STALE": LockLostError,
-}
+_HEADER_LINE = re.compile(r"^-- (KEYS|ARGV):(.*)$", re.MULTILINE)
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_NUMBERED = re.compile(r"\b(KEYS|ARGV)\[\s*\d")
 
 
-def _lua_dir() -> Path:
+def lua_dir() -> Path:
     package = Path(__file__).resolve().parent.parent
     # An installed wheel carries lua/ inside the package; a source checkout has it beside.
     for candidate in (package / "lua", package.parent / "lua"):
@@ -67,109 +65,118 @@ def _lua_dir() -> Path:
 
 
 @dataclass(frozen=True, slots=True)
-class Script:
-    """One Lua operation, ready to run on any client of a standalone server or a cluster."""
+class Contract:
+    """The KEYS and ARGV a script declares in its header."""
 
     name: str
+    keys: tuple[str, ...]
+    argv: tuple[str, ...]
+    #: The name of the trailing variadic argument (declared ``name...``), or None.
+    variadic: str | None = None
+
+    def argv_for(
+        self, values: Mapping[str, ScriptArg], rest: Sequence[ScriptArg] = ()
+    ) -> list[ScriptArg]:
+        """ARGV in the declared order; raises ScriptError if the names differ from the header."""
+        if len(values) != len(self.argv) or (rest and self.variadic is None):
+            raise self._mismatch(sorted(values), rest)
+        try:
+            args = [values[name] for name in self.argv]
+        except KeyError:
+            raise self._mismatch(sorted(values), rest) from None
+        args += rest
+        return args
+
+    def check_keys(self, keys: Sequence[str]) -> None:
+        if len(keys) != len(self.keys):
+            raise ScriptError(
+                f"{self.name}: {len(keys)} keys sent, the script declares {len(self.keys)} "
+                f"({' '.join(self.keys)})"
+            )
+
+    def _mismatch(self, names: list[str], rest: Sequence[ScriptArg]) -> ScriptError:
+        declared = " ".join(self.argv) + (f" {self.variadic}..." if self.variadic else "")
+        sent = " ".join(names) + (f" +{len(rest)} more" if rest else "")
+        return ScriptError(f"{self.name}: arguments {sent} do not match the header: {declared}")
+
+
+def parse_contract(name: str, body: str) -> Contract:
+    """The contract in a script's header; raises ValueError describing what is wrong."""
+    declared: dict[str, list[str]] = {}
+    for kind, names in _HEADER_LINE.findall(body):
+        if kind in declared:
+            raise ValueError(f"lua/{name}.lua declares {kind} twice")
+        words = names.split()
+        declared[kind] = [] if words == ["(none)"] else words
+    if set(declared) != {"KEYS", "ARGV"}:
+        raise ValueError(f"lua/{name}.lua needs '-- KEYS:' and '-- ARGV:' header lines")
+    keys = declared["KEYS"]
+    unknown = [k for k in keys if k not in KEY_ORDER]
+    if unknown:
+        raise ValueError(f"lua/{name}.lua declares unknown keys {unknown}; known: {KEY_ORDER}")
+    if keys != sorted(keys, key=KEY_ORDER.index) or len(set(keys)) != len(keys):
+        raise ValueError(f"lua/{name}.lua must declare its keys in the order {KEY_ORDER}")
+    argv = declared["ARGV"]
+    variadic = None
+    if argv and argv[-1].endswith("..."):
+        variadic = argv.pop()[:-3]
+    for arg in [*argv, *([variadic] if variadic else [])]:
+        if not _NAME.match(arg):
+            raise ValueError(f"lua/{name}.lua: {arg!r} is not a lowercase argument name")
+    if len(set(argv)) != len(argv):
+        raise ValueError(f"lua/{name}.lua names an argument twice")
+    return Contract(name, tuple(keys), tuple(argv), variadic)
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One Lua operation with its contract, ready to send by SHA or source."""
+
+    name: str
+    contract: Contract
+    #: The whole EVAL source: shebang, limits, _lib.lua, named KEYS/ARGV locals, body.
     source: str
     sha: str
-    #: Declared ``flags=no-writes``: sent as EVALSHA_RO/EVAL_RO, which declare the keys as
-    #: read, so ACL users with read-only key permissions (``%R~``) may run it. Not on a
-    #: Cluster client: redis-py routes only EVAL and EVALSHA without asking the server for
-    #: the keys of every call.
-    read_only: bool = False
-
-    def commands(self, client: RedisClient) -> tuple[str, str]:
-        """The by-SHA and by-source commands that run this script on ``client``."""
-        if self.read_only and not isinstance(client, RedisCluster):
-            return ("EVALSHA_RO", "EVAL_RO")
-        return ("EVALSHA", "EVAL")
-
-    async def __call__(
-        self, client: RedisClient, keys: Sequence[str], args: Sequence[ScriptArg], *, key: str
-    ) -> Any:
-        """Run with ``keys`` and ``args``; ``key`` names the memory in errors."""
-        by_sha, by_source = self.commands(client)
-        try:
-            return await _run(client, by_sha, self.sha, keys, args)
-        except redis_errors.NoScriptError:
-            pass
-        except redis_errors.RedisError as exc:
-            raise translate(exc, self.name, key) from _cause(exc)
-        try:
-            return await _run(client, by_source, self.source, keys, args)
-        except redis_errors.RedisError as exc:
-            raise translate(exc, self.name, key) from _cause(exc)
+    #: Declared ``flags=no-writes``: may go as EVALSHA_RO/EVAL_RO (and FCALL_RO).
+    read_only: bool
+    #: The body and the helpers, without the shebang, as a Functions library embeds them.
+    body: str
 
 
-async def _run(
-    client: RedisClient, command: str, body: str, keys: Sequence[str], args: Sequence[ScriptArg]
-) -> Any:
-    # redis-py routes EVAL-family commands on a Cluster by their first key.
-    try:
-        return await client.execute_command(command, body, len(keys), *keys, *args)
-    except AttributeError as exc:
-        # redis-py's async Cluster client can close a connection another task is using while
-        # it follows a MOVED redirect (its stream becomes None mid-call). Treat that like any
-        # dropped connection: the call is retried, and dedupe keys make a repeat harmless.
-        if isinstance(client, RedisCluster) and "'NoneType' object" in str(exc):
-            raise redis_errors.ConnectionError(f"connection closed while in use ({exc})") from exc
-        raise
+def _prelude() -> str:
+    return "\n".join(f"local {name} = {value}" for name, value in LUA_CONSTANTS.items())
 
 
-@contextmanager
-def backend_errors(operation: str, key: str) -> Iterator[None]:
-    """Turn redis-py exceptions raised inside the block into compozy-memory's typed errors."""
-    try:
-        yield
-    except redis_errors.RedisError as exc:
-        raise translate(exc, operation, key) from _cause(exc)
+def _locals(contract: Contract) -> str:
+    lines = [f"local k_{key} = KEYS[{i}]" for i, key in enumerate(contract.keys, start=1)]
+    lines += [f"local a_{arg} = ARGV[{i}]" for i, arg in enumerate(contract.argv, start=1)]
+    if contract.variadic is not None:
+        lines.append(f"local ARGS_FROM = {len(contract.argv) + 1}")
+    return "\n".join(lines)
 
 
-def translate(exc: redis_errors.RedisError, operation: str, key: str) -> CompozyMemoryError:
-    """The typed error for a redis-py exception raised by ``operation`` on memory ``key``."""
-    if isinstance(
-        exc,
-        (
-            redis_errors.AuthenticationError,
-            redis_errors.AuthorizationError,
-            redis_errors.NoPermissionError,
-        ),
-    ) or str(exc).startswith(("NOPERM", "WRONGPASS", "NOAUTH")):
-        return BackendPermissionError(f"{operation}: {exc}", key=key)
-    if isinstance(exc, redis_errors.TimeoutError):
-        return BackendTimeoutError(f"{operation}: {exc}", key=key)
-    if isinstance(exc, _TRANSIENT):
-        # TRYAGAIN (a slot half migrated) and CLUSTERDOWN (a failover) pass, like a dropped
-        # connection: the call is retried.
-        return BackendUnavailableError(f"{operation}: {exc}", key=key)
-    if isinstance(exc, redis_errors.OutOfMemoryError):
-        return BackendOutOfMemoryError(f"{operation}: {exc}", key=key)
-    if isinstance(exc, redis_errors.ResponseError):
-        code, _, rest = str(exc).partition(" ")
-        typed = _ERRORS.get(code)
-        if typed is not None:
-            # Some servers append where in the script the error was raised; callers need
-            # only our message.
-            return typed(_SCRIPT_LOCATION.sub("", rest), key=key)
-        return ScriptError(f"{operation}: {exc}", key=key)
-    return BackendError(f"{operation}: {exc}", key=key)
-
-
-def _cause(exc: redis_errors.RedisError) -> redis_errors.RedisError | None:
-    # Our own validation errors are complete in themselves; the redis-py traceback adds noise.
-    return None if str(exc).startswith("COMPOZY_") else exc
+@cache
+def library_source() -> str:
+    """``lua/_lib.lua`` after the limits, as every script starts."""
+    return f"{_prelude()}\n{(lua_dir() / '_lib.lua').read_text(encoding='utf-8')}"
 
 
 @cache
 def script(name: str) -> Script:
-    """The script ``lua/<name>.lua`` with the shared helpers spliced in."""
-    folder = _lua_dir()
-    lib = (folder / "_lib.lua").read_text(encoding="utf-8")
-    body = (folder / f"{name}.lua").read_text(encoding="utf-8")
-    shebang, newline, rest = body.partition("\n")
+    """The script ``lua/<name>.lua``, its header checked and the shared code spliced in."""
+    text = (lua_dir() / f"{name}.lua").read_text(encoding="utf-8")
+    shebang, newline, rest = text.partition("\n")
     if not shebang.startswith("#!lua"):
-        raise FileNotFoundError(f"lua/{name}.lua must start with a '#!lua' line")
-    source = f"{shebang}{newline}{lib}\n{rest}"
+        raise ValueError(f"lua/{name}.lua must start with a '#!lua' line")
+    contract = parse_contract(name, rest)
+    numbered = _NUMBERED.search(rest)
+    if numbered is not None:
+        raise ValueError(
+            f"lua/{name}.lua indexes {numbered.group(1)} by number; use the names its header "
+            "declares (k_<key>, a_<arg>, ARGS_FROM)"
+        )
+    body = f"{library_source()}\n{_locals(contract)}\n{rest}"
+    source = f"{shebang}{newline}{body}"
     read_only = "no-writes" in shebang
-    return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), read_only)  # noqa: S324
+    sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
+    return Script(name, contract, source, sha, read_only, body)

@@ -1,0 +1,52 @@
+"""Plain settings the planner and flusher take: no YAML types, so they are built by hand in
+tests and by the manager from a memory resource."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal
+
+__all__ = ["BatchSizes", "Compression", "FlushSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSizes:
+    normal: int
+    warning: int
+    critical: int
+
+
+@dataclass(frozen=True, slots=True)
+class Compression:
+    """Loom's pressure tiers: how many messages L1 keeps and how much each tier summarises."""
+
+    max_l1_messages: int
+    min_l1_messages: int
+    warning_threshold_percent: int
+    critical_threshold_percent: int
+    batch_sizes: BatchSizes
+
+
+@dataclass(frozen=True, slots=True)
+class FlushSettings:
+    """What a flush aims for."""
+
+    max_tokens: int
+    summarize_threshold: float = 0.8
+    summarize_oldest_percent: int = 30
+    summary_tokens: int = 500
+    strategy: Literal["hybrid_summary", "fifo"] = "hybrid_summary"
+    priority_limits: Mapping[int, int] = field(default_factory=dict)
+    compression: Compression | None = None
+    #: A flush reads at most this many of the oldest messages, so its snapshot and commit stay
+    #: bounded however far a flooded memory has grown; the totals come from meta.
+    snapshot_limit: int = 256
+    #: How long a summarizer may take before the flush falls back to the rule-based summary.
+    summarizer_deadline: timedelta = timedelta(seconds=60)
+
+    @property
+    def trigger_tokens(self) -> int:
+        """Context size at which a flush is due."""
+        return int(self.max_tokens * self.summarize_threshold)

@@ -1,0 +1,41 @@
+"""Limits shared by the Python side and the Lua scripts: one copy, injected into the scripts.
+
+:mod:`compozy_memory._wire.scripts` writes :data:`LUA_CONSTANTS` as ``local NAME = value`` lines
+at the top of every script, so a limit the client checks is the limit the server enforces.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DEDUPE_SWEEP",
+    "DEDUPE_WINDOW",
+    "LUA_CONSTANTS",
+    "MAX_BATCH",
+    "MAX_DEDUPE_KEY",
+    "MAX_MESSAGE_TOKENS",
+    "MAX_PRIORITY",
+]
+
+#: Messages one append, append_many or replace may carry.
+MAX_BATCH = 10_000
+#: Bytes of a caller's dedupe key.
+MAX_DEDUPE_KEY = 256
+#: Priorities run from 0 (critical, never evicted) to this.
+MAX_PRIORITY = 99
+#: Tokens one message may count. Lua numbers are doubles: totals stay exact below 2**53, and
+#: this bound keeps any sum of MAX_BATCH-sized appends far below it. No model reads a context
+#: this large.
+MAX_MESSAGE_TOKENS = 100_000_000
+#: A dedupe key is remembered while its write's last id is within this many ids of the newest.
+DEDUPE_WINDOW = 1_000
+#: Keys older than the window are swept when the ids cross a multiple of this.
+DEDUPE_SWEEP = 64
+
+LUA_CONSTANTS: dict[str, int] = {
+    "MAX_BATCH": MAX_BATCH,
+    "MAX_DEDUPE_KEY": MAX_DEDUPE_KEY,
+    "MAX_PRIORITY": MAX_PRIORITY,
+    "MAX_MESSAGE_TOKENS": MAX_MESSAGE_TOKENS,
+    "DEDUPE_WINDOW": DEDUPE_WINDOW,
+    "DEDUPE_SWEEP": DEDUPE_SWEEP,
+}

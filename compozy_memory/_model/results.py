@@ -1,0 +1,176 @@
+"""What the operations of a memory return: plain, frozen values.
+
+They live apart from the handle and the flusher, so code that reads a result (a metrics
+exporter, a test, an adapter) need not import the machinery that made it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from compozy_memory._model.messages import Message
+
+__all__ = [
+    "AppendResult",
+    "FlushCommit",
+    "FlushPlan",
+    "FlushResult",
+    "MemoryHealth",
+    "Snapshot",
+    "Summary",
+    "Tier",
+    "TrimResult",
+]
+
+Tier = Literal["none", "normal", "warning", "critical"]
+FlushOutcome = Literal["summarised", "evicted", "nothing", "skipped", "conflicted"]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What an append or replace stored, and the memory's totals right after it."""
+
+    first_id: int
+    last_id: int
+    total_tokens: int
+    total_count: int
+    summary_tokens: int = 0
+    max_tokens: int | None = None
+    #: True when the dedupe key was already stored: nothing was written by this call, the ids
+    #: are those of the first call, the totals are the current ones.
+    duplicate: bool = False
+    #: The memory's incarnation: it changes when the memory expires and is written again.
+    #: Pass it to ``replace(if_last_id=..., if_incarnation=...)``.
+    incarnation: str = ""
+
+    @property
+    def ids(self) -> range:
+        return range(self.first_id, self.last_id + 1)
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens of the whole context: live messages and summaries."""
+        return self.total_tokens + self.summary_tokens
+
+    @property
+    def budget_used(self) -> float | None:
+        """Share of the token budget in use (may exceed 1.0 until a flush), or None."""
+        return None if self.max_tokens is None else self.context_tokens / self.max_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class TrimResult:
+    removed_count: int
+    removed_tokens: int
+    total_tokens: int
+    total_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A consistent copy of a memory, as a flush plans from it."""
+
+    epoch: int
+    last_id: int
+    tokens: int
+    summary_tokens: int
+    summaries: tuple[Message, ...]
+    messages: tuple[Message, ...]
+    #: Live messages in the memory; more than ``len(messages)`` when the read was bounded.
+    count: int = -1
+    #: Token totals of the live messages by priority, from meta (all of them, read or not).
+    priority_tokens: Mapping[int, int] | None = None
+    #: The memory's incarnation when the snapshot was read.
+    incarnation: str = ""
+
+    @property
+    def context_tokens(self) -> int:
+        return self.tokens + self.summary_tokens
+
+    @property
+    def complete(self) -> bool:
+        """Whether ``messages`` holds every live message."""
+        return self.count < 0 or len(self.messages) >= self.count
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHealth:
+    """Totals kept in Redis by the scripts, read in one consistent snapshot."""
+
+    token_count: int
+    message_count: int
+    last_id: int
+    priority_tokens: Mapping[int, int]
+    priority_counts: Mapping[int, int]
+    archived: int
+    archive_length: int
+    summaries: int
+    summary_tokens: int
+    trimmed: int
+    flush_count: int
+    last_flush_ms: int | None
+    ttl_ms: int | None
+    strategy: str
+    max_tokens: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FlushCommit:
+    """What ``flush_commit`` changed, and the totals right after it."""
+
+    summary_id: int | None
+    removed_count: int
+    removed_tokens: int
+    total_tokens: int
+    total_count: int
+    summary_tokens: int
+
+    @property
+    def context_tokens(self) -> int:
+        return self.total_tokens + self.summary_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class FlushPlan:
+    """Exactly which ids a flush removes, and what it expects to find."""
+
+    prefix_ids: tuple[int, ...] = ()
+    summarize_ids: tuple[int, ...] = ()
+    evict_ids: tuple[int, ...] = ()
+    fold_summary_ids: tuple[int, ...] = ()
+    tier: Tier = "none"
+    context_tokens: int = 0
+    projected_tokens: int = 0
+    #: The snapshot was bounded and the memory holds more: another round may be needed.
+    partial: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return not (self.summarize_ids or self.evict_ids)
+
+    @property
+    def remove_ids(self) -> tuple[int, ...]:
+        return tuple(sorted((*self.summarize_ids, *self.evict_ids)))
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A summarizer's text, the method that made it, and why a fallback was used, if one was."""
+
+    text: str
+    method: str
+    fallback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlushResult:
+    outcome: FlushOutcome
+    plan: FlushPlan | None = None
+    summary: Summary | None = None
+    summary_id: int | None = None
+    removed_tokens: int = 0
+    context_tokens: int | None = None
+    epoch: int | None = None
+    rounds: int = 1

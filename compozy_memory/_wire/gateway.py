@@ -1,0 +1,333 @@
+"""The script gateway: one typed method per Lua script, the only code that builds KEYS/ARGV.
+
+A :class:`MemoryGateway` is bound to one memory (its keys, its policy, read-only or not) and
+one :class:`~compozy_memory._wire.transport.Transport`. Each method builds its script's KEYS
+from the names the script's header declares and its ARGV by name through the script's
+:class:`~compozy_memory._wire.scripts.Contract`, sends it, and decodes the reply into a result
+type. The handle (``MemoryInstance``), the fenced lock and the flusher all go through it, so a
+script's contract is written down once, and each of them can be tested against a fake
+transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.messages import Message
+from compozy_memory._model.policy import MemoryPolicy
+from compozy_memory._model.results import (
+    AppendResult,
+    FlushCommit,
+    FlushPlan,
+    MemoryHealth,
+    Snapshot,
+    TrimResult,
+)
+from compozy_memory._wire.scripts import Script, ScriptArg, script
+from compozy_memory.errors import ReadOnlyMemoryError, ReplicationError
+
+__all__ = ["MemoryGateway", "ScriptTransport"]
+
+# Snapshots parse this many messages between yields to the event loop.
+_PARSE_CHUNK = 64
+
+
+class ScriptTransport(Protocol):
+    """What the gateway needs of a transport (the real one, or a fake in unit tests)."""
+
+    async def run(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[ScriptArg],
+        *,
+        key: str,
+        write: bool = False,
+    ) -> Any: ...
+
+    async def command(self, operation: str, method: str, *args: Any, key: str) -> Any: ...
+
+
+class MemoryGateway:
+    """Every script call of one memory, typed."""
+
+    def __init__(
+        self,
+        transport: ScriptTransport,
+        keys: InstanceKeys,
+        policy: MemoryPolicy,
+        *,
+        read_only: bool = False,
+    ) -> None:
+        self.transport = transport
+        self.keys = keys
+        self.policy = policy
+        self.read_only = read_only
+        #: The TTL every write sets, in milliseconds (0: none); ``expire`` changes it.
+        self.ttl_ms = policy.ttl_ms
+        #: The memory's key prefix, named in errors and logs.
+        self.name = keys.prefix
+        #: The incarnation the last reply named: what a compare-and-set without one expects.
+        self.incarnation = ""
+
+    # -- writes -------------------------------------------------------------------------
+
+    async def append(self, messages: Sequence[ScriptArg], dedupe_key: str) -> AppendResult:
+        """``messages``: (tokens, priority, body) triples, flattened."""
+        return await self._stored(
+            "append",
+            {
+                "ttl_ms": self.ttl_ms,
+                "max_tokens": self.policy.max_tokens or 0,
+                "dedupe_key": dedupe_key,
+                "n": len(messages) // 3,
+            },
+            messages,
+        )
+
+    async def replace(
+        self,
+        messages: Sequence[ScriptArg],
+        *,
+        if_last_id: int | None,
+        if_incarnation: str | None,
+        dedupe_key: str,
+    ) -> AppendResult:
+        return await self._stored(
+            "replace",
+            {
+                "ttl_ms": self.ttl_ms,
+                "max_tokens": self.policy.max_tokens or 0,
+                "archive_max": self.policy.archive_max,
+                "if_last_id": -1 if if_last_id is None else if_last_id,
+                "if_incarnation": if_incarnation or "",
+                "dedupe_key": dedupe_key,
+                "n": len(messages) // 3,
+            },
+            messages,
+        )
+
+    async def trim(self, keep_messages: int | None, max_tokens: int | None) -> TrimResult:
+        reply = await self._write(
+            "trim",
+            {
+                "ttl_ms": self.ttl_ms,
+                "archive_max": self.policy.archive_max,
+                "keep_messages": -1 if keep_messages is None else keep_messages,
+                "max_tokens": -1 if max_tokens is None else max_tokens,
+            },
+        )
+        return TrimResult(*(int(v) for v in reply))
+
+    async def clear(self) -> int:
+        return int(await self._write("clear", {"ttl_ms": self.ttl_ms}))
+
+    async def expire(self, ttl_ms: int) -> int:
+        """Set (ttl_ms > 0) or remove (0) the TTL of every key; later writes keep it."""
+        existing = int(await self._write("expire", {"ttl_ms": ttl_ms}))
+        self.ttl_ms = ttl_ms
+        return existing
+
+    async def flush_commit(
+        self,
+        *,
+        epoch: int,
+        incarnation: str,
+        plan: FlushPlan,
+        summary_body: bytes,
+        summary_tokens: int,
+    ) -> FlushCommit:
+        """Apply ``plan`` (see ``lua/flush_commit.lua``). A commit that was applied but not
+        acknowledged by replicas raises ReplicationError with its FlushCommit."""
+        try:
+            reply = await self._write(
+                "flush_commit",
+                {
+                    "ttl_ms": self.ttl_ms,
+                    "archive_max": self.policy.archive_max,
+                    "epoch": epoch,
+                    "incarnation": incarnation,
+                    "prefix_len": len(plan.prefix_ids),
+                    "n_remove": len(plan.remove_ids),
+                    "n_fold": len(plan.fold_summary_ids),
+                    "summary_tokens": summary_tokens,
+                    "summary_body": summary_body,
+                },
+                [*plan.prefix_ids, *plan.remove_ids, *plan.fold_summary_ids],
+            )
+        except ReplicationError as exc:
+            raise _with_result(exc, _flush_commit(exc.result)) from exc
+        return _flush_commit(reply)
+
+    async def lock_acquire(self, token: str, lease_ms: int) -> tuple[int, str]:
+        """``(epoch, incarnation)``; epoch 0 when another holder has the lock."""
+        reply = await self._write(
+            "lock_acquire", {"token": token, "lease_ms": lease_ms, "ttl_ms": self.ttl_ms}
+        )
+        return int(reply[0]), _text(reply[1])
+
+    async def lock_refresh(self, token: str, lease_ms: int) -> bool:
+        return bool(await self._write("lock_refresh", {"token": token, "lease_ms": lease_ms}))
+
+    async def lock_release(self, token: str) -> bool:
+        return bool(await self._write("lock_release", {"token": token}))
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def read_range(self, start: int, stop: int) -> list[Message]:
+        reply = await self._read("read", {"mode": "range", "a": start, "b": stop})
+        return [Message.model_validate_json(env) for env in reply[3:]]
+
+    async def read_window(self, max_tokens: int, max_messages: int) -> list[Message]:
+        reply = await self._read("read", {"mode": "window", "a": max_tokens, "b": max_messages})
+        return [Message.model_validate_json(env) for env in reply[3:]]
+
+    async def read_context(self, max_tokens: int) -> tuple[list[Message], list[Message]]:
+        """The summaries, and the newest messages that fit what they leave of the budget."""
+        reply = await self._read("read", {"mode": "context", "a": max_tokens, "b": 0})
+        n_summaries = int(reply[3])
+        messages = [Message.model_validate_json(e) for e in reply[4:]]
+        return messages[:n_summaries], messages[n_summaries:]
+
+    async def snapshot(self, limit: int) -> Snapshot:
+        reply = await self._read("snapshot", {"limit": limit})
+        epoch, last_id, tokens, summary_tokens, count = (int(v) for v in reply[:5])
+        incarnation = _text(reply[5])
+        n_priorities = int(reply[6])
+        at = 7 + 2 * n_priorities
+        priority_tokens = {int(reply[i]): int(reply[i + 1]) for i in range(7, at, 2)}
+        n_summaries = int(reply[at])
+        envelopes: list[Message] = []
+        for start in range(at + 1, len(reply), _PARSE_CHUNK):
+            chunk = reply[start : start + _PARSE_CHUNK]
+            envelopes += [Message.model_validate_json(e) for e in chunk]
+            await asyncio.sleep(0)  # a large memory must not stall other tasks' appends
+        return Snapshot(
+            epoch,
+            last_id,
+            tokens,
+            summary_tokens,
+            tuple(envelopes[:n_summaries]),
+            tuple(envelopes[n_summaries:]),
+            count,
+            priority_tokens,
+            incarnation,
+        )
+
+    async def health(self) -> MemoryHealth:
+        reply = await self._read("health", {})
+        fields = {_text(reply[i]): _text(reply[i + 1]) for i in range(0, len(reply), 2)}
+        tokens: dict[int, int] = {}
+        counts: dict[int, int] = {}
+        for name, value in fields.items():
+            if name.startswith("p:"):
+                _, priority, what = name.split(":")
+                target = tokens if what == "tokens" else counts
+                if int(value):
+                    target[int(priority)] = int(value)
+        ttl = int(fields["_ttl_ms"])
+        last_flush = fields.get("last_flush")
+        return MemoryHealth(
+            token_count=int(fields.get("tokens", 0)),
+            message_count=int(fields.get("count", 0)),
+            last_id=int(fields.get("last_id", 0)),
+            priority_tokens=tokens,
+            priority_counts=counts,
+            archived=int(fields.get("archived", 0)),
+            archive_length=int(fields["_archive_len"]),
+            summaries=int(fields["_summaries_len"]),
+            summary_tokens=int(fields.get("summary_tokens", 0)),
+            trimmed=int(fields.get("trimmed", 0)),
+            flush_count=int(fields.get("flushes", 0)),
+            last_flush_ms=int(last_flush) if last_flush else None,
+            ttl_ms=ttl if ttl >= 0 else None,
+            strategy=self.policy.flush_strategy,
+            max_tokens=self.policy.max_tokens,
+        )
+
+    async def archived(self, offset: int, limit: int) -> list[Message]:
+        """Archived originals from ``offset``, oldest first (a plain LRANGE)."""
+        envelopes = await self.transport.command(
+            "recall", "lrange", self.keys.archive, offset, offset + limit - 1, key=self.name
+        )
+        return [Message.model_validate_json(e) for e in envelopes]
+
+    async def length(self) -> int:
+        return int(await self.transport.command("len", "llen", self.keys.msgs, key=self.name))
+
+    async def token_count(self) -> int:
+        value = await self.transport.command(
+            "token_count", "hget", self.keys.meta, "tokens", key=self.name
+        )
+        return int(value or 0)
+
+    # -- internals ----------------------------------------------------------------------
+
+    async def _stored(
+        self, name: str, values: dict[str, ScriptArg], messages: Sequence[ScriptArg]
+    ) -> AppendResult:
+        try:
+            reply = await self._write(name, values, messages)
+        except ReplicationError as exc:
+            raise _with_result(exc, self._append_result(exc.result)) from exc
+        return self._append_result(reply)
+
+    async def _write(
+        self, name: str, values: dict[str, ScriptArg], rest: Sequence[ScriptArg] = ()
+    ) -> Any:
+        if self.read_only:
+            raise ReadOnlyMemoryError(f"{name} refused: this handle is read-only", key=self.name)
+        return await self._send(name, values, rest, write=name in _WAITED)
+
+    async def _read(self, name: str, values: dict[str, ScriptArg]) -> Any:
+        return await self._send(name, values, (), write=False)
+
+    async def _send(
+        self, name: str, values: dict[str, ScriptArg], rest: Sequence[ScriptArg], *, write: bool
+    ) -> Any:
+        code = script(name)
+        contract = code.contract
+        keys = [getattr(self.keys, part) for part in contract.keys]
+        args = contract.argv_for(values, rest)
+        return await self.transport.run(code, keys, args, key=self.name, write=write)
+
+    def _append_result(self, reply: Any) -> AppendResult:
+        first, last, tokens, count, summary_tokens, duplicate = (int(v) for v in reply[:6])
+        self.incarnation = _text(reply[6])
+        return AppendResult(
+            first,
+            last,
+            tokens,
+            count,
+            summary_tokens,
+            self.policy.max_tokens,
+            bool(duplicate),
+            self.incarnation,
+        )
+
+
+# Scripts that change the memory: with a WaitPolicy each is followed by WAIT or WAITAOF. The
+# lock's own scripts are not: a lease is short-lived and fenced by the epoch anyway.
+_WAITED = frozenset({"append", "replace", "trim", "clear", "expire", "flush_commit"})
+
+
+def _flush_commit(reply: Any) -> FlushCommit:
+    summary_id, removed, removed_tokens, tokens, count, summary_tokens = (int(v) for v in reply)
+    return FlushCommit(summary_id or None, removed, removed_tokens, tokens, count, summary_tokens)
+
+
+def _with_result(exc: ReplicationError, result: object) -> ReplicationError:
+    return ReplicationError(
+        str(exc.args[0]),
+        key=exc.key,
+        required=exc.required,
+        acknowledged=exc.acknowledged,
+        reply=result,
+    )
+
+
+def _text(value: bytes | str | int) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

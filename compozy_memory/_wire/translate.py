@@ -1,0 +1,141 @@
+"""Sending one script call, and turning what redis-py raises into compozy-memory's errors.
+
+A call goes out as EVALSHA. When the server has lost its script cache (a restart, a failover,
+``SCRIPT FLUSH``, or a Cluster node that never saw the script) it answers NOSCRIPT, and the
+call is repeated once as EVAL, which runs the script and caches it again on the node that owns
+the key's slot. Callers see latency, never the NOSCRIPT.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeAlias
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis, RedisCluster
+
+from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory.errors import (
+    BackendError,
+    BackendOutOfMemoryError,
+    BackendPermissionError,
+    BackendTimeoutError,
+    BackendUnavailableError,
+    CompozyMemoryError,
+    ConflictError,
+    InvalidMessageError,
+    LockLostError,
+    MessageTooLargeError,
+    ScriptError,
+)
+
+__all__ = ["RedisClient", "backend_errors", "eval_commands", "run_script", "translate"]
+
+RedisClient: TypeAlias = "Redis | RedisCluster"
+
+_TRANSIENT = (
+    redis_errors.ConnectionError,
+    redis_errors.TryAgainError,
+    redis_errors.ClusterDownError,
+)
+# NOPERM and the like from commands; from inside a script, Valkey says "ACL failure in script"
+# and Redis 7.0 "The user executing the script can't run this command".
+_PERMISSION = re.compile(
+    r"^(NOPERM|WRONGPASS|NOAUTH)|^ACL failure in script|^The user executing the script can't"
+)
+_SCRIPT_LOCATION = re.compile(r"\s*script: [0-9a-f]+, on @\w+:\d+\.?$")
+_ERRORS: dict[str, type[CompozyMemoryError]] = {
+    "COMPOZY_INVALID": InvalidMessageError,
+    "COMPOZY_TOOLARGE": MessageTooLargeError,
+    "COMPOZY_CONFLICT": ConflictError,
+    "COMPOZY_STALE": LockLostError,
+}
+
+
+def eval_commands(script: Script, client: RedisClient) -> tuple[str, str]:
+    """The by-SHA and by-source commands that run ``script`` on ``client``.
+
+    Read scripts go as EVALSHA_RO/EVAL_RO, which declare their keys as read, so ACL users
+    with read-only key permissions (``%R~``) may run them. Not on a Cluster client: redis-py
+    routes only EVAL and EVALSHA without asking the server for the keys of every call."""
+    if script.read_only and not isinstance(client, RedisCluster):
+        return ("EVALSHA_RO", "EVAL_RO")
+    return ("EVALSHA", "EVAL")
+
+
+async def run_script(
+    client: RedisClient, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], key: str
+) -> Any:
+    """Run ``script`` once (by SHA, then by source after NOSCRIPT); errors come out typed."""
+    by_sha, by_source = eval_commands(script, client)
+    try:
+        return await _run(client, by_sha, script.sha, keys, args)
+    except redis_errors.NoScriptError:
+        pass
+    except redis_errors.RedisError as exc:
+        raise translate(exc, script.name, key) from _cause(exc)
+    try:
+        return await _run(client, by_source, script.source, keys, args)
+    except redis_errors.RedisError as exc:
+        raise translate(exc, script.name, key) from _cause(exc)
+
+
+async def _run(
+    client: RedisClient, command: str, body: str, keys: Sequence[str], args: Sequence[ScriptArg]
+) -> Any:
+    # redis-py routes EVAL-family commands on a Cluster by their first key.
+    try:
+        return await client.execute_command(command, body, len(keys), *keys, *args)
+    except AttributeError as exc:
+        # redis-py's async Cluster client can close a connection another task is using while
+        # it follows a MOVED redirect (its stream becomes None mid-call). Treat that like any
+        # dropped connection: the call is retried, and dedupe keys make a repeat harmless.
+        if isinstance(client, RedisCluster) and "'NoneType' object" in str(exc):
+            raise redis_errors.ConnectionError(f"connection closed while in use ({exc})") from exc
+        raise
+
+
+@contextmanager
+def backend_errors(operation: str, key: str) -> Iterator[None]:
+    """Turn redis-py exceptions raised inside the block into compozy-memory's typed errors."""
+    try:
+        yield
+    except redis_errors.RedisError as exc:
+        raise translate(exc, operation, key) from _cause(exc)
+
+
+def translate(exc: redis_errors.RedisError, operation: str, key: str) -> CompozyMemoryError:
+    """The typed error for a redis-py exception raised by ``operation`` on memory ``key``."""
+    if isinstance(
+        exc,
+        (
+            redis_errors.AuthenticationError,
+            redis_errors.AuthorizationError,
+            redis_errors.NoPermissionError,
+        ),
+    ) or _PERMISSION.search(str(exc)):
+        return BackendPermissionError(f"{operation}: {exc}", key=key)
+    if isinstance(exc, redis_errors.TimeoutError):
+        return BackendTimeoutError(f"{operation}: {exc}", key=key)
+    if isinstance(exc, _TRANSIENT):
+        # TRYAGAIN (a slot half migrated) and CLUSTERDOWN (a failover) pass, like a dropped
+        # connection: the call is retried.
+        return BackendUnavailableError(f"{operation}: {exc}", key=key)
+    if isinstance(exc, redis_errors.OutOfMemoryError):
+        return BackendOutOfMemoryError(f"{operation}: {exc}", key=key)
+    if isinstance(exc, redis_errors.ResponseError):
+        code, _, rest = str(exc).partition(" ")
+        typed = _ERRORS.get(code)
+        if typed is not None:
+            # Some servers append where in the script the error was raised; callers need
+            # only our message.
+            return typed(_SCRIPT_LOCATION.sub("", rest), key=key)
+        return ScriptError(f"{operation}: {exc}", key=key)
+    return BackendError(f"{operation}: {exc}", key=key)
+
+
+def _cause(exc: redis_errors.RedisError) -> redis_errors.RedisError | None:
+    # Our own validation errors are complete in themselves; the redis-py traceback adds noise.
+    return None if str(exc).startswith("COMPOZY_") else exc

@@ -1,0 +1,158 @@
+"""How one handle's script calls reach Redis: retries, batching, WAIT, Cluster readiness.
+
+Every call of a :class:`~compozy_memory._wire.gateway.MemoryGateway` goes through
+:meth:`Transport.run`, which decides how it travels:
+
+* with a :class:`WaitPolicy`, a write goes out in a pipeline of its own followed by ``WAIT``
+  or ``WAITAOF``, so the acknowledgement counts that write's connection;
+* otherwise, on a standalone client, calls made in the same event-loop iteration share one
+  pipeline (:mod:`compozy_memory._wire.batching`);
+* on a Cluster client, each call goes alone, once the client has been initialised.
+
+Calls that meet an unreachable server are retried within the :class:`RetryPolicy`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis, RedisCluster
+
+from compozy_memory._model.policy import WaitPolicy
+from compozy_memory._wire.batching import batcher_for
+from compozy_memory._wire.retry import RetryPolicy
+from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory._wire.translate import RedisClient, backend_errors, run_script, translate
+from compozy_memory.errors import ConfigurationError, ReplicationError, ScriptError
+
+__all__ = ["Transport"]
+
+
+class Transport:
+    """The road every call of one memory handle takes to Redis."""
+
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        retry: RetryPolicy | None = None,
+        wait: WaitPolicy | None = None,
+        batching: bool = True,
+        key: str = "",
+    ) -> None:
+        if wait is not None and not isinstance(client, Redis):
+            raise ConfigurationError(
+                "persistence.wait needs a standalone client: WAIT and WAITAOF must follow the "
+                "write on its own connection, which redis-py's Cluster client cannot do",
+                key=key or None,
+            )
+        self.client = client
+        self.retry = retry or RetryPolicy()
+        self.wait = wait
+        self._batcher = batcher_for(client) if batching else None
+        self._cluster_ready = not isinstance(client, RedisCluster)
+
+    async def run(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[ScriptArg],
+        *,
+        key: str,
+        write: bool = False,
+    ) -> Any:
+        """Run ``script``, retried within the policy; ``write`` calls wait for replicas when
+        the policy asks. A write not acknowledged in time raises ReplicationError carrying
+        the raw reply."""
+        script.contract.check_keys(keys)
+        wait = self.wait
+        if wait is not None and write:
+            return await self.retry.call(lambda: self._run_and_wait(script, keys, args, wait, key))
+        batcher = self._batcher
+        if batcher is not None:
+            return await self.retry.call(lambda: batcher.run(script, keys, args, key=key))
+        await self._ready(key)
+        return await self.retry.call(lambda: run_script(self.client, script, keys, args, key))
+
+    async def command(self, operation: str, method: str, *args: Any, key: str) -> Any:
+        """A plain redis-py command (``method`` of the client), retried like scripts."""
+        await self._ready(key)
+
+        async def attempt() -> Any:
+            with backend_errors(operation, key):
+                return await getattr(self.client, method)(*args)
+
+        return await self.retry.call(attempt)
+
+    async def _run_and_wait(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[ScriptArg],
+        wait: WaitPolicy,
+        key: str,
+    ) -> Any:
+        """Run a write script and then WAIT/WAITAOF on the same connection (one pipeline).
+
+        WAIT counts the replicas that acknowledged this connection's writes, so it must follow
+        the write on the connection that made it; a pipeline guarantees that."""
+        assert isinstance(self.client, Redis)
+        reply: Any = None
+        acks: Any = None
+        for command, body in (("EVALSHA", script.sha), ("EVAL", script.source)):
+            try:
+                async with self.client.pipeline(transaction=False) as pipe:
+                    pipe.execute_command(command, body, len(keys), *keys, *args)
+                    pipe.execute_command(*wait.command())
+                    reply, acks = await pipe.execute(raise_on_error=False)
+            except redis_errors.RedisError as exc:
+                raise translate(exc, script.name, key) from exc
+            if not isinstance(reply, redis_errors.NoScriptError):
+                break
+        if isinstance(reply, redis_errors.RedisError):
+            raise translate(reply, script.name, key) from reply
+        if isinstance(acks, redis_errors.RedisError):
+            hint = " (WAITAOF needs Redis or Valkey 7.2+ with appendonly yes)" if wait.aof else ""
+            raise ScriptError(
+                f"{script.name} was applied, but {wait.command()[0]} failed: {acks}{hint}",
+                key=key,
+            ) from acks
+        _check_acks(script.name, wait, acks, reply, key)
+        return reply
+
+    async def _ready(self, key: str) -> None:
+        if self._cluster_ready:
+            return
+        # redis-py initialises a cluster client lazily on its first command, and many tasks
+        # making that first command at once race on half-open connections ('NoneType' object
+        # has no attribute 'writelines'). initialize() is idempotent and takes redis-py's own
+        # lock, so awaiting it once per handle makes the first use safe.
+        assert isinstance(self.client, RedisCluster)
+        with backend_errors("connect", key):
+            await self.client.initialize()
+        self._cluster_ready = True
+
+
+def _check_acks(name: str, wait: WaitPolicy, acks: Any, reply: Any, key: str) -> None:
+    if wait.aof:
+        local, replicas = (int(v) for v in acks)
+        if local >= 1 and replicas >= wait.replicas:
+            return
+        seen = f"local fsync {local}/1, replicas {replicas}/{wait.replicas}"
+        acknowledged = replicas
+    else:
+        acknowledged = int(acks)
+        if acknowledged >= wait.replicas:
+            return
+        seen = f"{acknowledged}/{wait.replicas} replicas"
+    raise ReplicationError(
+        f"{name} was applied on the primary but not acknowledged within "
+        f"{wait.timeout_ms} ms ({seen}); it is not undone. Repeat it with the same "
+        "dedupe_key to wait again without writing twice",
+        key=key,
+        required=wait.replicas,
+        acknowledged=acknowledged,
+        reply=reply,
+    )

@@ -1,0 +1,139 @@
+"""A fake transport for unit tests of the gateway, the lock and the flusher.
+
+It answers each script by name from a queue of replies (raw, as Redis would send them) or
+exceptions, and records every call. The reply builders below write the wire formats the
+scripts' headers describe, so a test states what the server "said" in the terms of the
+script's contract; ``tests/test_contracts.py`` checks those contracts against the gateway.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from compozy_memory import InstanceKeys, MemoryPolicy, Message
+from compozy_memory._model.messages import encode_body
+from compozy_memory._wire.gateway import MemoryGateway
+from compozy_memory._wire.scripts import Script, ScriptArg
+
+Reply = Any | BaseException | Callable[["Call"], Any]
+
+
+@dataclass(frozen=True)
+class Call:
+    script: str
+    keys: tuple[str, ...]
+    args: tuple[ScriptArg, ...]
+    write: bool
+
+    def arg(self, name: str) -> ScriptArg:
+        """The argument the script's header calls ``name``."""
+        from compozy_memory._wire.scripts import script
+
+        return self.args[script(self.script).contract.argv.index(name)]
+
+
+@dataclass
+class FakeTransport:
+    replies: dict[str, deque[Reply]] = field(default_factory=lambda: defaultdict(deque))
+    calls: list[Call] = field(default_factory=list)
+    #: Replies given when a script's queue is empty.
+    defaults: dict[str, Reply] = field(default_factory=dict)
+
+    def on(self, name: str, *replies: Reply) -> FakeTransport:
+        self.replies[name].extend(replies)
+        return self
+
+    def named(self, name: str) -> list[Call]:
+        return [c for c in self.calls if c.script == name]
+
+    async def run(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[ScriptArg],
+        *,
+        key: str,
+        write: bool = False,
+    ) -> Any:
+        script.contract.check_keys(keys)
+        call = Call(script.name, tuple(keys), tuple(args), write)
+        self.calls.append(call)
+        queue = self.replies[script.name]
+        reply = queue.popleft() if queue else self.defaults.get(script.name)
+        if reply is None:
+            raise AssertionError(f"no reply queued for {script.name}")
+        if isinstance(reply, BaseException):
+            raise reply
+        if callable(reply):
+            return reply(call)
+        return reply
+
+    async def command(self, operation: str, method: str, *args: Any, key: str) -> Any:
+        self.calls.append(Call(method, (), tuple(args), False))
+        queue = self.replies[method]
+        return queue.popleft() if queue else self.defaults.get(method)
+
+
+def gateway(
+    transport: FakeTransport, *, policy: MemoryPolicy | None = None, read_only: bool = False
+) -> MemoryGateway:
+    return MemoryGateway(
+        transport,
+        InstanceKeys.build("units", "conv"),
+        policy or MemoryPolicy(max_tokens=1_000),
+        read_only=read_only,
+    )
+
+
+def envelope(
+    message: Message | dict[str, Any], *, id: int, tokens: int, priority: int = 2
+) -> bytes:
+    """A stored envelope, as the scripts write it."""
+    parsed = Message.parse(dict(message) if isinstance(message, dict) else message)
+    head = f'{{"id":{id},"ts":1700000000000,"tokens":{tokens},"priority":{priority},'
+    return head.encode() + encode_body(parsed)[1:]
+
+
+def snapshot_reply(
+    messages: Sequence[bytes],
+    *,
+    summaries: Sequence[bytes] = (),
+    epoch: int = 1,
+    tokens: int | None = None,
+    summary_tokens: int = 0,
+    count: int | None = None,
+    incarnation: str = "42",
+    priority_tokens: dict[int, int] | None = None,
+) -> list[Any]:
+    """What snapshot.lua returns for these envelopes."""
+    parsed = [Message.model_validate_json(m) for m in messages]
+    total = sum(m.tokens or 0 for m in parsed) if tokens is None else tokens
+    by_priority = priority_tokens
+    if by_priority is None:
+        by_priority = {}
+        for m in parsed:
+            by_priority[m.priority or 0] = by_priority.get(m.priority or 0, 0) + (m.tokens or 0)
+    last_id = max((m.id or 0 for m in parsed), default=0)
+    flat: list[Any] = [p for item in by_priority.items() for p in item]
+    return [
+        epoch,
+        last_id,
+        total,
+        summary_tokens,
+        len(parsed) if count is None else count,
+        incarnation.encode(),
+        len(by_priority),
+        *flat,
+        len(summaries),
+        *summaries,
+        *messages,
+    ]
+
+
+def commit_reply(
+    summary_id: int = 0, removed: int = 0, removed_tokens: int = 0, tokens: int = 0
+) -> list[int]:
+    return [summary_id, removed, removed_tokens, tokens, 0, 0]

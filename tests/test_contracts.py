@@ -1,0 +1,136 @@
+"""The Lua scripts' headers are their contracts: checked against the bodies and the gateway."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from compozy_memory import FlushPlan, ScriptError
+from compozy_memory._model.limits import LUA_CONSTANTS
+from compozy_memory._wire.gateway import MemoryGateway
+from compozy_memory._wire.scripts import (
+    KEY_ORDER,
+    SCRIPT_NAMES,
+    ScriptArg,
+    lua_dir,
+    parse_contract,
+    script,
+)
+from tests.fakes import FakeTransport, commit_reply, gateway, snapshot_reply
+
+APPEND_REPLY = [1, 1, 3, 1, 0, 0, b"42"]
+HEALTH_REPLY = [b"tokens", b"3", b"_msgs_len", 1, b"_archive_len", 0, b"_summaries_len", 0]
+HEALTH_REPLY += [b"_ttl_ms", -1]
+READ_REPLY = [0, 0, 0]
+CONTEXT_REPLY = [0, 0, 0, 0]
+TRIPLE: list[ScriptArg] = [3, 2, b'{"role":"user","content":"hi"}']
+
+# One call of every gateway method that runs a script, with a reply of the script's shape.
+CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
+    "append": (lambda g: g.append(TRIPLE, "k"), APPEND_REPLY),
+    "replace": (
+        lambda g: g.replace(TRIPLE, if_last_id=1, if_incarnation="42", dedupe_key="k"),
+        APPEND_REPLY,
+    ),
+    "trim": (lambda g: g.trim(1, None), [0, 0, 0, 0]),
+    "clear": (lambda g: g.clear(), 0),
+    "expire": (lambda g: g.expire(1000), 2),
+    "read": (lambda g: g.read_window(100, 0), READ_REPLY),
+    "health": (lambda g: g.health(), HEALTH_REPLY),
+    "snapshot": (lambda g: g.snapshot(10), snapshot_reply([])),
+    "flush_commit": (
+        lambda g: g.flush_commit(
+            epoch=1,
+            incarnation="42",
+            plan=FlushPlan(prefix_ids=(1, 2), summarize_ids=(1,)),
+            summary_body=b'{"role":"system","content":"s"}',
+            summary_tokens=2,
+        ),
+        commit_reply(),
+    ),
+    "lock_acquire": (lambda g: g.lock_acquire("t" * 32, 1000), [1, b"42"]),
+    "lock_refresh": (lambda g: g.lock_refresh("t" * 32, 1000), 1),
+    "lock_release": (lambda g: g.lock_release("t" * 32), 1),
+}
+
+
+def test_every_script_file_is_known_and_every_known_script_exists() -> None:
+    files = {p.stem for p in lua_dir().glob("*.lua")} - {"_lib"}
+    assert files == set(SCRIPT_NAMES) == set(CALLS)
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_a_header_names_exactly_what_the_body_uses(name: str) -> None:
+    code = script(name)  # loading parses the header and refuses numbered KEYS/ARGV
+    body = (lua_dir() / f"{name}.lua").read_text().partition("\n")[2]
+    header = "\n".join(line for line in body.splitlines() if line.startswith("--"))
+    assert "Returns:" in header, f"{name}.lua must say what it returns"
+    code_lines = "\n".join(line for line in body.splitlines() if not line.startswith("--"))
+    used_keys = set(re.findall(r"\bk_(\w+)", code_lines))
+    used_args = set(re.findall(r"\ba_(\w+)", code_lines))
+    contract = code.contract
+    # A script may set TTLs on every key it declares through KEYS as a whole.
+    assert used_keys <= set(contract.keys), name
+    assert set(contract.keys) <= used_keys | ({*contract.keys} if "KEYS" in code_lines else set())
+    assert used_args == set(contract.argv), name
+    assert ("ARGS_FROM" in code_lines) == (contract.variadic is not None), name
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+async def test_the_gateway_sends_what_each_header_declares(name: str) -> None:
+    transport = FakeTransport()
+    call, reply = CALLS[name]
+    transport.on(name, reply)
+    g = gateway(transport)
+    await call(g)
+    (sent,) = transport.named(name)
+    contract = script(name).contract
+    assert sent.keys == tuple(getattr(g.keys, k) for k in contract.keys)
+    fixed = len(contract.argv)
+    assert len(sent.args) >= fixed
+    if contract.variadic is None:
+        assert len(sent.args) == fixed
+    for arg_name in contract.argv:
+        sent.arg(arg_name)  # every declared argument has a place
+
+
+def test_limits_are_injected_once_from_python() -> None:
+    lib = (lua_dir() / "_lib.lua").read_text()
+    for name, value in LUA_CONSTANTS.items():
+        assert not re.search(rf"\blocal {name}\b", lib), f"_lib.lua must not define {name}"
+        for each in SCRIPT_NAMES:
+            assert f"local {name} = {value}\n" in script(each).source
+
+
+@pytest.mark.parametrize(
+    ("header", "problem"),
+    [
+        ("-- KEYS: meta msgs\n-- ARGV: a\n", "order"),
+        ("-- KEYS: msgs bogus\n-- ARGV: a\n", "unknown keys"),
+        ("-- KEYS: msgs\n", "needs"),
+        ("-- KEYS: msgs\n-- ARGV: Bad\n", "lowercase"),
+        ("-- KEYS: msgs\n-- ARGV: a a\n", "twice"),
+    ],
+)
+def test_bad_headers_are_refused(header: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        parse_contract("x", header)
+
+
+def test_the_one_key_order_is_the_order_every_script_uses() -> None:
+    for name in SCRIPT_NAMES:
+        keys = script(name).contract.keys
+        assert list(keys) == sorted(keys, key=KEY_ORDER.index)
+
+
+def test_a_call_that_disagrees_with_its_header_is_refused_before_redis() -> None:
+    contract = script("trim").contract
+    with pytest.raises(ScriptError, match="do not match the header"):
+        contract.argv_for({"ttl_ms": 0, "archive_max": 0, "keep_messages": 1})
+    with pytest.raises(ScriptError, match="do not match the header"):
+        contract.argv_for({"ttl_ms": 0, "archive_max": 0, "keep_messages": 1, "max_token": 1})
+    with pytest.raises(ScriptError, match="keys sent"):
+        contract.check_keys(["only-one"])

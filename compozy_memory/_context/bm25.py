@@ -34,7 +34,7 @@ __all__ = [
 DEFAULT_K1 = 1.2
 DEFAULT_B = 0.75
 # Tuned on benchmarks/recall_data.py with benchmarks/recall_eval_offline.py.
-DEFAULT_NEIGHBOUR_WEIGHT = 0.4
+DEFAULT_NEIGHBOUR_WEIGHT = 0.5
 
 
 def idf(doc_freq: int, n_docs: int) -> float:

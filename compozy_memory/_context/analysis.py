@@ -14,7 +14,7 @@ import re
 import threading
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import date
 from functools import lru_cache
 from itertools import chain
@@ -402,11 +402,3 @@ def message_terms(message: Mapping[str, Any]) -> MessageTerms:
         terms.extend(_speaker_terms(speaker))
     terms.extend(_message_day_terms(message))
     return MessageTerms(Counter(terms), len(terms))
-
-
-def terms_of(texts: Iterable[str]) -> list[str]:
-    """Analyse several texts as one (a convenience for callers that hold text pieces)."""
-    out: list[str] = []
-    for text in texts:
-        out.extend(analyze(text))
-    return out

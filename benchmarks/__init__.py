@@ -1,0 +1,1 @@
+"""Benchmarks; the recall ones import each other, so this is a package."""

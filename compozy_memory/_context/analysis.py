@@ -1,0 +1,404 @@
+"""Turn archived messages and search queries into index terms.
+
+The same function must analyse what is indexed and what is asked, on every process that
+touches an index, so everything here is deterministic and versioned: a change of the stop
+list, the tokeniser or the stemmer changes ``ANALYZER_VERSION``, and an index built under
+another version has to be rebuilt rather than queried.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import unicodedata
+from collections import Counter
+from collections.abc import Mapping
+from datetime import date
+from functools import lru_cache
+from itertools import chain
+from typing import Any, NamedTuple, Protocol
+
+import stopwordsiso
+
+__all__ = [
+    "ANALYZER_VERSION",
+    "MAX_TERM_BYTES",
+    "STOP_WORDS",
+    "MessageTerms",
+    "analyze",
+    "analyze_query",
+    "cap_term",
+    "date_terms",
+    "message_terms",
+    "message_text",
+    "stemmer",
+]
+
+ANALYZER_VERSION = 1
+MAX_TERM_BYTES = 64
+_HASH_HEX = 8
+
+
+class _Stemmer(Protocol):
+    def stemWord(self, word: str) -> str: ...
+
+
+def _new_stemmer() -> _Stemmer:
+    # PyStemmer and snowballstemmer run the same Snowball English algorithm and produce the
+    # same stems (tests/test_analysis.py checks it), so the fallback keeps indexes compatible;
+    # it is only slower.
+    try:
+        import Stemmer  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # pragma: no cover - exercised only where PyStemmer is missing
+        import snowballstemmer  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+        stem: _Stemmer = snowballstemmer.stemmer("english")
+        return stem
+    stem = Stemmer.Stemmer("english")
+    return stem  # noqa: RET504 - typed through the protocol, as in the fallback
+
+
+class _ThreadState(threading.local):
+    def __init__(self) -> None:
+        self.stemmer = _new_stemmer()
+        # Conversation vocabulary is small and repetitive; a per-thread memo of stems avoids
+        # the stemmer call for nearly every word after the first few messages.
+        self.stems: dict[str, str] = {}
+        self.chunks: dict[str, tuple[str, ...]] = {}
+
+
+_state = _ThreadState()
+_STEM_MEMO_LIMIT = 50_000
+_CHUNK_MEMO_LIMIT = 100_000
+
+
+def stemmer() -> _Stemmer:
+    """Return this thread's Snowball English stemmer (stemmer objects are not thread-safe)."""
+    return _state.stemmer
+
+
+# The stopwords-iso English list was built from web pages and treats many content words as
+# noise. In a conversation archive these are exactly what people ask about ("what was the
+# order number?", "what is the dog's name?", "in May"), so they are kept as terms.
+_KEEP = frozenset(
+    """
+    10 39 act added adopted affected amount announce area areas back begin beginning big
+    bill billion bottom buy case cases changes computer copy cry date dear early eight
+    eighty eleven end face faces fact facts fifteen fifth fifty fire first five fix forty
+    four free front full group groups half hell help high home homepage hundred index
+    information interest interested interesting interests invention join keys kind large
+    last latest length line little long low man may member members men microsoft mill
+    million miss move mug name net netscape new newest next nine ninety novel null number
+    numbers old oldest one open order ordered ordering orders page pages part parts past
+    place places present problem problems proud ran research right ring room rooms run
+    second sent seven seventy shed shell show showed shown shows side sides site six sixty
+    small state states stop system test text third thirty thousand three tip today top
+    trillion turn twelve twenty two value web website wed wells whim width work worked
+    working works world year years young zero
+    """.split()  # noqa: SIM905 - a word list reads better as text
+)
+
+
+def _load_stop_words() -> frozenset[str]:
+    words = {w.replace("\u2019", "'").casefold() for w in stopwordsiso.stopwords("en")}
+    return frozenset(w for w in words if w not in _KEEP and not any(c.isdigit() for c in w))
+
+
+STOP_WORDS: frozenset[str] = _load_stop_words()
+
+# A token is a run of letters/digits, possibly joined by connectors that people put inside
+# identifiers, dates, times and amounts: 2023-05-08, 12:30, 3.5, SKU-4471-XL, lookup_order,
+# jo@example.com, caroline's; or a number with thousands separators ($1,200 is 1200).
+_CONNECTORS = "-_./:@'"
+_TOKEN_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)|[^\W_]+(?:[-_./:@'][^\W_]+)*")
+_BLANK_AND_LOWER = {
+    c: (" " if not chr(c).isalnum() and chr(c) not in _CONNECTORS + "," else chr(c).lower())
+    for c in range(128)
+    if not chr(c).isalnum() or chr(c).isupper()
+}
+_SPLIT_RE = re.compile(r"[-_./:@']")
+_ALNUM_RUN_RE = re.compile(r"\d+|[^\W\d_]+")
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+
+
+def cap_term(term: str) -> str:
+    """Return ``term`` if it fits in ``MAX_TERM_BYTES`` UTF-8 bytes, else a prefix + hash.
+
+    The result is unique enough for an index (8 hex digits of BLAKE2b over the whole term)
+    and never cuts a character in half.
+    """
+    raw = term.encode()
+    if len(raw) <= MAX_TERM_BYTES:
+        return term
+    digest = hashlib.blake2b(raw, digest_size=_HASH_HEX // 2).hexdigest()
+    prefix = raw[: MAX_TERM_BYTES - _HASH_HEX - 1].decode(errors="ignore")
+    return f"{prefix}~{digest}"
+
+
+def _fold_accents(text: str) -> str:
+    # NFKC first so full-width digits and ligatures become plain ones, then drop combining
+    # marks so "José" and "Jose" meet.
+    text = unicodedata.normalize("NFKC", text)
+    decomposed = unicodedata.normalize("NFD", text)
+    stripped = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return unicodedata.normalize("NFC", stripped)
+
+
+def _stem(word: str) -> str:
+    memo = _state.stems
+    stem = memo.get(word)
+    if stem is None:
+        stem = _state.stemmer.stemWord(word)
+        if len(memo) >= _STEM_MEMO_LIMIT:
+            memo.clear()
+        memo[word] = stem
+    return stem
+
+
+def _word(token: str, out: list[str]) -> None:
+    """Append the term for one alphabetic word (after the stop list and the stemmer)."""
+    if token not in STOP_WORDS:
+        out.append(cap_term(_stem(token)))
+
+
+def _cjk(token: str, out: list[str]) -> None:
+    # Scripts written without spaces: index overlapping character bigrams, the usual
+    # dictionary-free way to make them searchable.
+    pos = 0
+    for m in _CJK_RE.finditer(token):
+        if m.start() > pos:
+            _compound(token[pos : m.start()], out)
+        run = m.group()
+        if len(run) == 1:
+            out.append(run)
+        else:
+            out.extend(run[i : i + 2] for i in range(len(run) - 1))
+        pos = m.end()
+    if pos < len(token):
+        _compound(token[pos:], out)
+
+
+def _compound(token: str, out: list[str]) -> None:
+    if "," in token:
+        token = token.replace(",", "")
+    if token.isalpha():
+        _word(token, out)
+        return
+    if token.isdigit():
+        out.append(cap_term(token))
+        return
+    if "'" in token:
+        if token in STOP_WORDS:
+            return
+        base = token[:-2] if token.endswith("'s") else token
+        if "'" in base:
+            base = base.replace("'", "")
+        if base.isalpha():
+            _word(base, out)
+            return
+        token = base
+    # Identifiers, dates, times, amounts: the whole token is a term (so "2023-05-08" or
+    # "sku-4471-xl" matches exactly), and so is each piece (so "order 4471" finds it too).
+    out.append(cap_term(token))
+    for part in _SPLIT_RE.split(token):
+        if not part:
+            continue
+        if part.isalpha():
+            _word(part, out)
+        elif part.isdigit():
+            out.append(cap_term(part))
+        else:
+            # Letters and digits glued together (3pm, 2nd, a1b2): the pieces too.
+            if part != token:
+                out.append(cap_term(part))
+            for piece in _ALNUM_RUN_RE.findall(part):
+                if piece.isdigit():
+                    out.append(piece)
+                else:
+                    _word(piece, out)
+
+
+def _chunk_terms(chunk: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for token in _TOKEN_RE.findall(chunk):
+        if not token.isascii() and _CJK_RE.search(token):
+            _cjk(token, out)
+        else:
+            _compound(token, out)
+    terms = tuple(out)
+    memo = _state.chunks
+    if len(memo) >= _CHUNK_MEMO_LIMIT:
+        memo.clear()
+    memo[chunk] = terms
+    return terms
+
+
+def analyze(text: str) -> list[str]:
+    """Split ``text`` into index terms, in order of appearance.
+
+    Words are casefolded, stop words dropped and the rest stemmed with Snowball English;
+    numbers, ids, dates and times are kept (``#1042`` -> ``1042``, ``$1,200`` -> ``1200``,
+    ``2023-05-08`` -> the date and its parts, ``3pm`` -> ``3pm`` and ``3``). Every term is
+    at most ``MAX_TERM_BYTES`` bytes of UTF-8 and contains no whitespace or control character.
+    """
+    if not text:
+        return []
+    if not text.isascii():
+        text = _fold_accents(text.replace("\u2019", "'")).casefold()
+    # Blanking the ASCII characters that can never be inside a token (and lowercasing, which
+    # is casefolding for ASCII) lets str.split do most of the tokenising; the regex then runs
+    # only on chunks not seen before, whose terms are memoised per thread. The result is the
+    # same as running the regex over the whole text.
+    get = _state.chunks.get
+    per_chunk = [
+        terms if (terms := get(chunk)) is not None else _chunk_terms(chunk)
+        for chunk in text.translate(_BLANK_AND_LOWER).split()
+    ]
+    return list(chain.from_iterable(per_chunk))
+
+
+def analyze_query(text: str) -> list[str]:
+    """Analyse a search query: the terms of ``text``, each once, in order of appearance."""
+    return list(dict.fromkeys(analyze(text)))
+
+
+_MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
+
+
+def date_terms(day: date) -> list[str]:
+    """Terms that let a question about a time find a message from then.
+
+    The month name (stemmed like any word), the year and the ISO date: "in May 2023" and
+    "on 2023-05-08" both match a message sent on that day.
+    """
+    return [_stem(_MONTHS[day.month - 1]), str(day.year), day.isoformat()]
+
+
+class MessageTerms(NamedTuple):
+    """What one message contributes to the index: term frequencies and document length."""
+
+    tf: Counter[str]
+    length: int
+
+
+def _flatten(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _flatten(item, out)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _flatten(item, out)
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int | float):
+        out.append(str(value))
+
+
+def _block_text(block: Any, out: list[str]) -> None:
+    if isinstance(block, str):
+        out.append(block)
+        return
+    if not isinstance(block, Mapping):
+        return
+    kind = block.get("type")
+    if kind == "tool_use":
+        # The tool's name says what was looked up; the input values say which record
+        # (an order id, a city). Keys are schema, the same in every call: left out.
+        name = block.get("name")
+        if isinstance(name, str):
+            out.append(name)
+        _flatten(block.get("input"), out)
+    elif kind == "tool_result":
+        content = block.get("content")
+        if isinstance(content, list):
+            for item in content:
+                _block_text(item, out)
+        elif isinstance(content, str):
+            out.append(content)
+        elif content is not None:
+            out.append(json.dumps(content, sort_keys=True))
+    else:
+        text = block.get("text")
+        if isinstance(text, str):
+            out.append(text)
+        thinking = block.get("thinking")
+        if isinstance(thinking, str):
+            out.append(thinking)
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """The searchable text of a message: string content or text blocks, tool calls' names
+    and input values, tool results' content, joined by newlines."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    if isinstance(content, list):
+        for block in content:
+            _block_text(block, parts)
+    return "\n".join(parts)
+
+
+_MS_PER_DAY = 86_400_000
+
+
+@lru_cache(maxsize=4096)
+def _day_terms(day_number: int) -> tuple[str, ...]:
+    return tuple(date_terms(date.fromordinal(_EPOCH_ORDINAL + day_number)))
+
+
+@lru_cache(maxsize=1024)
+def _speaker_terms(speaker: str) -> tuple[str, ...]:
+    return tuple(analyze(speaker))
+
+
+_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+
+
+def _message_day_terms(message: Mapping[str, Any]) -> tuple[str, ...]:
+    ts = message.get("ts")
+    if isinstance(ts, int | float) and not isinstance(ts, bool):
+        return _day_terms(int(ts // _MS_PER_DAY))
+    metadata = message.get("metadata")
+    if isinstance(metadata, Mapping):
+        raw = metadata.get("date")
+        if isinstance(raw, str):
+            try:
+                day = date.fromisoformat(raw[:10])
+            except ValueError:
+                return ()
+            return _day_terms(day.toordinal() - _EPOCH_ORDINAL)
+    return ()
+
+
+def message_terms(message: Mapping[str, Any]) -> MessageTerms:
+    """Index terms of one archived message: its text, its speaker and its date.
+
+    The speaker is the ``name`` field, else the role, so "what did Caroline say about ..."
+    prefers Caroline's messages; the date comes from ``ts`` (milliseconds, UTC), else from an
+    ISO ``metadata.date``, so "when ... in May 2023" can match. Returns term frequencies and
+    the document length (the number of terms, repeats included).
+    """
+    terms = analyze(message_text(message))
+    speaker = message.get("name") or message.get("role")
+    if isinstance(speaker, str):
+        terms.extend(_speaker_terms(speaker))
+    terms.extend(_message_day_terms(message))
+    return MessageTerms(Counter(terms), len(terms))

@@ -12,7 +12,7 @@ from compozy_memory.errors import CompozyMemoryError
 Tree = list[tuple[str, "Tree"]]
 
 
-def class_tree(cls: type) -> Tree:
+def class_tree(cls: type[CompozyMemoryError]) -> Tree:
     """The library's subclasses of ``cls``, each under its first base in the tree (a class
     with two error parents, like MessageTooLargeError, is drawn under the first)."""
     children = [

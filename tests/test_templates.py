@@ -66,7 +66,7 @@ def test_sandbox_escapes_are_refused(source: str, fragment: str) -> None:
 @pytest.mark.parametrize(
     ("source", "fragment"),
     [("{{ x", "is not valid: unexpected end of template"), ("", "non-empty"),
-     ("{{ '{}' }}", "rendered '{}', which is empty as a key")],
+     ("{{ '  ' }}", "rendered '  ', which is empty as a key")],
 )  # fmt: skip
 def test_broken_templates(source: str, fragment: str) -> None:
     with pytest.raises(TemplateError, match=fragment):

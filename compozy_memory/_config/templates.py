@@ -7,8 +7,10 @@ template names is looked up in the context, so a missing one is reported in full
 (``workflow.input.user_id``) together with what the context does have there. Paths through
 private attributes (``__class__``, ``_x``) are refused outright.
 
-The rendered text is then sanitised by :func:`compozy_memory._model.keys.sanitize_key`, so whatever
-the context holds, the key stays in its project's namespace and cannot pick its Cluster slot.
+The rendered text is then encoded by :func:`compozy_memory._model.keys.sanitize_key`, which is
+injective: two different rendered texts never share a memory, and whatever the context holds,
+the key stays inside its project's namespace (no ``{`` or ``}`` survives encoding). The text
+does decide the key's Cluster slot, as any key text does.
 """
 
 from __future__ import annotations
@@ -73,15 +75,23 @@ class KeyTemplate:
                 f"key template {self.source!r} failed: {type(exc).__name__}: {exc}"
             ) from None
 
-    def render_key(self, context: Mapping[str, Any]) -> str:
-        """The rendered, sanitised key."""
+    def render_text(self, context: Mapping[str, Any]) -> str:
+        """The rendered text, not yet encoded; TemplateError if it is blank."""
         text = self.render(context)
-        try:
-            return sanitize_key(text)
-        except ConfigurationError:
+        if not text.strip():
             raise TemplateError(
                 f"key template {self.source!r} rendered {text!r}, which is empty as a key"
-            ) from None
+            )
+        return text
+
+    def render_key(self, context: Mapping[str, Any]) -> str:
+        """The rendered key, encoded (:func:`sanitize_key`). To build it into a longer key,
+        join :meth:`render_text` instead and encode once."""
+        text = self.render_text(context)
+        try:
+            return sanitize_key(text)
+        except ConfigurationError as exc:
+            raise TemplateError(f"key template {self.source!r}: {exc}") from None
 
 
 @lru_cache(maxsize=1024)

@@ -214,3 +214,39 @@ def test_cli_validate_reports_problems(tmp_path: Path, capsys: pytest.CaptureFix
         "'readonly'",
         f"2 problems: {tmp_path / 'broken'} is not valid",
     ]
+
+
+def test_durations_past_ten_years_are_located_problems(tmp_path: Path) -> None:
+    write(tmp_path, "compozy.yaml", "project: acme\n")
+    write(tmp_path, "memory/a.yaml", f"""
+        id: a
+        max_tokens: 100
+        persistence:
+          ttl: .inf
+        locking:
+          flush_ttl: 99999999999d
+          clear_ttl: .nan
+        summarizer:
+          type: anthropic
+          timeout: {10**400}
+        """)  # fmt: skip
+    found = problems(tmp_path)
+    assert [p.split(": ")[0:2] for p in found] == [
+        ["memory/a.yaml:4", "persistence.ttl"],
+        ["memory/a.yaml:7", "locking.clear_ttl"],  # pydantic's field order
+        ["memory/a.yaml:6", "locking.flush_ttl"],
+        ["memory/a.yaml:10", "summarizer.timeout"],
+    ]
+    assert "is not a number" in found[1]
+    assert all("at most 10 years" in p for p in (found[0], *found[2:])), found
+
+
+@pytest.mark.parametrize("project", ["acme\n", "acme\r\n", "\nacme"])
+def test_a_project_id_with_a_newline_is_refused(tmp_path: Path, project: str) -> None:
+    (tmp_path / "compozy.yaml").write_text(f"project: {project!r}\n".replace("'", '"'))
+    assert problems(tmp_path) == [
+        f"compozy.yaml:1: project: {project!r} is invalid: use 1-128 letters, digits, '-', '_' "
+        "or '.', starting with a letter or digit"
+    ]
+    with pytest.raises(ConfigurationError, match="project id"):
+        MemoryRegistry(project)

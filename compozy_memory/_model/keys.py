@@ -52,7 +52,7 @@ _ESCAPE = re.compile(r"_x[0-9a-f]{2}")
 # Bytes to escape: outside the set, or a '_' followed by what would read as an escape.
 _TO_ESCAPE = re.compile(rb"[^a-zA-Z0-9\-_.:]|_(?=x[0-9a-f]{2})")
 _ESCAPE_BYTES = re.compile(rb"_x[0-9a-f]{2}")
-_PROJECT = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9\-_.]{0,127}$")
+_PROJECT = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9\-_.]{0,127}")  # fullmatch: "$" would allow "\n"
 
 
 def encode_key(raw: str) -> str:
@@ -99,7 +99,7 @@ def sanitize_key(raw: str) -> str:
 
 def validate_project(project: str) -> str:
     """Return ``project`` if it is a valid project id, else raise ConfigurationError."""
-    if not isinstance(project, str) or not _PROJECT.match(project):
+    if not isinstance(project, str) or not _PROJECT.fullmatch(project):
         raise ConfigurationError(
             f"project id {project!r} is invalid: use 1-128 letters, digits, '-', '_' or '.', "
             "starting with a letter or digit"

@@ -18,11 +18,14 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveInt,
+    field_validator,
     model_validator,
 )
 
+from compozy_memory._config.templates import compile_template
 from compozy_memory._model.messages import MAX_PRIORITY
 from compozy_memory._model.policy import MemoryPolicy, WaitPolicy
+from compozy_memory.errors import TemplateError
 
 __all__ = [
     "KNOWN_CONTEXT_WINDOWS",
@@ -288,6 +291,16 @@ class MemoryResource(_Strict):
     summarizer: SummarizerConfig = Field(default_factory=RuleBasedSummarizerConfig)
     compression: CompressionConfig | None = None
     archive_max: int = Field(default=10_000, ge=0)
+
+    @field_validator("default_key_template")
+    @classmethod
+    def _template_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                compile_template(value)
+            except TemplateError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @model_validator(mode="after")
     def _coherent(self) -> MemoryResource:

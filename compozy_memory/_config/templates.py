@@ -58,7 +58,7 @@ class KeyTemplate:
             )
 
     def render(self, context: Mapping[str, Any]) -> str:
-        """The rendered text, not yet sanitised."""
+        """The rendered text, not yet encoded."""
         for path in self.paths:
             _require(self.source, context, path)
         try:

@@ -93,7 +93,7 @@ class MemoryManager:
             )
         values = dict(context or {})
         values.setdefault("project", {"id": self.registry.project})
-        rendered = compile_template(source).render_key(values)
+        rendered = compile_template(source).render_text(values)  # encoded once, by build()
         keys = InstanceKeys.build(self.registry.project, f"{resource.id}:{rendered}")
         handle_key = (resource.id, keys.key, reference.read_only, self.registry.generation)
         handle = self._handles.get(handle_key)

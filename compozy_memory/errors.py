@@ -5,8 +5,9 @@
     ├── StartupError                an embedded server could not be found or started
     ├── ConfigurationError          bad settings: a policy, a counter, an encoding
     │   ├── ConfigFileError         project YAML with problems, each with file, line, key path
+    │   ├── AgentConfigError        an agent's memory settings (in compozy_memory._config.agents)
     │   ├── MemoryNotFoundError     an id no memory resource has
-    │   └── TemplateError           a key template that cannot render
+    │   └── TemplateError           a key template that cannot compile or render
     ├── InvalidMessageError         a message that cannot be stored as given
     │   └── MissingTokenCountError  a counter that needs supplied counts got none
     ├── BudgetExceededError         a limit of the memory would be broken
@@ -17,9 +18,14 @@
     │   ├── LockBusyError           another holder kept it past the caller's retries
     │   └── LockLostError           the lease ended while the caller worked; nothing written
     └── BackendError                Redis refused or could not be reached
-        ├── BackendUnavailableError connection refused, reset or timed out
+        ├── BackendUnavailableError connection refused or reset, server loading; retries spent
+        │   └── BackendTimeoutError no reply in time: the command may have run
+        ├── BackendPermissionError  wrong credentials, or the ACL user may not (NOPERM)
         ├── BackendOutOfMemoryError the server is at maxmemory; the write was refused whole
+        ├── ReplicationError        written on the primary, too few replicas acknowledged
         └── ScriptError             a script failed in a way the library did not expect
+
+The tree is checked against the classes by tests/test_errors.py.
 
 Errors raised while talking to Redis carry the instance key they were about, so a log line
 says which conversation failed.

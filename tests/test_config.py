@@ -31,13 +31,18 @@ def errors(**fields: Any) -> list[str]:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("24h", 86400), ("30m", 1800), ("1h30m", 5400), ("500ms", 0.5), ("10s", 10), (90, 90)],
-)
+    [("24h", 86400), ("30m", 1800), ("1h30m", 5400), ("500ms", 0.5), ("10s", 10), (90, 90),
+     ("3650d", 3650 * 86400), ("1ms", 0.001)],
+)  # fmt: skip
 def test_durations(text: object, seconds: float) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["24 hours", "h", "", "-5s", "0s", True, [1]])
+@pytest.mark.parametrize(
+    "text",
+    ["24 hours", "h", "", "-5s", "0s", True, [1], float("inf"), float("nan"), 10**400,
+     "99999999999d", "9" * 400 + "s", "3651d", timedelta.max, "0.0001ms", 1e-9],
+)  # fmt: skip
 def test_bad_durations(text: object) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
@@ -186,3 +191,12 @@ def test_compression_precedence_explicit_then_profile_then_balanced() -> None:
 def test_compression_validation(fields: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ValidationError, match=re.escape(fragment)):
         CompressionConfig.model_validate(fields)
+
+
+@pytest.mark.parametrize("bad", ["m\n", "m\r\n", "\nm", "m "])
+def test_identifiers_with_a_trailing_newline_are_refused(bad: str) -> None:
+    assert errors(id=bad) == [
+        "id: String should match pattern '^[a-zA-Z0-9][a-zA-Z0-9_.\\-]{0,127}$'"
+    ]
+    block = {"priority": 1, "content_types": [bad]}
+    assert len(errors(priority_blocks=[block])) == 1

@@ -214,3 +214,104 @@ def test_cli_validate_reports_problems(tmp_path: Path, capsys: pytest.CaptureFix
         "'readonly'",
         f"2 problems: {tmp_path / 'broken'} is not valid",
     ]
+
+
+def test_durations_past_ten_years_are_located_problems(tmp_path: Path) -> None:
+    write(tmp_path, "compozy.yaml", "project: acme\n")
+    write(tmp_path, "memory/a.yaml", f"""
+        id: a
+        max_tokens: 100
+        persistence:
+          ttl: .inf
+        locking:
+          flush_ttl: 99999999999d
+          clear_ttl: .nan
+        summarizer:
+          type: anthropic
+          timeout: {10**400}
+        """)  # fmt: skip
+    found = problems(tmp_path)
+    assert [p.split(": ")[0:2] for p in found] == [
+        ["memory/a.yaml:4", "persistence.ttl"],
+        ["memory/a.yaml:7", "locking.clear_ttl"],  # pydantic's field order
+        ["memory/a.yaml:6", "locking.flush_ttl"],
+        ["memory/a.yaml:10", "summarizer.timeout"],
+    ]
+    assert "is not a number" in found[1]
+    assert all("at most 10 years" in p for p in (found[0], *found[2:])), found
+
+
+@pytest.mark.parametrize("project", ["acme\n", "acme\r\n", "\nacme"])
+def test_a_project_id_with_a_newline_is_refused(tmp_path: Path, project: str) -> None:
+    (tmp_path / "compozy.yaml").write_text(f"project: {project!r}\n".replace("'", '"'))
+    assert problems(tmp_path) == [
+        f"compozy.yaml:1: project: {project!r} is invalid: use 1-128 letters, digits, '-', '_' "
+        "or '.', starting with a letter or digit"
+    ]
+    with pytest.raises(ConfigurationError, match="project id"):
+        MemoryRegistry(project)
+
+
+def test_key_templates_are_compiled_at_load(tmp_path: Path) -> None:
+    write(tmp_path, "compozy.yaml", """
+        project: acme
+        agents:
+          - id: one
+            memory: a
+            memory_key: "user:{{ .workflow.input.user"
+          - id: two
+            memory: true
+            memories: [a, b]
+            memory_key: "{{ .workflow._y }}"
+          - id: three
+            memories:
+              - {id: a, key: "ok:{{ .workflow.id }}"}
+              - {id: b, mode: read-only, key: "{{ ''.__class__ }}"}
+          - id: four
+            memory: a
+            memory_key: "{{ x | attr('__class__') }}"
+        """)  # fmt: skip
+    write(tmp_path, "memory/a.yaml", """
+        id: a
+        max_tokens: 100
+        default_key_template: "{{ .workflow.input['_secret'] }}"
+        """)  # fmt: skip
+    write(tmp_path, "memory/b.yaml", """
+        id: b
+        max_tokens: 100
+        default_key_template: "b:{% if %}"
+        """)  # fmt: skip
+    assert problems(tmp_path) == [
+        "memory/a.yaml:3: default_key_template: key template "
+        "\"{{ .workflow.input['_secret'] }}\" refused: templates may not read private "
+        "attributes ('_secret')",
+        "memory/b.yaml:3: default_key_template: key template 'b:{% if %}' is not valid: "
+        "Expected an expression, got 'end of statement block'",
+        "compozy.yaml:5: agents[0].memory_key: key template 'user:{{ .workflow.input.user' is "
+        "not valid: unexpected end of template, expected 'end of print statement'.",
+        "compozy.yaml:9: agents[1].memory_key: key template '{{ .workflow._y }}' refused: "
+        "templates may not read private attributes ('_y')",
+        "compozy.yaml:13: agents[2].memories[1].key: key template \"{{ ''.__class__ }}\" "
+        "refused: templates may not read private attributes ('__class__')",
+        "compozy.yaml:16: agents[3].memory_key: key template \"{{ x | attr('__class__') }}\" "
+        "refused: templates may not read private attributes ('__class__')",
+    ]
+
+
+def test_cli_validate_compiles_key_templates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(tmp_path, "compozy.yaml", """
+        project: acme
+        memories:
+          - {id: a, max_tokens: 100, default_key_template: "{{ x"}
+        """)  # fmt: skip
+    assert main(["validate", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("compozy.yaml:3: memories[0].default_key_template: key template ")
+
+
+def test_run_time_agent_settings_compile_their_templates() -> None:
+    registry = MemoryRegistry.load(EXAMPLES)
+    with pytest.raises(ConfigurationError, match=r"memories\[0\]\.key: .*private"):
+        registry.resolve({"memories": [{"id": "sql-agent", "key": "{{ ''.__class__ }}"}]})

@@ -21,7 +21,9 @@ def test_unicode_is_stored_as_is() -> None:
 
 def test_lone_surrogates_are_refused() -> None:
     with pytest.raises(InvalidMessageError, match="UTF-8"):
-        encode_body(Message(role="user", content="a\ud83d"))
+        Message.parse({"role": "user", "content": "a\ud83d"})
+    with pytest.raises(InvalidMessageError, match="UTF-8"):  # built without validation
+        encode_body(Message.model_construct(role="user", content="a\ud83d"))
 
 
 @pytest.mark.parametrize(
@@ -84,3 +86,29 @@ def test_text_joins_text_blocks() -> None:
         ],
     )
     assert message.text == "a\nb"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"role": "user", "content": "x", "metadata": {"\ud800": 1}},
+        {"role": "user", "content": "x", "metadata": {"a": {"b": [{"\udfff": "v"}]}}},
+        {"role": "user", "content": "x", "metadata": {"a": ["ok", "\ud83d"]}},
+        {"role": "user", "content": "a\ud83d"},
+        {"role": "user", "content": "x", "name": "bot\ud800"},
+        {"role": "user", "content": "x", "type": "t\ud800"},
+        {"role": "user", "content": [{"type": "text", "text": "\ud800"}]},
+        {"role": "user", "content": [{"type": "text", "text": "x", "\ud800x": 1}]},
+        {"role": "tool", "content": "x", "tool_call_id": "c\ud800"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "function": {"arguments": {"\udc80": 1}}}],
+        },
+    ],
+)
+def test_lone_surrogates_are_refused_anywhere_in_a_message(data: dict[str, object]) -> None:
+    """A key with a lone surrogate used to be stored as U+FFFD: refused before it reaches
+    Redis, with where it is."""
+    with pytest.raises(InvalidMessageError, match=r"lone surrogate|unable to parse raw data"):
+        Message.parse(data)

@@ -49,12 +49,14 @@ def test_missing_variables_are_named_with_what_exists() -> None:
 @pytest.mark.parametrize(
     ("source", "fragment"),
     [
-        ("{{ ''.__class__.__mro__ }}", "refused by the sandbox: access to attribute '__class__'"),
+        ("{{ ''.__class__.__mro__ }}", "may not read private attributes ('__class__')"),
         ("{{ workflow.__class__ }}", "refused: templates may not read private attributes"),
         ("{{ cycler.__init__.__globals__ }}", "may not read private attributes ('__init__')"),
         ("{{ lipsum.__globals__['os'] }}", "may not read private attributes ('__globals__')"),
         ("{{ workflow._secret }}", "may not read private attributes ('_secret')"),
-        ("{{ ().__class__.__bases__[0].__subclasses__() }}", "refused by the sandbox"),
+        ("{{ ().__class__.__bases__[0].__subclasses__() }}", "private attributes ('__class__')"),
+        ("{{ x | attr('__class__') }}", "may not read private attributes ('__class__')"),
+        ("{{ workflow['_id'] }}", "may not read private attributes ('_id')"),
         ("{{ range(10**9) | list }}", "failed: OverflowError"),
     ],
 )
@@ -63,10 +65,18 @@ def test_sandbox_escapes_are_refused(source: str, fragment: str) -> None:
         render_key(source, CONTEXT)
 
 
+def test_private_names_refused_at_compile_time_not_only_at_render() -> None:
+    with pytest.raises(TemplateError, match=re.escape("private attributes ('__class__')")):
+        KeyTemplate("{{ ''.__class__ }}")  # no context needed: refused before any request
+    # A name only known at render time is still refused by the sandbox.
+    with pytest.raises(TemplateError, match="refused by the sandbox"):
+        render_key("{{ x[y] }}", {"x": "", "y": "__class__"})
+
+
 @pytest.mark.parametrize(
     ("source", "fragment"),
     [("{{ x", "is not valid: unexpected end of template"), ("", "non-empty"),
-     ("{{ '{}' }}", "rendered '{}', which is empty as a key")],
+     ("{{ '  ' }}", "rendered '  ', which is empty as a key")],
 )  # fmt: skip
 def test_broken_templates(source: str, fragment: str) -> None:
     with pytest.raises(TemplateError, match=fragment):

@@ -5,8 +5,9 @@
 3. ``memories: [{id, mode: read-write|read-only, key}]``: each with its own mode and key.
 
 ``memory: false`` or no memory settings means a stateless agent. Where a key is left out, the
-memory's ``default_key_template`` is used; if it has none, that is an error. Every misuse is
-reported with what to write instead.
+memory's ``default_key_template`` is used; if it has none, that is an error. Every key template
+is compiled here, so one that cannot compile, or reads a private attribute, is refused with its
+path. Every misuse is reported with what to write instead.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from compozy_memory._config.schema import MemoryResource
-from compozy_memory.errors import ConfigurationError, format_path, unknown_key, unknown_name
+from compozy_memory._config.templates import compile_template
+from compozy_memory.errors import (
+    ConfigurationError,
+    TemplateError,
+    format_path,
+    unknown_key,
+    unknown_name,
+)
 
 __all__ = [
     "AgentConfigError",
@@ -119,6 +127,7 @@ def _level_one(
         raise AgentConfigError(("memory",), "must name a memory id, got an empty string")
     _known(("memory",), memory, resources)
     _key_for(("memory_key",), memory, memory_key, resources, "memory_key")
+    _compiles(("memory_key",), memory_key)
     return [MemoryReference(memory, "read-write", memory_key)]
 
 
@@ -136,6 +145,7 @@ def _level_two(
             "with memory: true, memories lists ids; to give each memory its own mode or key, "
             "remove memory: true and write memories: [{id: ..., mode: read-only, key: ...}]",
         )
+    _compiles(("memory_key",), memory_key)
     refs = []
     for i, item in enumerate(memories):
         if not isinstance(item, str) or not item.strip():
@@ -191,6 +201,7 @@ def _level_three(
         if key is not None and (not isinstance(key, str) or not key.strip()):
             raise AgentConfigError((*where, "key"), "must be a non-empty key template string")
         _key_for(where, memory_id, key, resources, "key")
+        _compiles((*where, "key"), key)
         refs.append(MemoryReference(memory_id, mode, key))
     _no_duplicates(refs)
     return refs
@@ -214,6 +225,15 @@ def _key_for(
             f'memory {memory_id!r} needs a key: add {field}: "..." (a template such as '
             '"user:{{ .workflow.input.user_id }}"), or give the memory a default_key_template',
         )
+
+
+def _compiles(path: tuple[str | int, ...], key: str | None) -> None:
+    """A key template must compile, and read no private attribute, when it is declared."""
+    if key is not None:
+        try:
+            compile_template(key)
+        except TemplateError as exc:
+            raise AgentConfigError(path, str(exc)) from None
 
 
 def _no_duplicates(refs: Sequence[MemoryReference]) -> None:

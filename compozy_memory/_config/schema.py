@@ -7,6 +7,7 @@ instances enforce with :meth:`MemoryResource.policy`.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
@@ -17,14 +18,18 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveInt,
+    field_validator,
     model_validator,
 )
 
+from compozy_memory._config.templates import compile_template
 from compozy_memory._model.limits import MAX_PRIORITY
 from compozy_memory._model.policy import MemoryPolicy, WaitPolicy
+from compozy_memory.errors import TemplateError
 
 __all__ = [
     "KNOWN_CONTEXT_WINDOWS",
+    "MAX_DURATION",
     "PROFILES",
     "AnthropicSummarizerConfig",
     "BatchSizes",
@@ -44,16 +49,21 @@ __all__ = [
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: The longest duration a setting may have: anything longer is a typo (Redis itself would
+#: take a TTL of up to 2**63 ms, but Python's timedelta overflows far sooner).
+MAX_DURATION = timedelta(days=3650)
+_MAX_SECONDS = MAX_DURATION.total_seconds()
 
 
 def parse_duration(value: object) -> timedelta:
-    """``24h``, ``1h30m``, ``500ms``, ``10s`` or a number of seconds, as a positive timedelta."""
+    """``24h``, ``1h30m``, ``500ms``, ``10s`` or a number of seconds, as a timedelta from 1ms
+    to 10 years (:data:`MAX_DURATION`); ValueError, saying why, for anything else."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, bool):
         raise ValueError("a duration is text like '24h' or '30s', or a number of seconds")
     elif isinstance(value, int | float):
-        seconds = float(value)
+        seconds = _seconds(value)
     elif isinstance(value, str):
         text = value.strip().lower()
         parts = _DURATION_PART.findall(text)
@@ -61,12 +71,25 @@ def parse_duration(value: object) -> timedelta:
             raise ValueError(
                 f"'{value}' is not a duration: write e.g. '24h', '30m', '1h30m', '500ms'"
             )
-        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+        seconds = sum(_seconds(float(n)) * _UNITS[u] for n, u in parts)
     else:
         raise ValueError("a duration is text like '24h' or '30s', or a number of seconds")
+    if math.isnan(seconds):
+        raise ValueError("a duration is not a number (NaN): write e.g. '24h' or '30s'")
     if seconds <= 0:
         raise ValueError("a duration must be positive")
+    if seconds > _MAX_SECONDS:  # inf too; timedelta itself overflows past 999999999 days
+        raise ValueError(f"{value!r} is too long: a duration is at most 10 years (3650d)")
+    if seconds < 0.001:
+        raise ValueError(f"{value!r} is too short: a duration is at least 1ms")
     return timedelta(seconds=seconds)
+
+
+def _seconds(value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int past float's range
+        return math.inf
 
 
 def format_duration(value: timedelta) -> str:
@@ -80,6 +103,8 @@ def format_duration(value: timedelta) -> str:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+# pydantic matches ``pattern`` with Rust's regex, where "$" is the end of the text: "m\n" is
+# refused (tests/test_config.py pins it), unlike Python's re.match with "$".
 Identifier = Annotated[str, Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]{0,127}$")]
 
 # Context windows of models a resource may name instead of giving context_window.
@@ -266,6 +291,16 @@ class MemoryResource(_Strict):
     summarizer: SummarizerConfig = Field(default_factory=RuleBasedSummarizerConfig)
     compression: CompressionConfig | None = None
     archive_max: int = Field(default=10_000, ge=0)
+
+    @field_validator("default_key_template")
+    @classmethod
+    def _template_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                compile_template(value)
+            except TemplateError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @model_validator(mode="after")
     def _coherent(self) -> MemoryResource:

@@ -5,16 +5,20 @@
 ``SandboxedEnvironment`` with ``StrictUndefined``. Before rendering, every variable path a
 template names is looked up in the context, so a missing one is reported in full
 (``workflow.input.user_id``) together with what the context does have there. Paths through
-private attributes (``__class__``, ``_x``) are refused outright.
+private attributes (``__class__``, ``_x``) are refused outright, on any value, when the
+template is compiled: the project loader compiles every template it reads, so a broken or
+refused template is a configuration problem at load time, not at the first request.
 
-The rendered text is then sanitised by :func:`compozy_memory._model.keys.sanitize_key`, so whatever
-the context holds, the key stays in its project's namespace and cannot pick its Cluster slot.
+The rendered text is then encoded by :func:`compozy_memory._model.keys.sanitize_key`, which is
+injective: two different rendered texts never share a memory, and whatever the context holds,
+the key stays inside its project's namespace (no ``{`` or ``}`` survives encoding). The text
+does decide the key's Cluster slot, as any key text does.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -46,16 +50,15 @@ class KeyTemplate:
         except TemplateSyntaxError as exc:
             raise TemplateError(f"key template {source!r} is not valid: {exc.message}") from None
         self.paths: tuple[Path, ...] = tuple(dict.fromkeys(_paths(tree)))
-        for path in self.paths:
-            private = [p for p in path if p.startswith("_")]
-            if private:
-                raise TemplateError(
-                    f"key template {source!r} refused: templates may not read private "
-                    f"attributes ({private[0]!r})"
-                )
+        private = next(_private_names(tree), None)
+        if private is not None:
+            raise TemplateError(
+                f"key template {source!r} refused: templates may not read private "
+                f"attributes ({private!r})"
+            )
 
     def render(self, context: Mapping[str, Any]) -> str:
-        """The rendered text, not yet sanitised."""
+        """The rendered text, not yet encoded."""
         for path in self.paths:
             _require(self.source, context, path)
         try:
@@ -73,15 +76,23 @@ class KeyTemplate:
                 f"key template {self.source!r} failed: {type(exc).__name__}: {exc}"
             ) from None
 
-    def render_key(self, context: Mapping[str, Any]) -> str:
-        """The rendered, sanitised key."""
+    def render_text(self, context: Mapping[str, Any]) -> str:
+        """The rendered text, not yet encoded; TemplateError if it is blank."""
         text = self.render(context)
-        try:
-            return sanitize_key(text)
-        except ConfigurationError:
+        if not text.strip():
             raise TemplateError(
                 f"key template {self.source!r} rendered {text!r}, which is empty as a key"
-            ) from None
+            )
+        return text
+
+    def render_key(self, context: Mapping[str, Any]) -> str:
+        """The rendered key, encoded (:func:`sanitize_key`). To build it into a longer key,
+        join :meth:`render_text` instead and encode once."""
+        text = self.render_text(context)
+        try:
+            return sanitize_key(text)
+        except ConfigurationError as exc:
+            raise TemplateError(f"key template {self.source!r}: {exc}") from None
 
 
 @lru_cache(maxsize=1024)
@@ -116,6 +127,24 @@ def _paths(node: nodes.Node) -> list[Path]:
     for child in node.iter_child_nodes():
         found += _paths(child)
     return found
+
+
+def _private_names(node: nodes.Node) -> Iterator[str]:
+    """Every attribute or constant item name starting with ``_`` the template reads, on any
+    value (``''.__class__`` too) and through the ``attr`` filter, innermost first. The
+    sandbox still refuses private attributes at render time, for names only known then."""
+    for child in node.iter_child_nodes():
+        yield from _private_names(child)
+    name: object = None
+    if isinstance(node, nodes.Getattr):
+        name = node.attr
+    elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        name = node.arg.value
+    elif isinstance(node, nodes.Filter) and node.name == "attr" and node.args:
+        first = node.args[0]
+        name = first.value if isinstance(first, nodes.Const) else None
+    if isinstance(name, str) and name.startswith("_"):
+        yield name
 
 
 def _require(source: str, context: Mapping[str, Any], path: Path) -> None:

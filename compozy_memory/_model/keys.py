@@ -1,21 +1,30 @@
 """Redis key layout of a memory instance.
 
-Every key of one instance is ``compozy:<project>:memory:{<key>}:<part>``. The sanitised
+Every key of one instance is ``compozy:<project>:memory:{<key>}:<part>``. The encoded
 instance key is the Cluster hash tag, so all parts live in one slot and every multi-key script
 is legal on Redis Cluster.
 
-Sanitising follows the Compozy spec (keep ``[a-zA-Z0-9-_.:]``, replace each run of anything
-else with ``_``) with two fixes:
+The key text is encoded into the Compozy spec's character set ``[a-zA-Z0-9-_.:]``, but
+injectively, unlike the spec's rule (which replaced every run of other characters with ``_``
+and so gave ``张伟`` and ``李娜``, or ``user 1`` and ``user/1``, one memory):
 
-* a sanitised key longer than 512 characters keeps a 479-character prefix, then ``#`` and
-  128 bits of the SHA-256 of the *original* input. ``#`` never survives sanitising, so a
-  shortened key can never equal a key that was short to begin with, and two long keys that
-  share a prefix still differ.
-* ``{`` and ``}`` are outside the allowed set, so no input can open or close a hash tag and
-  choose its slot or leave its project's namespace.
+* ``a-z A-Z 0-9 - . :`` stay as they are;
+* every other character becomes its UTF-8 bytes, each written ``_xHH`` (two lowercase hex
+  digits): ``user 1`` is ``user_x201``, ``José`` is ``Jos_xc3_xa9``;
+* ``_`` stays ``_``, unless the text after it is ``x`` and two lowercase hex digits, where
+  it would read as an escape: then it is escaped itself, ``_x5f`` (``a_x41`` is
+  ``a_x5fx41``). So ``user_42`` and ``ticket-9.a_b`` keep their names.
 
-Inputs that differ only in disallowed characters (``a b`` and ``a/b``) share a key, as in the
-spec: key templates should be built from identifiers, not free text.
+Decoding reads ``_xHH`` as a byte and anything else as itself, which gives back the text
+(:func:`decode_key`), so two different texts never share a key. Lone surrogates are encoded
+as their three ``surrogatepass`` bytes, so every Python string has a key.
+
+An encoded key longer than 512 characters keeps a 479-character prefix, then ``#`` and 128
+bits of the SHA-256 of the *original* text. ``#`` is never in an encoded key, so a shortened
+key can never equal one that was short to begin with, and two long keys that share a prefix
+differ by their digests. ``{`` and ``}`` are escaped like any other character, so no input
+can open or close a hash tag or leave its project's namespace. Inputs do choose their Cluster
+slot, since the slot is a function of the key text: see the README.
 """
 
 from __future__ import annotations
@@ -26,32 +35,71 @@ from dataclasses import dataclass
 
 from compozy_memory.errors import ConfigurationError
 
-__all__ = ["MAX_KEY_LENGTH", "InstanceKeys", "sanitize_key", "validate_project"]
+__all__ = [
+    "MAX_KEY_LENGTH",
+    "InstanceKeys",
+    "decode_key",
+    "encode_key",
+    "sanitize_key",
+    "validate_project",
+]
 
 MAX_KEY_LENGTH = 512
 _DIGEST_HEX = 32
-_DISALLOWED = re.compile(r"[^a-zA-Z0-9\-_.:]+")
-_PROJECT = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9\-_.]{0,127}$")
+# Text that encodes to itself: the spec's characters, with no '_' that reads as an escape.
+_PLAIN = re.compile(r"[a-zA-Z0-9\-_.:]*")
+_ESCAPE = re.compile(r"_x[0-9a-f]{2}")
+# Bytes to escape: outside the set, or a '_' followed by what would read as an escape.
+_TO_ESCAPE = re.compile(rb"[^a-zA-Z0-9\-_.:]|_(?=x[0-9a-f]{2})")
+_ESCAPE_BYTES = re.compile(rb"_x[0-9a-f]{2}")
+_PROJECT = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9\-_.]{0,127}")  # fullmatch: "$" would allow "\n"
+
+
+def encode_key(raw: str) -> str:
+    """``raw`` in ``[a-zA-Z0-9-_.:]``, injectively: see the module's docstring."""
+    if _PLAIN.fullmatch(raw) and _ESCAPE.search(raw) is None:
+        return raw  # the common case: an identifier
+    data = raw.encode("utf-8", "surrogatepass")
+    return _TO_ESCAPE.sub(lambda m: b"_x%02x" % m.group()[0], data).decode("ascii")
+
+
+def decode_key(key: str) -> str:
+    """The text :func:`encode_key` encoded as ``key``; ConfigurationError if no text encodes
+    to ``key`` (a shortened key keeps only a digest of its text)."""
+    if "#" in key:
+        raise ConfigurationError(f"key {key!r} was shortened: its text is not recoverable")
+    if not _PLAIN.fullmatch(key):
+        raise ConfigurationError(
+            f"{key!r} is not an encoded key: it has characters outside [a-zA-Z0-9-_.:]"
+        )
+    data = _ESCAPE_BYTES.sub(lambda m: bytes.fromhex(m.group()[2:].decode()), key.encode())
+    try:
+        text = data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or encode_key(text) != key:
+        raise ConfigurationError(f"{key!r} is not an encoded key: no text encodes to it")
+    return text
 
 
 def sanitize_key(raw: str) -> str:
-    """Map any string to a key part that is safe inside ``{...}`` on Redis Cluster."""
+    """The key part for ``raw``: encoded (:func:`encode_key`), shortened past 512 characters.
+
+    Safe inside ``{...}`` on Redis Cluster, and different for different texts."""
     if not isinstance(raw, str):
         raise ConfigurationError(f"a memory key must be a string, got {type(raw).__name__}")
-    cleaned = _DISALLOWED.sub("_", raw)
-    if not cleaned.strip("_"):
-        raise ConfigurationError(
-            f"memory key {raw!r} is empty once sanitised: use letters, digits or -_.:"
-        )
-    if len(cleaned) <= MAX_KEY_LENGTH:
-        return cleaned
+    if not raw.strip():
+        raise ConfigurationError(f"memory key {raw!r} is blank: give it some text")
+    encoded = encode_key(raw)
+    if len(encoded) <= MAX_KEY_LENGTH:
+        return encoded
     digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_HEX]
-    return f"{cleaned[: MAX_KEY_LENGTH - _DIGEST_HEX - 1]}#{digest}"
+    return f"{encoded[: MAX_KEY_LENGTH - _DIGEST_HEX - 1]}#{digest}"
 
 
 def validate_project(project: str) -> str:
     """Return ``project`` if it is a valid project id, else raise ConfigurationError."""
-    if not isinstance(project, str) or not _PROJECT.match(project):
+    if not isinstance(project, str) or not _PROJECT.fullmatch(project):
         raise ConfigurationError(
             f"project id {project!r} is invalid: use 1-128 letters, digits, '-', '_' or '.', "
             "starting with a letter or digit"
@@ -68,7 +116,7 @@ class InstanceKeys:
 
     @classmethod
     def build(cls, project: str, raw_key: str) -> InstanceKeys:
-        """Sanitise ``raw_key`` and place it in ``project``'s namespace."""
+        """Encode ``raw_key`` (:func:`sanitize_key`) and place it in ``project``'s namespace."""
         return cls(validate_project(project), sanitize_key(raw_key))
 
     @property

@@ -20,6 +20,7 @@ could not be stored as UTF-8.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import (
@@ -42,6 +43,16 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 # Fields the append script writes itself; everything else is the client's body.
 _SCRIPT_FIELDS = {"id", "ts", "tokens", "priority"}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Fields that hold caller text, by name, with the name a caller writes.
+_TEXT_FIELDS = {
+    "content": "content",
+    "name": "name",
+    "tool_calls": "tool_calls",
+    "tool_call_id": "tool_call_id",
+    "content_type": "type",
+    "metadata": "metadata",
+}
 
 
 class Message(BaseModel):
@@ -84,11 +95,25 @@ class Message(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _tool_result_names_its_call(self) -> Message:
+    def _coherent(self) -> Message:
         if self.role == "tool" and not self.tool_call_id and not self.tool_result_ids:
             raise ValueError(
                 "a 'tool' message needs tool_call_id (OpenAI) or tool_result blocks (Anthropic)"
             )
+        # Text with a lone surrogate has no UTF-8 form. In values pydantic's serializer
+        # refuses it, but a dict KEY with one was stored as U+FFFD: not the key it was given.
+        plain = (  # the common case, checked in well under a microsecond
+            isinstance(self.content, str)
+            and self.content.isascii()
+            and self.content_type.isascii()
+            and not (self.metadata or self.tool_calls or self.name or self.tool_call_id)
+        )
+        if not plain:
+            for name in _TEXT_FIELDS:
+                where = _surrogate_at(getattr(self, name))
+                if where is not None:
+                    shown = ".".join(map(str, (_TEXT_FIELDS[name], *where)))
+                    raise ValueError(f"{shown} has a lone surrogate, which UTF-8 cannot store")
         return self
 
     @classmethod
@@ -142,9 +167,29 @@ def encode_body(message: Message) -> bytes:
     return body
 
 
+def _surrogate_at(value: object) -> list[str | int] | None:
+    """The path to the first string (or dict key) in ``value`` with a lone surrogate."""
+    if isinstance(value, str):
+        return [] if not value.isascii() and _SURROGATE.search(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and not key.isascii() and _SURROGATE.search(key):
+                return [f"{key!r} (a key)"]
+            found = _surrogate_at(item)
+            if found is not None:
+                return [key, *found]
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _surrogate_at(item)
+            if found is not None:
+                return [i, *found]
+    return None
+
+
 def _describe(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in error["loc"]) or "message"
-        parts.append(f"{where}: {error['msg']}")
+        where = ".".join(str(p) for p in error["loc"])
+        text = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {text}" if where else text)
     return "invalid message: " + "; ".join(parts)

@@ -6,11 +6,22 @@ they call against the user's rules, so a read-only user whose client calls a wri
 directly is still refused by the server (NOPERM), not only by the library.
 
 ``compozy-memory acl --project acme --user support-bot [--read-only]`` prints the line to run.
+
+Every value that reaches the line is checked to be one plain token, because the line is run
+as text: ``--password 's3cret nopass'`` would otherwise print ``>s3cret nopass``, which
+redis-cli splits into a password and the ``nopass`` rule (any password logs in). User names
+are identifiers, so none can start with what the ACL grammar gives meaning to (``>`` ``<``
+``#`` ``!`` ``~`` ``%`` ``&`` ``+`` ``-`` ``@``...); passwords are printable ASCII without
+spaces or the quotes and backslash redis-cli interprets; project ids are checked by
+:func:`validate_project`, which also keeps glob characters out of the key pattern.
 """
 
 from __future__ import annotations
 
+import re
+
 from compozy_memory._model.keys import validate_project
+from compozy_memory.errors import UsageError
 
 __all__ = ["READ_COMMANDS", "WRITE_COMMANDS", "acl_rules", "acl_setuser"]
 
@@ -21,6 +32,8 @@ _CLIENT = ("evalsha", "eval", "evalsha_ro", "eval_ro", "ping", "hello")
 #: What the read scripts call (read, health, snapshot).
 READ_COMMANDS = (*_CLIENT, "lrange", "llen", "lindex", "hget", "hmget", "hgetall", "pttl", "time")
 #: What the write scripts and the flush lock call, on top of the reads.
+_USER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+_PASSWORD = re.compile(r"[!#-&(-\[\]-~]{1,512}")  # printable ASCII but space " ' and \
 WRITE_COMMANDS = (
     "rpush",
     "lpush",
@@ -65,9 +78,21 @@ def acl_rules(project: str, *, read_only: bool, cluster: bool = False) -> list[s
 def acl_setuser(
     user: str, project: str, *, read_only: bool, password: str, cluster: bool = False
 ) -> list[str]:
-    """The whole ``ACL SETUSER`` command, as arguments."""
-    if not user or any(c.isspace() for c in user):
-        raise ValueError(f"an ACL user name has no spaces and is not empty, got {user!r}")
+    """The whole ``ACL SETUSER`` command, as arguments, each one plain token.
+
+    UsageError for a user name or password that is not; ConfigurationError for a project id
+    that is not valid."""
+    if not isinstance(user, str) or not _USER.fullmatch(user):
+        raise UsageError(
+            f"ACL user name {user!r} is refused: use 1-128 letters, digits, '-', '_' or '.', "
+            "starting with a letter or digit"
+        )
+    if not isinstance(password, str) or not _PASSWORD.fullmatch(password):
+        raise UsageError(
+            "ACL password refused: use 1-512 printable ASCII characters without spaces, "
+            "quotes or backslashes, which would change how the printed line is read"
+        )
+    rules = acl_rules(project, read_only=read_only, cluster=cluster)
     return [
         "ACL",
         "SETUSER",
@@ -75,5 +100,5 @@ def acl_setuser(
         "reset",
         "on",
         f">{password}",
-        *acl_rules(project, read_only=read_only, cluster=cluster),
+        *rules,
     ]

@@ -5,7 +5,8 @@ resolved memory resources and agents, or every problem with file, line and key p
 0 when the project is valid, 1 when it has problems, 2 on a usage error.
 
 ``compozy-memory acl --project ID --user NAME [--read-only]`` prints the ``ACL SETUSER`` line
-for a user confined to one project's memories (see :mod:`compozy_memory._ops.acl`).
+for a user confined to one project's memories (see :mod:`compozy_memory._ops.acl`). A value
+that would not be one plain token in that line is refused with exit code 2.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TextIO
 
 from compozy_memory._config.loader import Project, load_project
 from compozy_memory._ops.acl import acl_setuser
-from compozy_memory.errors import ConfigFileError, ConfigurationError
+from compozy_memory.errors import CompozyMemoryError, ConfigFileError
 
 __all__ = ["main"]
 
@@ -73,7 +74,7 @@ def _acl(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             password=options.password,
             cluster=options.cluster,
         )
-    except (ConfigurationError, ValueError) as exc:
+    except CompozyMemoryError as exc:  # one line: values are shown with repr()
         print(f"error: {exc}", file=err)
         return 2
     print(" ".join(line), file=out)

@@ -1,0 +1,64 @@
+"""compozy-memory acl: every value that reaches the ACL line is one plain token."""
+
+from __future__ import annotations
+
+import pytest
+
+from compozy_memory._ops.acl import acl_setuser
+from compozy_memory._ops.cli import main
+from compozy_memory.errors import ConfigurationError, UsageError
+
+BAD_PASSWORDS = ["s3cret nopass", "a\tb", "a\nb", "", "x\x00", 'a"b c"', "it's", "back\\slash",
+                 "p\u00e4ss", "\x1b[0m"]  # fmt: skip
+BAD_USERS = ["", "bot nopass", "bot\n", ">pw", "<pw", "#hash", "!x", "~*", "%RW~*", "&*", "+@all",
+             "-@all", "@all", "bot\x00", "'bot'", "\u00e9"]  # fmt: skip
+
+
+@pytest.mark.parametrize("password", BAD_PASSWORDS)
+def test_passwords_that_would_become_other_rules_are_refused(password: str) -> None:
+    with pytest.raises(UsageError, match="password"):
+        acl_setuser("bot", "acme", read_only=True, password=password)
+
+
+@pytest.mark.parametrize("user", BAD_USERS)
+def test_user_names_that_are_not_one_plain_token_are_refused(user: str) -> None:
+    with pytest.raises(UsageError, match="user name"):
+        acl_setuser(user, "acme", read_only=True, password="pw")
+
+
+@pytest.mark.parametrize("project", ["acme\n", "ac me", "acme:x", "*", "acme*", "-acme"])
+def test_project_ids_are_checked_before_they_reach_a_key_pattern(project: str) -> None:
+    with pytest.raises(ConfigurationError, match="project id"):
+        acl_setuser("bot", project, read_only=True, password="pw")
+
+
+def test_plain_values_pass_and_every_rule_is_one_token() -> None:
+    line = acl_setuser("support-bot", "acme", read_only=False, password="Zx9!#$%&()*+,-./:;<=>?@")
+    assert line[:6] == ["ACL", "SETUSER", "support-bot", "reset", "on", ">Zx9!#$%&()*+,-./:;<=>?@"]
+    assert all(token and not any(c.isspace() for c in token) for token in line)
+    assert acl_setuser("bot", "acme", read_only=True, password="<password>")[5] == "><password>"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--password", "s3cret nopass"],
+        ["--user", "bot nopass"],
+        ["--user", "-@all"],
+        ["--project", "acme\n"],
+    ],
+)
+def test_the_cli_refuses_them_with_exit_2_and_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    options = {
+        "--project": "acme",
+        "--user": "bot",
+        **dict(zip(args[::2], args[1::2], strict=True)),
+    }
+    argv = ["acl", *(f"{name}={value}" for name, value in options.items())]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1, err

@@ -8,6 +8,7 @@ script's contract; ``tests/test_contracts.py`` checks those contracts against th
 
 from __future__ import annotations
 
+import inspect
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -68,7 +69,8 @@ class FakeTransport:
         if isinstance(reply, BaseException):
             raise reply
         if callable(reply):
-            return reply(call)
+            answer = reply(call)
+            return await answer if inspect.isawaitable(answer) else answer
         return reply
 
     async def command(self, operation: str, method: str, *args: Any, key: str) -> Any:

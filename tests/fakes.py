@@ -35,6 +35,12 @@ class Call:
 
         return self.args[script(self.script).contract.argv.index(name)]
 
+    def message(self, name: str) -> Message:
+        """The argument ``name``, an envelope body, parsed."""
+        body = self.arg(name)
+        assert isinstance(body, bytes | str), f"{name} is {body!r}, not a body"
+        return Message.model_validate_json(body)
+
 
 @dataclass
 class FakeTransport:

@@ -92,7 +92,7 @@ async def test_a_flush_commits_exactly_the_plan_with_its_epoch_and_incarnation()
     plan = result.plan
     assert plan is not None
     assert commit.args[len(commit.args) - len(plan.remove_ids) - 0 :] == plan.remove_ids
-    body = Message.model_validate_json(commit.arg("summary_body"))
+    body = commit.message("summary_body")
     assert body.covers == list(plan.summarize_ids)
     assert transport.named("lock_release")
 
@@ -185,7 +185,7 @@ class NotText:
 
 def committed_summary(transport: FakeTransport) -> Message:
     (commit,) = transport.named("flush_commit")
-    return Message.model_validate_json(commit.arg("summary_body"))
+    return commit.message("summary_body")
 
 
 def ready(transport: FakeTransport) -> FakeTransport:

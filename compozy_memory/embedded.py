@@ -107,6 +107,19 @@ class EmbeddedCluster:
     def url(self) -> str:
         return self.nodes[0].url
 
+    def add_node(self) -> EmbeddedServer:
+        """Start one more cluster-enabled server, of the same binary, and have the cluster
+        meet it. It owns no slots until given some (``CLUSTER SETSLOT``)."""
+        first = self.nodes[0]
+        node = start_server(first.binary, port=_free_port(bus=True), extra_args=_CLUSTER_ARGS)
+        try:
+            _command(first.port, "CLUSTER", "MEET", "127.0.0.1", str(node.port))
+        except BaseException:
+            node.stop()
+            raise
+        self.nodes.append(node)
+        return node
+
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
@@ -155,15 +168,7 @@ def start_cluster(
                 start_server(
                     path,
                     port=_free_port(bus=True),
-                    extra_args=[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-node-timeout",
-                        "5000",
-                        *extra_args,
-                    ],
+                    extra_args=[*_CLUSTER_ARGS, *extra_args],
                 )
             )
         cli = nodes[0].cli()
@@ -191,6 +196,16 @@ def start_cluster(
             node.stop()
         raise
     return EmbeddedCluster(nodes)
+
+
+_CLUSTER_ARGS = (
+    "--cluster-enabled",
+    "yes",
+    "--cluster-config-file",
+    "nodes.conf",
+    "--cluster-node-timeout",
+    "5000",
+)
 
 
 class _PortTaken(Exception):

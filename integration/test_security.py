@@ -21,6 +21,7 @@ from compozy_memory import (
 )
 from compozy_memory._ops.acl import acl_setuser
 from compozy_memory._ops.cli import main
+from compozy_memory._wire.delivery import install
 from compozy_memory.embedded import EmbeddedServer, start_server
 from integration.certs import make_certificates
 from integration.engines import REQUIRE_REDIS7, EngineSpec, redis7_binary
@@ -43,6 +44,7 @@ def memory(client: Redis, project: str, key: str, **options: object) -> MemoryIn
 @pytest.fixture
 async def admin(standalone: EngineSpec) -> AsyncIterator[Redis]:
     client = Redis.from_url(standalone.url)
+    await install(client)  # the operator's step: tenants may not load the functions
     yield client
     await client.aclose()
 

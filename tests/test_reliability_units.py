@@ -174,8 +174,13 @@ def test_acl_rules_for_each_kind_of_user() -> None:
     reader = acl_rules("acme", read_only=True)
     assert "%R~compozy:acme:memory:*" in reader
     assert not {f"+{c}" for c in WRITE_COMMANDS} & set(reader)
-    assert "~compozy:acme:memory:*" in acl_rules("acme", read_only=True, cluster=True)
+    cluster_reader = acl_rules("acme", read_only=True, cluster=True)
+    assert "%R~compozy:acme:memory:*" in cluster_reader  # reads go as FCALL_RO there too
+    assert "+cluster|slots" in cluster_reader
     writer = acl_rules("acme", read_only=False)
+    # Never anything that runs a tenant's own code.
+    for rule in (*reader, *writer, *cluster_reader):
+        assert not rule.startswith(("+eval", "+function", "+script", "+@")), rule
     assert "~compozy:acme:memory:*" in writer
     assert "+rpush" in writer
     with pytest.raises(ConfigurationError, match="project id"):

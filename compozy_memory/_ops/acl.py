@@ -25,15 +25,20 @@ from compozy_memory.errors import UsageError
 
 __all__ = ["READ_COMMANDS", "WRITE_COMMANDS", "acl_rules", "acl_setuser"]
 
-#: What the client sends itself: script calls (reads go as EVALSHA_RO, which declares its
-#: keys as read), and the connection handshake. redis-py's CLIENT SETINFO is left out: Redis
-#: 7.0 does not know it, and redis-py ignores its refusal.
-_CLIENT = ("evalsha", "eval", "evalsha_ro", "eval_ro", "ping", "hello")
-#: What the read scripts call (read, health, snapshot).
-READ_COMMANDS = (*_CLIENT, "lrange", "llen", "lindex", "hget", "hmget", "hgetall", "pttl", "time")
-#: What the write scripts and the flush lock call, on top of the reads.
 _USER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 _PASSWORD = re.compile(r"[!#-&(-\[\]-~]{1,512}")  # printable ASCII but space " ' and \
+
+#: What the client sends itself: calls of the installed functions (reads as FCALL_RO, which
+#: declares its keys as read) and the connection handshake. Never EVAL, EVALSHA, FUNCTION or
+#: SCRIPT: a tenant's own script could allocate past maxmemory or loop, and stop the server
+#: for every tenant. redis-py's CLIENT SETINFO is left out: Redis 7.0 does not know it, and
+#: redis-py ignores its refusal.
+_CLIENT = ("fcall", "fcall_ro", "ping", "hello")
+#: What a Cluster client asks to learn the slot map and the command table.
+_CLUSTER_CLIENT = ("cluster|slots", "cluster|shards", "cluster|nodes", "cluster|info", "command")
+#: What the read scripts and plain reads call (read, health, snapshot, recall, len).
+READ_COMMANDS = (*_CLIENT, "lrange", "llen", "lindex", "hget", "hmget", "hgetall", "pttl", "time")
+#: What the write scripts and the flush lock call, on top of the reads.
 WRITE_COMMANDS = (
     "rpush",
     "lpush",
@@ -59,17 +64,19 @@ WRITE_COMMANDS = (
 def acl_rules(project: str, *, read_only: bool, cluster: bool = False) -> list[str]:
     """The ACL rules (after the user name) for a user of ``project``'s memories.
 
-    Read-only users get only read commands, and on a standalone server read-only key
-    permission too (``%R~``), so the server refuses their writes twice over. On a Cluster
-    the read scripts go as EVALSHA, which declares its keys as written, so the key pattern
-    grants all access and the command list alone refuses the writes."""
+    Read-only users get only read commands and read-only key permission (``%R~``), so the
+    server refuses their writes twice over. ``cluster`` adds what a Cluster client asks to
+    learn the slot map. The functions must have been installed (``compozy-memory install``)
+    by an operator: these users may not load them."""
     validate_project(project)
     pattern = f"compozy:{project}:memory:*"
     commands = READ_COMMANDS if read_only else (*READ_COMMANDS, *WRITE_COMMANDS)
+    if cluster:
+        commands = (*commands, *_CLUSTER_CLIENT)
     return [
         "resetkeys",
         "resetchannels",
-        f"%R~{pattern}" if read_only and not cluster else f"~{pattern}",
+        f"%R~{pattern}" if read_only else f"~{pattern}",
         "-@all",
         *(f"+{c}" for c in commands),
     ]

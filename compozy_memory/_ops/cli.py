@@ -7,11 +7,16 @@ resolved memory resources and agents, or every problem with file, line and key p
 ``compozy-memory acl --project ID --user NAME [--read-only]`` prints the ``ACL SETUSER`` line
 for a user confined to one project's memories (see :mod:`compozy_memory._ops.acl`). A value
 that would not be one plain token in that line is refused with exit code 2.
+
+``compozy-memory install --url URL [--cluster]`` loads the scripts as a Redis Functions library
+on the server (every primary of a Cluster), as an operator does once per server and again
+after adding a Cluster node. It exits 1 when the server cannot be reached or refuses.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from collections.abc import Sequence
@@ -19,6 +24,9 @@ from typing import TextIO
 
 from compozy_memory._config.loader import Project, load_project
 from compozy_memory._ops.acl import acl_setuser
+from compozy_memory._wire.connection import connect
+from compozy_memory._wire.delivery import install
+from compozy_memory._wire.scripts import library
 from compozy_memory.errors import CompozyMemoryError, ConfigFileError
 
 __all__ = ["main"]
@@ -39,17 +47,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="<password>",
         help="put in the line as >password (default: a placeholder to fill in)",
     )
+    install = commands.add_parser("install", help="load the server-side functions library")
+    install.add_argument(
+        "--url",
+        default=os.environ.get("COMPOZY_REDIS_URL", "redis://localhost:6379/0"),
+        help="the server (any node of a Cluster); default $COMPOZY_REDIS_URL",
+    )
+    install.add_argument("--cluster", action="store_true", help="a Redis Cluster")
     options = parser.parse_args(argv)
     try:
         if options.command == "validate":
             return _validate(options.path, sys.stdout, sys.stderr)
         if options.command == "acl":
             return _acl(options, sys.stdout, sys.stderr)
+        if options.command == "install":
+            return asyncio.run(_install(options.url, options.cluster, sys.stdout, sys.stderr))
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, without a traceback at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return 2  # pragma: no cover - argparse refuses other commands
+
+
+async def _install(url: str, cluster: bool, out: TextIO, err: TextIO) -> int:
+    client = connect(url, cluster=cluster)
+    try:
+        loaded = await install(client)
+    except CompozyMemoryError as exc:
+        print(f"error: {exc}", file=err)
+        return 1
+    finally:
+        await client.aclose()
+    name = library().name
+    if loaded:
+        print(f"loaded {name} on {', '.join(loaded)}", file=out)
+    else:
+        print(f"{name} was already installed", file=out)
+    return 0
 
 
 def _validate(path: str, out: TextIO, err: TextIO) -> int:

@@ -8,14 +8,14 @@ measures the difference.
 Semantics stay those of separate calls: each command in the pipeline succeeds or fails on its
 own, each caller gets its own reply or typed error, and replies are matched to callers by
 position, so a caller that is cancelled while waiting is skipped and never receives, or
-passes on, another caller's reply. Commands that met NOSCRIPT (the server lost its script
-cache) were not run, and are sent again individually as EVAL.
+passes on, another caller's reply. Commands that found no script (NOSCRIPT, or no Functions
+library yet) were not run, and are sent again individually, which loads what is missing.
 
 A batch goes out on one connection from the client's pool, packed by hiredis (in C); any
 failure while its replies are read disconnects that connection, so a half-read reply can
 never reach a later caller.
 
-Only standalone ``redis.asyncio.Redis`` clients are batched: redis-py refuses EVALSHA in
+Only standalone ``redis.asyncio.Redis`` clients are batched: redis-py refuses script calls in
 Cluster pipelines, so Cluster clients send each call directly.
 """
 
@@ -29,8 +29,9 @@ from typing import Any, cast
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
+from compozy_memory._wire.delivery import delivery_for
 from compozy_memory._wire.scripts import Script, ScriptArg
-from compozy_memory._wire.translate import RedisClient, eval_commands, run_script, translate
+from compozy_memory._wire.translate import RedisClient, translate
 
 __all__ = ["MAX_PIPELINE", "ScriptBatcher", "batcher_for"]
 
@@ -54,6 +55,7 @@ class ScriptBatcher:
 
     def __init__(self, client: Redis) -> None:
         self.client = client
+        self.delivery = delivery_for(client)
         self._pending: list[_Call] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -64,7 +66,7 @@ class ScriptBatcher:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             if self._pending:  # a call from another loop while this one has work queued
-                return await run_script(self.client, script, keys, args, key)
+                return await self.delivery.run(script, keys, args, key)
             self._loop = loop
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((script, keys, args, key, future))
@@ -83,7 +85,7 @@ class ScriptBatcher:
     async def _send(self, calls: list[_Call]) -> None:
         if len(calls) == 1:
             script, keys, args, key, future = calls[0]
-            await _settle(future, run_script(self.client, script, keys, args, key))
+            await _settle(future, self.delivery.run(script, keys, args, key))
             return
         try:
             replies = await self._pipeline(calls)
@@ -106,8 +108,8 @@ class ScriptBatcher:
             script, keys, args, key, future = call
             if future.done():
                 continue
-            if isinstance(reply, redis_errors.NoScriptError):
-                retries.append(_settle(future, run_script(self.client, script, keys, args, key)))
+            if self.delivery.needs_reload(reply):
+                retries.append(_settle(future, self.delivery.run(script, keys, args, key)))
             elif isinstance(reply, redis_errors.RedisError):
                 future.set_exception(translate(reply, script.name, key))
             else:
@@ -122,7 +124,7 @@ class ScriptBatcher:
         which cost more than the script itself for an 11-argument EVALSHA."""
         pool = self.client.connection_pool
         commands = [
-            (eval_commands(script, self.client)[0], script.sha, len(keys), *keys, *args)
+            (*self.delivery.command(script), len(keys), *keys, *args)
             for script, keys, args, _, _ in calls
         ]
         connection = await pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py

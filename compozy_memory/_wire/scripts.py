@@ -30,7 +30,17 @@ from typing import TypeAlias
 from compozy_memory._model.limits import LUA_CONSTANTS
 from compozy_memory.errors import ScriptError
 
-__all__ = ["KEY_ORDER", "SCRIPT_NAMES", "Contract", "Script", "ScriptArg", "lua_dir", "script"]
+__all__ = [
+    "KEY_ORDER",
+    "SCRIPT_NAMES",
+    "Contract",
+    "Library",
+    "Script",
+    "ScriptArg",
+    "library",
+    "lua_dir",
+    "script",
+]
 
 ScriptArg: TypeAlias = "str | bytes | int"
 
@@ -139,8 +149,14 @@ class Script:
     sha: str
     #: Declared ``flags=no-writes``: may go as EVALSHA_RO/EVAL_RO (and FCALL_RO).
     read_only: bool
-    #: The body and the helpers, without the shebang, as a Functions library embeds them.
+    #: The declared locals and the body, without the shared code: what a Functions library
+    #: wraps in a function of its own.
     body: str
+
+    @property
+    def function(self) -> str:
+        """The name of this script's function in the current Functions library."""
+        return f"{library().prefix}{self.name}"
 
 
 def _prelude() -> str:
@@ -175,8 +191,46 @@ def script(name: str) -> Script:
             f"lua/{name}.lua indexes {numbered.group(1)} by number; use the names its header "
             "declares (k_<key>, a_<arg>, ARGS_FROM)"
         )
-    body = f"{library_source()}\n{_locals(contract)}\n{rest}"
-    source = f"{shebang}{newline}{body}"
+    body = f"{_locals(contract)}\n{rest}"
+    source = f"{shebang}{newline}{library_source()}\n{body}"
     read_only = "no-writes" in shebang
     sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
     return Script(name, contract, source, sha, read_only, body)
+
+
+@dataclass(frozen=True, slots=True)
+class Library:
+    """Every script as one Redis Functions library (``FUNCTION LOAD``).
+
+    The library's name and its functions' names carry a digest of its source, so two versions
+    of compozy-memory can share a server while a fleet is upgraded: each calls its own."""
+
+    name: str
+    #: Prepended to a script's name to name its function: ``cm_<digest>_append``.
+    prefix: str
+    source: str
+
+
+_VERSION_MARK = "@@VERSION@@"
+
+
+@cache
+def library() -> Library:
+    """The Functions library holding every script, each wrapped in a function of its own."""
+    parts = [f"#!lua name=compozy_memory_{_VERSION_MARK}", library_source()]
+    for name in SCRIPT_NAMES:
+        code = script(name)
+        # KEYS and ARGV are the callback's parameters: the body reads them as an EVAL
+        # script reads its globals.
+        parts.append(f"local function {name}_fn(KEYS, ARGV)\n{code.body}\nend")
+    for name in SCRIPT_NAMES:
+        flags = ", flags = {'no-writes'}" if script(name).read_only else ""
+        parts.append(
+            f"redis.register_function{{function_name = 'cm_{_VERSION_MARK}_{name}', "
+            f"callback = {name}_fn{flags}}}"
+        )
+    draft = "\n".join(parts) + "\n"
+    digest = hashlib.sha256(draft.encode()).hexdigest()[:12]
+    return Library(
+        f"compozy_memory_{digest}", f"cm_{digest}_", draft.replace(_VERSION_MARK, digest)
+    )

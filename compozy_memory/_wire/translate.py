@@ -31,7 +31,14 @@ from compozy_memory.errors import (
     ScriptError,
 )
 
-__all__ = ["RedisClient", "backend_errors", "eval_commands", "run_script", "translate"]
+__all__ = [
+    "RedisClient",
+    "backend_errors",
+    "error_cause",
+    "eval_commands",
+    "run_script",
+    "translate",
+]
 
 RedisClient: TypeAlias = "Redis | RedisCluster"
 
@@ -75,11 +82,11 @@ async def run_script(
     except redis_errors.NoScriptError:
         pass
     except redis_errors.RedisError as exc:
-        raise translate(exc, script.name, key) from _cause(exc)
+        raise translate(exc, script.name, key) from error_cause(exc)
     try:
         return await _run(client, by_source, script.source, keys, args)
     except redis_errors.RedisError as exc:
-        raise translate(exc, script.name, key) from _cause(exc)
+        raise translate(exc, script.name, key) from error_cause(exc)
 
 
 async def _run(
@@ -103,7 +110,7 @@ def backend_errors(operation: str, key: str) -> Iterator[None]:
     try:
         yield
     except redis_errors.RedisError as exc:
-        raise translate(exc, operation, key) from _cause(exc)
+        raise translate(exc, operation, key) from error_cause(exc)
 
 
 def translate(exc: redis_errors.RedisError, operation: str, key: str) -> CompozyMemoryError:
@@ -136,6 +143,6 @@ def translate(exc: redis_errors.RedisError, operation: str, key: str) -> Compozy
     return BackendError(f"{operation}: {exc}", key=key)
 
 
-def _cause(exc: redis_errors.RedisError) -> redis_errors.RedisError | None:
+def error_cause(exc: redis_errors.RedisError) -> redis_errors.RedisError | None:
     # Our own validation errors are complete in themselves; the redis-py traceback adds noise.
     return None if str(exc).startswith("COMPOZY_") else exc

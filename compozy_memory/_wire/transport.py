@@ -22,9 +22,10 @@ from redis.asyncio import Redis, RedisCluster
 
 from compozy_memory._model.policy import WaitPolicy
 from compozy_memory._wire.batching import batcher_for
+from compozy_memory._wire.delivery import delivery_for
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import Script, ScriptArg
-from compozy_memory._wire.translate import RedisClient, backend_errors, run_script, translate
+from compozy_memory._wire.translate import RedisClient, backend_errors, translate
 from compozy_memory.errors import ConfigurationError, ReplicationError, ScriptError
 
 __all__ = ["Transport"]
@@ -52,6 +53,7 @@ class Transport:
         self.retry = retry or RetryPolicy()
         self.wait = wait
         self._batcher = batcher_for(client) if batching else None
+        self._delivery = delivery_for(client)
         self._cluster_ready = not isinstance(client, RedisCluster)
 
     async def run(
@@ -74,7 +76,8 @@ class Transport:
         if batcher is not None:
             return await self.retry.call(lambda: batcher.run(script, keys, args, key=key))
         await self._ready(key)
-        return await self.retry.call(lambda: run_script(self.client, script, keys, args, key))
+        delivery = self._delivery
+        return await self.retry.call(lambda: delivery.run(script, keys, args, key))
 
     async def command(self, operation: str, method: str, *args: Any, key: str) -> Any:
         """A plain redis-py command (``method`` of the client), retried like scripts."""
@@ -101,7 +104,8 @@ class Transport:
         assert isinstance(self.client, Redis)
         reply: Any = None
         acks: Any = None
-        for command, body in (("EVALSHA", script.sha), ("EVAL", script.source)):
+        command, body = self._delivery.command(script)
+        for attempt in range(3):
             try:
                 async with self.client.pipeline(transaction=False) as pipe:
                     pipe.execute_command(command, body, len(keys), *keys, *args)
@@ -109,8 +113,9 @@ class Transport:
                     reply, acks = await pipe.execute(raise_on_error=False)
             except redis_errors.RedisError as exc:
                 raise translate(exc, script.name, key) from exc
-            if not isinstance(reply, redis_errors.NoScriptError):
+            if attempt == 2 or not self._delivery.needs_reload(reply):
                 break
+            command, body = await self._delivery.reload(script, key)
         if isinstance(reply, redis_errors.RedisError):
             raise translate(reply, script.name, key) from reply
         if isinstance(acks, redis_errors.RedisError):

@@ -1,0 +1,195 @@
+"""How the scripts reach a server: as a Redis Functions library (FCALL), or by EVALSHA.
+
+Functions are the default where the server has them (Redis 7+, Valkey 7.2+): a library is
+persisted and replicated with the data, so no call meets NOSCRIPT after a restart or a
+failover, and tenants need ``FCALL``/``FCALL_RO`` only, never ``EVAL`` (with which any script
+of theirs could allocate past ``maxmemory`` or loop and stop the server for everyone).
+
+The library is loaded by an operator (``compozy-memory install``) or, where the user may run
+``FUNCTION LOAD``, on first use: a call that finds no function loads the library on the node
+that answered and runs again. A server without Functions, or a user allowed ``EVALSHA`` but not
+``FUNCTION LOAD``, gets the scripts by EVALSHA instead (see
+:func:`~compozy_memory._wire.translate.run_script`). The choice is made once per client.
+
+On a Cluster, redis-py would ask the server for the keys of every FCALL (``COMMAND GETKEYS``),
+so calls are sent to the node that owns the first key's slot directly; redirects after a
+resharding are followed by redis-py as for any command.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from redis import exceptions as redis_errors
+from redis.asyncio import RedisCluster
+
+from compozy_memory._wire.scripts import Script, ScriptArg, library
+from compozy_memory._wire.translate import (
+    RedisClient,
+    error_cause,
+    eval_commands,
+    run_script,
+    translate,
+)
+from compozy_memory.errors import BackendPermissionError
+
+__all__ = ["Delivery", "delivery_for", "install"]
+
+Mode = Literal["unknown", "functions", "eval"]
+
+
+class Delivery:
+    """The way one client's script calls travel."""
+
+    def __init__(self, client: RedisClient, mode: Mode = "unknown") -> None:
+        self.client = client
+        self.mode: Mode = mode
+
+    def command(self, script: Script) -> tuple[str, str]:
+        """The command and first argument that run ``script`` in a pipeline."""
+        if self.mode == "eval":
+            return (eval_commands(script, self.client)[0], script.sha)
+        return ("FCALL_RO" if script.read_only else "FCALL", script.function)
+
+    def needs_reload(self, reply: object) -> bool:
+        """Whether a pipelined call failed only because the server lacks the script (or
+        Functions altogether): nothing ran, and it can be sent again."""
+        if isinstance(reply, redis_errors.NoScriptError) or _function_missing(reply):
+            return True
+        return isinstance(reply, redis_errors.ResponseError) and _unknown_command(reply)
+
+    async def reload(self, script: Script, key: str) -> tuple[str, str]:
+        """After ``needs_reload``: make the script available and say how to send it again."""
+        if self.mode != "eval":
+            try:
+                await self._load(None, key)
+                return self.command(script)
+            except _NoFunctions:
+                self.mode = "eval"
+            except _LoadRefused:
+                pass  # this user may not load the library; perhaps it may send the script
+        return (eval_commands(script, self.client)[1], script.source)
+
+    async def run(
+        self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], key: str
+    ) -> Any:
+        """Run ``script`` once; errors come out typed."""
+        if self.mode != "eval":
+            try:
+                return await self._fcall(script, keys, args, key)
+            except _NoFunctions:
+                self.mode = "eval"
+            except _LoadRefused:
+                try:
+                    return await run_script(self.client, script, keys, args, key)
+                except BackendPermissionError as exc:
+                    raise BackendPermissionError(
+                        f"{script.name}: the server has no {library().name} functions library "
+                        "and this user may load neither it nor scripts: an operator runs "
+                        f"`compozy-memory install` once per server ({exc.args[0]})",
+                        key=key,
+                    ) from exc
+        return await run_script(self.client, script, keys, args, key)
+
+    async def _fcall(
+        self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], key: str
+    ) -> Any:
+        command = "FCALL_RO" if script.read_only else "FCALL"
+        node = self._node(keys)
+        for attempt in range(2):
+            try:
+                reply = await self._send(node, command, script.function, len(keys), *keys, *args)
+            except redis_errors.ResponseError as exc:
+                if _unknown_command(exc):
+                    raise _NoFunctions from exc
+                if not _function_missing(exc) or attempt:
+                    raise translate(exc, script.name, key) from error_cause(exc)
+                await self._load(node, key)
+                continue
+            except redis_errors.RedisError as exc:
+                raise translate(exc, script.name, key) from exc
+            self.mode = "functions"
+            return reply
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _load(self, node: Any, key: str) -> None:
+        try:
+            await self._send(node, "FUNCTION", "LOAD", library().source)
+        except redis_errors.ResponseError as exc:
+            if "already exists" in str(exc):
+                return  # another client loaded it meanwhile
+            error = translate(exc, "FUNCTION LOAD", key)
+            if isinstance(error, BackendPermissionError):
+                raise _LoadRefused from exc
+            raise error from exc
+
+    def _node(self, keys: Sequence[str]) -> Any:
+        if isinstance(self.client, RedisCluster) and keys:
+            return self.client.get_node_from_key(keys[0])
+        return None
+
+    async def _send(self, node: Any, *command: Any) -> Any:
+        if node is not None:
+            return await self.client.execute_command(*command, target_nodes=node)
+        return await self.client.execute_command(*command)
+
+
+class _NoFunctions(Exception):
+    """The server has no Functions (Redis before 7): scripts go by EVALSHA from now on."""
+
+
+class _LoadRefused(Exception):
+    """This user may not load the library; an operator can (``compozy-memory install``)."""
+
+
+def _function_missing(exc: object) -> bool:
+    return isinstance(exc, redis_errors.ResponseError) and "Function not found" in str(exc)
+
+
+def _unknown_command(exc: redis_errors.ResponseError) -> bool:
+    text = str(exc).lower()
+    return "unknown command" in text and "fcall" in text
+
+
+_DELIVERIES: weakref.WeakKeyDictionary[RedisClient, Delivery] = weakref.WeakKeyDictionary()
+
+
+def delivery_for(client: RedisClient) -> Delivery:
+    """The shared delivery state of ``client``."""
+    delivery = _DELIVERIES.get(client)
+    if delivery is None:
+        delivery = _DELIVERIES[client] = Delivery(client)
+    return delivery
+
+
+async def install(client: RedisClient, *, replace: bool = False) -> list[str]:
+    """Load the Functions library on every primary; returns the nodes that loaded it now.
+
+    Idempotent: a node that has this version already is left alone. Run it again after adding
+    a node to a Cluster."""
+    lib = library()
+    loaded: list[str] = []
+    if isinstance(client, RedisCluster):
+        await client.initialize()
+        # Ask again for the slot map: a node added since the client started must be found.
+        await client.nodes_manager.initialize()
+        targets: list[Any] = list(client.get_primaries())
+    else:
+        targets = [None]
+    for node in targets:
+        command: list[Any] = ["FUNCTION", "LOAD", *(["REPLACE"] if replace else []), lib.source]
+        try:
+            if node is None:
+                await client.execute_command(*command)
+            else:
+                await client.execute_command(*command, target_nodes=node)
+        except redis_errors.ResponseError as exc:
+            if "already exists" in str(exc):
+                continue
+            raise translate(exc, "install", lib.name) from exc
+        except redis_errors.RedisError as exc:
+            raise translate(exc, "install", lib.name) from exc
+        loaded.append("standalone" if node is None else node.name)
+    return loaded

@@ -157,7 +157,7 @@ async def report(url: str, cluster: bool) -> bool:
             if m is recent[-6] and len(recent) > 6:
                 print(f"  ... {len(recent) - 6} more recent messages ...")
             text = " ".join(m.text.split())
-            label = f"summary of {len(m.covers or [])}" if m.content_type == "summary" else m.role
+            label = f"summary of {m.covered_count}" if m.content_type == "summary" else m.role
             print(f"  #{m.id:<4} {label:<14} {m.tokens:>3} tokens  {text[:58]}")
     finally:
         await manager.aclose()
@@ -171,7 +171,7 @@ async def check(client: RedisClient, memory: MemoryInstance) -> tuple[bool, tupl
     summaries = (await memory.snapshot()).summaries
     archived = [json.loads(e) for e in await client.lrange(memory.keys.archive, 0, -1)]
     health = await memory.health()
-    covered = {i for s in summaries for i in s.covers or ()}
+    covered = {i for s in summaries for i in s.covered_ids}
     archived_ids = {e["id"] for e in archived}
     accounted = {m.id for m in live} | {s.id for s in summaries} | covered | archived_ids
     exact = (

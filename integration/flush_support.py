@@ -174,7 +174,7 @@ async def audit(client: RedisClient, key: str, acknowledged: Sequence[int] = ())
     meta = {_text(k): int(v) for k, v in raw_meta.items()}
 
     live = [e["id"] for e in live_envs]
-    covered = [i for s in summary_envs for i in s["covers"]]
+    covered = [i for s in summary_envs for a, b in s["covers"] for i in range(a, b + 1)]
     archived = [e["id"] for e in archive_envs if e.get("type") != "summary"]
     assert len(live) == len(set(live)), "a live message appears twice"
     assert live == sorted(live), "live messages out of order"

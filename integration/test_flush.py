@@ -61,7 +61,7 @@ async def test_a_flush_replaces_exactly_what_it_planned(
     assert found.summaries == 1
     (summary,) = (await memory.snapshot()).summaries
     assert summary.content_type == "summary"
-    assert summary.covers == list(result.plan.summarize_ids)
+    assert summary.covered_ids == list(result.plan.summarize_ids)
     assert summary.metadata == {"method": "extractive"}
     context = await memory.context()
     assert context[0].id == summary.id

@@ -93,7 +93,7 @@ async def test_a_flush_commits_exactly_the_plan_with_its_epoch_and_incarnation()
     assert plan is not None
     assert commit.args[len(commit.args) - len(plan.remove_ids) - 0 :] == plan.remove_ids
     body = commit.message("summary_body")
-    assert body.covers == list(plan.summarize_ids)
+    assert body.covered_ids == list(plan.summarize_ids)
     assert transport.named("lock_release")
 
 

@@ -112,3 +112,21 @@ def test_lone_surrogates_are_refused_anywhere_in_a_message(data: dict[str, objec
     Redis, with where it is."""
     with pytest.raises(InvalidMessageError, match=r"lone surrogate|unable to parse raw data"):
         Message.parse(data)
+
+
+def test_covers_are_stored_as_ranges_and_old_id_lists_still_read() -> None:
+    from compozy_memory._model.messages import encode_body, id_ranges
+
+    assert id_ranges([5, 1, 2, 3, 7, (8, 9), (4, 4)]) == [(1, 5), (7, 9)]
+    old = Message.model_validate_json(
+        '{"role":"system","content":"s","type":"summary","covers":[1,2,3,5]}'
+    )
+    assert old.covers == [(1, 3), (5, 5)]
+    assert old.covered_ids == [1, 2, 3, 5]
+    assert old.covered_count == 4
+    # 200,000 contiguous ids take one range, not 200,000 numbers.
+    big = Message.model_validate(
+        {"role": "system", "content": "s", "covers": list(range(1, 200_001))}
+    )
+    assert big.covers == [(1, 200_000)]
+    assert len(encode_body(big)) < 80

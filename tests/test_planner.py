@@ -169,8 +169,8 @@ def test_workload_profiles_pick_the_batch_of_the_pressure_tier() -> None:
 
 def test_summaries_fold_into_a_rolling_one() -> None:
     old = (
-        Message(role="system", type="summary", content="s", id=90, tokens=60, covers=[1]),
-        Message(role="system", type="summary", content="s", id=91, tokens=60, covers=[2]),
+        Message(role="system", type="summary", content="s", id=90, tokens=60, covers=[(1, 1)]),
+        Message(role="system", type="summary", content="s", id=91, tokens=60, covers=[(2, 2)]),
     )
     messages = conversation([("user", 50, 2)] * 6)
     plan = plan_flush(snapshot(messages, old), FlushSettings(max_tokens=300, summary_tokens=50))

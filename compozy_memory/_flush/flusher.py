@@ -27,7 +27,7 @@ from compozy_memory._flush.planner import plan_flush
 from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._flush.summarizers import RuleBasedSummarizer, Summarizer, fit_text
 from compozy_memory._metrics import FlushMetrics, default_metrics
-from compozy_memory._model.messages import Message, encode_body
+from compozy_memory._model.messages import Message, encode_body, id_ranges
 from compozy_memory._model.results import (
     AppendResult,
     FlushCommit,
@@ -271,7 +271,7 @@ class Flusher:
 
 
 def _summary_message(summary: Summary, folded: list[Message], plan: FlushPlan) -> Message:
-    covers = sorted({*(i for s in folded for i in s.covers or ()), *plan.summarize_ids})
+    covers = id_ranges([*(r for s in folded for r in s.covers or ()), *plan.summarize_ids])
     metadata: dict[str, object] = {"method": summary.method}
     if summary.fallback:
         metadata["fallback"] = summary.fallback

@@ -114,7 +114,7 @@ class ExtractiveSummarizer:
             chosen.append((order, line))
             used += cost
         body = "\n".join(line for _, line in sorted(chosen))
-        covered = sum(len(m.covers or ()) or 1 for m in messages)
+        covered = sum(m.covered_count for m in messages)
         text = f"Key points from {covered} earlier messages:\n{body}"
         return Summary(fit_text(text, max_tokens, self.counter), "extractive")
 

@@ -4,7 +4,8 @@ A message carries what agents really send: a role, text or a list of content blo
 (Anthropic ``text`` / ``tool_use`` / ``tool_result`` blocks, OpenAI ``tool_calls`` on an
 assistant message and ``tool_call_id`` on a tool message), a content type and priority used
 by eviction, a token count, and the id and timestamp Redis assigned when it was stored. A
-summary lists in ``covers`` the ids of the messages it replaced.
+summary lists in ``covers`` the ids of the messages it replaced, as ``[first, last]`` ranges, so
+its size follows the gaps in what it covers, not the number of messages.
 
 On the wire the client sends the message as one compact JSON object without ``id``, ``ts``,
 ``tokens`` and ``priority``; the append script validates those four as separate arguments and
@@ -37,7 +38,7 @@ from pydantic_core import PydanticSerializationError
 from compozy_memory._model.limits import MAX_MESSAGE_TOKENS, MAX_PRIORITY
 from compozy_memory.errors import InvalidMessageError
 
-__all__ = ["MAX_PRIORITY", "Message", "Role", "encode_body"]
+__all__ = ["MAX_PRIORITY", "Message", "Role", "encode_body", "id_ranges"]
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
@@ -69,9 +70,29 @@ class Message(BaseModel):
     priority: int | None = Field(default=None, ge=0, le=MAX_PRIORITY)
     tokens: int | None = Field(default=None, ge=0, le=MAX_MESSAGE_TOKENS)
     metadata: dict[str, JsonValue] | None = None
-    covers: list[int] | None = None
+    covers: list[tuple[int, int]] | None = None
     id: int | None = None
     ts: int | None = None
+
+    @field_validator("covers", mode="before")
+    @classmethod
+    def _covers_as_ranges(cls, value: object) -> object:
+        # Summaries written before ranges listed every id; read those as ranges too.
+        if isinstance(value, list) and all(isinstance(v, int) for v in value):
+            return id_ranges(value)
+        return value
+
+    @property
+    def covered_ids(self) -> list[int]:
+        """Every id this summary covers, ascending."""
+        return [i for first, last in self.covers or () for i in range(first, last + 1)]
+
+    @property
+    def covered_count(self) -> int:
+        """How many messages this summary covers (1 for any other message)."""
+        if not self.covers:
+            return 1
+        return sum(last - first + 1 for first, last in self.covers)
 
     @field_validator("content")
     @classmethod
@@ -154,6 +175,20 @@ class Message(BaseModel):
         if isinstance(self.content, list):
             ids += [str(b["tool_use_id"]) for b in self.content if b.get("type") == "tool_result"]
         return tuple(ids)
+
+
+def id_ranges(ids: Any) -> list[tuple[int, int]]:
+    """Ids (or ``(first, last)`` ranges) as the fewest sorted, inclusive ranges."""
+    points: list[tuple[int, int]] = sorted(
+        (i, i) if isinstance(i, int) else (int(i[0]), int(i[1])) for i in ids
+    )
+    merged: list[tuple[int, int]] = []
+    for first, last in points:
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return merged
 
 
 def encode_body(message: Message) -> bytes:

@@ -45,6 +45,7 @@ _RULE_PREFIX = re.compile(r"^(?:It began with |Then )")
 _MIDDLE = re.compile(r"^\d+ (?:earlier )?messages? followed\.$")
 # A summary line: an optional [date], an optional "speaker: " and the text.
 _LINE = re.compile(r"^(?:\[(\d{4}-\d{2}-\d{2})\] )?(?:([^:\n\[\]]{1,60}?): )?(.*)$")
+_EMPTY = re.compile(r"^[^:\s]{1,60}:$")  # "system:" left over from a legacy nested header
 # Legacy one-line rule-based summaries: split before each of their parts.
 _LEGACY_PARTS = re.compile(
     r"\s*(?=It began with |Then |\b\d+ messages followed\.)|"
@@ -129,7 +130,7 @@ def summary_lines(message: Message) -> list[Line]:
             if stripped == piece:
                 break
             piece = stripped
-        if not piece or _MIDDLE.match(piece) or _HEADER.match(piece):
+        if not piece or _MIDDLE.match(piece) or _HEADER.match(piece) or _EMPTY.match(piece):
             continue
         found = _LINE.match(piece)
         assert found is not None  # the pattern matches any single line

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+import time
 from datetime import timedelta
 
 from prometheus_client import CollectorRegistry
@@ -44,9 +45,11 @@ async def test_rule_based_is_the_specs() -> None:
     messages, _ = support_conversation()
     summary = await RuleBasedSummarizer(COUNTER).summarize(messages, max_tokens=200)
     assert summary.method == "rule_based"
-    assert summary.text.startswith("Earlier conversation (30 messages). It began with assistant:")
-    assert "27 messages followed." in summary.text
-    assert summary.text.count("Then ") == 2
+    lines = summary.text.splitlines()
+    assert lines[0] == "Earlier conversation (30 messages)."
+    assert lines[1].startswith("It began with assistant:")
+    assert lines[2] == "27 messages followed."
+    assert [line[:5] for line in lines[3:]] == ["Then ", "Then "]
 
 
 async def test_extractive_keeps_far_more_facts_than_rule_based() -> None:
@@ -77,11 +80,13 @@ async def test_anthropic_is_asked_for_facts_and_answers() -> None:
         summary = await summarizer.summarize(messages, max_tokens=200)
         await summarizer.aclose()
     assert (summary.method, summary.fallback) == ("anthropic", None)
-    assert summary.text == "Order #A1001 for Jonas ships 2026-12-02."
+    assert summary.text == (
+        "Key points from 30 earlier messages:\nOrder #A1001 for Jonas ships 2026-12-02."
+    )
     (request,) = stub.requests
     assert request["path"] == "/v1/messages"
     assert request["body"]["model"] == "claude-haiku-4-5"
-    assert request["body"]["max_tokens"] == 200
+    assert request["body"]["max_tokens"] <= 200  # the header takes the rest
     prompt = request["body"]["messages"][0]["content"]
     assert "decision" in prompt
     assert "open question" in prompt
@@ -96,7 +101,7 @@ async def test_anthropic_retries_429_then_succeeds() -> None:
         summarizer = AnthropicSummarizer(COUNTER, base_url=stub.url, max_retries=3)
         summary = await summarizer.summarize(messages, max_tokens=100)
         await summarizer.aclose()
-    assert (summary.text, summary.fallback) == ("ok", None)
+    assert (summary.text, summary.fallback) == ("Key points from 30 earlier messages:\nok", None)
     assert len(stub.requests) == 3
 
 
@@ -126,3 +131,195 @@ async def test_anthropic_times_out_and_falls_back() -> None:
         await summarizer.aclose()
     assert summary.method == "extractive"
     assert summary.fallback == "anthropic: timed out after 0.5s"
+
+
+# -- rolling summaries, fact keeping ---------------------------------------------------------
+
+HEADERS = re.compile(r"Key points from \d+ earlier messages:|Earlier conversation \(\d+ messages\)")
+LINE = re.compile(r"^(?:\[\d{4}-\d{2}-\d{2}\] )?[^:\s][^:]{0,59}: \S")
+
+
+def chat(start: int, *turns: tuple[str, str]) -> list[Message]:
+    return [
+        Message(role="user", name=name, content=text, id=start + i)
+        for i, (name, text) in enumerate(turns)
+    ]
+
+
+def summary_of(summary_text: str, covers: range) -> Message:
+    return Message.model_validate(
+        {"role": "system", "type": "summary", "content": summary_text, "covers": list(covers)}
+    )
+
+
+GENERATIONS = [
+    chat(
+        1,
+        ("Mel", "Hey Caroline!"),
+        ("Caroline", "We adopted a beagle last weekend! We named it Rex."),
+        ("Mel", "haha yes"),
+        ("Mel", "Agreed, Caroline."),
+    ),
+    chat(
+        5,
+        ("Mel", "Talk soon!"),
+        ("Mel", "My order #1042 ships on May 8 with UPS."),
+        ("Caroline", "Thanks Mel!"),
+    ),
+    chat(
+        8,
+        ("Caroline", "Hey Mel!"),
+        ("Caroline", "I switched to the Lisbon office, my first day is 2023-06-12."),
+        ("Mel", "Love that!"),
+    ),
+]
+FACTS = ["Rex", "#1042", "Lisbon"]
+
+
+async def fold_three(summarizer: RuleBasedSummarizer | ExtractiveSummarizer) -> str:
+    """Summarise the first generation, fold it with the second, then that with the third."""
+    first = await summarizer.summarize(GENERATIONS[0], max_tokens=300)
+    folded = summary_of(first.text, range(1, 5))
+    second = await summarizer.summarize([folded, *GENERATIONS[1]], max_tokens=300)
+    folded = summary_of(second.text, range(1, 8))
+    third = await summarizer.summarize([folded, *GENERATIONS[2]], max_tokens=300)
+    return third.text
+
+
+async def test_a_fold_of_a_fold_keeps_every_generation_under_one_true_header() -> None:
+    text = await fold_three(ExtractiveSummarizer(COUNTER))
+    assert len(HEADERS.findall(text)) == 1
+    assert text.splitlines()[0] == "Key points from 10 earlier messages:"
+    for fact in FACTS:
+        assert fact in text
+    for line in text.splitlines()[1:]:
+        assert LINE.match(line), line  # every line says who
+    assert [text.index(f) for f in FACTS] == sorted(text.index(f) for f in FACTS)
+
+
+async def test_rule_based_folds_content_and_counts_what_it_covers() -> None:
+    text = await fold_three(RuleBasedSummarizer(COUNTER))
+    assert len(HEADERS.findall(text)) == 1
+    lines = text.splitlines()
+    assert lines[0] == "Earlier conversation (10 messages)."
+    assert lines[1] == "It began with Mel: Hey Caroline!"  # the very first message, not a header
+    assert lines[2] == "7 messages followed."
+    assert lines[3:] == [
+        "Then Caroline: I switched to the Lisbon office, my first day is 2023-06-12.",
+        "Then Mel: Love that!",
+    ]
+
+
+async def test_a_legacy_nested_summary_unfolds_to_its_content() -> None:
+    legacy = summary_of(
+        "Earlier conversation (14 messages). It began with system: Earlier conversation "
+        "(12 messages). It began with user: Order #77 was refunded. 9 messages followed. "
+        "Then user: ok Then assistant: Done.",
+        range(1, 15),
+    )
+    new = chat(15, ("Ana", "My flight TP1234 leaves at 3pm on Friday."))
+    for summarizer in (RuleBasedSummarizer(COUNTER), ExtractiveSummarizer(COUNTER)):
+        text = (await summarizer.summarize([legacy, *new], max_tokens=200)).text
+        assert len(HEADERS.findall(text)) == 1, text
+        assert "15 " in text.splitlines()[0] or "(15 messages)" in text.splitlines()[0]
+        assert "Order #77 was refunded." in text
+        assert "Earlier conversation (12" not in text
+
+
+async def test_greetings_never_win_over_facts() -> None:
+    messages = chat(
+        1,
+        ("Mel", "Hey Mel!"),
+        ("Caroline", "Agreed, Caroline."),
+        ("Mel", "haha yes"),
+        ("Caroline", "Talk soon!"),
+        ("Mel", "Thanks Caroline!"),
+        ("Caroline", "Omg yes, so true"),
+        ("Caroline", "My sister Priya is flying in from Kyoto next week."),
+    )
+    summarizer = ExtractiveSummarizer(COUNTER)
+    small = await summarizer.summarize(messages, max_tokens=30)
+    assert "Priya" in small.text
+    large = await summarizer.summarize(messages, max_tokens=500)
+    for phatic in ("Hey Mel", "Agreed", "haha", "Talk soon", "Thanks", "Omg"):
+        assert phatic not in large.text
+
+
+async def test_the_newer_of_two_near_identical_statements_is_kept() -> None:
+    messages = chat(
+        1,
+        ("Ana", "The launch review meeting is in room Birch on Friday."),
+        ("Ben", "We should bring the slides and the quarterly numbers along."),
+        ("Ana", "Correction: the launch review meeting is in room Cobalt on Friday."),
+    )
+    text = (await ExtractiveSummarizer(COUNTER).summarize(messages, max_tokens=500)).text
+    assert "Cobalt" in text
+    assert "Birch" not in text
+
+
+async def test_a_short_answer_keeps_its_question_and_a_tool_result_its_tool() -> None:
+    messages = [
+        *chat(1, ("Ana", "Where did you go for the anniversary dinner?"), ("Ben", "Cedar House.")),
+        Message(
+            role="assistant",
+            content=[{"type": "tool_use", "id": "t1", "name": "lookup_order", "input": {}}],
+            id=3,
+        ),
+        Message(
+            role="user",
+            content=[{"type": "tool_result", "tool_use_id": "t1", "content": "Order 9: UPS."}],
+            id=4,
+        ),
+    ]
+    text = (await ExtractiveSummarizer(COUNTER).summarize(messages, max_tokens=500)).text
+    assert "Ben: Cedar House. (re: Where did you go for the anniversary dinner?)" in text
+    assert "lookup_order result: Order 9: UPS." in text
+
+
+async def test_extractive_never_exceeds_its_budget_on_long_conversations() -> None:
+    from benchmarks.recall_data import generate
+    from compozy_memory._model.tokens import default_counter
+
+    counter = default_counter()
+    conversation = generate(1)[0]
+    messages = [Message.model_validate({**m, "id": i}) for i, m in enumerate(conversation.messages)]
+    summarizer = ExtractiveSummarizer(counter)
+    for budget in (5, 40, 300, 2000):
+        summary = await summarizer.summarize(messages[:400], max_tokens=budget)
+        assert counter.count(summary.text) <= budget
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        await summarizer.summarize(messages[500:756], max_tokens=1000)
+        best = min(best, time.perf_counter() - started)
+    assert best < 0.05
+
+
+async def test_anthropic_is_given_the_summary_so_far_and_a_named_dated_transcript() -> None:
+    previous = summary_of(
+        "Key points from 12 earlier messages:\n[2023-05-01] Caroline: adopted a beagle named Rex",
+        range(1, 13),
+    )
+    new = [
+        Message(
+            role="user",
+            name="Mel",
+            content="Actually we moved the party to Saturday.",
+            metadata={"date": "2023-05-08"},
+            id=13,
+        )
+    ]
+    with anthropic_stub(
+        Reply(text="Here is the updated summary:\n- Caroline: Rex\n- Mel: Sat")
+    ) as stub:
+        summarizer = AnthropicSummarizer(COUNTER, base_url=stub.url, api_key="k")
+        summary = await summarizer.summarize([previous, *new], max_tokens=200)
+        await summarizer.aclose()
+    prompt = stub.requests[0]["body"]["messages"][0]["content"]
+    so_far = prompt[prompt.index("Summary so far") : prompt.index("New messages")]
+    assert "Caroline: adopted a beagle named Rex" in so_far
+    assert "Key points from" not in prompt  # the header is not material
+    assert "[2023-05-08] Mel: Actually we moved the party to Saturday." in prompt
+    assert "latest value" in prompt
+    assert "one fact per line" in prompt.lower()
+    assert summary.text == "Key points from 13 earlier messages:\nCaroline: Rex\nMel: Sat"

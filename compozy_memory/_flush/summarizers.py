@@ -13,10 +13,12 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol
 
@@ -28,6 +30,27 @@ from tenacity import (
     wait_random,
 )
 
+from compozy_memory._context.analysis import analyze
+from compozy_memory._flush.material import (
+    Line,
+    covered_count,
+    is_header,
+    is_summary,
+    message_date,
+    message_parts,
+    render_line,
+    speaker_of,
+    summary_lines,
+    transcript,
+)
+from compozy_memory._flush.salience import (
+    content_terms,
+    is_phatic,
+    is_relative,
+    near_duplicates,
+    score,
+    split_sentences,
+)
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import Summary
 from compozy_memory._model.tokens import TokenCounter
@@ -54,86 +77,266 @@ class Summarizer(Protocol):
 
 
 class RuleBasedSummarizer:
+    """The first message, a count of the middle, the last two: one per line after a header.
+
+    Previous summaries being folded in contribute their lines, never their header, and the
+    count is the number of original messages covered."""
+
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
 
     async def summarize(self, messages: Sequence[Message], *, max_tokens: int) -> Summary:
         if not messages:
             return Summary("", "rule_based")
-        head = [messages[0]]
-        tail = list(messages[1:])[-2:]
-        middle = len(messages) - len(head) - len(tail)
-        parts = [f"Earlier conversation ({len(messages)} messages)."]
-        parts.append(f"It began with {_line(messages[0])}")
-        if middle > 0:
-            parts.append(f"{middle} messages followed.")
-        parts += [f"Then {_line(m)}" for m in tail]
-        return Summary(fit_text(" ".join(parts), max_tokens, self.counter), "rule_based")
+        items: list[Line] = []
+        tool_names: dict[str, str] = {}
+        for message in messages:
+            if is_summary(message):
+                items += summary_lines(message)
+                continue
+            parts = message_parts(message, tool_names)
+            text = " ".join(" ".join(p.text for p in parts).split())
+            if len(text) > _RULE_CHARS:
+                text = text[:_RULE_CHARS] + "..."
+            items.append(Line(speaker_of(message), text))
+        covered = sum(covered_count(m) for m in messages)
+        rows = [f"Earlier conversation ({covered} messages)."]
+        if items:
+            head, tail = items[0], items[1:][-2:]
+            rows.append(f"It began with {render_line(head, with_day=False)}")
+            middle = covered - 1 - len(tail)
+            if middle > 0:
+                rows.append(f"{middle} messages followed.")
+            rows += [f"Then {render_line(line, with_day=False)}" for line in tail]
+        return Summary(fit_text("\n".join(rows), max_tokens, self.counter), "rule_based")
 
 
-_HEADER = re.compile(r"Key points from \d+ earlier messages:")  # a folded summary's own
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-_NUMBER = re.compile(r"\d")
-_NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b[A-Z][a-z]+")
-_ID = re.compile(r"#\w+|\b[A-Z]{2,}-?\d+\b|\$\d")
-_DECISION = re.compile(
-    r"\b(decided|agreed|approved|confirmed|will|must|need[s]?|refund(ed)?|cancel(led)?|"
-    r"deadline|due|because|promised|escalat\w*|schedul\w*)\b",
-    re.IGNORECASE,
-)
+_RULE_CHARS = 200
+_MIN_SCORE = 1.0
+# A short first sentence right after another speaker's question is read as its answer.
+_ANSWER_WORDS = 10
+
+
+@dataclass(slots=True)
+class _Unit:
+    """A candidate sentence (or a previous summary's line) for an extractive summary."""
+
+    order: int
+    group: int  # sentences of one message part share a group and may share a line
+    speaker: str | None
+    text: str
+    day: str | None
+    terms: frozenset[str]
+    tool_output: bool = False
+    folded: bool = False
+    question: str = ""  # the question it answers, for a reply
+    score: float = 0.0
+
+    @property
+    def dated(self) -> bool:
+        """Whether the line needs its date to be understood (it says when, relatively)."""
+        return self.day is not None and is_relative(self.text)
+
+    @property
+    def body(self) -> str:
+        return f"{self.text} (re: {self.question})" if self.question else self.text
 
 
 class ExtractiveSummarizer:
+    """The sentences that carry facts, each attributed to its speaker, in order.
+
+    Phatic turns and near-duplicates (the older of two statements sharing most terms) are
+    dropped; the rest is ranked by :func:`salience.score` for its length and taken while it
+    fits ``max_tokens``, then written in conversation order, a line per message part with
+    its speaker, and its date where the day changes."""
+
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
 
     async def summarize(self, messages: Sequence[Message], *, max_tokens: int) -> Summary:
-        scored: list[tuple[float, int, str]] = []
-        seen: set[str] = set()
-        for n, message in enumerate(messages, start=1):
-            if n % 32 == 0:
-                await asyncio.sleep(0)  # summarising runs beside appends in the same loop
-            for sentence in _SENTENCE.split(_text_of(message)):
-                sentence = sentence.strip()
-                if len(sentence) < 3 or sentence.lower() in seen or _HEADER.match(sentence):
-                    continue
-                seen.add(sentence.lower())
-                # A folded summary's lines already say who spoke.
-                folded = message.content_type == "summary"
-                line = sentence if folded else f"{message.role}: {sentence}"
-                scored.append((_score(sentence), len(scored), line))
-        budget = max_tokens - 8
-        chosen: list[tuple[int, str]] = []
-        used = 0
-        for score, order, line in sorted(scored, key=lambda s: (-s[0], s[1])):
-            if score <= 0 and chosen:
-                break
-            cost = self.counter.count(line) + 1
-            if used + cost > budget:
-                continue
-            chosen.append((order, line))
-            used += cost
-        body = "\n".join(line for _, line in sorted(chosen))
-        covered = sum(m.covered_count for m in messages)
-        text = f"Key points from {covered} earlier messages:\n{body}"
+        units = await _units(messages)
+        covered = sum(covered_count(m) for m in messages)
+        header = f"Key points from {covered} earlier messages:"
+        chosen = self._choose(units, max_tokens - self.counter.count(header) - 1)
+        text = _render(header, chosen)
+        while chosen and self.counter.count(text) > max_tokens:
+            # Merged lines and date marks make the estimate inexact: drop the weakest.
+            weakest = min(chosen, key=lambda u: (u.score, u.order))
+            chosen = [u for u in chosen if u is not weakest]
+            text = _render(header, chosen)
         return Summary(fit_text(text, max_tokens, self.counter), "extractive")
 
+    def _choose(self, units: list[_Unit], budget: int) -> list[_Unit]:
+        costs: dict[int, int] = {}
 
-def _score(sentence: str) -> float:
-    score = 2.0 * min(3, len(_NUMBER.findall(sentence)))
-    score += 2.0 * len(_ID.findall(sentence))
-    score += 1.0 * min(3, len(_NAME.findall(sentence)))
-    score += 2.0 * len(_DECISION.findall(sentence))
-    score += 1.5 if sentence.endswith("?") else 0.0
-    return score
+        def cost(unit: _Unit) -> int:
+            if unit.order not in costs:
+                costs[unit.order] = self.counter.count(f"{unit.speaker}: {unit.body}") + 1
+            return costs[unit.order]
+
+        ranked = sorted(
+            (u for u in units if u.score >= _MIN_SCORE),
+            key=lambda u: (-u.score / math.sqrt(max(8, len(u.body) / 4)), -u.order),
+        )
+        chosen: list[_Unit] = []
+        days: set[str] = set()
+        used, misses = 0, 0
+        for unit in ranked:
+            if budget - used < 4 or misses > 64:
+                break
+            extra = _DAY_MARK_TOKENS if unit.dated and unit.day not in days else 0
+            spend = cost(unit) + extra
+            if used + spend > budget:
+                misses += 1
+                continue
+            chosen.append(unit)
+            used += spend
+            if unit.dated and unit.day:
+                days.add(unit.day)
+        return sorted(chosen, key=lambda u: u.order)
 
 
-_PROMPT = (
-    "Summarise this earlier part of a conversation so an assistant can continue it without "
-    "the original. Keep every concrete fact (names, numbers, ids, dates, amounts), every "
-    "decision and commitment, and every open question. Write plain sentences, no preamble, "
-    "at most {words} words.\n\n{transcript}"
-)
+_DAY_MARK_TOKENS = 7  # "[2023-05-08] "
+
+
+async def _units(messages: Sequence[Message]) -> list[_Unit]:
+    names: set[str] = set()
+    answered: set[str] = set()
+    for message in messages:
+        if message.name:
+            names.add(message.name.lower())
+            names.update(analyze(message.name))
+        answered.update(message.tool_result_ids)
+    name_set = frozenset(names)
+    units: list[_Unit] = []
+    tool_names: dict[str, str] = {}
+    group = 0
+    asked: tuple[str, str] | None = None  # the last wh-question: its speaker and text
+    for n, message in enumerate(messages, start=1):
+        if n % 32 == 0:
+            await asyncio.sleep(0)  # summarising runs beside appends in the same loop
+        if is_summary(message):
+            for line in summary_lines(message):
+                group += 1
+                terms = content_terms(line.text)
+                units.append(
+                    _Unit(len(units), group, line.speaker, line.text, line.day, terms, folded=True)
+                )
+            asked = None
+            continue
+        day = message_date(message)
+        question, asked = asked, None
+        for part in message_parts(message, tool_names):
+            if part.kind == "call" and part.call_id in answered:
+                continue  # its result, in this batch too, repeats what was asked for
+            group += 1
+            tool_output = part.kind == "result"
+            for sentence in _pieces(part.text, tool_output, name_set):
+                unit = _Unit(
+                    len(units),
+                    group,
+                    part.speaker,
+                    sentence,
+                    day,
+                    content_terms(sentence),
+                    tool_output,
+                )
+                if (
+                    question is not None
+                    and question[0] != part.speaker
+                    and part.kind == "text"
+                    and len(sentence.split()) <= _ANSWER_WORDS
+                ):
+                    # A short answer means little without its question: carry it along.
+                    unit.question = question[1]
+                    unit.terms = unit.terms | content_terms(question[1])
+                question = None
+                units.append(unit)
+                last = sentence
+                if part.kind == "text" and last.endswith("?") and _WH.search(last):
+                    asked = (part.speaker, last)
+    # Terms that occur once in the batch make a sentence specific rather than chatter.
+    frequency: dict[str, int] = {}
+    for unit in units:
+        for term in unit.terms:
+            frequency[term] = frequency.get(term, 0) + 1
+    superseded = near_duplicates([u.terms for u in units])
+    kept: list[_Unit] = []
+    for i, unit in enumerate(units):
+        if i in superseded:
+            continue
+        rare = sum(1 for t in unit.terms if frequency[t] == 1 and t not in name_set)
+        value = score(unit.text, name_set, rare, unit.tool_output)
+        if unit.question:
+            value += 3.0 + 0.5 * max(0.0, score(unit.question, name_set, 0))
+        unit.score = value
+        kept.append(unit)
+    return kept
+
+
+# A question that wants a specific answer.
+_WH = re.compile(r"\b(?:what|which|who|whom|whose|where|when|how|why|remind me)\b", re.I)
+# A short message part is kept whole: its sentences lean on each other ("We adopted a dog!
+# We named it Rex.").
+_WHOLE_WORDS = 30
+
+
+def _pieces(text: str, tool_output: bool, names: frozenset[str]) -> list[str]:
+    """The candidate sentences of a part: a tool's output whole, a short part whole (its
+    phatic sentences dropped), a long one sentence by sentence."""
+    if tool_output:
+        flat = " ".join(text.split())
+        return [flat] if flat else []
+    sentences = [
+        s for s in split_sentences(text) if len(s) > 1 and not is_phatic(s, content_terms(s), names)
+    ]
+    if sentences and sum(len(s.split()) for s in sentences) <= _WHOLE_WORDS:
+        return [" ".join(sentences)]
+    return sentences
+
+
+def _render(header: str, chosen: list[_Unit]) -> str:
+    rows = [header]
+    marked: str | None = None  # the day of the last date mark written
+    previous: _Unit | None = None
+    for unit in chosen:
+        same_line = (
+            previous is not None
+            and not unit.folded
+            and previous.group == unit.group
+            and previous.order + 1 == unit.order
+        )
+        if same_line:
+            rows[-1] += f" {unit.body}"
+        else:
+            # A date only where the line needs one to be read ("last weekend", "on Monday");
+            # a fold reads a mark as the day of the lines after it, until the next mark.
+            with_day = unit.dated and unit.day is not None and unit.day != marked
+            rows.append(render_line(Line(unit.speaker, unit.body, unit.day), with_day))
+            if with_day:
+                marked = unit.day
+        previous = unit
+    return "\n".join(rows)
+
+
+_PROMPT = """\
+You keep the running summary of a long conversation, so that an assistant can continue it \
+without the original messages.
+
+Summary so far (covers {previous_count} earlier messages):
+{previous}
+
+New messages (speaker: text, with [date] where the day changes):
+{transcript}
+
+Write the updated summary: integrate the new messages into the summary so far. Keep every \
+concrete fact from both: names, numbers, ids, amounts, dates, places, preferences, every \
+decision and commitment, and every open question. When a fact changed, keep only its latest \
+value. Write one fact per line, starting with who it is about or who said it, for example \
+"Caroline: adopted a beagle named Rex on 2023-05-08". No preamble, no headings, no bullets, \
+at most {words} words."""
+_PREAMBLE = re.compile(r"^(?:here(?:'s| is)\b.*:|(?:updated )?summary:?)$", re.IGNORECASE)
+_BULLET = re.compile(r"^(?:[-*\u2022]|\d+[.)])\s+")
 
 
 def _retryable(error: BaseException) -> bool:
@@ -206,9 +409,28 @@ class AnthropicSummarizer:
             )
         return summary
 
+    def prompt(self, messages: Sequence[Message], max_tokens: int) -> str:
+        """The request: the previous summaries' lines as the summary so far, the new
+        messages as a dated transcript with speaker names."""
+        previous = [line for m in messages if is_summary(m) for line in summary_lines(m)]
+        previous_count = sum(covered_count(m) for m in messages if is_summary(m))
+        fresh = [m for m in messages if not is_summary(m)]
+        shown, last_day = [], None
+        for line in previous:
+            shown.append(render_line(line, with_day=line.day != last_day))
+            last_day = line.day or last_day
+        return _PROMPT.format(
+            previous_count=previous_count,
+            previous="\n".join(shown) or "(nothing yet)",
+            transcript=transcript(fresh) or "(none)",
+            words=max(20, int(max_tokens * 0.7)),
+        )
+
     async def _ask(self, messages: Sequence[Message], max_tokens: int) -> str:
-        transcript = "\n".join(_line(m, limit=2000) for m in messages)
-        prompt = _PROMPT.format(words=max(20, int(max_tokens * 0.7)), transcript=transcript)
+        covered = sum(covered_count(m) for m in messages)
+        header = f"Key points from {covered} earlier messages:"
+        room = max(1, max_tokens - self.counter.count(header) - 1)
+        prompt = self.prompt(messages, room)
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
             wait=wait_exponential(multiplier=0.2, max=5.0) + wait_random(0, 0.2),
@@ -218,29 +440,18 @@ class AnthropicSummarizer:
             with attempt:
                 response = await self.client.messages.create(
                     model=self.model,
-                    max_tokens=max_tokens,
+                    max_tokens=room,
                     messages=[{"role": "user", "content": prompt}],
                 )
         texts = [block.text for block in response.content if block.type == "text"]
-        if not texts:
+        rows = []
+        for row in "\n".join(texts).splitlines():
+            row = _BULLET.sub("", row.strip())
+            if row and not _PREAMBLE.match(row) and not is_header(row):
+                rows.append(row)
+        if not rows:
             raise ValueError("the model answered with no text")
-        return "\n".join(texts).strip()
-
-
-def _text_of(message: Message) -> str:
-    text = message.text
-    if not text and message.tool_calls:
-        text = "; ".join(str(c.get("function", c)) for c in message.tool_calls)
-    if isinstance(message.content, list):
-        for block in message.content:
-            if block.get("type") == "tool_result":
-                text += f"\n{block.get('content', '')}"
-    return text
-
-
-def _line(message: Message, limit: int = 200) -> str:
-    text = " ".join(_text_of(message).split())
-    return f"{message.role}: {text[:limit]}{'...' if len(text) > limit else ''}"
+        return "\n".join([header, *rows])
 
 
 def fit_text(text: str, max_tokens: int, counter: TokenCounter) -> str:

@@ -2,7 +2,8 @@
 -- snapshot.lua: what a flush plans from, in one consistent read, bounded.
 -- KEYS: msgs meta summaries
 -- ARGV: limit
---   limit  read at most this many of the oldest live messages; 0 = all of them
+--   limit  read the oldest live messages until this many that are not pinned (priority 0)
+--          are in hand, scanning at most 16 times as many; 0 = all of them
 -- Returns: {epoch, last_id, tokens, summary_tokens, count, incarnation, n_priorities,
 --          priority, tokens, ..., n_summaries, summary..., envelope...}: totals from meta (so
 --          they cover messages past the limit), per-priority token totals, then summaries and
@@ -33,8 +34,31 @@ out[#out + 1] = #summaries
 for i = 1, #summaries do
   out[#out + 1] = summaries[i]
 end
-local envelopes = redis.call('LRANGE', k_msgs, 0, limit - 1)
-for i = 1, #envelopes do
-  out[#out + 1] = envelopes[i]
+-- Pinned messages never move, so they must not use up the bound: a memory that starts with
+-- hundreds of them still shows a flush what it may remove.
+if limit == 0 then
+  local envelopes = redis.call('LRANGE', k_msgs, 0, -1)
+  for i = 1, #envelopes do
+    out[#out + 1] = envelopes[i]
+  end
+  return out
+end
+local scanned, movable, cap = 0, 0, limit * 16
+while movable < limit and scanned < cap do
+  local chunk = redis.call('LRANGE', k_msgs, scanned, scanned + math.min(256, cap - scanned) - 1)
+  if #chunk == 0 then
+    break
+  end
+  for i = 1, #chunk do
+    out[#out + 1] = chunk[i]
+    scanned = scanned + 1
+    local _, _, priority = envelope_head(chunk[i])
+    if priority ~= 0 then
+      movable = movable + 1
+      if movable == limit then
+        break
+      end
+    end
+  end
 end
 return out

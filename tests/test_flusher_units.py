@@ -198,7 +198,7 @@ def ready(transport: FakeTransport) -> FakeTransport:
 
 
 @pytest.mark.parametrize("summarizer", [Failing(), NotText()], ids=["raises", "not-text"])
-async def test_a_failing_summarizer_falls_back_to_the_rule_based_summary(
+async def test_a_failing_summarizer_falls_back_to_the_extractive_summary(
     summarizer: object,
 ) -> None:
     transport = ready(FakeTransport())
@@ -206,7 +206,7 @@ async def test_a_failing_summarizer_falls_back_to_the_rule_based_summary(
     assert result.outcome == "summarised"
     summary = committed_summary(transport)
     assert summary.metadata is not None
-    assert summary.metadata["method"] == "rule_based"
+    assert summary.metadata["method"] == "extractive"
     assert summary.metadata["fallback"]
 
 

@@ -231,13 +231,11 @@ def test_plans_keep_every_rule(
     assert plan.partial == (not seen.complete)
     removed = ids(plan)
     by_id = {m.id: m for m in messages}
-    # Priority 0 is never touched; nor is the newest user turn and what follows it.
+    # Priority 0 is never touched; nor is the newest user turn, nor the tail after it that
+    # fits half the budget.
     assert all(by_id[i].priority != 0 for i in removed)
-    newest_user = max(  # with no user turn, the newest message is the one kept
-        (m.id or 0 for m in messages if m.role == "user" and not m.tool_result_ids),
-        default=messages[-1].id or 0,
-    )
-    assert all(i < newest_user for i in removed)
+    kept = protected_ids(seen, budget)
+    assert not removed & kept
     # A tool call and its results are removed together, and the same way, or not at all.
     groups = tool_groups(messages)
     for g in set(groups):
@@ -266,16 +264,78 @@ def test_plans_keep_every_rule(
             m.id
             for m in messages
             if m.id not in removed
-            and _whole_group_movable(m.id or 0, messages, groups, newest_user)
+            and m in seen.messages
+            and _whole_group_movable(m.id or 0, list(seen.messages), kept)
         ]
         assert left == []
     if plan.empty:
         assert plan.projected_tokens == plan.context_tokens
 
 
-def _whole_group_movable(
-    message_id: int, messages: list[Message], groups: list[int], newest_user: int
-) -> bool:
-    index = next(i for i, m in enumerate(messages) if m.id == message_id)
-    members = [messages[i] for i, g in enumerate(groups) if g == groups[index]]
-    return all(m.priority != 0 and (m.id or 0) < newest_user for m in members)
+def _whole_group_movable(message_id: int, shown: list[Message], kept: set[int]) -> bool:
+    groups = tool_groups(shown)
+    index = next(i for i, m in enumerate(shown) if m.id == message_id)
+    members = [shown[i] for i, g in enumerate(groups) if g == groups[index]]
+    answered = {c for m in shown for c in m.tool_result_ids}
+    return all(
+        (m.id or 0) not in kept and all(c in answered for c in m.tool_use_ids) for m in members
+    )
+
+
+def protected_ids(seen: Snapshot, budget: int) -> set[int]:
+    """The planner's protection rule, written out: pinned messages, the newest user turn, and
+    (when the snapshot reaches the newest message) the tail after it within half the budget,
+    always including the newest message."""
+    shown = list(seen.messages)
+    out = {m.id or 0 for m in shown if m.priority == 0}
+    users = [i for i, m in enumerate(shown) if m.role == "user" and not m.tool_result_ids]
+    if users:
+        out.add(shown[users[-1]].id or 0)
+    if seen.complete and shown:
+        used = 0
+        for i in range(len(shown) - 1, (users[-1] if users else 0) - 1, -1):
+            used += shown[i].tokens or 0
+            if used > budget // 2 and i < len(shown) - 1:
+                break
+            out.add(shown[i].id or 0)
+    return out
+
+
+def test_one_question_then_thousands_of_tool_messages_can_still_be_flushed() -> None:
+    """The tail after the newest user turn is protected only while it fits half the budget."""
+    messages = [Message(role="user", content="audit every order", id=1, tokens=10, priority=2)]
+    for n in range(1000):
+        call_id = f"call_{n}"
+        messages.append(
+            Message(
+                role="assistant",
+                content=[{"type": "tool_use", "id": call_id, "name": "get", "input": {}}],
+                id=2 + 2 * n,
+                tokens=20,
+                priority=2,
+            )
+        )
+        messages.append(
+            Message(
+                role="user",
+                content=[{"type": "tool_result", "tool_use_id": call_id, "content": "ok"}],
+                id=3 + 2 * n,
+                tokens=20,
+                priority=2,
+            )
+        )
+    plan = plan_flush(snapshot(messages), FlushSettings(max_tokens=3000, summary_tokens=200))
+    assert not plan.empty
+    assert 1 not in ids(plan)  # the question stays
+    assert messages[-1].id not in ids(plan)  # so does the newest exchange
+    assert plan.projected_tokens <= 3000
+
+
+def test_an_over_budget_memory_with_nothing_removable_says_why() -> None:
+    messages = [
+        Message(role="system", content="rules", id=i, tokens=100, priority=0) for i in range(1, 40)
+    ]
+    plan = plan_flush(snapshot(messages), FlushSettings(max_tokens=1000))
+    assert plan.empty
+    assert plan.blocked is not None
+    assert "pinned" in plan.blocked

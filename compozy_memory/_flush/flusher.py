@@ -6,7 +6,7 @@
    while working, and is cancelled if the lease is lost before it commits.
 3. It reads a snapshot, plans (:mod:`compozy_memory._flush.planner`) and summarises with no
    lock that appenders wait on. The summarizer has a deadline, and its text is fitted to the
-   summary's budget whatever it returned; on failure the rule-based summary stands in.
+   summary's budget whatever it returned; on failure the extractive summary stands in.
 4. ``flush_commit.lua`` checks the epoch, the incarnation, and that the planned messages are
    still where the plan saw them, then replaces exactly those with the summary and archives
    the originals. Messages appended meanwhile are untouched. A conflict re-plans from a fresh
@@ -25,7 +25,7 @@ from typing import cast
 from compozy_memory._flush.lock import FencedLock, Lease
 from compozy_memory._flush.planner import plan_flush
 from compozy_memory._flush.settings import FlushSettings
-from compozy_memory._flush.summarizers import RuleBasedSummarizer, Summarizer, fit_text
+from compozy_memory._flush.summarizers import ExtractiveSummarizer, Summarizer, fit_text
 from compozy_memory._metrics import FlushMetrics, default_metrics
 from compozy_memory._model.messages import Message, encode_body, id_ranges
 from compozy_memory._model.results import (
@@ -84,7 +84,7 @@ class Flusher:
         self.max_conflicts = max_conflicts
         self.max_rounds = max_rounds
         self.skip_backoff = skip_backoff.total_seconds()
-        self._fallback = RuleBasedSummarizer(counter)
+        self._fallback = ExtractiveSummarizer(counter)
         self._quiet_until = 0.0
         self._task: asyncio.Task[None] | None = None
         self._again = False
@@ -171,6 +171,8 @@ class Flusher:
             snapshot = await self.gateway.snapshot(self.settings.snapshot_limit)
             plan = plan_flush(snapshot, self.settings)
             if plan.empty:
+                if plan.blocked:
+                    log.warning("flush of %s: %s", self.gateway.name, plan.blocked)
                 return FlushResult("nothing", plan, context_tokens=plan.context_tokens)
             summary, message = await self._summary(snapshot, plan)
             # Bytes, like every envelope: UTF-8 whatever encoding the client is set up with.
@@ -229,14 +231,15 @@ class Flusher:
         folded = [s for s in snapshot.summaries if s.id in fold]
         # Never larger than what it replaces, framing included: the plan's projection is then
         # an upper bound on the context after the commit.
-        replaced = sum(m.tokens or 0 for m in covered)
+        replaced = sum(m.tokens or 0 for m in [*covered, *folded])
         limit = max(1, min(self.settings.summary_tokens, replaced) - MESSAGE_OVERHEAD_TOKENS)
         summary = await self._summarize([*folded, *covered], limit)
         return summary, _summary_message(summary, folded, plan)
 
     async def _summarize(self, messages: list[Message], limit: int) -> Summary:
         """The summarizer's output within its deadline, fitted to ``limit`` tokens; the
-        rule-based summary if it fails, hangs or returns something that is not text."""
+        extractive summary (offline, milliseconds) if it fails, hangs or returns something
+        that is not text."""
         deadline = self.settings.summarizer_deadline.total_seconds()
         try:
             async with asyncio.timeout(deadline):
@@ -249,7 +252,7 @@ class Flusher:
                 if isinstance(exc, TimeoutError)
                 else (f"{type(exc).__name__}: {str(exc)[:200]}")
             )
-            log.warning("summarizer of %s failed (%s); using rule_based", self.gateway.name, reason)
+            log.warning("summarizer of %s failed (%s); using extractive", self.gateway.name, reason)
             self.metrics.summarizer_fallbacks.labels(method=type(self.summarizer).__name__).inc()
             fallback = await self._fallback.summarize(messages, max_tokens=limit)
             return Summary(fallback.text, fallback.method, reason)

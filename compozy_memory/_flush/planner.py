@@ -2,8 +2,8 @@
 
 Rules, in order:
 
-1. Nothing is touched that is priority 0, or the newest user turn and anything after it
-   (in a bounded snapshot: the newest user turn it contains).
+1. Nothing is touched that is priority 0, or the newest user turn, or the messages after it
+   while they fit half the budget (a bounded snapshot does not reach them).
 2. A tool call and its results move together: they are summarised or evicted as one unit,
    or not at all; a call whose result is not in the snapshot stays.
 3. Priority blocks over their limit lose their oldest messages to the archive, lowest
@@ -60,7 +60,7 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
     members: dict[int, list[int]] = {}
     for i, g in enumerate(groups):
         members.setdefault(g, []).append(i)
-    protected = _protected(messages)
+    protected = _protected(messages, tokens, settings, complete=snapshot.complete)
     # A call whose result is not in sight (pending, or past a bounded snapshot) stays, or
     # its result would arrive without it.
     answered = {call_id for m in messages for call_id in m.tool_result_ids}
@@ -102,7 +102,10 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
         if not chosen:
             return remaining
         taken = sum(tokens[i] for i in chosen)
-        return remaining - taken + min(summary_cost, taken) - sum(s.tokens or 0 for s in fold)
+        folded = sum(s.tokens or 0 for s in fold)
+        # The summary replaces the folded summaries too, and is never larger than all it
+        # replaces.
+        return remaining - taken - folded + min(summary_cost, taken + folded)
 
     selected: set[int] = set()
     if tier != "none" and candidates:
@@ -116,7 +119,8 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
         for i in candidates:
             if len(selected) >= want and (
                 selected
-                and remaining - taken + min(summary_cost, taken) - folded <= settings.max_tokens
+                and remaining - taken - folded + min(summary_cost, taken + folded)
+                <= settings.max_tokens
             ):
                 break
             if i in selected:
@@ -127,11 +131,20 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
     if not selected:
         fold = ()
     if not selected and not evicted:
+        blocked = None
+        if context > settings.max_tokens:
+            pinned = sum(t for t, m in zip(tokens, messages, strict=True) if m.priority == 0)
+            blocked = (
+                f"over budget ({context} of {settings.max_tokens} tokens) with nothing "
+                f"removable among the {len(messages)} oldest messages: {pinned} tokens are "
+                "pinned (priority 0) and the rest is the newest turn or an unanswered tool call"
+            )
         return FlushPlan(
             tier=tier,
             context_tokens=context,
             projected_tokens=context,
             partial=not snapshot.complete,
+            blocked=blocked,
         )
     projected_tokens = projected(selected)
     if settings.strategy == "fifo":
@@ -150,16 +163,36 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
     )
 
 
-def _protected(messages: Sequence[Message]) -> list[bool]:
+def _protected(
+    messages: Sequence[Message], tokens: Sequence[int], settings: FlushSettings, *, complete: bool
+) -> list[bool]:
+    """What no flush may touch: pinned messages, the newest user turn, and (when the snapshot
+    reaches the newest message) the live tail after that turn while it fits half the budget.
+
+    The tail is capped so that one question followed by thousands of tool messages can still
+    be flushed: older tool exchanges after the question are summarised, the question and the
+    newest exchanges stay."""
+    protected = [m.priority == 0 for m in messages]
     newest_user = next(
         (
             i
             for i in range(len(messages) - 1, -1, -1)
             if messages[i].role == "user" and not messages[i].tool_result_ids
         ),
-        len(messages) - 1,
+        None,
     )
-    return [m.priority == 0 or i >= newest_user for i, m in enumerate(messages)]
+    if newest_user is not None:
+        protected[newest_user] = True
+    if complete and messages:
+        room = settings.max_tokens // 2
+        used = 0
+        stop = newest_user if newest_user is not None else 0
+        for i in range(len(messages) - 1, stop - 1, -1):
+            used += tokens[i]
+            if used > room and i < len(messages) - 1:
+                break
+            protected[i] = True
+    return protected
 
 
 def _tier(tokens: int, live: int, settings: FlushSettings) -> Tier:

@@ -145,6 +145,8 @@ class FlushPlan:
     projected_tokens: int = 0
     #: The snapshot was bounded and the memory holds more: another round may be needed.
     partial: bool = False
+    #: Why an empty plan leaves a memory over its budget, when it does.
+    blocked: str | None = None
 
     @property
     def empty(self) -> bool:

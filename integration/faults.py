@@ -30,7 +30,7 @@ class FaultProxy:
     * ``delay``: every chunk waits that many seconds before it is forwarded;
     * ``stall()``/``resume()``: nothing is forwarded until resumed (a hung network);
     * ``cut()``: every open connection is reset (a dropped link, a restarted load balancer);
-    * ``lose_replies(n)``: the next ``n`` replies to a script call (EVAL/EVALSHA) are dropped
+    * ``lose_replies(n)``: the next ``n`` replies to a script call (FCALL, EVAL/EVALSHA) are dropped
       and their connection reset: the server ran the script, the client never hears of it;
     * ``reply_loss``: the same for each script reply with that probability (seeded).
     """
@@ -175,7 +175,7 @@ class FaultProxy:
                 await asyncio.sleep(self.delay)
                 await self._flowing.wait()
             if not from_server:
-                script_sent[0] = b"EVAL" in chunk.upper()
+                script_sent[0] = b"EVAL" in chunk.upper() or b"FCALL" in chunk.upper()
             elif script_sent[0] and (
                 self._lose > 0 or (self.reply_loss and self._rng.random() < self.reply_loss)
             ):

@@ -171,12 +171,17 @@ async def test_a_crash_under_load(
     stored = await stored_contents(client, mems)
     lost = [c for c in acked_at if c not in stored]
     window_ms = (killed_at - min(acked_at[c] for c in lost)) * 1000 if lost else 0.0
-    evals = (await client.info("commandstats")).get("cmdstat_eval", {}).get("calls", 0)
+    stats = await client.info("commandstats")
+    loads = stats.get("cmdstat_function|load", {}).get("calls", 0)
+    fcalls = stats.get("cmdstat_fcall", {}).get("calls", 0)
     await client.aclose()
 
     assert failed == 0
     assert t.duplicated == 0
-    assert evals > 0  # the restarted server's empty script cache was refilled (NOSCRIPT)
+    # The functions library was persisted with the data: the restarted server served the
+    # writers' FCALLs without being given it again.
+    assert fcalls > 0
+    assert loads == 0
     # Only writes the dead server had answered: replies already in flight may be read just
     # after the kill, never after the restart.
     assert all(acked_at[c] < killed_at + 0.2 for c in lost)
@@ -201,8 +206,8 @@ async def test_a_crash_under_load(
         observed=(
             f"{acked_before} acked before the crash; {dropped} unsynced AOF bytes dropped; "
             + (f"lost writes acked in the last {window_ms:.0f} ms" if lost else "none lost")
-            + f"; {failed} calls failed (default RetryPolicy); script cache refilled "
-            f"({evals} EVAL)"
+            + f"; {failed} calls failed (default RetryPolicy); the functions library "
+            f"survived the restart ({fcalls} FCALL, {loads} FUNCTION LOAD after it)"
         ),
     )
 

@@ -11,9 +11,11 @@
     ├── InvalidMessageError         a message that cannot be stored as given
     │   └── MissingTokenCountError  a counter that needs supplied counts got none
     ├── BudgetExceededError         a limit of the memory would be broken
-    │   └── MessageTooLargeError    one message is larger than the whole budget
+    │   ├── MessageTooLargeError    one message is larger than the whole budget
+    │   └── ContextOverflowError    the pinned messages alone exceed a context's budget
     ├── ReadOnlyMemoryError         a write through a read-only handle
     ├── ConflictError               a compare-and-swap lost to another writer
+    │   └── ConcurrentChangeError   the messages moved between a read and its write, retried
     ├── LockError                   the fenced flush lock
     │   ├── LockBusyError           another holder kept it past the caller's retries
     │   └── LockLostError           the lease ended while the caller worked; nothing written
@@ -45,10 +47,12 @@ __all__ = [
     "BackendUnavailableError",
     "BudgetExceededError",
     "CompozyMemoryError",
+    "ConcurrentChangeError",
     "ConfigFileError",
     "ConfigProblem",
     "ConfigurationError",
     "ConflictError",
+    "ContextOverflowError",
     "InvalidMessageError",
     "LockBusyError",
     "LockError",
@@ -165,12 +169,23 @@ class MessageTooLargeError(BudgetExceededError, InvalidMessageError):
     """A single message has more tokens than the memory may hold at all."""
 
 
+class ContextOverflowError(BudgetExceededError):
+    """The pinned messages (priority 0) alone take more tokens than the context's budget:
+    nothing can be left out without dropping the system prompt, so nothing is returned."""
+
+
 class ReadOnlyMemoryError(CompozyMemoryError):
     """A write was attempted through a read-only handle; nothing was sent to Redis."""
 
 
 class ConflictError(CompozyMemoryError):
     """A conditional write found the memory changed since the caller read it."""
+
+
+class ConcurrentChangeError(ConflictError):
+    """The live messages changed between the read an operation planned from and its write
+    (a trim or replace met a flush or another trim). The library reads again and retries;
+    this reaches the caller only when the memory kept changing through every retry."""
 
 
 class LockError(CompozyMemoryError):

@@ -124,6 +124,7 @@ async def test_a_flusher_paused_across_expiry_cannot_commit_into_the_new_convers
             plan=plan,
             summary_body=b'{"role":"system","content":"old news","type":"summary"}',
             summary_tokens=3,
+            terms=["1\tx\t1"] * len(plan.remove_ids),
         )
     assert await client.lrange(new.keys.msgs, 0, -1) == before
     await newer.release()

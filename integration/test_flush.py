@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import multiprocessing
 import os
 import signal
@@ -182,7 +183,7 @@ async def test_the_commit_script_refuses_stale_epochs_and_moved_messages(
     before = await client.lrange(keys.msgs, 0, -1)
     body = b'{"role":"system","content":"s","type":"summary"}'
     plan = FlushPlan(prefix_ids=(ids[0], ids[1]), summarize_ids=(ids[0], ids[1]))
-    commit = memory.gateway.flush_commit
+    commit = functools.partial(memory.gateway.flush_commit, terms=["1\ts\t1", "1\ts\t1"])
     with pytest.raises(LockLostError, match="stale fencing epoch"):
         await commit(
             epoch=lease.epoch - 1,

@@ -261,14 +261,22 @@ async def test_every_key_carries_the_ttl(client: RedisClient, memory_key: str) -
     await mem.append_many({"role": "user", "content": "x", "tokens": 1} for _ in range(3))
     await mem.trim(keep_messages=1)
     await mem.append({"role": "user", "content": "z", "tokens": 1})
-    parts = (mem.keys.msgs, mem.keys.meta, mem.keys.archive, mem.keys.dedupe)
+    # The trim archived (and indexed) two messages: six keys exist.
+    parts = (
+        mem.keys.msgs,
+        mem.keys.meta,
+        mem.keys.archive,
+        mem.keys.dedupe,
+        mem.keys.ixpost,
+        mem.keys.ixdocs,
+    )
     for key in parts:
         assert 85_000 < await client.pttl(key) <= 90_000, key
-    assert await mem.set_ttl(timedelta(hours=1)) == 4
+    assert await mem.set_ttl(timedelta(hours=1)) == 6
     await mem.append({"role": "user", "content": "w", "tokens": 1})
     for key in parts:
         assert 3_590_000 < await client.pttl(key) <= 3_600_000, key
-    assert await mem.set_ttl(None) == 4
+    assert await mem.set_ttl(None) == 6
     for key in parts:
         assert await client.pttl(key) == -1
     assert (await mem.health()).ttl_ms is None
@@ -354,16 +362,17 @@ async def test_scripts_validate_everything_before_their_first_write(
                 "if_last_id": 99,
                 "if_incarnation": "",
                 "dedupe_key": "",
+                "n_old": 1,
                 "n": 1,
             },
-            good,
+            [1, "1\tbefor\t1", *good],
         )
     with pytest.raises(InvalidMessageError):
         await run_raw(
             client,
             "trim",
             keys,
-            {"ttl_ms": 0, "archive_max": 0, "keep_messages": "many", "max_tokens": -1},
+            {"ttl_ms": 0, "archive_max": 0, "prefix_len": "many", "n_remove": 0},
         )
     assert await state(client, keys) == before
 

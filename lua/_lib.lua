@@ -188,14 +188,240 @@ local function push_batch(msgs, meta, batch, extra_deltas)
   return first_id, last_id, values
 end
 
--- Appends envelopes to the capped archive (the caller counts them in meta's 'archived').
-local function archive(archive_key, envelopes, archive_max)
+-- Reads the oldest prefix_len live messages and checks that they are the ids the caller
+-- saw, args[from + 1 .. from + prefix_len]; returns them with their {tokens, priority}.
+local function checked_prefix(k_msgs, args, from, prefix_len)
+  local prefix = redis.call('LRANGE', k_msgs, 0, prefix_len - 1)
+  if #prefix ~= prefix_len then
+    fail('CONFLICT', 'the memory has fewer messages than the plan saw')
+  end
+  local heads = {}
+  for i = 1, prefix_len do
+    local id, tokens, priority = envelope_head(prefix[i])
+    if string.format('%d', id) ~= args[from + i] then
+      fail('CONFLICT', 'message ' .. i .. ' is ' .. id .. ', the plan saw ' .. args[from + i])
+    end
+    heads[i] = {tokens, priority}
+  end
+  return prefix, heads
+end
+
+-- Splits a checked prefix into what stays and what goes; remove maps an id (as text) to its
+-- index terms. Accounts what goes in deltas. Refuses ids outside the prefix, and pinned ones
+-- unless pinned_ok.
+local function split_prefix(prefix, heads, remove, deltas, pinned_ok)
+  local kept, removed, terms = {}, {}, {}
+  local removed_tokens = 0
+  for i = 1, #prefix do
+    local id = string.format('%d', (envelope_head(prefix[i])))
+    local doc = remove[id]
+    if doc ~= nil then
+      if heads[i][2] == 0 and not pinned_ok then
+        fail('INVALID', 'message ' .. id .. ' is pinned (priority 0) and never removed')
+      end
+      removed[#removed + 1] = prefix[i]
+      terms[#terms + 1] = doc
+      removed_tokens = removed_tokens + heads[i][1]
+      account(deltas, -1, heads[i][1], heads[i][2])
+      remove[id] = nil
+    else
+      kept[#kept + 1] = prefix[i]
+    end
+  end
+  if next(remove) ~= nil then
+    fail('INVALID', 'an id to remove is not among the messages the plan saw')
+  end
+  return kept, removed, terms, removed_tokens
+end
+
+-- The archive and its index.
+--
+-- Every archived message (not folded summaries) is a document of the memory's inverted index,
+-- kept by the same scripts that move messages into and out of the archive, so the two never
+-- disagree. The client analyses the text (stemming, stop words) and passes each document's
+-- terms as one argument: 'length\tterm\ttf\tterm\ttf...'. The index is two keys in the
+-- memory's slot:
+--   ixpost  ZSET, every score 0, members 'term\t<id, 12 digits>\ttf\tlength\trole', so one
+--           term's postings are a lexicographic range, newest last; at most POSTINGS_CAP per
+--           term (the oldest go first; document frequencies stay exact).
+--   ixdocs  HASH  'd:<id>' -> 'seq\trole\tterms argument'   (for removal, and to find the
+--                  message in the archive: it is at index seq - archive_base - 1)
+--                 'f:<term>' -> document frequency
+-- meta counts the documents (ix_docs) and their total length (ix_len), every envelope ever
+-- archived (archived) and those dropped from the archive's front by its cap (archive_base).
+
+local function split_tabs(text)
+  local out = {}
+  for field in string.gmatch(text, '[^\t]+') do
+    out[#out + 1] = field
+  end
+  return out
+end
+
+local function posting(term, id, tf, length, role)
+  return term .. '\t' .. string.format('%012d', id) .. '\t' .. tf .. '\t' .. length .. '\t'
+    .. role
+end
+
+local ROLE = '^{"id":%d+,"ts":%d+,"tokens":%d+,"priority":%d+,"role":"(%a+)"'
+
+local function index_add(k_ixpost, k_ixdocs, id, seq, env, terms)
+  local fields = split_tabs(terms)
+  local length = tonumber(fields[1])
+  if length == nil or #fields % 2 ~= 1 then
+    fail('INVALID', 'the terms of message ' .. id .. ' are not length, then term/tf pairs')
+  end
+  local role = string.match(env, ROLE) or 'user'
+  for i = 2, #fields, 2 do
+    local term = fields[i]
+    redis.call('ZADD', k_ixpost, 0, posting(term, id, fields[i + 1], length, role))
+    redis.call('HINCRBY', k_ixdocs, 'f:' .. term, 1)
+    local low, high = '[' .. term .. '\t', '(' .. term .. '\t~'
+    if redis.call('ZLEXCOUNT', k_ixpost, low, high) > POSTINGS_CAP then
+      local oldest = redis.call('ZRANGEBYLEX', k_ixpost, low, high, 'LIMIT', 0, 1)
+      redis.call('ZREM', k_ixpost, oldest[1])
+    end
+  end
+  redis.call('HSET', k_ixdocs, 'd:' .. id, seq .. '\t' .. role .. '\t' .. terms)
+  return length
+end
+
+-- Removes document id from the index; returns its length, or nil if it was not indexed.
+local function index_remove(k_ixpost, k_ixdocs, id)
+  local doc = redis.call('HGET', k_ixdocs, 'd:' .. id)
+  if not doc then
+    return nil
+  end
+  local fields = split_tabs(doc)
+  local role, length = fields[2], tonumber(fields[3])
+  for i = 4, #fields, 2 do
+    local term = fields[i]
+    redis.call('ZREM', k_ixpost, posting(term, id, fields[i + 1], length, role))
+    if redis.call('HINCRBY', k_ixdocs, 'f:' .. term, -1) <= 0 then
+      redis.call('HDEL', k_ixdocs, 'f:' .. term)
+    end
+  end
+  redis.call('HDEL', k_ixdocs, 'd:' .. id)
+  return length
+end
+
+-- Appends envelopes (oldest first) to the archive; terms[i] indexes envelope i ('' or nil:
+-- not indexed, for folded summaries). The cap then drops the oldest archived envelopes and
+-- their documents.
+local function archive(k, envelopes, terms, archive_max)
+  local total = redis.call('HINCRBY', k.meta, 'archived', #envelopes)
+  local first_seq = total - #envelopes + 1
+  local docs, length = 0, 0
   for i = 1, #envelopes, 512 do
-    redis.call('RPUSH', archive_key, unpack(envelopes, i, math.min(i + 511, #envelopes)))
+    redis.call('RPUSH', k.archive, unpack(envelopes, i, math.min(i + 511, #envelopes)))
+  end
+  for i = 1, #envelopes do
+    if terms[i] ~= nil and terms[i] ~= '' then
+      local id = envelope_head(envelopes[i])
+      length = length + index_add(k.ixpost, k.ixdocs, id, first_seq + i - 1, envelopes[i],
+        terms[i])
+      docs = docs + 1
+    end
   end
   if archive_max > 0 then
-    redis.call('LTRIM', archive_key, -archive_max, -1)
+    local drop = redis.call('LLEN', k.archive) - archive_max
+    if drop > 0 then
+      local gone = redis.call('LRANGE', k.archive, 0, drop - 1)
+      for i = 1, #gone do
+        local removed = index_remove(k.ixpost, k.ixdocs, (envelope_head(gone[i])))
+        if removed ~= nil then
+          docs = docs - 1
+          length = length - removed
+        end
+      end
+      redis.call('LTRIM', k.archive, drop, -1)
+      redis.call('HINCRBY', k.meta, 'archive_base', drop)
+    end
   end
+  if docs ~= 0 or length ~= 0 then
+    redis.call('HINCRBY', k.meta, 'ix_docs', docs)
+    redis.call('HINCRBY', k.meta, 'ix_len', length)
+  end
+end
+
+-- The archived envelope of indexed message id, or nil.
+local function archived_by_id(k, id)
+  local doc = redis.call('HGET', k.ixdocs, 'd:' .. id)
+  if not doc then
+    return nil
+  end
+  local seq = tonumber(string.match(doc, '^(%d+)'))
+  local base = tonumber(redis.call('HGET', k.meta, 'archive_base')) or 0
+  return redis.call('LINDEX', k.archive, seq - base - 1)
+end
+
+-- BM25 over the index: {{id, score}, ...} best first, at most limit. Each query term reads
+-- at most QUERY_POSTINGS postings (its newest), so the cost follows the query, not the
+-- history. A document's final score adds neighbour_weight times the better of its two
+-- neighbours' scores: in a conversation the answer often sits in the turn after the one with
+-- the question's words. since_id (0: none) and roles (a set, or nil) filter documents.
+local function bm25_search(k, terms, limit, k1, b, neighbour_weight, since_id, roles)
+  local stats = redis.call('HMGET', k.meta, 'ix_docs', 'ix_len')
+  local n_docs, total = tonumber(stats[1]) or 0, tonumber(stats[2]) or 0
+  if n_docs <= 0 or limit <= 0 then
+    return {}
+  end
+  local avg = total / n_docs
+  local scores = {}
+  for _, term in ipairs(terms) do
+    local df = tonumber(redis.call('HGET', k.ixdocs, 'f:' .. term))
+    if df then
+      local weight = math.log(1 + (n_docs - df + 0.5) / (df + 0.5)) * (k1 + 1)
+      local start = #term + 2
+      local postings = redis.call('ZREVRANGEBYLEX', k.ixpost, '(' .. term .. '\t~',
+        '[' .. term .. '\t', 'LIMIT', 0, QUERY_POSTINGS)
+      for i = 1, #postings do
+        local id, tf, length, role = string.match(postings[i], '^(%d+)\t(%d+)\t(%d+)\t(%a+)',
+          start)
+        id = tonumber(id)
+        if id >= since_id and (roles == nil or roles[role]) then
+          tf = tonumber(tf)
+          local norm = k1 * (1 - b + b * tonumber(length) / avg)
+          scores[id] = (scores[id] or 0) + weight * tf / (tf + norm)
+        end
+      end
+    end
+  end
+  local ranked = {}
+  for id, score in pairs(scores) do
+    ranked[#ranked + 1] = {id, score}
+  end
+  local function better(x, y)
+    if x[2] ~= y[2] then
+      return x[2] > y[2]
+    end
+    return x[1] > y[1]  -- ties go to the newer message: the latest value of a changed fact
+  end
+  table.sort(ranked, better)
+  if neighbour_weight > 0 then
+    -- Only the best raw scores can gain from a neighbour enough to matter.
+    local pool, seen = {}, {}
+    for i = 1, math.min(#ranked, 4 * limit) do
+      local id = ranked[i][1]
+      for _, near in ipairs({id - 1, id, id + 1}) do
+        -- A neighbour with no matching term of its own joins when it is indexed (and no
+        -- role filter asks for more than the index can tell without reading it).
+        if not seen[near] and (scores[near] or (roles == nil and near >= since_id
+            and redis.call('HEXISTS', k.ixdocs, 'd:' .. near) == 1)) then
+          seen[near] = true
+          local boost = math.max(scores[near - 1] or 0, scores[near + 1] or 0)
+          pool[#pool + 1] = {near, (scores[near] or 0) + neighbour_weight * boost}
+        end
+      end
+    end
+    table.sort(pool, better)
+    ranked = pool
+  end
+  local out = {}
+  for i = 1, math.min(#ranked, limit) do
+    out[i] = ranked[i]
+  end
+  return out
 end
 
 -- Sets the instance TTL on every key in keys (PEXPIRE on a missing key is a no-op).

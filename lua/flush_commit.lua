@@ -1,6 +1,6 @@
 #!lua
 -- flush_commit.lua: apply a flush plan atomically, or refuse it whole.
--- KEYS: msgs meta archive summaries dedupe
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs
 -- ARGV: ttl_ms archive_max epoch incarnation prefix_len n_remove n_fold summary_tokens summary_body ids...
 --   ttl_ms          TTL set on every key; 0 leaves TTLs alone
 --   archive_max     the archive keeps at most this many originals; 0 = no cap
@@ -13,7 +13,9 @@
 --   summary_tokens  tokens of the new summary (ignored without a summary body)
 --   summary_body    JSON object without id/ts/tokens/priority, or '' for none
 --   ids             P ids of the oldest live messages as the plan saw them, then the R ids
---                   to remove (all among those P), then the F ids of the summaries it saw
+--                   to remove (all among those P), then the F ids of the summaries it saw,
+--                   then R index terms, one per id to remove, in the same order (see
+--                   archive() in _lib.lua)
 -- Returns: {summary_id (0 if none), removed_count, removed_tokens, tokens, count,
 --          summary_tokens}
 -- Errors (nothing written): COMPOZY_STALE when the epoch moved on (a newer lock holder
@@ -29,9 +31,9 @@ local n_fold = int_arg(a_n_fold, 'n_fold', 0, nil)
 local summary_tokens = int_arg(a_summary_tokens, 'summary_tokens', 0, MAX_MESSAGE_TOKENS)
 local summary_body = a_summary_body
 local ids = ARGS_FROM - 1  -- ARGV[ids + i] is the i-th id
-if #ARGV ~= ids + prefix_len + n_remove + n_fold then
-  fail('INVALID', 'expected ' .. (ids + prefix_len + n_remove + n_fold) .. ' arguments, got '
-    .. #ARGV)
+local n_ids = prefix_len + n_remove + n_fold
+if #ARGV ~= ids + n_ids + n_remove then
+  fail('INVALID', 'expected ' .. (ids + n_ids + n_remove) .. ' arguments, got ' .. #ARGV)
 end
 if summary_body ~= '' then
   json_object_arg(summary_body, 'summary body')
@@ -48,21 +50,10 @@ end
 if state[2] ~= a_incarnation then
   fail('STALE', 'the memory expired and was written again since the lock was taken')
 end
-local prefix = redis.call('LRANGE', k_msgs, 0, prefix_len - 1)
-if #prefix ~= prefix_len then
-  fail('CONFLICT', 'the memory has fewer messages than the plan saw')
-end
-local heads = {}
-for i = 1, prefix_len do
-  local id, tokens, priority = envelope_head(prefix[i])
-  if string.format('%d', id) ~= ARGV[ids + i] then
-    fail('CONFLICT', 'message ' .. i .. ' is ' .. id .. ', the plan saw ' .. ARGV[ids + i])
-  end
-  heads[i] = {tokens, priority}
-end
+local prefix, heads = checked_prefix(k_msgs, ARGV, ids, prefix_len)
 local remove = {}
 for i = 1, n_remove do
-  remove[ARGV[ids + prefix_len + i]] = true
+  remove[ARGV[ids + prefix_len + i]] = ARGV[ids + n_ids + i]
 end
 local folded = {}
 if n_fold > 0 then
@@ -78,37 +69,24 @@ if n_fold > 0 then
     end
   end
 end
-
-local kept, removed = {}, {}
 local deltas = new_deltas()
-local removed_tokens = 0
-for i = 1, prefix_len do
-  if remove[ARGV[ids + i]] then
-    removed[#removed + 1] = prefix[i]
-    removed_tokens = removed_tokens + heads[i][1]
-    account(deltas, -1, heads[i][1], heads[i][2])
-    remove[ARGV[ids + i]] = nil
-  else
-    kept[#kept + 1] = prefix[i]
-  end
-end
-if next(remove) ~= nil then
-  fail('INVALID', 'an id to remove is not among the prefix the plan saw')
-end
+local kept, removed, terms, removed_tokens = split_prefix(prefix, heads, remove, deltas, false)
 
 -- Checks done; writes start here.
 if prefix_len > 0 then
   rewrite_head(k_msgs, prefix_len, kept)
 end
-local archived = {}
+local archived, archived_terms = {}, {}
 for i = 1, #folded do
   archived[#archived + 1] = folded[i]
+  archived_terms[#archived_terms + 1] = ''  -- summaries are not indexed
   local _, t = envelope_head(folded[i])
   deltas.summary_tokens = (deltas.summary_tokens or 0) - t
   deltas.summary_count = (deltas.summary_count or 0) - 1
 end
 for i = 1, #removed do
   archived[#archived + 1] = removed[i]
+  archived_terms[#archived_terms + 1] = terms[i]
 end
 if n_fold > 0 then
   redis.call('DEL', k_summaries)
@@ -123,9 +101,8 @@ if summary_body ~= '' then
   deltas.summary_count = (deltas.summary_count or 0) + 1
 end
 if #archived > 0 then
-  archive(k_archive, archived, archive_max)
+  archive(K, archived, archived_terms, archive_max)
 end
-deltas.archived = #archived
 deltas.flushes = 1
 local values = apply_deltas(k_meta, deltas)
 redis.call('HSET', k_meta, 'last_flush', ts)

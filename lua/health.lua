@@ -1,10 +1,10 @@
 #!lua flags=no-writes
 -- health.lua: the totals and sizes of a memory in one consistent read.
--- KEYS: msgs meta archive summaries
+-- KEYS: msgs meta archive summaries recalled
 -- ARGV: (none)
 -- Returns: a flat list of field, value pairs: every field of meta (tokens, count, last_id,
 -- p:<priority>:tokens, p:<priority>:count, archived, inc, ...) then '_msgs_len',
--- '_archive_len', '_summaries_len' and '_ttl_ms' (meta's PTTL: -1 none, -2 no such key).
+-- '_archive_len', '_summaries_len', '_recalled_len' and '_ttl_ms' (meta's PTTL: -1 none, -2 no such key).
 local out = redis.call('HGETALL', k_meta)
 out[#out + 1] = '_msgs_len'
 out[#out + 1] = redis.call('LLEN', k_msgs)
@@ -12,6 +12,8 @@ out[#out + 1] = '_archive_len'
 out[#out + 1] = redis.call('LLEN', k_archive)
 out[#out + 1] = '_summaries_len'
 out[#out + 1] = redis.call('LLEN', k_summaries)
+out[#out + 1] = '_recalled_len'
+out[#out + 1] = redis.call('LLEN', k_recalled)
 out[#out + 1] = '_ttl_ms'
 out[#out + 1] = redis.call('PTTL', k_meta)
 return out

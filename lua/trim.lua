@@ -1,57 +1,41 @@
 #!lua
--- trim.lua: drop the oldest messages until the memory is within the given limits.
--- KEYS: msgs meta archive summaries dedupe
--- ARGV: ttl_ms archive_max keep_messages max_tokens
---   ttl_ms         TTL set on every key; 0 leaves TTLs alone
---   archive_max    the archive keeps at most this many originals; 0 = no cap
---   keep_messages  at most this many messages remain; -1 = no message limit
---   max_tokens     at most this many tokens remain; -1 = no token limit
+-- trim.lua: move chosen messages among the oldest to the archive, if still where the caller
+-- saw them.
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs
+-- ARGV: ttl_ms archive_max prefix_len n_remove ids...
+--   ttl_ms       TTL set on every key; 0 leaves TTLs alone
+--   archive_max  the archive keeps at most this many originals; 0 = no cap
+--   prefix_len   P: how many of the oldest live messages the caller read
+--   n_remove     R: how many of those to remove
+--   ids          the P ids as the caller read them, then the R ids to remove (among those P,
+--                none pinned), then R index terms, one per id to remove, in the same order
 -- Returns: {removed_count, removed_tokens, total_tokens, total_count}
--- Priority 0 messages are never removed: they keep their place and the limit is met, if it
--- can be, by removing newer messages of other priorities. Removed originals go to the archive.
+-- Errors (nothing written): COMPOZY_CONFLICT when the messages moved since they were read
+-- (read again and retry); COMPOZY_INVALID.
+-- The client chooses what to remove (the oldest messages that are not pinned, until the
+-- limits hold) because only it can analyse their text for the archive's index.
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local archive_max = int_arg(a_archive_max, 'archive_max', 0, nil)
-local keep = int_arg(a_keep_messages, 'keep_messages', -1, nil)
-local max_tokens = int_arg(a_max_tokens, 'max_tokens', -1, nil)
-
-local tokens, count = totals(k_meta)
-local function over()
-  return (keep >= 0 and count > keep) or (max_tokens >= 0 and tokens > max_tokens)
+local prefix_len = int_arg(a_prefix_len, 'prefix_len', 0, nil)
+local n_remove = int_arg(a_n_remove, 'n_remove', 0, prefix_len)
+local ids = ARGS_FROM - 1
+if #ARGV ~= ids + prefix_len + 2 * n_remove then
+  fail('INVALID', 'expected ' .. (ids + prefix_len + 2 * n_remove) .. ' arguments, got '
+    .. #ARGV)
 end
-
-local kept, removed = {}, {}
-local removed_tokens = 0
+local prefix, heads = checked_prefix(k_msgs, ARGV, ids, prefix_len)
+local remove = {}
+for i = 1, n_remove do
+  remove[ARGV[ids + prefix_len + i]] = ARGV[ids + prefix_len + n_remove + i]
+end
 local deltas = new_deltas()
-local scanned = 0
-while over() do
-  local envelopes = redis.call('LRANGE', k_msgs, scanned, scanned + 127)
-  if #envelopes == 0 then
-    break
-  end
-  local i = 1
-  while i <= #envelopes and over() do
-    local env = envelopes[i]
-    local _, t, p = envelope_head(env)
-    if p == 0 then
-      kept[#kept + 1] = env
-    else
-      removed[#removed + 1] = env
-      removed_tokens = removed_tokens + t
-      tokens = tokens - t
-      count = count - 1
-      account(deltas, -1, t, p)
-    end
-    scanned = scanned + 1
-    i = i + 1
-  end
-end
+local kept, removed, terms, removed_tokens = split_prefix(prefix, heads, remove, deltas, false)
 
 if #removed > 0 then
-  rewrite_head(k_msgs, scanned, kept)
-  archive(k_archive, removed, archive_max)
-  deltas.archived = #removed
+  rewrite_head(k_msgs, prefix_len, kept)
+  archive(K, removed, terms, archive_max)
   deltas.trimmed = #removed
-  apply_deltas(k_meta, deltas)
 end
+local values = apply_deltas(k_meta, deltas)
 apply_ttl(KEYS, ttl_ms)
-return {#removed, removed_tokens, tokens, count}
+return {#removed, removed_tokens, values.tokens, values.count}

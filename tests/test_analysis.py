@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compozy_memory._context.analysis import (
+from compozy_memory._search.analysis import (
     _TOKEN_RE,
     MAX_TERM_BYTES,
     STOP_WORDS,

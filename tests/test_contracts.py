@@ -23,7 +23,7 @@ from tests.fakes import FakeTransport, commit_reply, gateway, snapshot_reply
 
 APPEND_REPLY = [1, 1, 3, 1, 0, 0, b"42"]
 HEALTH_REPLY = [b"tokens", b"3", b"_msgs_len", 1, b"_archive_len", 0, b"_summaries_len", 0]
-HEALTH_REPLY += [b"_ttl_ms", -1]
+HEALTH_REPLY += [b"_recalled_len", 0, b"_ttl_ms", -1]
 READ_REPLY = [0, 0, 0]
 CONTEXT_REPLY = [0, 0, 0, 0]
 TRIPLE: list[ScriptArg] = [3, 2, b'{"role":"user","content":"hi"}']
@@ -32,13 +32,20 @@ TRIPLE: list[ScriptArg] = [3, 2, b'{"role":"user","content":"hi"}']
 CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     "append": (lambda g: g.append(TRIPLE, "k"), APPEND_REPLY),
     "replace": (
-        lambda g: g.replace(TRIPLE, if_last_id=1, if_incarnation="42", dedupe_key="k"),
+        lambda g: g.replace(
+            TRIPLE,
+            old_ids=[1],
+            old_terms=["1\thi\t1"],
+            if_last_id=1,
+            if_incarnation="42",
+            dedupe_key="k",
+        ),
         APPEND_REPLY,
     ),
-    "trim": (lambda g: g.trim(1, None), [0, 0, 0, 0]),
+    "trim": (lambda g: g.trim([1, 2], [1], ["1\thi\t1"]), [1, 3, 0, 1]),
     "clear": (lambda g: g.clear(), 0),
     "expire": (lambda g: g.expire(1000), 2),
-    "read": (lambda g: g.read_window(100, 0), READ_REPLY),
+    "read": (lambda g: g.read_range(0, -1), READ_REPLY),
     "health": (lambda g: g.health(), HEALTH_REPLY),
     "snapshot": (lambda g: g.snapshot(10), snapshot_reply([])),
     "flush_commit": (
@@ -48,12 +55,20 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
             plan=FlushPlan(prefix_ids=(1, 2), summarize_ids=(1,)),
             summary_body=b'{"role":"system","content":"s"}',
             summary_tokens=2,
+            terms=["1\thi\t1"],
         ),
         commit_reply(),
     ),
     "lock_acquire": (lambda g: g.lock_acquire("t" * 32, 1000), [1, b"42"]),
     "lock_refresh": (lambda g: g.lock_refresh("t" * 32, 1000), 1),
     "lock_release": (lambda g: g.lock_release("t" * 32), 1),
+    "search": (lambda g: g.search(["hi"], limit=5), [0]),
+    "context": (
+        lambda g: g.context(100, summary_share=0.3, recall_share=0.4, backfill=True, terms=["hi"]),
+        [0, 0, 0, 0, 0],
+    ),
+    "promote": (lambda g: g.promote([3], 100), [0]),
+    "clear_recalled": (lambda g: g.clear_recalled(), 0),
 }
 
 
@@ -69,12 +84,13 @@ def test_a_header_names_exactly_what_the_body_uses(name: str) -> None:
     header = "\n".join(line for line in body.splitlines() if line.startswith("--"))
     assert "Returns:" in header, f"{name}.lua must say what it returns"
     code_lines = "\n".join(line for line in body.splitlines() if not line.startswith("--"))
+    contract = code.contract
     used_keys = set(re.findall(r"\bk_(\w+)", code_lines))
     used_args = set(re.findall(r"\ba_(\w+)", code_lines))
-    contract = code.contract
-    # A script may set TTLs on every key it declares through KEYS as a whole.
     assert used_keys <= set(contract.keys), name
-    assert set(contract.keys) <= used_keys | ({*contract.keys} if "KEYS" in code_lines else set())
+    # Every declared key is used by name, or through KEYS / K as a whole (TTLs, archive()).
+    wholesale = re.search(r"\b(KEYS|K)\b", code_lines) is not None
+    assert wholesale or set(contract.keys) == used_keys, name
     assert used_args == set(contract.argv), name
     assert ("ARGS_FROM" in code_lines) == (contract.variadic is not None), name
 

@@ -91,7 +91,18 @@ async def test_a_flush_commits_exactly_the_plan_with_its_epoch_and_incarnation()
     assert commit.arg("incarnation") == "42"
     plan = result.plan
     assert plan is not None
-    assert commit.args[len(commit.args) - len(plan.remove_ids) - 0 :] == plan.remove_ids
+    # After the fixed arguments: the prefix ids, the ids to remove, then each one's index
+    # terms (the archive's index is kept by the same script).
+    n_fixed, n_remove = (
+        len(commit.args) - len(plan.prefix_ids) - 2 * len(plan.remove_ids),
+        len(plan.remove_ids),
+    )
+    ids_to_remove = commit.args[
+        n_fixed + len(plan.prefix_ids) : n_fixed + len(plan.prefix_ids) + n_remove
+    ]
+    assert ids_to_remove == plan.remove_ids
+    terms = commit.args[len(commit.args) - n_remove :]
+    assert all(isinstance(t, str) and "order" in t for t in terms)
     body = commit.message("summary_body")
     assert body.covered_ids == list(plan.summarize_ids)
     assert transport.named("lock_release")
@@ -290,6 +301,11 @@ async def test_a_read_only_gateway_cannot_flush_or_lock() -> None:
         await FencedLock(ro).try_acquire()
     with pytest.raises(ReadOnlyMemoryError):
         await ro.flush_commit(
-            epoch=1, incarnation="", plan=FlushPlan(), summary_body=b"", summary_tokens=0
+            epoch=1,
+            incarnation="",
+            plan=FlushPlan(),
+            summary_body=b"",
+            summary_tokens=0,
+            terms=[],
         )
     assert transport.calls == []

@@ -161,6 +161,9 @@ def test_layout() -> None:
         "compozy:p:memory:{user:1}:archive",
         "compozy:p:memory:{user:1}:summaries",
         "compozy:p:memory:{user:1}:dedupe",
+        "compozy:p:memory:{user:1}:recalled",
+        "compozy:p:memory:{user:1}:ix:post",
+        "compozy:p:memory:{user:1}:ix:docs",
     )
 
 

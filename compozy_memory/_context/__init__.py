@@ -1,1 +1,1 @@
-"""Groundwork for searching a memory's archive: text analysis and BM25 scoring."""
+"""What the LLM sees: the wire formats agents send, and the tools that search the archive."""

@@ -37,6 +37,7 @@ from compozy_memory._model.results import (
     Summary,
 )
 from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, count_message
+from compozy_memory._search.analysis import message_index_terms
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory.errors import (
     CompozyMemoryError,
@@ -178,6 +179,9 @@ class Flusher:
             # Bytes, like every envelope: UTF-8 whatever encoding the client is set up with.
             body = encode_body(message) if message is not None else b""
             tokens = count_message(message, self.counter) if message is not None else 0
+            # What leaves the context is indexed in the archive, so it can be searched.
+            by_id = {m.id: m for m in snapshot.messages}
+            terms = [message_index_terms(by_id[i]) for i in plan.remove_ids]
             lease.committing = True
             try:
                 commit = await self.gateway.flush_commit(
@@ -186,6 +190,7 @@ class Flusher:
                     plan=plan,
                     summary_body=body,
                     summary_tokens=tokens,
+                    terms=terms,
                 )
             except LockLostError:
                 lease.lost = True  # the script saw a newer epoch: another holder took over

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from compozy_memory._context.analysis import analyze
+from compozy_memory._search.analysis import analyze
 
 __all__ = [
     "content_terms",

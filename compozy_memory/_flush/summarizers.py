@@ -30,7 +30,6 @@ from tenacity import (
     wait_random,
 )
 
-from compozy_memory._context.analysis import analyze
 from compozy_memory._flush.material import (
     Line,
     covered_count,
@@ -54,6 +53,7 @@ from compozy_memory._flush.salience import (
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import Summary
 from compozy_memory._model.tokens import TokenCounter
+from compozy_memory._search.analysis import analyze
 
 if TYPE_CHECKING:
     import anthropic

@@ -141,14 +141,38 @@ class InstanceKeys:
 
     @property
     def dedupe(self) -> str:
-        """Sorted set of recent append/replace dedupe keys, scored by the first id each got."""
+        """Sorted set of recent append/replace dedupe keys, scored by the last id each got."""
         return f"{self.prefix}:dedupe"
+
+    @property
+    def recalled(self) -> str:
+        """Archived messages the recall tools brought back into context."""
+        return f"{self.prefix}:recalled"
+
+    @property
+    def ixpost(self) -> str:
+        """The archive index's postings: one sorted set, members ordered by term then id."""
+        return f"{self.prefix}:ix:post"
+
+    @property
+    def ixdocs(self) -> str:
+        """The archive index's documents (``d:<id>``) and document frequencies (``f:<term>``)."""
+        return f"{self.prefix}:ix:docs"
 
     @property
     def lock(self) -> str:
         return f"{self.prefix}:lock"
 
     @property
-    def data(self) -> tuple[str, str, str, str, str]:
-        """The keys every write script receives, in the order the scripts expect."""
-        return (self.msgs, self.meta, self.archive, self.summaries, self.dedupe)
+    def data(self) -> tuple[str, ...]:
+        """Every key holding the memory's data (all but the lock), in the scripts' key order."""
+        return (
+            self.msgs,
+            self.meta,
+            self.archive,
+            self.summaries,
+            self.dedupe,
+            self.recalled,
+            self.ixpost,
+            self.ixdocs,
+        )

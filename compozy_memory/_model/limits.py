@@ -14,6 +14,8 @@ __all__ = [
     "MAX_DEDUPE_KEY",
     "MAX_MESSAGE_TOKENS",
     "MAX_PRIORITY",
+    "POSTINGS_CAP",
+    "QUERY_POSTINGS",
 ]
 
 #: Messages one append, append_many or replace may carry.
@@ -31,7 +33,16 @@ DEDUPE_WINDOW = 1_000
 #: Keys older than the window are swept when the ids cross a multiple of this.
 DEDUPE_SWEEP = 64
 
+#: The archive index keeps at most this many postings per term, the newest; document
+#: frequencies stay exact.
+POSTINGS_CAP = 2_000
+#: A search reads at most this many postings per query term (the newest), so its cost follows
+#: the query, not the history.
+QUERY_POSTINGS = 1_000
+
 LUA_CONSTANTS: dict[str, int] = {
+    "POSTINGS_CAP": POSTINGS_CAP,
+    "QUERY_POSTINGS": QUERY_POSTINGS,
     "MAX_BATCH": MAX_BATCH,
     "MAX_DEDUPE_KEY": MAX_DEDUPE_KEY,
     "MAX_PRIORITY": MAX_PRIORITY,

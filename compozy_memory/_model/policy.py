@@ -10,7 +10,7 @@ from types import MappingProxyType
 from compozy_memory._model.limits import MAX_PRIORITY
 from compozy_memory.errors import ConfigurationError
 
-__all__ = ["DEFAULT_PRIORITY", "MemoryPolicy", "WaitPolicy"]
+__all__ = ["DEFAULT_PRIORITY", "ContextPolicy", "MemoryPolicy", "SearchPolicy", "WaitPolicy"]
 
 # The spec's levels: 0 critical (never evicted), 1 important, 2 and up optional.
 DEFAULT_PRIORITY = 2
@@ -51,6 +51,45 @@ class WaitPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class SearchPolicy:
+    """BM25 over the archive: ``k1`` (term-frequency saturation), ``b`` (length
+    normalisation), ``neighbour_weight`` (how much a turn's better neighbour lifts it: the
+    answer often sits next to the turn with the question's words) and ``limit`` (hits a
+    query brings into a context)."""
+
+    k1: float = 1.2
+    b: float = 0.75
+    neighbour_weight: float = 0.5
+    limit: int = 10
+
+    def __post_init__(self) -> None:
+        if not (self.k1 >= 0 and 0 <= self.b <= 1 and self.neighbour_weight >= 0):
+            raise ConfigurationError("search needs k1 >= 0, 0 <= b <= 1, neighbour_weight >= 0")
+        if not isinstance(self.limit, int) or not 0 <= self.limit <= 1000:
+            raise ConfigurationError(f"search limit must be in [0, 1000], got {self.limit!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPolicy:
+    """How ``context()`` shares its budget once the pinned messages are counted: at most
+    ``summary_share`` of the rest for summaries, ``recall_share`` for recalled messages and
+    a query's hits, the remainder for the newest messages; with ``backfill``, what every
+    live message leaves unused shows the newest archived originals."""
+
+    summary_share: float = 0.3
+    recall_share: float = 0.4
+    backfill: bool = True
+
+    def __post_init__(self) -> None:
+        shares = (self.summary_share, self.recall_share)
+        if any(not 0 <= s <= 1 for s in shares) or sum(shares) > 1:
+            raise ConfigurationError(
+                "summary_share and recall_share must be in [0, 1] and sum to at most 1, got "
+                f"{self.summary_share} and {self.recall_share}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryPolicy:
     """Budgets, retention and priorities of a memory.
 
@@ -69,6 +108,8 @@ class MemoryPolicy:
     content_priorities: Mapping[str, int] = field(default_factory=dict)
     flush_strategy: str = "hybrid_summary"
     wait: WaitPolicy | None = None
+    context: ContextPolicy = field(default_factory=ContextPolicy)
+    search: SearchPolicy = field(default_factory=SearchPolicy)
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "max_messages"):

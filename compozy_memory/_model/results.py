@@ -14,9 +14,11 @@ from compozy_memory._model.messages import Message
 
 __all__ = [
     "AppendResult",
+    "ContextLayers",
     "FlushCommit",
     "FlushPlan",
     "FlushResult",
+    "Hit",
     "MemoryHealth",
     "Snapshot",
     "Summary",
@@ -109,6 +111,10 @@ class MemoryHealth:
     summaries: int
     summary_tokens: int
     trimmed: int
+    #: Archived messages brought back into context by the recall tools.
+    recalled: int
+    #: Archived messages in the search index.
+    indexed: int
     flush_count: int
     last_flush_ms: int | None
     ttl_ms: int | None
@@ -176,3 +182,37 @@ class FlushResult:
     context_tokens: int | None = None
     epoch: int | None = None
     rounds: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result: an archived message, its BM25 score (neighbours included), and the
+    archived messages next to it (the turn before and after), where there are some."""
+
+    id: int
+    score: float
+    message: Message
+    before: Message | None = None
+    after: Message | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextLayers:
+    """A context as ``context()`` assembled it, layer by layer (each oldest first)."""
+
+    pinned: tuple[Message, ...] = ()
+    summaries: tuple[Message, ...] = ()
+    #: Hits for the query and recalled messages, ordered by id.
+    recalled: tuple[Message, ...] = ()
+    #: Archived originals shown because every live message fitted with room to spare.
+    backfill: tuple[Message, ...] = ()
+    window: tuple[Message, ...] = ()
+
+    @property
+    def messages(self) -> list[Message]:
+        """The context in the order an LLM reads it."""
+        return [*self.pinned, *self.summaries, *self.recalled, *self.backfill, *self.window]
+
+    @property
+    def tokens(self) -> int:
+        return sum(m.tokens or 0 for m in self.messages)

@@ -37,7 +37,21 @@ _CLIENT = ("fcall", "fcall_ro", "ping", "hello")
 #: What a Cluster client asks to learn the slot map and the command table.
 _CLUSTER_CLIENT = ("cluster|slots", "cluster|shards", "cluster|nodes", "cluster|info", "command")
 #: What the read scripts and plain reads call (read, health, snapshot, recall, len).
-READ_COMMANDS = (*_CLIENT, "lrange", "llen", "lindex", "hget", "hmget", "hgetall", "pttl", "time")
+READ_COMMANDS = (
+    *_CLIENT,
+    "lrange",
+    "llen",
+    "lindex",
+    "hget",
+    "hmget",
+    "hgetall",
+    "hexists",
+    "zrangebylex",
+    "zrevrangebylex",
+    "zlexcount",
+    "pttl",
+    "time",
+)
 #: What the write scripts and the flush lock call, on top of the reads.
 WRITE_COMMANDS = (
     "rpush",
@@ -56,6 +70,8 @@ WRITE_COMMANDS = (
     "zcard",
     "zremrangebyscore",
     "zremrangebyrank",
+    "zrem",
+    "lpop",
     "set",
     "get",
 )

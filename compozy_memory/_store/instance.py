@@ -16,18 +16,22 @@ from compozy_memory._model.messages import Message, encode_body
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     AppendResult,
+    ContextLayers,
     FlushResult,
+    Hit,
     MemoryHealth,
     Snapshot,
     TrimResult,
 )
 from compozy_memory._model.tokens import TokenCounter, count_message, default_counter
+from compozy_memory._search.analysis import analyze_query, message_index_terms
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory._wire.transport import Transport
 from compozy_memory.errors import (
+    ConcurrentChangeError,
     ConfigurationError,
     InvalidMessageError,
     MessageTooLargeError,
@@ -151,8 +155,24 @@ class MemoryInstance:
         token = self._dedupe_token(dedupe_key)
         args = self._encode(messages)
         incarnation = if_incarnation if if_incarnation is not None else self.gateway.incarnation
-        return await self.gateway.replace(
-            args, if_last_id=if_last_id, if_incarnation=incarnation, dedupe_key=token
+        for _ in range(_MOVED_RETRIES):
+            # The replaced messages go to the archive's index: read and analyse them, and let
+            # the script check they are still the live ones.
+            live = await self.gateway.read_range(0, -1)
+            try:
+                return await self.gateway.replace(
+                    args,
+                    old_ids=[_id(m) for m in live],
+                    old_terms=[message_index_terms(m) for m in live],
+                    if_last_id=if_last_id,
+                    if_incarnation=incarnation,
+                    dedupe_key=token,
+                )
+            except ConcurrentChangeError:
+                continue
+        raise ConcurrentChangeError(
+            f"replace: the messages kept changing through {_MOVED_RETRIES} attempts",
+            key=self.key,
         )
 
     async def trim(
@@ -170,7 +190,22 @@ class MemoryInstance:
                 raise UsageError(
                     f"{name} must be a non-negative integer, got {value!r}", key=self.key
                 )
-        return await self.gateway.trim(keep_messages, max_tokens)
+        for _ in range(_MOVED_RETRIES):
+            live = await self.gateway.read_range(0, -1)
+            chosen = _to_trim(live, keep_messages, max_tokens)
+            if not chosen:
+                return TrimResult(0, 0, sum(m.tokens or 0 for m in live), len(live))
+            last = _id(chosen[-1])
+            prefix = [_id(m) for m in live if _id(m) <= last]
+            try:
+                return await self.gateway.trim(
+                    prefix, [_id(m) for m in chosen], [message_index_terms(m) for m in chosen]
+                )
+            except ConcurrentChangeError:
+                continue
+        raise ConcurrentChangeError(
+            f"trim: the messages kept changing through {_MOVED_RETRIES} attempts", key=self.key
+        )
 
     async def clear(self) -> int:
         """Remove every message, summary and archived original; return how many were live."""
@@ -208,25 +243,117 @@ class MemoryInstance:
     async def read_window(
         self, max_tokens: int | None = None, *, max_messages: int | None = None
     ) -> list[Message]:
-        """The newest messages that fit ``max_tokens`` (default: the policy's budget).
+        """The pinned messages (priority 0), then the newest others that fit the rest of
+        ``max_tokens`` (default: the policy's budget), and at most ``max_messages`` of them.
 
         The window is contiguous and ends at the newest message. A tool result whose call
         fell outside the window is dropped from its start, so the window can be sent to an
-        LLM as it is.
+        LLM as it is. Raises ContextOverflowError if the pinned messages alone do not fit.
         """
         budget = self._budget("read_window", max_tokens)
-        if max_messages is not None and (not isinstance(max_messages, int) or max_messages < 0):
+        if max_messages is not None and (
+            not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 0
+        ):
             raise UsageError(
                 f"max_messages must be a non-negative integer, got {max_messages!r}", key=self.key
             )
-        return _without_orphan_results(await self.gateway.read_window(budget, max_messages or 0))
+        layers = await self.gateway.context(
+            budget, summary_share=0.0, recall_share=0.0, backfill=False
+        )
+        window = list(layers.window)
+        if max_messages is not None:
+            window = window[len(window) - max_messages :] if max_messages else []
+        return [*layers.pinned, *_without_orphan_results(window)]
 
-    async def context(self, max_tokens: int | None = None) -> list[Message]:
-        """What to send an LLM: the summaries, then the newest messages that fit the rest of
-        ``max_tokens`` (default: the policy's budget), in one atomic read."""
+    async def context(
+        self,
+        max_tokens: int | None = None,
+        *,
+        query: str | None = None,
+        reserve_output: int = 0,
+    ) -> list[Message]:
+        """What to send an LLM, within ``max_tokens - reserve_output`` tokens, in one atomic
+        read: the pinned messages (system prompt, profile), the rolling summary, messages
+        recalled by the recall tools and the archived messages that best answer ``query``,
+        then the newest messages, and (when all of those fit with room to spare) the newest
+        archived originals before them. See :meth:`context_layers`.
+
+        Raises ContextOverflowError if the pinned messages alone exceed the budget."""
+        return (
+            await self.context_layers(max_tokens, query=query, reserve_output=reserve_output)
+        ).messages
+
+    async def context_layers(
+        self,
+        max_tokens: int | None = None,
+        *,
+        query: str | None = None,
+        reserve_output: int = 0,
+    ) -> ContextLayers:
+        """:meth:`context`, layer by layer. The shares come from the policy's
+        :class:`ContextPolicy`; a tool call and its results are never split."""
         budget = self._budget("context", max_tokens)
-        summaries, window = await self.gateway.read_context(budget)
-        return summaries + _without_orphan_results(window)
+        if not isinstance(reserve_output, int) or not 0 <= reserve_output <= budget:
+            raise UsageError(
+                f"reserve_output must be an integer in [0, {budget}], got {reserve_output!r}",
+                key=self.key,
+            )
+        shares = self.policy.context
+        layers = await self.gateway.context(
+            budget - reserve_output,
+            summary_share=shares.summary_share,
+            recall_share=shares.recall_share,
+            backfill=shares.backfill,
+            terms=_query_terms(query, self.key),
+        )
+        recalled = _whole_tool_exchanges(layers.recalled)
+        older = _without_orphan_results([*layers.backfill, *layers.window])
+        backfill = tuple(older[: max(0, len(older) - len(layers.window))])
+        window = tuple(older[len(backfill) :])
+        return ContextLayers(layers.pinned, layers.summaries, recalled, backfill, window)
+
+    async def search(
+        self,
+        query: str,
+        limit: int = 10,
+        *,
+        roles: Iterable[str] | None = None,
+        since_id: int | None = None,
+    ) -> list[Hit]:
+        """The archived messages that best match ``query`` (BM25 over the archive's index,
+        a turn's neighbours counting in its rank), best first, each with the turns before
+        and after it. ``roles`` keeps only messages of those roles; ``since_id`` only
+        messages with that id or newer."""
+        if not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise UsageError(f"limit must be in [1, 1000], got {limit!r}", key=self.key)
+        if since_id is not None and (not isinstance(since_id, int) or since_id < 0):
+            raise UsageError(f"since_id must be an integer >= 0, got {since_id!r}", key=self.key)
+        wanted = tuple(roles or ())
+        if any(not isinstance(r, str) or not r.isalpha() for r in wanted):
+            raise UsageError(f"roles are role names, got {wanted!r}", key=self.key)
+        terms = _query_terms(query, self.key)
+        if not terms:
+            return []
+        return await self.gateway.search(terms, limit=limit, since_id=since_id or 0, roles=wanted)
+
+    async def recall_messages(self, ids: Iterable[int]) -> list[Message]:
+        """Bring archived messages back into context (the recall share of :meth:`context`):
+        they stay until :meth:`clear_recalled`, or until newer recalls need their room.
+        Returns the messages brought back now (unknown or already recalled ids are skipped)."""
+        self._check_writable("recall_messages")
+        wanted = list(ids)
+        if any(not isinstance(i, int) or isinstance(i, bool) or i < 1 for i in wanted):
+            raise UsageError(f"ids are message ids (integers >= 1), got {wanted!r}", key=self.key)
+        if not wanted:
+            return []
+        budget = self.policy.max_tokens or 0
+        cap = int(budget * self.policy.context.recall_share) if budget else 0
+        return await self.gateway.promote(wanted, cap)
+
+    async def clear_recalled(self) -> int:
+        """Drop every recalled message from the context (they stay in the archive)."""
+        self._check_writable("clear_recalled")
+        return await self.gateway.clear_recalled()
 
     async def snapshot(self, limit: int = 0) -> Snapshot:
         """Totals, summaries and the oldest ``limit`` live messages (0: all), read atomically.
@@ -352,6 +479,56 @@ class MemoryInstance:
             )
             args += [tokens, priority, body]
         return args
+
+
+# A trim or replace reads the live messages, then writes if they are still the same: retried
+# this many times when a flush or another trim moved them in between.
+_MOVED_RETRIES = 5
+
+
+def _id(message: Message) -> int:
+    assert message.id is not None, "messages read from Redis carry their id"
+    return message.id
+
+
+def _to_trim(live: list[Message], keep: int | None, max_tokens: int | None) -> list[Message]:
+    """The oldest messages that are not pinned, until at most ``keep`` messages and
+    ``max_tokens`` tokens remain."""
+    count, tokens = len(live), sum(m.tokens or 0 for m in live)
+    chosen: list[Message] = []
+    for message in live:
+        if (keep is None or count <= keep) and (max_tokens is None or tokens <= max_tokens):
+            break
+        if message.priority == 0:
+            continue
+        chosen.append(message)
+        count -= 1
+        tokens -= message.tokens or 0
+    return chosen
+
+
+def _query_terms(query: str | None, key: str) -> list[str]:
+    if query is None:
+        return []
+    if not isinstance(query, str):
+        raise UsageError(f"a query is text, got {type(query).__name__}", key=key)
+    return analyze_query(query)[:_MAX_QUERY_TERMS]
+
+
+# A query longer than this many distinct terms is cut: each term costs a postings read.
+_MAX_QUERY_TERMS = 32
+
+
+def _whole_tool_exchanges(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    """Drop tool results whose call is not there, and calls none of whose results are."""
+    calls = {c for m in messages for c in m.tool_use_ids}
+    results = {c for m in messages for c in m.tool_result_ids}
+    return tuple(
+        m
+        for m in messages
+        if all(c in calls for c in m.tool_result_ids)
+        and (not m.tool_use_ids or any(c in results for c in m.tool_use_ids))
+    )
 
 
 # Redis takes PEXPIRE values up to 2**63 ms, but a TTL past a century is a mistake, not a plan.

@@ -20,8 +20,10 @@ from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     AppendResult,
+    ContextLayers,
     FlushCommit,
     FlushPlan,
+    Hit,
     MemoryHealth,
     Snapshot,
     TrimResult,
@@ -92,10 +94,14 @@ class MemoryGateway:
         self,
         messages: Sequence[ScriptArg],
         *,
+        old_ids: Sequence[int],
+        old_terms: Sequence[str],
         if_last_id: int | None,
         if_incarnation: str | None,
         dedupe_key: str,
     ) -> AppendResult:
+        """Swap the live messages the caller read (``old_ids``, with their index terms) for
+        ``messages``; ConcurrentChangeError if the live messages are not those any more."""
         return await self._stored(
             "replace",
             {
@@ -105,20 +111,26 @@ class MemoryGateway:
                 "if_last_id": -1 if if_last_id is None else if_last_id,
                 "if_incarnation": if_incarnation or "",
                 "dedupe_key": dedupe_key,
+                "n_old": len(old_ids),
                 "n": len(messages) // 3,
             },
-            messages,
+            [*old_ids, *old_terms, *messages],
         )
 
-    async def trim(self, keep_messages: int | None, max_tokens: int | None) -> TrimResult:
+    async def trim(
+        self, prefix_ids: Sequence[int], remove_ids: Sequence[int], terms: Sequence[str]
+    ) -> TrimResult:
+        """Archive ``remove_ids`` (ascending, with their index terms) if the oldest live
+        messages are still ``prefix_ids``; ConcurrentChangeError otherwise."""
         reply = await self._write(
             "trim",
             {
                 "ttl_ms": self.ttl_ms,
                 "archive_max": self.policy.archive_max,
-                "keep_messages": -1 if keep_messages is None else keep_messages,
-                "max_tokens": -1 if max_tokens is None else max_tokens,
+                "prefix_len": len(prefix_ids),
+                "n_remove": len(remove_ids),
             },
+            [*prefix_ids, *remove_ids, *terms],
         )
         return TrimResult(*(int(v) for v in reply))
 
@@ -139,9 +151,11 @@ class MemoryGateway:
         plan: FlushPlan,
         summary_body: bytes,
         summary_tokens: int,
+        terms: Sequence[str],
     ) -> FlushCommit:
-        """Apply ``plan`` (see ``lua/flush_commit.lua``). A commit that was applied but not
-        acknowledged by replicas raises ReplicationError with its FlushCommit."""
+        """Apply ``plan`` (see ``lua/flush_commit.lua``); ``terms`` index each of
+        ``plan.remove_ids`` in the archive. A commit that was applied but not acknowledged by
+        replicas raises ReplicationError with its FlushCommit."""
         try:
             reply = await self._write(
                 "flush_commit",
@@ -156,7 +170,7 @@ class MemoryGateway:
                     "summary_tokens": summary_tokens,
                     "summary_body": summary_body,
                 },
-                [*plan.prefix_ids, *plan.remove_ids, *plan.fold_summary_ids],
+                [*plan.prefix_ids, *plan.remove_ids, *plan.fold_summary_ids, *terms],
             )
         except ReplicationError as exc:
             raise _with_result(exc, _flush_commit(exc.result)) from exc
@@ -175,22 +189,98 @@ class MemoryGateway:
     async def lock_release(self, token: str) -> bool:
         return bool(await self._write("lock_release", {"token": token}))
 
+    async def promote(self, ids: Sequence[int], max_tokens: int) -> list[Message]:
+        """Bring archived messages back into context; returns those brought back now."""
+        reply = await self._write(
+            "promote", {"ttl_ms": self.ttl_ms, "max_tokens": max_tokens}, list(ids)
+        )
+        return [Message.model_validate_json(env) for env in reply[1:]]
+
+    async def clear_recalled(self) -> int:
+        return int(await self._write("clear_recalled", {"ttl_ms": self.ttl_ms}))
+
     # -- reads --------------------------------------------------------------------------
 
     async def read_range(self, start: int, stop: int) -> list[Message]:
-        reply = await self._read("read", {"mode": "range", "a": start, "b": stop})
+        reply = await self._read("read", {"start": start, "stop": stop})
         return [Message.model_validate_json(env) for env in reply[3:]]
 
-    async def read_window(self, max_tokens: int, max_messages: int) -> list[Message]:
-        reply = await self._read("read", {"mode": "window", "a": max_tokens, "b": max_messages})
-        return [Message.model_validate_json(env) for env in reply[3:]]
+    async def context(
+        self,
+        budget: int,
+        *,
+        summary_share: float,
+        recall_share: float,
+        backfill: bool,
+        terms: Sequence[str] = (),
+    ) -> ContextLayers:
+        """The layers of a context within ``budget`` (see ``lua/context.lua``)."""
+        search = self.policy.search
+        reply = await self._read(
+            "context",
+            {
+                "budget": budget,
+                "summary_share": repr(float(summary_share)),
+                "recall_share": repr(float(recall_share)),
+                "backfill": int(backfill),
+                "limit": search.limit,
+                "k1": repr(search.k1),
+                "b": repr(search.b),
+                "neighbour_weight": repr(search.neighbour_weight),
+            },
+            terms,
+        )
+        at = 0
+        layers: list[tuple[Message, ...]] = []
+        for step in (1, 1, 2, 1, 1):  # pinned, summaries, (score, message), backfill, window
+            n = int(reply[at])
+            envelopes = reply[at + 1 : at + 1 + step * n][step - 1 :: step]
+            layers.append(tuple(Message.model_validate_json(e) for e in envelopes))
+            at += 1 + step * n
+        pinned, summaries, recalled, backfill_layer, window = layers
+        return ContextLayers(
+            pinned,
+            summaries,
+            tuple(sorted(recalled, key=lambda m: m.id or 0)),
+            backfill_layer,
+            window,
+        )
 
-    async def read_context(self, max_tokens: int) -> tuple[list[Message], list[Message]]:
-        """The summaries, and the newest messages that fit what they leave of the budget."""
-        reply = await self._read("read", {"mode": "context", "a": max_tokens, "b": 0})
-        n_summaries = int(reply[3])
-        messages = [Message.model_validate_json(e) for e in reply[4:]]
-        return messages[:n_summaries], messages[n_summaries:]
+    async def search(
+        self,
+        terms: Sequence[str],
+        *,
+        limit: int,
+        since_id: int = 0,
+        roles: Sequence[str] = (),
+    ) -> list[Hit]:
+        """The best ``limit`` archived messages for ``terms`` (analysed query terms)."""
+        search = self.policy.search
+        reply = await self._read(
+            "search",
+            {
+                "limit": limit,
+                "k1": repr(search.k1),
+                "b": repr(search.b),
+                "neighbour_weight": repr(search.neighbour_weight),
+                "since_id": since_id,
+                "roles": ",".join(roles),
+            },
+            terms,
+        )
+        hits = []
+        for at in range(1, 1 + 5 * int(reply[0]), 5):
+            doc_id, score, env, before, after = reply[at : at + 5]
+            hits.append(
+                Hit(
+                    int(doc_id),
+                    float(score),
+                    Message.model_validate_json(env),
+                    Message.model_validate_json(before) if before else None,
+                    Message.model_validate_json(after) if after else None,
+                )
+            )
+        return hits
 
     async def snapshot(self, limit: int) -> Snapshot:
         reply = await self._read("snapshot", {"limit": limit})
@@ -241,6 +331,8 @@ class MemoryGateway:
             summaries=int(fields["_summaries_len"]),
             summary_tokens=int(fields.get("summary_tokens", 0)),
             trimmed=int(fields.get("trimmed", 0)),
+            recalled=int(fields["_recalled_len"]),
+            indexed=int(fields.get("ix_docs", 0)),
             flush_count=int(fields.get("flushes", 0)),
             last_flush_ms=int(last_flush) if last_flush else None,
             ttl_ms=ttl if ttl >= 0 else None,
@@ -282,8 +374,10 @@ class MemoryGateway:
             raise ReadOnlyMemoryError(f"{name} refused: this handle is read-only", key=self.name)
         return await self._send(name, values, rest, write=name in _WAITED)
 
-    async def _read(self, name: str, values: dict[str, ScriptArg]) -> Any:
-        return await self._send(name, values, (), write=False)
+    async def _read(
+        self, name: str, values: dict[str, ScriptArg], rest: Sequence[ScriptArg] = ()
+    ) -> Any:
+        return await self._send(name, values, rest, write=False)
 
     async def _send(
         self, name: str, values: dict[str, ScriptArg], rest: Sequence[ScriptArg], *, write: bool
@@ -291,7 +385,8 @@ class MemoryGateway:
         code = script(name)
         contract = code.contract
         keys = [getattr(self.keys, part) for part in contract.keys]
-        args = contract.argv_for(values, rest)
+        # Text goes as UTF-8 whatever encoding the client is set up with, as bodies do.
+        args = [a.encode() if isinstance(a, str) else a for a in contract.argv_for(values, rest)]
         return await self.transport.run(code, keys, args, key=self.name, write=write)
 
     def _append_result(self, reply: Any) -> AppendResult:
@@ -311,7 +406,9 @@ class MemoryGateway:
 
 # Scripts that change the memory: with a WaitPolicy each is followed by WAIT or WAITAOF. The
 # lock's own scripts are not: a lease is short-lived and fenced by the epoch anyway.
-_WAITED = frozenset({"append", "replace", "trim", "clear", "expire", "flush_commit"})
+_WAITED = frozenset(
+    {"append", "replace", "trim", "clear", "expire", "flush_commit", "promote", "clear_recalled"}
+)
 
 
 def _flush_commit(reply: Any) -> FlushCommit:

@@ -11,10 +11,11 @@ Each operation lives in ``lua/<name>.lua`` and opens with a header the loader re
 ``ARGV`` names its arguments, the last one variadic when it ends in ``...``. Redis scripts cannot
 include one another, so the loader builds each script's source as: its shebang, the limits of
 :mod:`compozy_memory._model.limits` as ``local`` lines, ``lua/_lib.lua``, locals naming the
-declared keys (``k_msgs``) and arguments (``a_ttl_ms``, and ``ARGS_FROM`` where the variadic part
-starts), then the body. A body that indexes ``KEYS``/``ARGV`` by number, or a header that does not
-follow the one key order, is refused when the script loads, so a header cannot drift from the
-code, and :class:`Contract` checks every call the gateway makes against it.
+declared keys (``k_msgs``, and ``K``, a table of them by name) and arguments (``a_ttl_ms``,
+and ``ARGS_FROM`` where the variadic part starts), then the body. A body that indexes
+``KEYS``/``ARGV`` by number, or a header that does not follow the one key order, is refused
+when the script loads, so a header cannot drift from the code, and :class:`Contract` checks
+every call the gateway makes against it.
 """
 
 from __future__ import annotations
@@ -45,7 +46,17 @@ __all__ = [
 ScriptArg: TypeAlias = "str | bytes | int"
 
 #: Every script declares the keys it touches in this order.
-KEY_ORDER = ("msgs", "meta", "archive", "summaries", "dedupe", "lock")
+KEY_ORDER = (
+    "msgs",
+    "meta",
+    "archive",
+    "summaries",
+    "dedupe",
+    "recalled",
+    "ixpost",
+    "ixdocs",
+    "lock",
+)
 SCRIPT_NAMES = (
     "append",
     "read",
@@ -59,6 +70,10 @@ SCRIPT_NAMES = (
     "lock_acquire",
     "lock_refresh",
     "lock_release",
+    "search",
+    "context",
+    "promote",
+    "clear_recalled",
 )
 _HEADER_LINE = re.compile(r"^-- (KEYS|ARGV):(.*)$", re.MULTILINE)
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -165,6 +180,7 @@ def _prelude() -> str:
 
 def _locals(contract: Contract) -> str:
     lines = [f"local k_{key} = KEYS[{i}]" for i, key in enumerate(contract.keys, start=1)]
+    lines.append("local K = {" + ", ".join(f"{key} = k_{key}" for key in contract.keys) + "}")
     lines += [f"local a_{arg} = ARGV[{i}]" for i, arg in enumerate(contract.argv, start=1)]
     if contract.variadic is not None:
         lines.append(f"local ARGS_FROM = {len(contract.argv) + 1}")

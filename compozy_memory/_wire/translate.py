@@ -24,7 +24,9 @@ from compozy_memory.errors import (
     BackendTimeoutError,
     BackendUnavailableError,
     CompozyMemoryError,
+    ConcurrentChangeError,
     ConflictError,
+    ContextOverflowError,
     InvalidMessageError,
     LockLostError,
     MessageTooLargeError,
@@ -57,6 +59,8 @@ _ERRORS: dict[str, type[CompozyMemoryError]] = {
     "COMPOZY_INVALID": InvalidMessageError,
     "COMPOZY_TOOLARGE": MessageTooLargeError,
     "COMPOZY_CONFLICT": ConflictError,
+    "COMPOZY_MOVED": ConcurrentChangeError,
+    "COMPOZY_OVERFLOW": ContextOverflowError,
     "COMPOZY_STALE": LockLostError,
 }
 

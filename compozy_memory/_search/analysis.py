@@ -22,6 +22,8 @@ from typing import Any, NamedTuple, Protocol
 
 import stopwordsiso
 
+from compozy_memory._model.messages import Message
+
 __all__ = [
     "ANALYZER_VERSION",
     "MAX_TERM_BYTES",
@@ -31,6 +33,8 @@ __all__ = [
     "analyze_query",
     "cap_term",
     "date_terms",
+    "index_terms",
+    "message_index_terms",
     "message_terms",
     "message_text",
     "stemmer",
@@ -402,3 +406,17 @@ def message_terms(message: Mapping[str, Any]) -> MessageTerms:
         terms.extend(_speaker_terms(speaker))
     terms.extend(_message_day_terms(message))
     return MessageTerms(Counter(terms), len(terms))
+
+
+def index_terms(message: Mapping[str, Any]) -> str:
+    """The archive index's argument for one message: ``length\\tterm\\ttf\\tterm\\ttf...``.
+
+    Terms never hold whitespace, so a tab separates them; see ``archive()`` in
+    ``lua/_lib.lua`` for how the scripts store them."""
+    tf, length = message_terms(message)
+    return "\t".join([str(length), *(f"{term}\t{count}" for term, count in tf.items())])
+
+
+def message_index_terms(message: Message) -> str:
+    """:func:`index_terms` of a stored message."""
+    return index_terms(message.model_dump(mode="json", by_alias=True, exclude_none=True))

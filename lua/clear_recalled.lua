@@ -1,0 +1,11 @@
+#!lua
+-- clear_recalled.lua: send every recalled message back to the archive (they never left it).
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs
+-- ARGV: ttl_ms
+--   ttl_ms  TTL set on every key; 0 leaves TTLs alone
+-- Returns: how many recalled messages there were.
+local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
+local n = redis.call('LLEN', k_recalled)
+redis.call('DEL', k_recalled)
+apply_ttl(KEYS, ttl_ms)
+return n

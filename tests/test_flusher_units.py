@@ -88,7 +88,7 @@ async def test_a_flush_commits_exactly_the_plan_with_its_epoch_and_incarnation()
     assert result.summary_id == 13
     (commit,) = transport.named("flush_commit")
     assert commit.arg("epoch") == 7
-    assert commit.arg("incarnation") == "42"
+    assert commit.arg("incarnation") == b"42"  # text goes as UTF-8 bytes
     plan = result.plan
     assert plan is not None
     # After the fixed arguments: the prefix ids, the ids to remove, then each one's index
@@ -102,7 +102,7 @@ async def test_a_flush_commits_exactly_the_plan_with_its_epoch_and_incarnation()
     ]
     assert ids_to_remove == plan.remove_ids
     terms = commit.args[len(commit.args) - n_remove :]
-    assert all(isinstance(t, str) and "order" in t for t in terms)
+    assert all(isinstance(t, bytes) and b"order" in t for t in terms)
     body = commit.message("summary_body")
     assert body.covered_ids == list(plan.summarize_ids)
     assert transport.named("lock_release")

@@ -18,7 +18,7 @@ from compozy_memory._config.agents import resolve_agent_memories
 from compozy_memory._config.loader import load_project
 from compozy_memory._config.templates import render_key
 from compozy_memory.errors import ConfigurationError
-from integration.faults import Row, record_row, reproduce
+from reliability_rows import Row, record_row, reproduce
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "project"

@@ -10,7 +10,7 @@ import pytest
 
 from compozy_memory._wire.scripts import RedisClient
 from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer, start_cluster, start_server
-from integration.engines import REQUIRE_REDIS7, EngineSpec, redis7_binary, spec_for
+from integration.engines import EngineSpec, require_redis7, spec_for
 from integration.faults import Tally
 from reliability_rows import Row, record_row, reproduce
 
@@ -25,12 +25,7 @@ def valkey_server() -> Iterator[EmbeddedServer]:
 
 @pytest.fixture(scope="session")
 def redis7_server() -> Iterator[EmbeddedServer]:
-    binary = redis7_binary()
-    if binary is None:
-        if REQUIRE_REDIS7:
-            pytest.fail("COMPOZY_REQUIRE_REDIS7=1 but redis-server is not on PATH")
-        pytest.skip("redis-server (Redis 7) is not on PATH")
-    with start_server(binary) as server:
+    with start_server(require_redis7()) as server:
         yield server
 
 

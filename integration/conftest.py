@@ -14,7 +14,7 @@ from integration.engines import EngineSpec, require_redis7, spec_for
 from integration.faults import Tally
 from reliability_rows import Row, record_row, reproduce
 
-ENGINES = ["valkey", "redis7", "valkey-cluster"]
+ENGINES = ["valkey", "redis7", pytest.param("valkey-cluster", marks=pytest.mark.cluster)]
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,9 @@ from compozy_memory.embedded import EmbeddedServer, find_binary, start_server
 from integration.engines import require_redis7
 from integration.faults import consistency_problems, tally
 
+# Run by scripts/reliability: its counts become rows of RELIABILITY.md.
+pytestmark = pytest.mark.faults
+
 COUNTER = HeuristicCounter()
 
 

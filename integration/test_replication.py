@@ -34,6 +34,9 @@ from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer, find_binary
 from integration.engines import EngineSpec, spec_for
 from integration.faults import FaultProxy, consistency_problems
 
+# Run by scripts/reliability: its counts become rows of RELIABILITY.md.
+pytestmark = pytest.mark.faults
+
 PROJECT = "repl"
 COUNTER = HeuristicCounter()
 ONE_REPLICA = WaitPolicy(replicas=1, timeout=timedelta(milliseconds=300))
@@ -184,6 +187,7 @@ async def test_asking_for_more_replicas_than_exist_fails_with_the_counts(pair: P
     await primary.aclose()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wait", [None, ONE_REPLICA], ids=["no-wait", "wait-1-replica"])
 async def test_failover_to_a_replica_that_missed_writes(
     wait: WaitPolicy | None, record: Callable[..., None]
@@ -272,6 +276,7 @@ async def test_waitaof_on_a_server_without_it_is_a_clear_error(
     await client.aclose()
 
 
+@pytest.mark.cluster
 async def test_wait_needs_a_standalone_client(valkey_cluster: EmbeddedCluster) -> None:
     client = spec_for("valkey-cluster", valkey_cluster).client()
     with pytest.raises(ConfigurationError, match="standalone"):

@@ -32,6 +32,9 @@ from compozy_memory.embedded import EmbeddedServer, find_binary, start_server
 from integration.engines import require_redis7
 from integration.faults import Load, consistency_problems, tally
 
+# Run by scripts/reliability: its counts become rows of RELIABILITY.md.
+pytestmark = pytest.mark.faults
+
 PROJECT = "restart"
 SHIM = Path(__file__).parent / "native" / "powercut.c"
 DEFAULT = RetryPolicy()  # the default policy rides out these restarts
@@ -123,6 +126,7 @@ def crashable(
             c.server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fsync", ["always", "everysec"])
 @pytest.mark.parametrize("crash", ["sigkill", "power-cut"])
 async def test_a_crash_under_load(

@@ -25,6 +25,9 @@ from compozy_memory.embedded import EmbeddedServer, start_server
 from integration.certs import make_certificates
 from integration.engines import EngineSpec, require_redis7
 
+# Run by scripts/reliability: its counts become rows of RELIABILITY.md.
+pytestmark = pytest.mark.faults
+
 COUNTER = HeuristicCounter()
 QUICK = RetryPolicy(attempts=2, deadline=0.5)
 

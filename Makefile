@@ -1,6 +1,6 @@
 .DEFAULT_GOAL := all
 
-.PHONY: install format lint mypy test test-fast demo bench all
+.PHONY: install format lint mypy test test-fast test-lowest demo bench all
 
 install:
 	scripts/bootstrap
@@ -23,6 +23,10 @@ test:
 # The unit tests only (tests/, no server), without the slow ones: well under 15 s.
 test-fast:
 	scripts/test -q tests -m "not slow"
+
+# The lowest dependency versions pyproject.toml allows, in .venv-lowest (also in .ci/run).
+test-lowest:
+	scripts/test-lowest
 
 demo:
 	scripts/demo

@@ -21,15 +21,16 @@ settings.load_profile("compozy")
 UNCLOSED = re.compile(r"unclosed|loop is closed", re.IGNORECASE)
 
 
-@pytest.fixture(autouse=True)
-def _closes_what_it_opens() -> Iterator[None]:
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Fail the test that leaves a client, connection or transport open, not a later one.
 
     An unclosed connection is only reported when the garbage collector frees it, which may be
     during any later test (with ``filterwarnings = error`` that test then fails for another's
-    leak). Collecting here, after each test and its fixtures, pins the warning on the leaker.
+    leak). Collecting here, once the test's fixtures are finalised (and a module's, after
+    its last test), pins the warning on the leaker as an error in its teardown.
     """
-    yield
+    result = yield
     # pytest keeps a failed test's traceback here (for post-mortem debugging), and with it
     # every client its frames held: drop it so they are collected now, not in a later test.
     for name in ("last_type", "last_value", "last_traceback", "last_exc"):
@@ -52,6 +53,7 @@ def _closes_what_it_opens() -> Iterator[None]:
     if leaks:
         listed = "\n  ".join(leaks)
         pytest.fail(f"the test left {len(leaks)} resource(s) open:\n  {listed}", pytrace=False)
+    return result
 
 
 def pytest_unconfigure() -> None:

@@ -1,6 +1,6 @@
 .DEFAULT_GOAL := all
 
-.PHONY: install format lint mypy test demo bench all
+.PHONY: install format lint mypy test test-fast test-lowest demo bench all
 
 install:
 	scripts/bootstrap
@@ -16,8 +16,17 @@ lint: install
 mypy: install
 	.venv/bin/mypy
 
+# The whole suite: unit tests and every real engine (what the README and .ci/run run).
 test:
 	scripts/test
+
+# The unit tests only (tests/, no server), without the slow ones: well under 15 s.
+test-fast:
+	scripts/test -q tests -m "not slow"
+
+# The lowest dependency versions pyproject.toml allows, in .venv-lowest (also in .ci/run).
+test-lowest:
+	scripts/test-lowest
 
 demo:
 	scripts/demo

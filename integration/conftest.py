@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer, start_cluster, start_server
-from integration.engines import REQUIRE_REDIS7, EngineSpec, redis7_binary, spec_for
+from integration.engines import EngineSpec, require_redis7, spec_for
+from integration.faults import Tally
+from reliability_rows import Row, record_row, reproduce
 
-ENGINES = ["valkey", "redis7", "valkey-cluster"]
+ENGINES = ["valkey", "redis7", pytest.param("valkey-cluster", marks=pytest.mark.cluster)]
 
 
 @pytest.fixture(scope="session")
@@ -22,12 +25,7 @@ def valkey_server() -> Iterator[EmbeddedServer]:
 
 @pytest.fixture(scope="session")
 def redis7_server() -> Iterator[EmbeddedServer]:
-    binary = redis7_binary()
-    if binary is None:
-        if REQUIRE_REDIS7:
-            pytest.fail("COMPOZY_REQUIRE_REDIS7=1 but redis-server is not on PATH")
-        pytest.skip("redis-server (Redis 7) is not on PATH")
-    with start_server(binary) as server:
+    with start_server(require_redis7()) as server:
         yield server
 
 
@@ -61,3 +59,21 @@ def standalone(request: pytest.FixtureRequest) -> EngineSpec:
     """A standalone server of each engine (the proxy and replica tests need one address)."""
     name: str = request.param
     return spec_for(name, request.getfixturevalue(f"{name}_server"))
+
+
+@pytest.fixture
+def record(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """Save a row of RELIABILITY.md, with the command that reproduces this test."""
+    nodeid = request.node.nodeid
+
+    def save(*, tally: Tally | None = None, **fields: Any) -> None:
+        if tally is not None:  # the counts of a load, as integration.faults.tally made them
+            fields |= {
+                "operations": tally.operations,
+                "acknowledged": tally.acknowledged,
+                "lost": tally.lost,
+                "duplicated": tally.duplicated,
+            }
+        record_row(Row(command=reproduce(nodeid), **fields), nodeid)
+
+    return save

@@ -12,11 +12,25 @@ from compozy_memory import connect
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer
 
-REQUIRE_REDIS7 = os.environ.get("COMPOZY_REQUIRE_REDIS7") == "1"
-
 
 def redis7_binary() -> str | None:
     return shutil.which("redis-server")
+
+
+def require_redis7(what: str = "Redis 7") -> str:
+    """The redis-server binary, or skip the calling test or fixture without one.
+
+    Where ``COMPOZY_REQUIRE_REDIS7=1`` (``.ci/run`` sets it when it could install the
+    server) a missing binary fails instead: a Redis 7 test must never skip silently there.
+    """
+    import pytest  # here, not above: the worker processes that import this module run no tests
+
+    binary = redis7_binary()
+    if binary is None:
+        if os.environ.get("COMPOZY_REQUIRE_REDIS7") == "1":
+            pytest.fail(f"COMPOZY_REQUIRE_REDIS7=1 but redis-server ({what}) is not on PATH")
+        pytest.skip(f"redis-server ({what}) is not on PATH")
+    return binary
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,22 @@
 """Fault injection for the reliability tests: a TCP proxy that delays, stalls, cuts and loses
-replies, and the recorder that turns each test's counts into a row of RELIABILITY.md."""
+replies, the loads that run through it and the counts they leave (a test saves those as a row
+of RELIABILITY.md with the ``record`` fixture, see ``reliability_rows.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from compozy_memory import BackendUnavailableError, MemoryInstance
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._wire.translate import RedisClient
-
-ROWS_DIR = Path(os.environ.get("COMPOZY_RELIABILITY_DIR", "build/reliability"))
 
 
 class FaultProxy:
@@ -188,33 +185,6 @@ class FaultProxy:
             await sink.drain()
         for w in pair:
             w.transport.abort()
-
-
-@dataclass
-class Row:
-    """One row of RELIABILITY.md, written by the test that measured it."""
-
-    fault: str
-    engine: str
-    promise: str
-    operations: int
-    acknowledged: int
-    lost: int
-    duplicated: int
-    observed: str
-    command: str
-    group: str = "faults"
-
-
-def record_row(row: Row, nodeid: str) -> None:
-    """Save ``row`` for ``scripts/reliability`` (one JSON file per test id)."""
-    ROWS_DIR.mkdir(parents=True, exist_ok=True)
-    name = "".join(c if c.isalnum() else "_" for c in nodeid)[-150:]
-    (ROWS_DIR / f"{name}.json").write_text(json.dumps(asdict(row), indent=1))
-
-
-def reproduce(nodeid: str) -> str:
-    return f"./scripts/test '{nodeid}'"
 
 
 class Load:

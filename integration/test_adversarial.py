@@ -31,6 +31,8 @@ from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.flush_support import audit
 
+pytestmark = pytest.mark.faults
+
 PROJECT = "flush"  # audit() reads this project's keys
 COUNTER = HeuristicCounter()
 

@@ -23,6 +23,9 @@ from compozy_memory import (
 from compozy_memory.embedded import EmbeddedCluster, start_cluster
 from integration.faults import Load, consistency_problems, tally
 
+# Run by scripts/reliability: its counts become rows of RELIABILITY.md.
+pytestmark = [pytest.mark.faults, pytest.mark.cluster]
+
 PROJECT = "cl"
 COUNTER = HeuristicCounter()
 PATIENT = RetryPolicy(attempts=100, deadline=30.0, max_backoff=0.2)
@@ -45,6 +48,7 @@ def owners(cluster: EmbeddedCluster) -> dict[int, int]:
         return out
 
 
+@pytest.mark.slow
 async def test_a_thousand_memories_over_every_master_run_every_script(
     cluster: EmbeddedCluster, record: Callable[..., None]
 ) -> None:
@@ -100,6 +104,7 @@ async def test_a_thousand_memories_over_every_master_run_every_script(
     )
 
 
+@pytest.mark.slow
 async def test_resharding_under_load_loses_nothing(
     cluster: EmbeddedCluster, record: Callable[..., None]
 ) -> None:

@@ -9,6 +9,8 @@ import re
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 
+import pytest
+
 from compozy_memory import HeuristicCounter
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.messages import Message
@@ -50,6 +52,7 @@ async def flush_scripts_until(spec: EngineSpec, done: asyncio.Event) -> int:
     return flushes
 
 
+@pytest.mark.slow
 async def test_concurrent_writers_lose_nothing_while_the_scripts_are_deleted(
     engine: EngineSpec, memory_key: str
 ) -> None:

@@ -209,6 +209,7 @@ async def test_the_commit_script_refuses_stale_epochs_and_moved_messages(
     await audit(client, memory_key, ids)
 
 
+@pytest.mark.slow
 async def test_writers_and_flushers_together_lose_nothing(
     engine: EngineSpec, memory_key: str
 ) -> None:

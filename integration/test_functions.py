@@ -30,7 +30,9 @@ from compozy_memory._wire.delivery import delivery_for, install
 from compozy_memory._wire.scripts import library
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import start_cluster
-from integration.engines import REQUIRE_REDIS7, EngineSpec, redis7_binary
+from integration.engines import EngineSpec, require_redis7
+
+pytestmark = pytest.mark.faults
 
 COUNTER = HeuristicCounter()
 QUICK = RetryPolicy(attempts=2, deadline=1.0)
@@ -188,15 +190,12 @@ async def _until(check: Callable[[], object], what: str) -> None:
 def cluster_binary(request: pytest.FixtureRequest) -> str | None:
     if request.param == "valkey":
         return None  # the embedded default
-    binary = redis7_binary()
-    if binary is None:
-        if REQUIRE_REDIS7:
-            pytest.fail("COMPOZY_REQUIRE_REDIS7=1 but redis-server is not on PATH")
-        pytest.skip("redis-server (Redis 7) is not on PATH")
-    return binary
+    return require_redis7("Redis 7 cluster")
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow
+@pytest.mark.cluster
 async def test_functions_on_every_primary_and_on_a_node_added_later(
     cluster_binary: str | None, record: Callable[..., None]
 ) -> None:

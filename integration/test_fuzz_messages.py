@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
@@ -22,6 +23,9 @@ from compozy_memory import (
 )
 from compozy_memory.embedded import EmbeddedServer
 from integration.faults import consistency_problems
+
+# Run by scripts/reliability: its counts become rows of RELIABILITY.md.
+pytestmark = pytest.mark.faults
 
 # Every code point, surrogates included, and the strings that break naive JSON or Lua code.
 ANY_TEXT = st.one_of(
@@ -70,6 +74,7 @@ BATCHES = st.one_of(
 KEYS = st.one_of(st.none(), st.none(), st.sampled_from(["k1", "k2"]), ANY_TEXT)
 
 
+@pytest.mark.slow
 def test_any_append_is_stored_or_refused_and_the_memory_stays_consistent(
     valkey_server: EmbeddedServer, record: Callable[..., None]
 ) -> None:

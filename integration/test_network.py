@@ -22,6 +22,9 @@ from compozy_memory import (
 from integration.engines import EngineSpec
 from integration.faults import FaultProxy, Load, consistency_problems, tally
 
+# Run by scripts/reliability: its counts become rows of RELIABILITY.md.
+pytestmark = pytest.mark.faults
+
 PROJECT = "net"
 PATIENT = RetryPolicy(attempts=50, deadline=30.0, max_backoff=0.2)
 COUNTER = HeuristicCounter()
@@ -92,6 +95,7 @@ async def test_a_lost_reply_is_not_applied_twice(
     )
 
 
+@pytest.mark.slow
 async def test_cut_connections_and_lost_replies_under_load(
     proxy: FaultProxy, direct: Redis, standalone: EngineSpec, record: Callable[..., None]
 ) -> None:
@@ -168,6 +172,7 @@ async def test_a_stalled_network_gives_a_typed_timeout_and_a_safe_retry(
     )
 
 
+@pytest.mark.slow
 async def test_a_slow_network_changes_latency_only(
     proxy: FaultProxy, direct: Redis, standalone: EngineSpec, record: Callable[..., None]
 ) -> None:

@@ -11,21 +11,20 @@ from redis.asyncio import Redis
 
 from compozy_memory import BackendOutOfMemoryError, HeuristicCounter, MemoryInstance
 from compozy_memory.embedded import EmbeddedServer, find_binary, start_server
-from integration.engines import REQUIRE_REDIS7, redis7_binary
+from integration.engines import require_redis7
 from integration.faults import consistency_problems, tally
+
+# Run by scripts/reliability: its counts become rows of RELIABILITY.md.
+pytestmark = pytest.mark.faults
 
 COUNTER = HeuristicCounter()
 
 
 @pytest.fixture(params=["valkey", "redis7"])
 def tiny_server(request: pytest.FixtureRequest) -> Iterator[EmbeddedServer]:
-    binary: Path | str | None = (
-        find_binary("valkey-server") if request.param == "valkey" else redis7_binary()
+    binary: Path | str = (
+        find_binary("valkey-server") if request.param == "valkey" else require_redis7()
     )
-    if binary is None:
-        if REQUIRE_REDIS7:
-            pytest.fail("COMPOZY_REQUIRE_REDIS7=1 but redis-server is not on PATH")
-        pytest.skip("redis-server (Redis 7) is not on PATH")
     with start_server(
         binary, extra_args=["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]
     ) as server:

@@ -34,6 +34,9 @@ from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer, find_binary
 from integration.engines import EngineSpec, spec_for
 from integration.faults import FaultProxy, consistency_problems
 
+# Run by scripts/reliability: its counts become rows of RELIABILITY.md.
+pytestmark = pytest.mark.faults
+
 PROJECT = "repl"
 COUNTER = HeuristicCounter()
 ONE_REPLICA = WaitPolicy(replicas=1, timeout=timedelta(milliseconds=300))
@@ -67,13 +70,50 @@ def start_pair(binary: Path, *, aof: bool = False) -> Pair:
     replica = start_server(
         binary, extra_args=["--replicaof", "127.0.0.1", str(link.port), *persistence]
     )
-    deadline = time.monotonic() + 15
-    with SyncRedis(port=replica.port) as admin:
-        while admin.info("replication").get("master_link_status") != "up":
-            if time.monotonic() > deadline:
-                raise AssertionError("the replica did not sync in 15 s")
+    pair = Pair(primary, replica, link)
+    try:
+        wait_until_replicating(pair, aof=aof)
+    except BaseException:
+        pair.stop()
+        raise
+    return pair
+
+
+def wait_until_replicating(pair: Pair, *, aof: bool, within: float = 30.0) -> None:
+    """Return once a write on the primary is acknowledged by the replica, as the tests expect.
+
+    The link being up is not enough: the replica may still be loading its initial sync, and
+    with appendonly it then rewrites its AOF, during which WAITAOF counts it out
+    (``replicas 0/1`` on a busy machine). So wait for the sync and the rewrite to finish,
+    then for one write to be acknowledged by WAIT (and by WAITAOF with appendonly).
+    """
+    deadline = time.monotonic() + within
+    state: dict[str, object] = {}
+    with SyncRedis(port=pair.primary.port) as primary, SyncRedis(port=pair.replica.port) as replica:
+        while time.monotonic() < deadline:
+            state = {**replica.info("replication"), **replica.info("persistence")}
+            settled = (
+                state.get("master_link_status") == "up"
+                and state.get("master_sync_in_progress") == 0
+                and state.get("loading") == 0
+                and (
+                    not aof
+                    or (
+                        state.get("aof_enabled") == 1
+                        and state.get("aof_rewrite_in_progress") == 0
+                        and state.get("aof_rewrite_scheduled") == 0
+                    )
+                )
+            )
+            if settled:
+                primary.set("pair:replicating", "1")
+                acked = primary.execute_command("WAIT", 1, 200) >= 1
+                if acked and aof:
+                    acked = primary.execute_command("WAITAOF", 0, 1, 200)[1] >= 1
+                if acked:
+                    return
             time.sleep(0.05)
-    return Pair(primary, replica, link)
+    raise AssertionError(f"the replica was not replicating after {within:.0f} s: {state}")
 
 
 @pytest.fixture
@@ -185,6 +225,7 @@ async def test_asking_for_more_replicas_than_exist_fails_with_the_counts(pair: P
     await primary.aclose()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wait", [None, ONE_REPLICA], ids=["no-wait", "wait-1-replica"])
 async def test_failover_to_a_replica_that_missed_writes(
     wait: WaitPolicy | None, record: Callable[..., None]
@@ -273,6 +314,7 @@ async def test_waitaof_on_a_server_without_it_is_a_clear_error(
     await client.aclose()
 
 
+@pytest.mark.cluster
 async def test_wait_needs_a_standalone_client(valkey_cluster: EmbeddedCluster) -> None:
     client = spec_for("valkey-cluster", valkey_cluster).client()
     with pytest.raises(ConfigurationError, match="standalone"):

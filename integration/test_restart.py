@@ -29,8 +29,11 @@ from compozy_memory import (
 )
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory.embedded import EmbeddedServer, find_binary, start_server
-from integration.engines import REQUIRE_REDIS7, redis7_binary
+from integration.engines import require_redis7
 from integration.faults import Load, consistency_problems, tally
+
+# Run by scripts/reliability: its counts become rows of RELIABILITY.md.
+pytestmark = pytest.mark.faults
 
 PROJECT = "restart"
 SHIM = Path(__file__).parent / "native" / "powercut.c"
@@ -55,12 +58,7 @@ def powercut_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server_binary(request: pytest.FixtureRequest) -> Path:
     if request.param == "valkey":
         return find_binary("valkey-server")
-    binary = redis7_binary()
-    if binary is None:
-        if REQUIRE_REDIS7:
-            pytest.fail("COMPOZY_REQUIRE_REDIS7=1 but redis-server is not on PATH")
-        pytest.skip("redis-server (Redis 7) is not on PATH")
-    return Path(binary)
+    return Path(require_redis7())
 
 
 @dataclass
@@ -128,6 +126,7 @@ def crashable(
             c.server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fsync", ["always", "everysec"])
 @pytest.mark.parametrize("crash", ["sigkill", "power-cut"])
 async def test_a_crash_under_load(

@@ -24,7 +24,10 @@ from compozy_memory._ops.cli import main
 from compozy_memory._wire.delivery import install
 from compozy_memory.embedded import EmbeddedServer, start_server
 from integration.certs import make_certificates
-from integration.engines import REQUIRE_REDIS7, EngineSpec, redis7_binary
+from integration.engines import EngineSpec, require_redis7
+
+# Run by scripts/reliability: its counts become rows of RELIABILITY.md.
+pytestmark = pytest.mark.faults
 
 COUNTER = HeuristicCounter()
 QUICK = RetryPolicy(attempts=2, deadline=0.5)
@@ -180,11 +183,7 @@ def test_the_acl_command_prints_a_usable_line(capsys: pytest.CaptureFixture[str]
 
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedServer, Path]]:
-    binary = redis7_binary()
-    if binary is None:
-        if REQUIRE_REDIS7:
-            pytest.fail("COMPOZY_REQUIRE_REDIS7=1 but redis-server is not on PATH")
-        pytest.skip("redis-server (Redis 7, with TLS) is not on PATH")
+    binary = require_redis7("Redis 7, with TLS")
     certs = make_certificates(tmp_path_factory.mktemp("tls"))
     # The plain port only serves the readiness check; clients use the TLS port.
     with socket.socket() as sock:

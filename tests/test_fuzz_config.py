@@ -18,7 +18,10 @@ from compozy_memory._config.agents import resolve_agent_memories
 from compozy_memory._config.loader import load_project
 from compozy_memory._config.templates import render_key
 from compozy_memory.errors import ConfigurationError
-from integration.faults import Row, record_row, reproduce
+from reliability_rows import Row, record_row, reproduce
+
+# Run by scripts/reliability: its counts become rows of RELIABILITY.md.
+pytestmark = pytest.mark.faults
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "project"
@@ -100,6 +103,7 @@ SETTINGS = settings(
 )
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.one_of(RESOURCES, VALUES))
 def test_any_memory_file_loads_or_says_why(document: Any) -> None:

@@ -127,7 +127,11 @@ class ScriptBatcher:
             (*self.delivery.command(script), len(keys), *keys, *args)
             for script, keys, args, _, _ in calls
         ]
-        connection = await pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py
+        try:  # redis-py 5.3+ takes no arguments (and deprecates them); before, a command name
+            acquiring = pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py
+        except TypeError:  # raised by the call itself, before any connection is taken
+            acquiring = pool.get_connection("EVALSHA")  # type: ignore[no-untyped-call]
+        connection = await acquiring
         try:
             if _pack is not None:
                 payload: bytes | list[bytes] = b"".join(_pack(command) for command in commands)

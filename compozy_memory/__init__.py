@@ -17,11 +17,13 @@ from compozy_memory._manager import MemoryManager
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._model.keys import InstanceKeys, sanitize_key
 from compozy_memory._model.messages import Message
-from compozy_memory._model.policy import MemoryPolicy, WaitPolicy
+from compozy_memory._model.policy import ContextPolicy, MemoryPolicy, SearchPolicy, WaitPolicy
 from compozy_memory._model.results import (
     AppendResult,
+    ContextLayers,
     FlushPlan,
     FlushResult,
+    Hit,
     MemoryHealth,
     Snapshot,
     Summary,
@@ -45,9 +47,11 @@ from compozy_memory.errors import (
     BackendUnavailableError,
     BudgetExceededError,
     CompozyMemoryError,
+    ConcurrentChangeError,
     ConfigFileError,
     ConfigurationError,
     ConflictError,
+    ContextOverflowError,
     InvalidMessageError,
     LockBusyError,
     LockError,
@@ -77,9 +81,13 @@ __all__ = [
     "BudgetExceededError",
     "CachedCounter",
     "CompozyMemoryError",
+    "ConcurrentChangeError",
     "ConfigFileError",
     "ConfigurationError",
     "ConflictError",
+    "ContextLayers",
+    "ContextOverflowError",
+    "ContextPolicy",
     "ExtractiveSummarizer",
     "FencedLock",
     "FlushMetrics",
@@ -88,6 +96,7 @@ __all__ = [
     "FlushSettings",
     "Flusher",
     "HeuristicCounter",
+    "Hit",
     "InstanceKeys",
     "InvalidMessageError",
     "Lease",
@@ -110,6 +119,7 @@ __all__ = [
     "RetryPolicy",
     "RuleBasedSummarizer",
     "ScriptError",
+    "SearchPolicy",
     "Snapshot",
     "StartupError",
     "Summarizer",

@@ -1,0 +1,278 @@
+"""Layered context, archive search and the recall tools on every real engine."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from compozy_memory import (
+    ContextOverflowError,
+    Flusher,
+    FlushSettings,
+    HeuristicCounter,
+    MemoryInstance,
+    MemoryPolicy,
+    Message,
+)
+from compozy_memory._flush.summarizers import ExtractiveSummarizer
+from compozy_memory._metrics import FlushMetrics
+from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._search.analysis import message_index_terms
+from compozy_memory._wire.translate import RedisClient
+
+PROJECT = "ctx"
+COUNTER = HeuristicCounter()
+SYSTEM = {"role": "system", "content": "You are the support agent of ACME.", "priority": 0}
+
+
+def memory(client: RedisClient, key: str, **policy: Any) -> MemoryInstance:
+    return MemoryInstance.open(
+        client, project=PROJECT, key=key, counter=COUNTER, policy=MemoryPolicy(**policy)
+    )
+
+
+def attach(mem: MemoryInstance, budget: int) -> Flusher:
+    flusher = Flusher(
+        mem.gateway,
+        FlushSettings(max_tokens=budget, summary_tokens=budget // 5),
+        ExtractiveSummarizer(COUNTER),
+        COUNTER,
+        metrics=FlushMetrics(CollectorRegistry()),
+    )
+    mem.attach_flusher(flusher)
+    return flusher
+
+
+def chat(n: int, *, tokens: int = 30) -> dict[str, Any]:
+    speaker = ("user", "assistant")[n % 2]
+    return {"role": speaker, "content": f"message {n} about topic{n % 7}", "tokens": tokens}
+
+
+@pytest.mark.parametrize("with_flusher", [False, True])
+async def test_the_system_prompt_leads_a_context_ten_times_over_budget(
+    client: RedisClient, memory_key: str, with_flusher: bool
+) -> None:
+    mem = memory(client, memory_key, max_tokens=1_000)
+    if with_flusher:
+        attach(mem, 1_000)
+    await mem.append({**SYSTEM, "tokens": 20})
+    await mem.append_many([chat(n) for n in range(340)])  # ~10,200 tokens
+    if with_flusher:
+        assert mem.flusher is not None
+        await mem.flusher.wait_idle()
+    for budget in (1_000, 300, 20):
+        context = await mem.context(budget)
+        assert context[0].text == SYSTEM["content"]
+        assert sum(m.tokens or 0 for m in context) <= budget
+        assert [m.priority for m in context].count(0) == 1
+    window = await mem.read_window(200)
+    assert window[0].priority == 0
+    with pytest.raises(ContextOverflowError):
+        await mem.context(19)
+
+
+@settings(
+    max_examples=25,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    pinned=st.lists(st.integers(1, 60), max_size=3),
+    live=st.lists(st.integers(1, 120), min_size=0, max_size=40),
+    archived=st.integers(0, 30),
+    recalled=st.integers(0, 5),
+    budget=st.integers(0, 1_500),
+    shares=st.tuples(st.floats(0, 0.5), st.floats(0, 0.5)),
+    query=st.sampled_from([None, "topic3 message", "nothing matches zzz"]),
+)
+async def test_a_context_never_exceeds_its_budget_and_keeps_its_order(
+    client: RedisClient,
+    pinned: list[int],
+    live: list[int],
+    archived: int,
+    recalled: int,
+    budget: int,
+    shares: tuple[float, float],
+    query: str | None,
+) -> None:
+    from compozy_memory._model.policy import ContextPolicy
+
+    key = f"prop:{random.getrandbits(64):x}"
+    mem = memory(
+        client,
+        key,
+        context=ContextPolicy(summary_share=shares[0], recall_share=shares[1]),
+        max_tokens=2_000,
+    )
+    for tokens in pinned:
+        await mem.append({**SYSTEM, "tokens": tokens})
+    if archived:
+        await mem.append_many([chat(n, tokens=25) for n in range(archived)])
+        await mem.trim(keep_messages=len(pinned))
+    if live:
+        await mem.append_many([chat(100 + n, tokens=t) for n, t in enumerate(live)])
+    if recalled and archived:
+        await mem.recall_messages(range(len(pinned) + 1, len(pinned) + 1 + recalled))
+    if sum(pinned) > budget:
+        with pytest.raises(ContextOverflowError):
+            await mem.context(budget, query=query)
+        return
+    layers = await mem.context_layers(budget, query=query)
+    assert layers.tokens <= budget
+    assert list(layers.pinned) == [m for m in await mem.read() if m.priority == 0]
+    ids = [m.id for m in layers.messages]
+    assert len(ids) == len(set(ids)), "a message shown twice"
+    # The window is the newest live messages, contiguous, ending at the newest.
+    live_ids = [m.id for m in await mem.read() if m.priority != 0]
+    window = [m.id for m in layers.window]
+    assert window == live_ids[len(live_ids) - len(window) :]
+    await client.delete(*mem.keys.data)
+
+
+async def test_a_flush_leaves_the_context_nearly_full(client: RedisClient, memory_key: str) -> None:
+    mem = memory(client, memory_key, max_tokens=2_000)
+    flusher = attach(mem, 2_000)
+    await mem.append_many([chat(n, tokens=40) for n in range(150)])  # 6,000 tokens
+    await flusher.wait_idle()
+    await flusher.flush()
+    layers = await mem.context_layers()
+    assert layers.tokens >= 0.9 * 2_000
+    assert layers.tokens <= 2_000
+    assert layers.backfill, "the archive filled what the flush left"
+
+
+async def test_search_finds_an_archived_fact_and_brings_its_neighbours(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key)
+    turns = [chat(n) for n in range(60)]
+    turns[20] = {"role": "user", "name": "Caroline", "content": "Where did you adopt Rex?"}
+    turns[21] = {"role": "assistant", "content": "At the Oakwood shelter, in May."}
+    await mem.append_many(turns)
+    await mem.trim(keep_messages=5)
+    hits = await mem.search("Where was Rex adopted?", limit=3)
+    assert hits[0].message.text == "Where did you adopt Rex?"
+    assert hits[0].after is not None
+    assert "Oakwood" in hits[0].after.text
+    # The answer has no word of the question: it ranks through its neighbour.
+    assert any("Oakwood" in h.message.text for h in hits)
+    only_users = await mem.search("Rex adopt Oakwood", roles=["assistant"])
+    assert only_users
+    assert all(h.message.role == "assistant" for h in only_users)
+    assert await mem.search("Rex", since_id=100) == []
+    assert await mem.search("the of and") == []  # stop words only
+
+
+async def test_a_query_brings_the_answer_into_the_context(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key, max_tokens=400)
+    turns = [chat(n) for n in range(200)]
+    turns[30] = {
+        "role": "user",
+        "content": "My order number is 77123, the blue kettle.",
+        "tokens": 15,
+    }
+    await mem.append_many(turns)
+    await mem.trim(keep_messages=8)
+    plain = await mem.context()
+    assert not any("77123" in m.text for m in plain)
+    asked = await mem.context(query="what was the order number for the kettle?")
+    assert any("77123" in m.text for m in asked)
+    assert sum(m.tokens or 0 for m in asked) <= 400
+
+
+async def test_recalled_messages_join_the_context_until_cleared(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key, max_tokens=600)
+    await mem.append_many([chat(n) for n in range(100)])
+    await mem.trim(keep_messages=5)
+    brought = await mem.recall_messages([3, 4, 999])
+    assert [m.id for m in brought] == [3, 4]
+    assert await mem.recall_messages([3]) == []  # already there
+    layers = await mem.context_layers()
+    assert [m.id for m in layers.recalled] == [3, 4]
+    assert (await mem.health()).recalled == 2
+    assert await mem.clear_recalled() == 2
+    assert (await mem.context_layers()).recalled == ()
+
+
+async def index_state(
+    client: RedisClient, keys: InstanceKeys
+) -> tuple[Counter[str], dict[str, str]]:
+    postings = Counter(
+        (p.decode() if isinstance(p, bytes) else p) for p in await client.zrange(keys.ixpost, 0, -1)
+    )
+    docs = {
+        (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+        for k, v in (await client.hgetall(keys.ixdocs)).items()
+    }
+    return postings, docs
+
+
+async def expected_index(
+    client: RedisClient, keys: InstanceKeys
+) -> tuple[Counter[str], dict[str, int], int, int]:
+    """The index built from scratch over what the archive holds now."""
+    postings: Counter[str] = Counter()
+    df: dict[str, int] = {}
+    n_docs = total = 0
+    for raw in await client.lrange(keys.archive, 0, -1):
+        message = Message.model_validate_json(raw)
+        if message.content_type == "summary":
+            continue
+        fields = message_index_terms(message).split("\t")
+        length = int(fields[0])
+        n_docs += 1
+        total += length
+        for term, tf in zip(fields[1::2], fields[2::2], strict=True):
+            postings[f"{term}\t{message.id:012d}\t{tf}\t{length}\t{message.role}"] += 1
+            df[term] = df.get(term, 0) + 1
+    return postings, df, n_docs, total
+
+
+@pytest.mark.slow
+async def test_the_index_equals_one_built_from_scratch_after_random_operations(
+    client: RedisClient, memory_key: str
+) -> None:
+    rng = random.Random(7)
+    mem = memory(client, memory_key, max_tokens=1_500, archive_max=120)
+    flusher = attach(mem, 1_500)
+    n = 0
+    for step in range(60):
+        action = rng.choice(["append"] * 5 + ["flush", "trim", "replace", "clear"])
+        if action == "append":
+            await mem.append_many([chat(n + i, tokens=rng.randint(5, 60)) for i in range(8)])
+            n += 8
+        elif action == "flush":
+            await flusher.flush()
+        elif action == "trim":
+            await mem.trim(keep_messages=rng.randint(0, 10))
+        elif action == "replace":
+            await mem.replace([chat(n, tokens=20)])
+            n += 1
+        elif step % 20 == 19:
+            await mem.clear()
+    await flusher.wait_idle()
+    postings, df, n_docs, total = await expected_index(client, mem.keys)
+    got_postings, docs = await index_state(client, mem.keys)
+    assert got_postings == postings
+    assert {k[2:]: int(v) for k, v in docs.items() if k.startswith("f:")} == df
+    assert sum(1 for k in docs if k.startswith("d:")) == n_docs
+    meta = await client.hmget(mem.keys.meta, "ix_docs", "ix_len")
+    assert (int(meta[0] or 0), int(meta[1] or 0)) == (n_docs, total)
+    assert n_docs > 0
+    # Every indexed document is found where its sequence says, in the archive.
+    for key in docs:
+        if key.startswith("d:"):
+            (found,) = await mem.recall_messages([int(key[2:])])
+            assert found.id == int(key[2:])
+            await mem.clear_recalled()
+    assert json.loads((await client.lrange(mem.keys.archive, -1, -1))[0])["id"] > 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -103,7 +104,7 @@ async def test_a_context_never_exceeds_its_budget_and_keeps_its_order(
 ) -> None:
     from compozy_memory._model.policy import ContextPolicy
 
-    key = f"prop:{random.getrandbits(64):x}"
+    key = f"prop:{uuid.uuid4().hex}"  # hypothesis seeds random: uuid4 reads os.urandom
     mem = memory(
         client,
         key,
@@ -207,8 +208,9 @@ async def test_recalled_messages_join_the_context_until_cleared(
 async def index_state(
     client: RedisClient, keys: InstanceKeys
 ) -> tuple[Counter[str], dict[str, str]]:
-    postings = Counter(
-        (p.decode() if isinstance(p, bytes) else p) for p in await client.zrange(keys.ixpost, 0, -1)
+    postings: Counter[str] = Counter(
+        p.decode() if isinstance(p, bytes) else str(p)
+        for p in await client.zrange(keys.ixpost, 0, -1)
     )
     docs = {
         (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)

@@ -15,6 +15,7 @@ from compozy_memory._flush.summarizers import (
 )
 from compozy_memory._manager import MemoryManager
 from compozy_memory._metrics import FlushMetrics
+from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys, sanitize_key
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import ContextPolicy, MemoryPolicy, SearchPolicy, WaitPolicy
@@ -72,6 +73,7 @@ __version__ = "0.1.0"
 __all__ = [
     "NO_RETRY",
     "AnthropicSummarizer",
+    "AnthropicTokenCounter",
     "AppendResult",
     "BackendError",
     "BackendOutOfMemoryError",

@@ -14,6 +14,7 @@ from compozy_memory._config.schema import (
     ExtractiveSummarizerConfig,
     MemoryResource,
     RuleBasedSummarizerConfig,
+    TokenizerConfig,
 )
 from compozy_memory._config.templates import compile_template
 from compozy_memory._flush.flusher import Flusher
@@ -25,8 +26,9 @@ from compozy_memory._flush.summarizers import (
     Summarizer,
 )
 from compozy_memory._metrics import FlushMetrics, default_metrics
+from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._model.tokens import TokenCounter, default_counter
+from compozy_memory._model.tokens import TokenCounter, counter_for_encoding, default_counter
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.translate import RedisClient
@@ -48,6 +50,10 @@ class MemoryManager:
     Handles for the same memory, key and mode are shared while anyone holds one, and dropped
     with the last reference: a lookup creates no task, connection pool or counter, and
     nothing accumulates per call.
+
+    Messages without ``tokens`` are counted as each resource's ``tokenizer`` says (cl100k
+    when it says nothing), unless ``counter`` is given: then it counts for every memory.
+    Local counters are shared per encoding across the process; API counters per model.
     """
 
     def __init__(
@@ -66,6 +72,8 @@ class MemoryManager:
         self.retry = retry
         self.client = client
         self.counter = counter if counter is not None else default_counter()
+        self._counter_override = counter
+        self._api_counters: dict[tuple[str, float, float], AnthropicTokenCounter] = {}
         self.batching = batching
         self.flushing = flushing
         self.metrics = metrics or default_metrics()
@@ -98,11 +106,12 @@ class MemoryManager:
         handle_key = (resource.id, keys.key, reference.read_only, self.registry.generation)
         handle = self._handles.get(handle_key)
         if handle is None:
+            counter = self.counter_for(resource)
             handle = MemoryInstance(
                 self.client,
                 keys,
                 policy=resource.policy(),
-                counter=self.counter,
+                counter=counter,
                 read_only=reference.read_only,
                 batching=self.batching,
                 retry=self.retry,
@@ -113,8 +122,8 @@ class MemoryManager:
                     Flusher(
                         handle.gateway,
                         flush_settings(resource),
-                        self._summarizer_for(resource),
-                        self.counter,
+                        self._summarizer_for(resource, counter),
+                        counter,
                         lock_ttl=resource.locking.flush_ttl,
                         metrics=self.metrics,
                         name=resource.id,
@@ -132,24 +141,52 @@ class MemoryManager:
         )
         return [await self.get(ref, context) for ref in refs]
 
-    def _summarizer_for(self, resource: MemoryResource) -> Summarizer:
+    def counter_for(self, resource: str | MemoryResource) -> TokenCounter:
+        """The counter of a memory (its id, or its resource), as its ``tokenizer`` says."""
+        if isinstance(resource, str):
+            resource = self.registry.get(resource)
+        if self._counter_override is not None:
+            return self._counter_override
+        return self._build_counter(resource.tokenizer)
+
+    def _build_counter(self, config: TokenizerConfig | None) -> TokenCounter:
+        if config is None:
+            return default_counter()
+        if config.method == "anthropic_api":
+            assert config.model is not None  # the schema insists
+            key = (config.model, config.timeout.total_seconds(), config.retry_after.total_seconds())
+            counter = self._api_counters.get(key)
+            if counter is None:
+                counter = AnthropicTokenCounter(
+                    config.model, timeout=config.timeout, retry_after=config.retry_after
+                )
+                self._api_counters[key] = counter
+            return counter
+        return counter_for_encoding(config.local_encoding)
+
+    def _summarizer_for(self, resource: MemoryResource, counter: TokenCounter) -> Summarizer:
         if self._summarizer is not None:
             return self._summarizer
+        if isinstance(counter, AnthropicTokenCounter):
+            counter = counter.local  # trial counts of draft summaries: no API call each
         cache_key = (resource.id, self.registry.generation)
         summarizer = self._summarizers.get(cache_key)
         if summarizer is None:
-            summarizer = build_summarizer(resource.summarizer, self.counter, metrics=self.metrics)
+            summarizer = build_summarizer(resource.summarizer, counter, metrics=self.metrics)
             self._summarizers[cache_key] = summarizer
         return summarizer
 
     async def aclose(self) -> None:
-        """Close what the manager's summarizers opened (LLM clients); the Redis client is
-        the caller's to close."""
+        """Close what the manager's summarizers and token counters opened (API clients);
+        the Redis client is the caller's to close."""
         for summarizer in self._summarizers.values():
             close = getattr(summarizer, "aclose", None)
             if close is not None:
                 await close()
         self._summarizers.clear()
+        for counter in self._api_counters.values():
+            await counter.aclose()
+        self._api_counters.clear()
 
     @property
     def open_handles(self) -> int:

@@ -1,4 +1,10 @@
-"""A local stand-in for the Anthropic Messages API, for tests of the real client."""
+"""A local stand-in for the Anthropic Messages API, for tests of the real client.
+
+``POST /v1/messages`` answers with the scripted replies in turn. ``POST
+/v1/messages/count_tokens`` answers with its own scripted replies (``count_replies``), and
+once they run out counts :data:`COUNT_FRAMING` plus one token per whitespace-separated word
+of the messages' text, so tests can tell an API count from a local one.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,23 @@ class Reply:
     status: int = 200
     text: str = "Stub summary."
     hang: float = 0.0
+    #: For count_tokens: the input_tokens to answer instead of the stub's own count.
+    tokens: int | None = None
+
+
+# What the stub's count_tokens adds to every request, as the real API adds its framing.
+COUNT_FRAMING = 7
+
+
+def stub_count(body: dict[str, Any]) -> int:
+    """The stub's count of a count_tokens request: framing, then a token a word."""
+    words = 0
+    for message in body.get("messages", []):
+        content = message.get("content", "")
+        if isinstance(content, list):
+            content = " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+        words += len(str(content).split())
+    return COUNT_FRAMING + words
 
 
 @dataclass
@@ -26,6 +49,11 @@ class Stub:
     replies: list[Reply]
     requests: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
+    count_replies: list[Reply] = field(default_factory=list)
+
+    @property
+    def count_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if r["path"] == "/v1/messages/count_tokens"]
 
 
 def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
@@ -39,11 +67,16 @@ def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
                     "headers": {k.lower(): v for k, v in self.headers.items()},
                 }
             )
-            reply = stub.replies.pop(0) if stub.replies else Reply()
+            counting = self.path == "/v1/messages/count_tokens"
+            queue = stub.count_replies if counting else stub.replies
+            reply = queue.pop(0) if queue else Reply()
             if reply.hang:
                 time.sleep(reply.hang)
-            if reply.status == 200:
-                payload: dict[str, Any] = {
+            if counting and reply.status == 200:
+                tokens = reply.tokens if reply.tokens is not None else stub_count(body)
+                payload: dict[str, Any] = {"input_tokens": tokens}
+            elif reply.status == 200:
+                payload = {
                     "id": f"msg_{len(stub.requests)}",
                     "type": "message",
                     "role": "assistant",
@@ -73,8 +106,8 @@ def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def anthropic_stub(*replies: Reply) -> Iterator[Stub]:
-    stub = Stub(list(replies))
+def anthropic_stub(*replies: Reply, counts: tuple[Reply, ...] = ()) -> Iterator[Stub]:
+    stub = Stub(list(replies), count_replies=list(counts))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(stub))
     server.daemon_threads = True
     stub.url = f"http://127.0.0.1:{server.server_address[1]}"

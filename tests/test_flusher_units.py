@@ -20,7 +20,7 @@ from compozy_memory import (
     Summary,
 )
 from compozy_memory._metrics import FlushMetrics
-from compozy_memory._model.results import FlushPlan
+from compozy_memory._model.results import FlushPlan, FlushResult
 from tests.fakes import Call, FakeTransport, commit_reply, envelope, gateway, snapshot_reply
 
 COUNTER = HeuristicCounter()
@@ -309,3 +309,26 @@ async def test_a_read_only_gateway_cannot_flush_or_lock() -> None:
             terms=[],
         )
     assert transport.calls == []
+
+
+async def test_a_flush_reports_the_specs_summarized_count_and_tokens_saved() -> None:
+    transport = (
+        FakeTransport()
+        .on("lock_acquire", acquired())
+        .on("snapshot", snapshot_reply(turns(12), incarnation="42"))
+        .on("flush_commit", commit_reply(summary_id=13, removed=4, removed_tokens=200))
+        .on("lock_release", 1)
+    )
+    result = await flusher(transport).flush()
+    assert result.plan is not None
+    assert result.summarized_count == len(result.plan.summarize_ids) == 5
+    # 600 tokens; 5 x 50 replaced by a summary counted at its whole 40-token budget.
+    assert (result.plan.context_tokens, result.plan.projected_tokens) == (600, 390)
+    assert result.tokens_saved == 210
+    assert (FlushResult("skipped").summarized_count, FlushResult("skipped").tokens_saved) == (0, 0)
+    nothing = FlushResult("nothing", FlushPlan(context_tokens=90, projected_tokens=90))
+    assert (nothing.summarized_count, nothing.tokens_saved) == (0, 0)
+    evicted = FlushResult(
+        "evicted", FlushPlan(evict_ids=(1, 2), context_tokens=500, projected_tokens=380)
+    )
+    assert (evicted.summarized_count, evicted.tokens_saved) == (0, 120)

@@ -315,3 +315,70 @@ def test_run_time_agent_settings_compile_their_templates() -> None:
     registry = MemoryRegistry.load(EXAMPLES)
     with pytest.raises(ConfigurationError, match=r"memories\[0\]\.key: .*private"):
         registry.resolve({"memories": [{"id": "sql-agent", "key": "{{ ''.__class__ }}"}]})
+
+
+def test_tokenizer_mistakes_name_file_line_and_key(tmp_path: Path) -> None:
+    write(tmp_path, "compozy.yaml", "project: acme\n")
+    write(tmp_path, "memory/typo.yaml", """
+        id: typo
+        max_tokens: 100
+        tokenizer:
+          model: gpt-4o
+          encodng: o200k_base
+        """)  # fmt: skip
+    write(tmp_path, "memory/model-as-text.yaml", """
+        id: model-as-text
+        max_tokens: 100
+        tokenizer: gpt-4o
+        """)  # fmt: skip
+    write(tmp_path, "memory/unknown-model.yaml", """
+        id: unknown-model
+        max_tokens: 100
+        description: a memory
+        tokenizer: {model: llama-3}
+        """)  # fmt: skip
+    write(tmp_path, "memory/api-for-gpt.yaml", """
+        id: api-for-gpt
+        max_tokens: 100
+        tokenizer: {model: gpt-4o, method: anthropic_api}
+        """)  # fmt: skip
+    write(tmp_path, "memory/timeout-without-api.yaml", """
+        id: timeout-without-api
+        max_tokens: 100
+        tokenizer: {encoding: cl100k_base, timeout: 1s}
+        """)  # fmt: skip
+    assert sorted(problems(tmp_path)) == [
+        "memory/api-for-gpt.yaml:3: tokenizer: method anthropic_api counts for a Claude "
+        "model: set model",
+        "memory/model-as-text.yaml:3: tokenizer: 'gpt-4o' is not an encoding we ship "
+        "(cl100k_base, o200k_base); for a model write {model: gpt-4o}",
+        "memory/timeout-without-api.yaml:3: tokenizer: timeout: only for method anthropic_api",
+        "memory/typo.yaml:5: tokenizer.encodng: unknown key 'encodng'; did you mean 'encoding'?",
+        "memory/unknown-model.yaml:4: tokenizer: model 'llama-3' has no encoding we know: "
+        "set encoding (cl100k_base or o200k_base) instead",
+    ]
+
+
+def test_tokenizer_forms(tmp_path: Path) -> None:
+    write(tmp_path, "compozy.yaml", """
+        project: acme
+        memories:
+          - {id: a, max_tokens: 100, tokenizer: o200k_base}
+          - {id: b, max_tokens: 100, tokenizer: {model: gpt-4o-mini}}
+          - {id: c, max_tokens: 100, tokenizer: {model: claude-haiku-4-5}}
+          - id: d
+            max_tokens: 100
+            tokenizer: {model: claude-sonnet-4-5, method: anthropic_api, timeout: 1500ms}
+          - {id: e, max_tokens: 100}
+        """)  # fmt: skip
+    resources = {k: v.resource for k, v in load_project(tmp_path).resources.items()}
+    tokenizers = {k: r.tokenizer for k, r in resources.items()}
+    assert tokenizers["e"] is None  # cl100k, as before the setting existed
+    described = {k: t.describe() for k, t in tokenizers.items() if t is not None}
+    assert described == {
+        "a": "o200k_base",
+        "b": "o200k_base (gpt-4o-mini)",
+        "c": "claude-haiku-4-5, estimated with cl100k_base",
+        "d": "claude-sonnet-4-5 via count_tokens (timeout 1s500ms)",
+    }
+    assert resources["a"].summary()["tokenizer"] == "o200k_base"

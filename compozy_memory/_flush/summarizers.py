@@ -1,7 +1,7 @@
 """Summarizers: turn the oldest messages into one summary within a token budget.
 
-* :class:`RuleBasedSummarizer`: the Compozy spec's: the first message, a count of the middle,
-  the last two. Cheap, and it keeps very little.
+* :class:`RuleBasedSummarizer`: the Compozy spec's ``CONVERSATION_SUMMARY:``: the first
+  message, a count of the middle, the last two. Cheap, and it keeps very little.
 * :class:`ExtractiveSummarizer`: keeps the sentences that carry facts (numbers, ids, names,
   dates, decisions, open questions) in their original order, within the budget.
 * :class:`AnthropicSummarizer`: asks a Claude model (Haiku by default) for key facts,
@@ -77,10 +77,21 @@ class Summarizer(Protocol):
 
 
 class RuleBasedSummarizer:
-    """The first message, a count of the middle, the last two: one per line after a header.
+    """The Compozy spec's summary: the first message, how many followed, the last two.
 
-    Previous summaries being folded in contribute their lines, never their header, and the
-    count is the number of original messages covered."""
+    ::
+
+        CONVERSATION_SUMMARY: Initial context: user: My order #1042 arrived damaged.
+        ... [27 messages exchanged] ...
+        Recent context: user: A refund, please.
+        assistant: Done: 59.90 EUR back to your card.
+
+    One row per part (the spec writes them on one line), each message's text on one line
+    and cut at ``_RULE_CHARS``, so that a fold can take the rows back unambiguously. Under
+    three messages nothing is condensed: the messages are carried whole (the spec returns
+    no summary, which the flusher would commit as a blank one). Previous summaries being
+    folded in contribute their lines, never their header, and the count is of the original
+    messages covered."""
 
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
@@ -95,22 +106,50 @@ class RuleBasedSummarizer:
                 items += summary_lines(message)
                 continue
             parts = message_parts(message, tool_names)
-            text = " ".join(" ".join(p.text for p in parts).split())
-            if len(text) > _RULE_CHARS:
-                text = text[:_RULE_CHARS] + "..."
-            items.append(Line(speaker_of(message), text))
+            items.append(
+                Line(speaker_of(message), " ".join(" ".join(p.text for p in parts).split()))
+            )
+        if not items:
+            return Summary("", "rule_based")
         covered = sum(covered_count(m) for m in messages)
-        rows = [f"Earlier conversation ({covered} messages)."]
-        if items:
-            head, tail = items[0], items[1:][-2:]
-            rows.append(f"It began with {render_line(head, with_day=False)}")
-            middle = covered - 1 - len(tail)
-            if middle > 0:
-                rows.append(f"{middle} messages followed.")
-            rows += [f"Then {render_line(line, with_day=False)}" for line in tail]
-        return Summary(fit_text("\n".join(rows), max_tokens, self.counter), "rule_based")
+        if covered < _RULE_MIN_MESSAGES:
+            kept, middle = items, 0
+        else:
+            kept = [items[0], *items[1:][-_RULE_RECENT:]]
+            middle = covered - len(kept)
+            kept = [_cut(line, _RULE_CHARS) for line in kept]
+        texts = [line.text for line in kept]
+        text = _rule_text(kept, texts, middle)
+        if self.counter.count(text) > max_tokens:
+            # Each message gets an equal share of what the framing leaves, so the recent
+            # context is never the part cut away, nor the count.
+            frame = self.counter.count(_rule_text(kept, [""] * len(kept), middle))
+            share = (max_tokens - frame) // len(kept)
+            texts = [fit_text(t, share, self.counter) if share > 0 else "" for t in texts]
+            text = _rule_text(kept, texts, middle)
+        return Summary(fit_text(text, max_tokens, self.counter), "rule_based")
 
 
+def _rule_text(lines: list[Line], texts: list[str], middle: int) -> str:
+    first, *recent = (Line(line.speaker, text) for line, text in zip(lines, texts, strict=True))
+    rows = [f"{_RULE_PREFIX}Initial context: {render_line(first, with_day=False)}"]
+    if middle > 0:
+        rows.append(f"... [{middle} messages exchanged] ...")
+    for n, line in enumerate(recent):
+        rows.append(("Recent context: " if n == 0 else "") + render_line(line, with_day=False))
+    return "\n".join(rows)
+
+
+def _cut(line: Line, limit: int) -> Line:
+    if len(line.text) <= limit:
+        return line
+    return Line(line.speaker, line.text[:limit] + "...", line.day, line.folded)
+
+
+_RULE_PREFIX = "CONVERSATION_SUMMARY: "
+# The spec's numbers: from three messages on, the first and the last two are kept.
+_RULE_MIN_MESSAGES = 3
+_RULE_RECENT = 2
 _RULE_CHARS = 200
 _MIN_SCORE = 1.0
 # A short first sentence right after another speaker's question is read as its answer.

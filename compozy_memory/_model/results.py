@@ -174,6 +174,9 @@ class Summary:
 
 @dataclass(frozen=True, slots=True)
 class FlushResult:
+    """What a flush did. With several rounds (a bounded snapshot of a flooded memory), the
+    plan, summary and the figures derived from them are the last round's."""
+
     outcome: FlushOutcome
     plan: FlushPlan | None = None
     summary: Summary | None = None
@@ -182,6 +185,30 @@ class FlushResult:
     context_tokens: int | None = None
     epoch: int | None = None
     rounds: int = 1
+
+    @property
+    def committed(self) -> bool:
+        """Whether the flush changed the memory."""
+        return self.outcome in ("summarised", "evicted") and self.plan is not None
+
+    @property
+    def summarized_count(self) -> int:
+        """The spec's ``summarized_count``: live messages replaced by the summary, that is
+        ``len(plan.summarize_ids)``. Evicted messages and folded summaries are not counted;
+        0 when nothing was committed."""
+        return len(self.plan.summarize_ids) if self.committed and self.plan else 0
+
+    @property
+    def tokens_saved(self) -> int:
+        """The spec's ``tokens_saved``: the plan's projection, ``plan.context_tokens -
+        plan.projected_tokens``. The projection counts the summary at its whole budget
+        (``summary_tokens``) and the summary is never larger, so the commit saved at least
+        this much; it is what ``compozy_memory_flush_tokens_saved_total`` adds. (The context
+        after the commit is no measure: appends made during the flush are in it.) 0 when
+        nothing was committed."""
+        if not self.committed or self.plan is None:
+            return 0
+        return max(0, self.plan.context_tokens - self.plan.projected_tokens)
 
 
 @dataclass(frozen=True, slots=True)

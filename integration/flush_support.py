@@ -58,7 +58,9 @@ def open_memory(
     delay: float = 0.0,
     lock_ttl: timedelta = timedelta(seconds=30),
     marker: Path | None = None,
+    background: bool = True,
 ) -> MemoryInstance:
+    """A memory with a flusher; ``background=False``: it flushes only when told to."""
     memory = MemoryInstance.open(
         client,
         project=PROJECT,
@@ -75,6 +77,7 @@ def open_memory(
             lock_ttl=lock_ttl,
             debounce=timedelta(milliseconds=10),
             metrics=FlushMetrics(CollectorRegistry()),
+            background=background,
         )
     )
     return memory

@@ -50,6 +50,7 @@ def flusher(mem: MemoryInstance, budget: int, **settings: Any) -> Flusher:
         ExtractiveSummarizer(COUNTER),
         COUNTER,
         metrics=FlushMetrics(CollectorRegistry()),
+        background=False,  # each test flushes when it means to
     )
     mem.attach_flusher(flush)
     return flush

@@ -278,3 +278,53 @@ async def test_the_index_equals_one_built_from_scratch_after_random_operations(
             assert found.id == int(key[2:])
             await mem.clear_recalled()
     assert json.loads((await client.lrange(mem.keys.archive, -1, -1))[0])["id"] > 0
+
+
+async def test_the_memory_tools_answer_calls_in_both_wire_formats(
+    client: RedisClient, memory_key: str
+) -> None:
+    from compozy_memory import MemoryTools, tool_definitions
+
+    anthropic_tools = tool_definitions("anthropic")
+    openai_tools = tool_definitions("openai")
+    assert [t["name"] for t in anthropic_tools] == [
+        "search_memory",
+        "recall_memory",
+        "clear_recalled",
+    ]
+    assert all(t["type"] == "function" and "parameters" in t["function"] for t in openai_tools)
+    mem = memory(client, memory_key, max_tokens=2_000)
+    turns = [chat(n) for n in range(80)]
+    turns[10] = {"role": "user", "content": "The warehouse code is ZETA-9.", "tokens": 10}
+    await mem.append_many(turns)
+    await mem.trim(keep_messages=5)
+    tools = MemoryTools(mem)
+    result = await tools.handle(
+        {
+            "type": "tool_use",
+            "id": "toolu_1",
+            "name": "search_memory",
+            "input": {"query": "warehouse code"},
+        }
+    )
+    assert result["tool_use_id"] == "toolu_1"
+    found = json.loads(result["content"])
+    assert found[0]["message"]["text"] == "The warehouse code is ZETA-9."
+    recall = await tools.handle(
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {
+                "name": "recall_memory",
+                "arguments": json.dumps({"ids": [found[0]["id"]]}),
+            },
+        }
+    )
+    assert recall["role"] == "tool"
+    assert recall["tool_call_id"] == "call_1"
+    assert any("ZETA-9" in m.text for m in (await mem.context_layers()).recalled)
+    bad = json.loads(await tools.call("search_memory", {"limit": 3}))
+    assert "error" in bad
+    assert json.loads(await tools.call("clear_recalled", {}))["cleared"] == 1
+    unknown = json.loads(await tools.call("delete_everything", {}))
+    assert "unknown tool" in unknown["error"]

@@ -48,7 +48,7 @@ async def fill(memory: object, count: int, start: int = 0) -> list[int]:
 async def test_a_flush_replaces_exactly_what_it_planned(
     client: RedisClient, memory_key: str
 ) -> None:
-    memory = open_memory(client, memory_key, budget=200)
+    memory = open_memory(client, memory_key, budget=200, background=False)
     assert memory.flusher is not None
     ids = await fill(memory, 40)
     before = await memory.health()

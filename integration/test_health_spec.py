@@ -11,8 +11,6 @@ import pytest
 from compozy_memory import HeuristicCounter, MemoryManager, MemoryRegistry
 from compozy_memory._wire.translate import RedisClient
 
-pytestmark = pytest.mark.engines
-
 
 def project(folder: Path, strategy: str) -> MemoryRegistry:
     (folder / "memory").mkdir(parents=True)

@@ -37,7 +37,8 @@ async def exercise(client: Any) -> None:
     assert again.duplicate
     assert again.last_id == first.last_id  # nothing stored
     assert [m.text for m in await memory.read()] == ["rules", *(f"m{i}" for i in range(6))]
-    assert [m.text for m in await memory.read_window(2 * 4)] == ["m4", "m5"]
+    # Pinned messages lead every window; the newest others fill the rest of the budget.
+    assert [m.text for m in await memory.read_window(5 + 2 * 4)] == ["rules", "m4", "m5"]
     trimmed = await memory.trim(keep_messages=3)
     assert trimmed.removed_count == 4
     assert [m.text for m in await memory.read()] == ["rules", "m4", "m5"]  # priority 0 stays

@@ -200,3 +200,28 @@ def test_identifiers_with_a_trailing_newline_are_refused(bad: str) -> None:
     ]
     block = {"priority": 1, "content_types": [bad]}
     assert len(errors(priority_blocks=[block])) == 1
+
+
+def test_context_and_search_settings_reach_the_policy() -> None:
+    policy = resource(
+        context={"summary_share": 0.2, "recall_share": 0.5, "backfill": False},
+        search={"k1": 1.5, "b": 0.5, "neighbour_weight": 0.3, "limit": 4},
+    ).policy()
+    assert (policy.context.summary_share, policy.context.recall_share) == (0.2, 0.5)
+    assert policy.context.backfill is False
+    assert (policy.search.k1, policy.search.b, policy.search.limit) == (1.5, 0.5, 4)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("context", {"summary_share": 0.7, "recall_share": 0.5}, "at most 1"),
+        ("context", {"sumary_share": 0.2}, "sumary_share"),
+        ("search", {"b": 2}, "less than or equal to 1"),
+    ],
+)
+def test_bad_context_and_search_settings_are_refused(
+    field: str, value: dict[str, object], fragment: str
+) -> None:
+    with pytest.raises(ValidationError, match=fragment):
+        resource(**{field: value})

@@ -28,7 +28,8 @@ def test_public_surface_is_pinned() -> None:
             "RuleBasedSummarizer", "ScriptError", "Snapshot", "Summarizer", "Summary",
             "StartupError", "SuppliedCounter", "TemplateError", "TiktokenCounter", "TokenCounter",
             "TrimResult", "UsageError",
-            "__version__", "connect", "plan_flush", "sanitize_key",
+            "__version__", "connect", "plan_flush", "sanitize_key", "MemoryTools",
+            "tool_definitions", "to_anthropic", "to_openai",
         ]
     )  # fmt: skip
     for name in compozy_memory.__all__:

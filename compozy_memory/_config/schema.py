@@ -24,7 +24,7 @@ from pydantic import (
 
 from compozy_memory._config.templates import compile_template
 from compozy_memory._model.limits import MAX_PRIORITY
-from compozy_memory._model.policy import MemoryPolicy, WaitPolicy
+from compozy_memory._model.policy import ContextPolicy, MemoryPolicy, SearchPolicy, WaitPolicy
 from compozy_memory._model.tokens import encoding_for_model
 from compozy_memory.errors import TemplateError
 
@@ -36,6 +36,7 @@ __all__ = [
     "BatchSizes",
     "CompressionConfig",
     "CompressionSettings",
+    "ContextConfig",
     "ExtractiveSummarizerConfig",
     "FlushingStrategy",
     "LockingConfig",
@@ -43,6 +44,7 @@ __all__ = [
     "PersistenceConfig",
     "PriorityBlock",
     "RuleBasedSummarizerConfig",
+    "SearchConfig",
     "TokenAllocation",
     "TokenizerConfig",
     "format_duration",
@@ -179,6 +181,39 @@ class LockingConfig(_Strict):
     append_ttl: Duration = timedelta(seconds=30)
     clear_ttl: Duration = timedelta(seconds=10)
     flush_ttl: Duration = timedelta(minutes=5)
+
+
+class ContextConfig(_Strict):
+    """``context:``: how ``context()`` shares the budget left after pinned messages."""
+
+    summary_share: float = Field(default=0.3, ge=0, le=1)
+    recall_share: float = Field(default=0.4, ge=0, le=1)
+    backfill: bool = True
+
+    @model_validator(mode="after")
+    def _shares_fit(self) -> ContextConfig:
+        if self.summary_share + self.recall_share > 1:
+            raise ValueError(
+                f"summary_share + recall_share must be at most 1, got "
+                f"{self.summary_share:g} + {self.recall_share:g}"
+            )
+        return self
+
+    def policy(self) -> ContextPolicy:
+        return ContextPolicy(self.summary_share, self.recall_share, self.backfill)
+
+
+class SearchConfig(_Strict):
+    """``search:``: BM25 over the archive (k1, b), how much a turn's neighbour lifts it, and
+    how many hits a query brings into a context."""
+
+    k1: float = Field(default=1.2, ge=0, le=10)
+    b: float = Field(default=0.75, ge=0, le=1)
+    neighbour_weight: float = Field(default=0.5, ge=0, le=10)
+    limit: int = Field(default=10, ge=0, le=1000)
+
+    def policy(self) -> SearchPolicy:
+        return SearchPolicy(self.k1, self.b, self.neighbour_weight, self.limit)
 
 
 class RuleBasedSummarizerConfig(_Strict):
@@ -370,6 +405,8 @@ class MemoryResource(_Strict):
     tokenizer: Tokenizer | None = None
     compression: CompressionConfig | None = None
     archive_max: int = Field(default=10_000, ge=0)
+    context: ContextConfig = Field(default_factory=ContextConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
 
     @field_validator("default_key_template")
     @classmethod
@@ -450,6 +487,8 @@ class MemoryResource(_Strict):
             content_priorities=self.content_priorities,
             flush_strategy=self.flushing_strategy.type,
             wait=self.persistence.wait.policy() if self.persistence.wait else None,
+            context=self.context.policy(),
+            search=self.search.policy(),
         )
 
     def summary(self) -> dict[str, Any]:

@@ -69,6 +69,7 @@ class Flusher:
         skip_backoff: timedelta = timedelta(milliseconds=500),
         metrics: FlushMetrics | None = None,
         name: str = "memory",
+        background: bool = True,
     ) -> None:
         if gateway.read_only:
             raise ReadOnlyMemoryError(
@@ -85,6 +86,8 @@ class Flusher:
         self.max_conflicts = max_conflicts
         self.max_rounds = max_rounds
         self.skip_backoff = skip_backoff.total_seconds()
+        #: False: appends never start a flush; only :meth:`flush` does.
+        self.background = background
         self._fallback = ExtractiveSummarizer(counter)
         self._quiet_until = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -94,6 +97,8 @@ class Flusher:
 
     def notice(self, result: AppendResult) -> None:
         """Called with every append's result: schedule a flush once the threshold is passed."""
+        if not self.background:
+            return
         due = result.context_tokens >= self.settings.trigger_tokens or self._over_l1(result)
         if due and time.monotonic() >= self._quiet_until:
             self.schedule()

@@ -84,6 +84,7 @@ async def test_a_large_batch_repeated_with_its_dedupe_key_is_stored_once(
     assert await mem.len() == size
     await audit(client, memory_key, list(first.ids))
     record(
+        group="adversarial",
         fault=f"an append_many of {size:,} messages repeated with its dedupe key",
         engine=engine.name,
         promise="a retried write is applied at most once",
@@ -135,6 +136,7 @@ async def test_a_flusher_paused_across_expiry_cannot_commit_into_the_new_convers
     assert await client.lrange(new.keys.msgs, 0, -1) == before
     await newer.release()
     record(
+        group="adversarial",
         fault="a flusher paused while its memory expired and a new conversation began",
         engine=engine.name,
         promise="every compare-and-set names the memory's incarnation",
@@ -179,6 +181,7 @@ async def test_absurd_token_counts_are_refused_and_change_nothing(
     assert len(await mem.read()) == 1
     assert len(await mem.context(1_000)) == 1
     record(
+        group="adversarial",
         fault=f"token counts of {tokens:.3g} sent through the handle and to the script",
         engine=engine.name,
         promise="counts are bounded where they enter; totals stay exact",
@@ -204,6 +207,7 @@ async def test_hundreds_of_pinned_messages_do_not_stall_flushing(
     assert health.priority_counts[0] == 300
     await audit(client, memory_key)
     record(
+        group="adversarial",
         fault="a memory whose 300 oldest messages are pinned (priority 0), 7x over budget",
         engine=engine.name,
         promise="a flush always finds what it may remove when the memory is over budget",
@@ -252,6 +256,7 @@ async def test_one_question_then_two_thousand_tool_messages_is_flushed(
     assert len(covers) < 4  # a few ranges, not 1,900 ids
     await audit(client, memory_key)
     record(
+        group="adversarial",
         fault="one user turn followed by 2,000 tool messages (20,010 tokens, budget 3,000)",
         engine=engine.name,
         promise="a flush finds what it may remove; what a summary covers is bounded",
@@ -302,6 +307,7 @@ async def test_a_summarizer_is_never_trusted(
     await audit(client, memory_key, list(appended.ids))
     kind = "returns 5,000,000 characters" if isinstance(summarizer, Flooding) else "hangs"
     record(
+        group="adversarial",
         fault=f"a custom summarizer that {kind}",
         engine=engine.name,
         promise="every summarizer gets a deadline and its output is checked and fitted",
@@ -404,6 +410,7 @@ async def test_users_whose_ids_differ_never_share_a_memory(
         cross += sum(1 for t in texts if t != f"secret of {user!r}")
         assert texts == [f"secret of {user!r}"]
     record(
+        group="adversarial",
         fault="users whose ids differ only in characters outside the key alphabet "
         "(CJK, Cyrillic, accents, @ vs _, space vs /, an escape look-alike)",
         engine=engine.name,

@@ -17,14 +17,11 @@ from compozy_memory._config.schema import (
     TokenizerConfig,
 )
 from compozy_memory._config.templates import compile_template
+from compozy_memory._flush.anthropic_summary import AnthropicSummarizer
+from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._flush.flusher import Flusher
 from compozy_memory._flush.settings import BatchSizes, Compression, FlushSettings
-from compozy_memory._flush.summarizers import (
-    AnthropicSummarizer,
-    ExtractiveSummarizer,
-    RuleBasedSummarizer,
-    Summarizer,
-)
+from compozy_memory._flush.summarizers import RuleBasedSummarizer, Summarizer
 from compozy_memory._metrics import FlushMetrics, default_metrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys

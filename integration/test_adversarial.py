@@ -27,8 +27,8 @@ from compozy_memory import (
     Summary,
     UsageError,
 )
+from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._flush.planner import plan_flush
-from compozy_memory._flush.summarizers import ExtractiveSummarizer
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec

@@ -44,7 +44,7 @@ def wing(module: str) -> str:
 def imports(path: Path) -> list[tuple[str, list[str]]]:
     """(module imported from the package, names imported) for every import in ``path``,
     those under ``if TYPE_CHECKING:`` and inside functions included."""
-    out = []
+    out: list[tuple[str, list[str]]] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == "compozy_memory":

@@ -22,10 +22,11 @@ import time
 from datetime import timedelta
 from typing import cast
 
+from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._flush.lock import FencedLock, Lease
 from compozy_memory._flush.planner import plan_flush
 from compozy_memory._flush.settings import FlushSettings
-from compozy_memory._flush.summarizers import ExtractiveSummarizer, Summarizer, fit_text
+from compozy_memory._flush.summarizers import Summarizer, fit_text
 from compozy_memory._metrics import FlushMetrics, default_metrics
 from compozy_memory._model.messages import Message, encode_body, id_ranges
 from compozy_memory._model.results import (

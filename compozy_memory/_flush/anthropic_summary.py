@@ -8,7 +8,6 @@ the extractive summarizer and says so in :attr:`Summary.fallback`.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import time
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from compozy_memory._flush.material import (
     transcript,
 )
 from compozy_memory._flush.summarizers import fit_text
+from compozy_memory._model.anthropic_tokens import anthropic_client
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import Summary
 from compozy_memory._model.tokens import TokenCounter
@@ -100,15 +100,8 @@ class AnthropicSummarizer:
     def client(self) -> anthropic.AsyncAnthropic:
         """The API client, made on first use: a memory that never flushes opens no connection."""
         if self._client is None:
-            import anthropic
-
             # Retries are ours (tenacity), so the client must not retry on its own.
-            self._client = anthropic.AsyncAnthropic(
-                api_key=self._api_key or os.environ.get("ANTHROPIC_API_KEY") or "missing-key",
-                base_url=self._base_url,
-                timeout=self.timeout,
-                max_retries=0,
-            )
+            self._client = anthropic_client(self._api_key, self._base_url, self.timeout)
         return self._client
 
     async def aclose(self) -> None:

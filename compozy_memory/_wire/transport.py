@@ -24,7 +24,7 @@ from compozy_memory._model.policy import WaitPolicy
 from compozy_memory._wire.batching import batcher_for
 from compozy_memory._wire.delivery import delivery_for
 from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory._wire.scripts import Args, Keys, Script, ScriptArg
 from compozy_memory._wire.translate import RedisClient, backend_errors, translate
 from compozy_memory.errors import ConfigurationError, ReplicationError, ScriptError
 
@@ -57,27 +57,21 @@ class Transport:
         self._cluster_ready = not isinstance(client, RedisCluster)
 
     async def run(
-        self,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[ScriptArg],
-        *,
-        key: str,
-        write: bool = False,
+        self, code: Script, keys: Keys, args: Args, *, key: str, write: bool = False
     ) -> Any:
         """Run ``script``, retried within the policy; ``write`` calls wait for replicas when
         the policy asks. A write not acknowledged in time raises ReplicationError carrying
         the raw reply."""
-        script.contract.check_keys(keys)
+        code.contract.check_keys(keys)
         wait = self.wait
         if wait is not None and write:
-            return await self.retry.call(lambda: self._run_and_wait(script, keys, args, wait, key))
+            return await self.retry.call(lambda: self._run_and_wait(code, keys, args, wait, key))
         batcher = self._batcher
         if batcher is not None:
-            return await self.retry.call(lambda: batcher.run(script, keys, args, key=key))
+            return await self.retry.call(lambda: batcher.run(code, keys, args, key=key))
         await self._ready(key)
         delivery = self._delivery
-        return await self.retry.call(lambda: delivery.run(script, keys, args, key))
+        return await self.retry.call(lambda: delivery.run(code, keys, args, key))
 
     async def command(self, operation: str, method: str, *args: Any, key: str) -> Any:
         """A plain redis-py command (``method`` of the client), retried like scripts."""

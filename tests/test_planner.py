@@ -129,12 +129,23 @@ def test_tool_calls_and_results_move_together() -> None:
 
 def test_priority_blocks_evict_lowest_priority_first() -> None:
     messages = conversation(
-        [("user", 30, 1), ("user", 30, 3), ("user", 30, 3), ("user", 30, 1), ("user", 30, 3),
+        [("user", 30, 1), ("user", 30, 3), ("user", 30, 3), ("user", 30, 2), ("user", 30, 3),
          ("user", 5, 2)]
     )  # fmt: skip
-    settings_ = FlushSettings(max_tokens=1000, priority_limits={1: 30, 3: 30})
+    settings_ = FlushSettings(max_tokens=1000, priority_limits={2: 10, 3: 30})
     plan = plan_flush(snapshot(messages), settings_)
-    assert plan.evict_ids == (1, 2, 3)  # priority 3 down to 30 tokens, then priority 1
+    assert plan.evict_ids == (2, 3, 4)  # priority 3 down to 30 tokens, then priority 2
+    assert plan.summarize_ids == ()
+
+
+def test_priority_eviction_never_removes_priority_1() -> None:
+    """The specification evicts priorities 2 and up only; a limit on priority 1 does nothing."""
+    messages = conversation(
+        [("user", 30, 1), ("user", 30, 1), ("user", 30, 3), ("user", 30, 1), ("user", 5, 2)]
+    )
+    settings_ = FlushSettings(max_tokens=1000, priority_limits={1: 10, 3: 0})
+    plan = plan_flush(snapshot(messages), settings_)
+    assert plan.evict_ids == (3,)
     assert plan.summarize_ids == ()
 
 
@@ -252,6 +263,9 @@ def test_plans_keep_every_rule(
     assert not set(plan.summarize_ids) & set(plan.evict_ids)
     if strategy == "fifo":
         assert plan.summarize_ids == ()
+    else:
+        # Only priority eviction evicts here, and it never takes priority 0 or 1.
+        assert all((by_id[i].priority or 0) >= 2 for i in plan.evict_ids)
     # Over budget after the plan only when nothing more could be moved (a profile's
     # min_l1_messages may keep some on purpose).
     if (

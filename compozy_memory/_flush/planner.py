@@ -7,9 +7,10 @@ Rules, in order:
 2. A tool call and its results move together: they are summarised or evicted as one unit,
    or not at all; a call whose result is not in the snapshot stays.
 3. Priority blocks over their limit lose their oldest messages to the archive, lowest
-   priority first. A block's limit is the lower of its ``max_tokens`` and its share of the
-   budget under ``token_allocation`` (priority 0 is ``system``, 1 ``long_term``, 2 and up
-   ``short_term``).
+   priority first, down to priority 2: as the specification says, priority eviction never
+   removes priority 0 (critical) or 1 (important); limits given for them are ignored here.
+   A block's limit is the lower of its ``max_tokens`` and its share of the budget under
+   ``token_allocation`` (the share its content types map to: see ``_manager.flush_settings``).
 4. Past ``summarize_threshold`` of the budget (or past the profile's ``max_l1_messages``),
    the oldest messages are summarised: ``summarize_oldest_percent`` of the conversation, or,
    with a workload profile, the batch size of the pressure tier (normal, warning, critical),
@@ -28,7 +29,11 @@ from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import FlushPlan, Snapshot, Tier
 
-__all__ = ["plan_flush", "tool_groups"]
+__all__ = ["EVICTABLE_PRIORITY", "plan_flush", "tool_groups"]
+
+#: Priority eviction removes messages of this priority and above only (the specification's
+#: ``for priority := max; priority >= 2; priority--``): 0 is critical, 1 important.
+EVICTABLE_PRIORITY = 2
 
 
 def tool_groups(messages: Sequence[Message]) -> list[int]:
@@ -73,6 +78,8 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
 
     evicted: set[int] = set()
     for priority in sorted(settings.priority_limits, reverse=True):
+        if priority < EVICTABLE_PRIORITY:
+            continue
         limit = settings.priority_limits[priority]
         used = (
             snapshot.priority_tokens.get(priority, 0)
@@ -84,6 +91,8 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
                 break
             if message.priority != priority or i in evicted or not movable[i]:
                 continue
+            if any((messages[j].priority or 0) < EVICTABLE_PRIORITY for j in members[groups[i]]):
+                continue  # a tool exchange that holds an important message is not evicted
             for j in members[groups[i]]:
                 if j not in evicted:
                     evicted.add(j)

@@ -8,7 +8,12 @@ from hypothesis import strategies as st
 from compozy_memory._config.schema import PROFILES, MemoryResource
 from compozy_memory._flush.planner import plan_flush, tool_groups
 from compozy_memory._flush.settings import FlushSettings
-from compozy_memory._manager import compression_settings, flush_settings
+from compozy_memory._manager import (
+    DEFAULT_TOKEN_ALLOCATION,
+    allocation_category,
+    compression_settings,
+    flush_settings,
+)
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import FlushPlan, Snapshot
 
@@ -156,13 +161,56 @@ def test_allocation_and_block_limits_take_the_lower() -> None:
             "max_tokens": 1000,
             "priority_blocks": [
                 {"priority": 0, "content_types": ["system_prompt"]},
-                {"priority": 1, "content_types": ["profile"], "max_tokens": 150},
+                {"priority": 1, "content_types": ["profile"]},
                 {"priority": 2, "content_types": ["message"], "max_tokens": 900},
+                {"priority": 3, "content_types": ["historical_messages"], "max_tokens": 150},
             ],
             "token_allocation": {"short_term": 0.7, "long_term": 0.2, "system": 0.1},
         }
     )
-    assert flush_settings(resource).priority_limits == {1: 150, 2: 700}
+    # Priorities 0 and 1 are never evicted: no limit. 2 is short_term (700 < 900); 3 is
+    # long_term by its content type (200 > 150).
+    assert flush_settings(resource).priority_limits == {2: 700, 3: 150}
+
+
+def test_allocation_categories_come_from_content_types_as_the_spec_maps_them() -> None:
+    blocks = [
+        {"priority": 2, "content_types": ["user_profile"]},  # system
+        {"priority": 3, "content_types": ["chat", "historical_messages"]},  # long_term
+        {"priority": 4, "content_types": ["important_facts"]},  # short_term
+        {"priority": 5, "content_types": ["tool_output"]},  # short_term: the default
+    ]
+    resource = MemoryResource.model_validate(
+        {
+            "id": "m",
+            "max_tokens": 1000,
+            "priority_blocks": blocks,
+            "token_allocation": {"short_term": 0.5, "long_term": 0.3, "system": 0.2},
+        }
+    )
+    assert flush_settings(resource).priority_limits == {2: 200, 3: 300, 4: 500, 5: 500}
+    assert allocation_category(["system_prompt", "historical_messages"]) == "system"
+
+
+def test_the_spec_default_allocation_applies_when_none_is_given() -> None:
+    resource = MemoryResource.model_validate(
+        {
+            "id": "m",
+            "max_tokens": 1000,
+            "priority_blocks": [
+                {"priority": 2, "content_types": ["recent_context"]},
+                {"priority": 3, "content_types": ["historical_messages"]},
+                {"priority": 4, "content_types": ["system_prompt"]},
+            ],
+        }
+    )
+    assert resource.token_allocation is None
+    assert DEFAULT_TOKEN_ALLOCATION.model_dump() == {
+        "short_term": 0.7,
+        "long_term": 0.2,
+        "system": 0.1,
+    }
+    assert flush_settings(resource).priority_limits == {2: 700, 3: 200, 4: 100}
 
 
 def test_workload_profiles_pick_the_batch_of_the_pressure_tier() -> None:

@@ -30,6 +30,7 @@ from compozy_memory._flush.summarizers import (
 from compozy_memory._metrics import FlushMetrics, default_metrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.limits import UNBOUNDED_TOKENS
 from compozy_memory._model.tokens import TokenCounter, counter_for_encoding, default_counter
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._wire.retry import RetryPolicy
@@ -46,8 +47,8 @@ class MemoryManager:
 
     The key of an instance is ``<memory id>:<rendered key template>``, sanitised, so two
     memories never share storage and two agents that resolve the same memory and key share
-    one conversation. Read-write handles of memories with a token budget flush in the
-    background as their resource says (summarizer, thresholds, lock TTL).
+    one conversation. Read-write handles of memories with a token budget or ``max_messages``
+    flush in the background as their resource says (summarizer, thresholds, lock TTL).
 
     Handles for the same memory, key and mode are shared while anyone holds one, and dropped
     with the last reference: a lookup creates no task, connection pool or counter, and
@@ -118,8 +119,8 @@ class MemoryManager:
                 batching=self.batching,
                 retry=self.retry,
             )
-            budget = resource.effective_max_tokens
-            if self.flushing and not reference.read_only and budget is not None:
+            limited = resource.effective_max_tokens is not None or resource.max_messages is not None
+            if self.flushing and not reference.read_only and limited:
                 handle.attach_flusher(
                     Flusher(
                         handle.gateway,
@@ -221,7 +222,8 @@ def allocation_category(content_types: Sequence[str]) -> str:
 
 
 def flush_settings(resource: MemoryResource) -> FlushSettings:
-    """What a flush of ``resource`` aims for.
+    """What a flush of ``resource`` aims for: its token budget and its ``max_messages``,
+    both when it has both; a count-only memory flushes with no token limit.
 
     Priority limits: for each block of priority 2 or more (the only ones priority eviction
     touches), the lower of its ``max_tokens`` and its share of the budget under
@@ -229,7 +231,9 @@ def flush_settings(resource: MemoryResource) -> FlushSettings:
     the share chosen by the block's content types."""
     budget = resource.effective_max_tokens
     if budget is None:
-        raise ConfigurationError(f"memory {resource.id!r} has no token budget to flush towards")
+        if resource.max_messages is None:
+            raise ConfigurationError(f"memory {resource.id!r} has no budget to flush towards")
+        budget = UNBOUNDED_TOKENS  # count only: no token limit, no allocation limits
     allocation = resource.token_allocation or DEFAULT_TOKEN_ALLOCATION
     limits: dict[int, int] = {}
     for block in resource.priority_blocks:
@@ -250,6 +254,7 @@ def flush_settings(resource: MemoryResource) -> FlushSettings:
         strategy=strategy.type,
         priority_limits=limits,
         compression=compression_settings(compression) if compression else None,
+        max_messages=resource.max_messages,
     )
 
 

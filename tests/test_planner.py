@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import given, settings
@@ -263,6 +264,7 @@ specs = st.lists(
     profile=st.sampled_from([None, "data_intensive", "conversational", "balanced"]),
     strategy=st.sampled_from(["hybrid_summary", "fifo"]),
     window=st.one_of(st.none(), st.integers(1, 40)),
+    max_messages=st.one_of(st.none(), st.integers(1, 30)),
 )
 def test_plans_keep_every_rule(
     spec: list[tuple[str, int, int]],
@@ -274,6 +276,7 @@ def test_plans_keep_every_rule(
     profile: str | None,
     strategy: Any,
     window: int | None,
+    max_messages: int | None,
 ) -> None:
     messages = conversation(spec)
     config = FlushSettings(
@@ -284,6 +287,7 @@ def test_plans_keep_every_rule(
         strategy=strategy,
         priority_limits=limits,
         compression=compression_settings(PROFILES[profile]) if profile else None,
+        max_messages=max_messages,
     )
     seen = snapshot(messages, window=window)
     plan = plan_flush(seen, config)
@@ -293,7 +297,7 @@ def test_plans_keep_every_rule(
     # Priority 0 is never touched; nor is the newest user turn, nor the tail after it that
     # fits half the budget.
     assert all(by_id[i].priority != 0 for i in removed)
-    kept = protected_ids(seen, budget)
+    kept = protected_ids(seen, budget, max_messages)
     assert not removed & kept
     # A tool call and its results are removed together, and the same way, or not at all.
     groups = tool_groups(messages)
@@ -314,10 +318,20 @@ def test_plans_keep_every_rule(
     else:
         # Only priority eviction evicts here, and it never takes priority 0 or 1.
         assert all((by_id[i].priority or 0) >= 2 for i in plan.evict_ids)
-    # Over budget after the plan only when nothing more could be moved (a profile's
-    # min_l1_messages may keep some on purpose).
+    # The plan knows how many live messages it leaves.
+    assert plan.projected_count == len(messages) - len(removed)
+    # A count limit makes a flush due at the threshold of it (counted after priority eviction).
     if (
-        plan.projected_tokens > budget
+        max_messages is not None
+        and not limits
+        and seen.count >= max(1, int(max_messages * threshold))
+    ):
+        assert plan.tier != "none"
+    # Over budget (tokens or count) after the plan only when nothing more could be moved (a
+    # profile's min_l1_messages may keep some on purpose).
+    over_count = max_messages is not None and plan.projected_count > max_messages
+    if (
+        (plan.projected_tokens > budget or over_count)
         and plan.tier != "none"
         and profile is None
         and not plan.partial
@@ -344,10 +358,10 @@ def _whole_group_movable(message_id: int, shown: list[Message], kept: set[int]) 
     )
 
 
-def protected_ids(seen: Snapshot, budget: int) -> set[int]:
+def protected_ids(seen: Snapshot, budget: int, max_messages: int | None = None) -> set[int]:
     """The planner's protection rule, written out: pinned messages, the newest user turn, and
-    (when the snapshot reaches the newest message) the tail after it within half the budget,
-    always including the newest message."""
+    (when the snapshot reaches the newest message) the tail after it within half the budget
+    and, with a count limit, at most half of it, always including the newest message."""
     shown = list(seen.messages)
     out = {m.id or 0 for m in shown if m.priority == 0}
     users = [i for i, m in enumerate(shown) if m.role == "user" and not m.tool_result_ids]
@@ -357,7 +371,8 @@ def protected_ids(seen: Snapshot, budget: int) -> set[int]:
         used = 0
         for i in range(len(shown) - 1, (users[-1] if users else 0) - 1, -1):
             used += shown[i].tokens or 0
-            if used > budget // 2 and i < len(shown) - 1:
+            too_many = max_messages is not None and len(shown) - i > max(1, max_messages // 2)
+            if (used > budget // 2 or too_many) and i < len(shown) - 1:
                 break
             out.add(shown[i].id or 0)
     return out
@@ -401,3 +416,43 @@ def test_an_over_budget_memory_with_nothing_removable_says_why() -> None:
     assert plan.empty
     assert plan.blocked is not None
     assert "pinned" in plan.blocked
+
+
+def test_max_messages_flushes_until_the_live_count_fits() -> None:
+    """Count only: a huge token budget, ``max_messages`` 10, reached at 80%."""
+    messages = conversation([("user", 10, 2)] * 30)
+    config = FlushSettings(max_tokens=10**12, max_messages=10, summary_tokens=50)
+    assert config.trigger_messages == 8
+    plan = plan_flush(snapshot(messages), config)
+    assert plan.tier == "normal"
+    assert plan.projected_count <= 10
+    assert plan.summarize_ids == tuple(range(1, 31 - plan.projected_count))
+    assert 30 not in ids(plan)  # the newest user turn stays
+    below = plan_flush(snapshot(conversation([("user", 10, 2)] * 7)), config)
+    assert below.empty
+    assert below.tier == "none"
+    assert below.projected_count == 7
+    fifo = plan_flush(snapshot(messages), dataclasses.replace(config, strategy="fifo"))
+    assert fifo.summarize_ids == ()
+    assert fifo.projected_count <= 10
+
+
+def test_a_memory_with_both_limits_honours_both() -> None:
+    messages = conversation([("user", 10, 2)] * 30)  # 300 tokens, well under 1000
+    by_count = plan_flush(snapshot(messages), FlushSettings(max_tokens=1000, max_messages=20))
+    assert by_count.projected_count <= 20
+    assert by_count.projected_tokens <= 1000
+    heavy = conversation([("user", 100, 2)] * 12)  # 1200 tokens, 12 messages
+    by_tokens = plan_flush(
+        snapshot(heavy), FlushSettings(max_tokens=1000, max_messages=20, summary_tokens=50)
+    )
+    assert by_tokens.projected_tokens <= 1000
+    assert not by_tokens.empty
+
+
+def test_a_long_tail_after_the_question_does_not_block_the_count() -> None:
+    """One question and 40 answers: the tail kept is at most half of max_messages."""
+    messages = conversation([("user", 5, 2)] + [("assistant", 5, 2)] * 40)
+    plan = plan_flush(snapshot(messages), FlushSettings(max_tokens=10**12, max_messages=10))
+    assert 1 not in ids(plan)  # the question stays
+    assert plan.projected_count <= 10

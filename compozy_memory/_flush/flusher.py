@@ -100,7 +100,11 @@ class Flusher:
         """Called with every append's result: schedule a flush once the threshold is passed."""
         if not self.background:
             return
-        due = result.context_tokens >= self.settings.trigger_tokens or self._over_l1(result)
+        due = (
+            result.context_tokens >= self.settings.trigger_tokens
+            or self._over_l1(result)
+            or self._over_count(result)
+        )
         if due and time.monotonic() >= self._quiet_until:
             self.schedule()
 
@@ -128,6 +132,10 @@ class Flusher:
                 log.exception("background flush of %s failed", self.gateway.name)
             if not self._again:
                 return
+
+    def _over_count(self, result: AppendResult) -> bool:
+        trigger = self.settings.trigger_messages
+        return trigger is not None and result.total_count >= trigger
 
     def _over_l1(self, result: AppendResult) -> bool:
         compression = self.settings.compression
@@ -163,7 +171,10 @@ class Flusher:
             result.plan is not None
             and result.plan.partial
             and result.outcome in ("summarised", "evicted")
-            and result.plan.projected_tokens > self.settings.max_tokens
+            and (
+                result.plan.projected_tokens > self.settings.max_tokens
+                or self.settings.over_count(result.plan.projected_count)
+            )
             and rounds < self.max_rounds
         ):
             following = await self._round(lease)

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import itertools
 import math
-import os
-import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Protocol
 
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import (
-    MAX_BATCH,
-    MAX_DEDUPE_KEY,
-    MAX_MESSAGE_TOKENS,
     UNBOUNDED_TOKENS,
 )
-from compozy_memory._model.messages import Message, encode_body
+from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     AppendResult,
@@ -28,8 +22,16 @@ from compozy_memory._model.results import (
     Snapshot,
     TrimResult,
 )
-from compozy_memory._model.tokens import TokenCounter, count_message, default_counter
-from compozy_memory._search.analysis import analyze_query, message_index_terms
+from compozy_memory._model.tokens import TokenCounter, default_counter
+from compozy_memory._search.analysis import message_index_terms
+from compozy_memory._store.encoding import MessageInput, dedupe_token, encode_messages
+from compozy_memory._store.selection import (
+    message_id,
+    query_terms,
+    to_trim,
+    whole_tool_exchanges,
+    without_orphan_results,
+)
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import ScriptArg
@@ -39,14 +41,11 @@ from compozy_memory.errors import (
     ConcurrentChangeError,
     ConfigurationError,
     InvalidMessageError,
-    MessageTooLargeError,
     ReadOnlyMemoryError,
     UsageError,
 )
 
 __all__ = ["FlushHook", "MemoryInstance", "MessageInput"]
-
-MessageInput = Message | Mapping[str, Any]
 
 
 class FlushHook(Protocol):
@@ -167,7 +166,7 @@ class MemoryInstance:
             try:
                 return await self.gateway.replace(
                     args,
-                    old_ids=[_id(m) for m in live],
+                    old_ids=[message_id(m) for m in live],
                     old_terms=[message_index_terms(m) for m in live],
                     if_last_id=if_last_id,
                     if_incarnation=incarnation,
@@ -197,14 +196,16 @@ class MemoryInstance:
                 )
         for _ in range(_MOVED_RETRIES):
             live = await self.gateway.read_range(0, -1)
-            chosen = _to_trim(live, keep_messages, max_tokens)
+            chosen = to_trim(live, keep_messages, max_tokens)
             if not chosen:
                 return TrimResult(0, 0, sum(m.tokens or 0 for m in live), len(live))
-            last = _id(chosen[-1])
-            prefix = [_id(m) for m in live if _id(m) <= last]
+            last = message_id(chosen[-1])
+            prefix = [message_id(m) for m in live if message_id(m) <= last]
             try:
                 return await self.gateway.trim(
-                    prefix, [_id(m) for m in chosen], [message_index_terms(m) for m in chosen]
+                    prefix,
+                    [message_id(m) for m in chosen],
+                    [message_index_terms(m) for m in chosen],
                 )
             except ConcurrentChangeError:
                 continue
@@ -271,7 +272,7 @@ class MemoryInstance:
         window = list(layers.window)
         if max_messages is not None:
             window = window[len(window) - max_messages :] if max_messages else []
-        return [*layers.pinned, *_without_orphan_results(window)]
+        return [*layers.pinned, *without_orphan_results(window)]
 
     async def context(
         self,
@@ -316,13 +317,13 @@ class MemoryInstance:
             summary_share=shares.summary_share,
             recall_share=shares.recall_share,
             backfill=shares.backfill and self._has_token_budget(max_tokens),
-            terms=_query_terms(query, self.key),
+            terms=query_terms(query, self.key),
         )
-        recalled = _whole_tool_exchanges(layers.recalled)
-        older = _without_orphan_results([*layers.backfill, *layers.window])
+        recalled = whole_tool_exchanges(layers.recalled)
+        older = without_orphan_results([*layers.backfill, *layers.window])
         cap = self.policy.max_messages
         if cap is not None and len(older) > cap:
-            older = _without_orphan_results(older[len(older) - cap :])
+            older = without_orphan_results(older[len(older) - cap :])
         backfill = tuple(older[: max(0, len(older) - len(layers.window))])
         window = tuple(older[len(backfill) :])
         return ContextLayers(layers.pinned, layers.summaries, recalled, backfill, window)
@@ -346,7 +347,7 @@ class MemoryInstance:
         wanted = tuple(roles or ())
         if any(not isinstance(r, str) or not r.isalpha() for r in wanted):
             raise UsageError(f"roles are role names, got {wanted!r}", key=self.key)
-        terms = _query_terms(query, self.key)
+        terms = query_terms(query, self.key)
         if not terms:
             return []
         return await self.gateway.search(terms, limit=limit, since_id=since_id or 0, roles=wanted)
@@ -434,72 +435,17 @@ class MemoryInstance:
             )
         return budget
 
-    def _dedupe_token(self, dedupe_key: str | None) -> str:
-        if dedupe_key is None:
-            return _next_token()
-        if (
-            not isinstance(dedupe_key, str)
-            or not dedupe_key
-            or len(dedupe_key.encode("utf-8", "surrogatepass")) > MAX_DEDUPE_KEY
-        ):
-            raise InvalidMessageError(
-                f"dedupe_key must be a non-empty string of at most {MAX_DEDUPE_KEY} bytes, "
-                f"got {dedupe_key!r:.80}",
-                key=self.key,
-            )
-        try:
-            dedupe_key.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidMessageError(
-                "dedupe_key is not valid UTF-8 text (lone surrogate)", key=self.key
-            ) from None
-        return dedupe_key
-
     def _check_writable(self, operation: str) -> None:
         if self.read_only:
             raise ReadOnlyMemoryError(
                 f"{operation} refused: this handle is read-only", key=self.key
             )
 
+    def _dedupe_token(self, dedupe_key: str | None) -> str:
+        return dedupe_token(dedupe_key, self.key)
+
     def _encode(self, messages: Iterable[MessageInput]) -> list[ScriptArg]:
-        """Validate, count and serialise every message before anything is sent."""
-        if isinstance(messages, (Message, Mapping, str, bytes)):
-            raise InvalidMessageError(
-                "append_many and replace take a list of messages, not a single message",
-                key=self.key,
-            )
-        args: list[ScriptArg] = []
-        limit = self.policy.max_tokens
-        for position, raw in enumerate(messages, start=1):
-            if position > MAX_BATCH:
-                raise InvalidMessageError(
-                    f"at most {MAX_BATCH} messages go in one call", key=self.key
-                )
-            try:
-                message = Message.parse(dict(raw) if isinstance(raw, Mapping) else raw)
-                body = encode_body(message)
-                tokens = count_message(message, self.counter)
-            except InvalidMessageError as exc:
-                raise type(exc)(f"message {position}: {exc}", key=self.key) from None
-            if tokens > MAX_MESSAGE_TOKENS:
-                raise InvalidMessageError(
-                    f"message {position} claims {tokens} tokens; a message counts at most "
-                    f"{MAX_MESSAGE_TOKENS}",
-                    key=self.key,
-                )
-            if limit is not None and tokens > limit:
-                raise MessageTooLargeError(
-                    f"message {position} has {tokens} tokens, more than the memory's "
-                    f"max_tokens of {limit}",
-                    key=self.key,
-                )
-            priority = (
-                message.priority
-                if message.priority is not None
-                else self.policy.priority_of(message.content_type)
-            )
-            args += [tokens, priority, body]
-        return args
+        return encode_messages(messages, self.policy, self.counter, self.key)
 
 
 # A trim or replace reads the live messages, then writes if they are still the same: retried
@@ -507,78 +453,5 @@ class MemoryInstance:
 _MOVED_RETRIES = 5
 
 
-def _id(message: Message) -> int:
-    assert message.id is not None, "messages read from Redis carry their id"
-    return message.id
-
-
-def _to_trim(live: list[Message], keep: int | None, max_tokens: int | None) -> list[Message]:
-    """The oldest messages that are not pinned, until at most ``keep`` messages and
-    ``max_tokens`` tokens remain."""
-    count, tokens = len(live), sum(m.tokens or 0 for m in live)
-    chosen: list[Message] = []
-    for message in live:
-        if (keep is None or count <= keep) and (max_tokens is None or tokens <= max_tokens):
-            break
-        if message.priority == 0:
-            continue
-        chosen.append(message)
-        count -= 1
-        tokens -= message.tokens or 0
-    return chosen
-
-
-def _query_terms(query: str | None, key: str) -> list[str]:
-    if query is None:
-        return []
-    if not isinstance(query, str):
-        raise UsageError(f"a query is text, got {type(query).__name__}", key=key)
-    return analyze_query(query)[:_MAX_QUERY_TERMS]
-
-
-# A query longer than this many distinct terms is cut: each term costs a postings read.
-_MAX_QUERY_TERMS = 32
-
-
-def _whole_tool_exchanges(messages: tuple[Message, ...]) -> tuple[Message, ...]:
-    """Drop tool results whose call is not there, and calls none of whose results are."""
-    calls = {c for m in messages for c in m.tool_use_ids}
-    results = {c for m in messages for c in m.tool_result_ids}
-    return tuple(
-        m
-        for m in messages
-        if all(c in calls for c in m.tool_result_ids)
-        and (not m.tool_use_ids or any(c in results for c in m.tool_use_ids))
-    )
-
-
 # Redis takes PEXPIRE values up to 2**63 ms, but a TTL past a century is a mistake, not a plan.
 _MAX_TTL_SECONDS = 100 * 365 * 86400
-
-
-class _Tokens:
-    """Dedupe keys for calls that pass none: a random per-process prefix (96 bits, drawn
-    again in a forked child) and a counter, cheaper than fresh randomness per call."""
-
-    def __init__(self) -> None:
-        self.reset()
-        os.register_at_fork(after_in_child=self.reset)
-
-    def reset(self) -> None:
-        self.prefix = "~" + secrets.token_urlsafe(12) + ":"
-        self.counter = itertools.count()
-
-    def __call__(self) -> str:
-        return f"{self.prefix}{next(self.counter)}"
-
-
-_next_token = _Tokens()
-
-
-def _without_orphan_results(window: list[Message]) -> list[Message]:
-    # A window is a suffix of the conversation, so a tool result can only have lost its call
-    # at the window's start.
-    start = 0
-    while start < len(window) and window[start].tool_result_ids:
-        start += 1
-    return window[start:] if start else window

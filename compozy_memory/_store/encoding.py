@@ -1,0 +1,104 @@
+"""What a handle sends: messages validated, counted and serialised, and dedupe keys."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from compozy_memory._model.limits import MAX_BATCH, MAX_DEDUPE_KEY, MAX_MESSAGE_TOKENS
+from compozy_memory._model.messages import Message, encode_body
+from compozy_memory._model.policy import MemoryPolicy
+from compozy_memory._model.tokens import TokenCounter, count_message
+from compozy_memory._wire.scripts import ScriptArg
+from compozy_memory.errors import InvalidMessageError, MessageTooLargeError
+
+__all__ = ["MessageInput", "dedupe_token", "encode_messages"]
+
+MessageInput = Message | Mapping[str, Any]
+
+
+def encode_messages(
+    messages: Iterable[MessageInput], policy: MemoryPolicy, counter: TokenCounter, key: str
+) -> list[ScriptArg]:
+    """Validate, count and serialise every message before anything is sent: flat
+    (tokens, priority, body) triples, as the append and replace scripts take them."""
+    if isinstance(messages, (Message, Mapping, str, bytes)):
+        raise InvalidMessageError(
+            "append_many and replace take a list of messages, not a single message",
+            key=key,
+        )
+    args: list[ScriptArg] = []
+    limit = policy.max_tokens
+    for position, raw in enumerate(messages, start=1):
+        if position > MAX_BATCH:
+            raise InvalidMessageError(f"at most {MAX_BATCH} messages go in one call", key=key)
+        try:
+            message = Message.parse(dict(raw) if isinstance(raw, Mapping) else raw)
+            body = encode_body(message)
+            tokens = count_message(message, counter)
+        except InvalidMessageError as exc:
+            raise type(exc)(f"message {position}: {exc}", key=key) from None
+        if tokens > MAX_MESSAGE_TOKENS:
+            raise InvalidMessageError(
+                f"message {position} claims {tokens} tokens; a message counts at most "
+                f"{MAX_MESSAGE_TOKENS}",
+                key=key,
+            )
+        if limit is not None and tokens > limit:
+            raise MessageTooLargeError(
+                f"message {position} has {tokens} tokens, more than the memory's "
+                f"max_tokens of {limit}",
+                key=key,
+            )
+        priority = (
+            message.priority
+            if message.priority is not None
+            else policy.priority_of(message.content_type)
+        )
+        args += [tokens, priority, body]
+    return args
+
+
+def dedupe_token(dedupe_key: str | None, key: str) -> str:
+    """The caller's dedupe key, checked, or a fresh one for a call that passes none."""
+    if dedupe_key is None:
+        return _next_token()
+    if (
+        not isinstance(dedupe_key, str)
+        or not dedupe_key
+        or len(dedupe_key.encode("utf-8", "surrogatepass")) > MAX_DEDUPE_KEY
+    ):
+        raise InvalidMessageError(
+            f"dedupe_key must be a non-empty string of at most {MAX_DEDUPE_KEY} bytes, "
+            f"got {dedupe_key!r:.80}",
+            key=key,
+        )
+    try:
+        dedupe_key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessageError(
+            "dedupe_key is not valid UTF-8 text (lone surrogate)", key=key
+        ) from None
+    return dedupe_key
+
+
+class _Tokens:
+    """Dedupe keys for calls that pass none: a random per-process prefix (96 bits, drawn
+    again in a forked child) and a counter, cheaper than fresh randomness per call."""
+
+    def __init__(self) -> None:
+        self.reset()
+        os.register_at_fork(after_in_child=self.reset)
+
+    def reset(self) -> None:
+        self.prefix = "~" + secrets.token_urlsafe(12) + ":"
+        self.counter = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self.prefix}{next(self.counter)}"
+
+
+_next_token = _Tokens()

@@ -16,7 +16,7 @@ from compozy_memory._flush.summarizers import (
     Summarizer,
 )
 from compozy_memory._manager import MemoryManager
-from compozy_memory._metrics import FlushMetrics
+from compozy_memory._metrics import FlushMetrics, MemoryMetrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys, sanitize_key
 from compozy_memory._model.messages import Message
@@ -39,6 +39,7 @@ from compozy_memory._model.tokens import (
     TiktokenCounter,
     TokenCounter,
 )
+from compozy_memory._ops.exporter import MetricsServer, start_metrics_server
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._wire.connection import connect
 from compozy_memory._wire.retry import NO_RETRY, RetryPolicy
@@ -110,6 +111,7 @@ __all__ = [
     "MemoryHealth",
     "MemoryInstance",
     "MemoryManager",
+    "MemoryMetrics",
     "MemoryNotFoundError",
     "MemoryPolicy",
     "MemoryReference",
@@ -118,6 +120,7 @@ __all__ = [
     "MemoryTools",
     "Message",
     "MessageTooLargeError",
+    "MetricsServer",
     "MissingTokenCountError",
     "ReadOnlyMemoryError",
     "ReplicationError",
@@ -140,6 +143,7 @@ __all__ = [
     "connect",
     "plan_flush",
     "sanitize_key",
+    "start_metrics_server",
     "to_anthropic",
     "to_openai",
     "tool_definitions",

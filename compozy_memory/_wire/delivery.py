@@ -67,7 +67,7 @@ class Delivery:
             else "this user may not load the functions library (run `compozy-memory install`)"
         )
         log.warning(
-            "scripts go by EVALSHA on this client: %s (%s: %s)",
+            "falling back to EVALSHA on this client: %s (%s: %s)",
             why,
             type(cause).__name__,
             cause,

@@ -16,6 +16,7 @@ cached here, so a call costs two clock reads and one ``observe``.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -149,6 +150,7 @@ class MemoryMetrics:
             registry=registry,
         )
         self._latency_children: dict[tuple[str, str, str], Any] = {}
+        self._message_children: dict[tuple[str, Any], Any] = {}
         self._priorities_seen: dict[str, set[int]] = {}
         self._lock = threading.Lock()
 
@@ -163,13 +165,15 @@ class MemoryMetrics:
             self._latency_children[label] = child
         return child
 
-    def count_messages(self, memory: str, priorities: list[Any]) -> None:
-        """``priorities``: one per stored message."""
-        counts: dict[Any, int] = {}
+    def count_messages(self, memory: str, priorities: Sequence[Any]) -> None:
+        """``priorities``: one per stored message (children bound once per priority)."""
+        children = self._message_children
         for priority in priorities:
-            counts[priority] = counts.get(priority, 0) + 1
-        for priority, n in counts.items():
-            self.messages.labels(memory=memory, priority=str(priority)).inc(n)
+            child = children.get((memory, priority))
+            if child is None:
+                child = self.messages.labels(memory=memory, priority=str(priority))
+                children[(memory, priority)] = child
+            child.inc()
 
     def set_priority_distribution(self, memory: str, counts: dict[int, int]) -> None:
         """Live messages per priority; priorities seen before and now absent go to 0."""

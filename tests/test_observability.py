@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -59,15 +60,7 @@ def test_serve_metrics_answers_metrics_until_terminated() -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                text = fetch(f"http://127.0.0.1:{port}/metrics")
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert process.poll() is None, process.communicate()
-                assert time.monotonic() < deadline, "serve-metrics never answered"
-                time.sleep(0.1)
+        text = poll(f"http://127.0.0.1:{port}/metrics", process)
         # Standalone: the families, no samples (no memory is used in that process).
         assert "# TYPE compozy_memory_operation_latency_seconds histogram" in text
         assert "# TYPE compozy_memory_messages_total counter" in text
@@ -76,6 +69,45 @@ def test_serve_metrics_answers_metrics_until_terminated() -> None:
         out, err = process.communicate(timeout=10)
     assert process.returncode == 0, err
     assert f"http://127.0.0.1:{port}/metrics" in out
+
+
+def test_serve_metrics_serves_what_an_applications_processes_wrote(tmp_path: Path) -> None:
+    """prometheus-client's multiprocess mode: two application processes count, the exporter
+    process serves the sum."""
+    writer = (
+        "from prometheus_client import CollectorRegistry\n"
+        "from compozy_memory import MemoryMetrics\n"
+        "metrics = MemoryMetrics(CollectorRegistry())\n"
+        "metrics.count_messages('support', [2, 2, 0])\n"
+    )
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", writer], env=env, check=True, timeout=60)
+    port = free_port()
+    process = subprocess.Popen(
+        [*_cli(), "serve-metrics", "--port", str(port), "--multiprocess-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        text = poll(f"http://127.0.0.1:{port}/metrics", process)
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+    assert 'compozy_memory_messages_total{memory="support",priority="2"} 4.0' in text
+    assert 'compozy_memory_messages_total{memory="support",priority="0"} 2.0' in text
+
+
+def poll(url: str, process: subprocess.Popen[str]) -> str:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return fetch(url)
+        except (urllib.error.URLError, ConnectionError):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "serve-metrics never answered"
+            time.sleep(0.1)
 
 
 def test_serve_metrics_reports_a_port_it_cannot_bind() -> None:

@@ -381,10 +381,10 @@ class MemoryGateway:
             result = await self._stored(name, values, messages)
         except ReplicationError as exc:
             if isinstance(exc.result, AppendResult) and not exc.result.duplicate:
-                self.metrics.count_messages(self.memory, list(messages[1::3]))
+                self.metrics.count_messages(self.memory, messages[1::3])
             raise
         if not result.duplicate:
-            self.metrics.count_messages(self.memory, list(messages[1::3]))
+            self.metrics.count_messages(self.memory, messages[1::3])
         return result
 
     async def _stored(

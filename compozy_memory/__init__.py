@@ -5,16 +5,13 @@ from compozy_memory._config.registry import MemoryRegistry
 from compozy_memory._config.schema import MemoryResource
 from compozy_memory._context.render import to_anthropic, to_openai
 from compozy_memory._context.tools import MemoryTools, tool_definitions
+from compozy_memory._flush.anthropic_summary import AnthropicSummarizer
+from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._flush.flusher import Flusher
 from compozy_memory._flush.lock import FencedLock, Lease
 from compozy_memory._flush.planner import plan_flush
 from compozy_memory._flush.settings import FlushSettings
-from compozy_memory._flush.summarizers import (
-    AnthropicSummarizer,
-    ExtractiveSummarizer,
-    RuleBasedSummarizer,
-    Summarizer,
-)
+from compozy_memory._flush.summarizers import RuleBasedSummarizer, Summarizer
 from compozy_memory._manager import MemoryManager
 from compozy_memory._metrics import FlushMetrics, MemoryMetrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter

@@ -14,20 +14,20 @@ from compozy_memory._config.schema import (
     ExtractiveSummarizerConfig,
     MemoryResource,
     RuleBasedSummarizerConfig,
+    TokenAllocation,
     TokenizerConfig,
 )
 from compozy_memory._config.templates import compile_template
+from compozy_memory._flush.anthropic_summary import AnthropicSummarizer
+from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._flush.flusher import Flusher
+from compozy_memory._flush.planner import EVICTABLE_PRIORITY
 from compozy_memory._flush.settings import BatchSizes, Compression, FlushSettings
-from compozy_memory._flush.summarizers import (
-    AnthropicSummarizer,
-    ExtractiveSummarizer,
-    RuleBasedSummarizer,
-    Summarizer,
-)
+from compozy_memory._flush.summarizers import RuleBasedSummarizer, Summarizer
 from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.limits import UNBOUNDED_TOKENS
 from compozy_memory._model.tokens import TokenCounter, counter_for_encoding, default_counter
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._wire.retry import RetryPolicy
@@ -44,8 +44,8 @@ class MemoryManager:
 
     The key of an instance is ``<memory id>:<rendered key template>``, sanitised, so two
     memories never share storage and two agents that resolve the same memory and key share
-    one conversation. Read-write handles of memories with a token budget flush in the
-    background as their resource says (summarizer, thresholds, lock TTL).
+    one conversation. Read-write handles of memories with a token budget or ``max_messages``
+    flush in the background as their resource says (summarizer, thresholds, lock TTL).
 
     Handles for the same memory, key and mode are shared while anyone holds one, and dropped
     with the last reference: a lookup creates no task, connection pool or counter, and
@@ -132,8 +132,8 @@ class MemoryManager:
                 memory_id=resource.id,
                 metrics=self.metrics,
             )
-            budget = resource.effective_max_tokens
-            if self.flushing and not reference.read_only and budget is not None:
+            limited = resource.effective_max_tokens is not None or resource.max_messages is not None
+            if self.flushing and not reference.read_only and limited:
                 handle.attach_flusher(
                     Flusher(
                         handle.gateway,
@@ -234,25 +234,53 @@ class MemoryManager:
 # compozy_memory_config_resolution_total's ``pattern``: the spec's names of the three levels.
 _PATTERNS: dict[int | None, str] = {1: "simple", 2: "multi", 3: "advanced", None: "stateless"}
 
-# Which share of token_allocation limits a priority block: 0 is the system prompt, 1 what the
-# memory must keep long, 2 and up the conversation.
-_ALLOCATION_OF_PRIORITY = {0: "system", 1: "long_term"}
+#: The specification's ``DefaultTokenAllocation``, used when a resource gives none.
+DEFAULT_TOKEN_ALLOCATION = TokenAllocation(short_term=0.7, long_term=0.2, system=0.1)
+
+#: The specification's ``mapContentTypesToAllocation``: which share of ``token_allocation``
+#: limits a priority block, by content type. A block's first content type listed here decides;
+#: a block with none of them is ``short_term``.
+ALLOCATION_OF_CONTENT_TYPE = {
+    "system_prompt": "system",
+    "user_profile": "system",
+    "recent_context": "short_term",
+    "important_facts": "short_term",
+    "historical_messages": "long_term",
+}
+
+
+def allocation_category(content_types: Sequence[str]) -> str:
+    """The ``token_allocation`` share (system, short_term, long_term) of a block's types."""
+    for content_type in content_types:
+        category = ALLOCATION_OF_CONTENT_TYPE.get(content_type)
+        if category is not None:
+            return category
+    return "short_term"
 
 
 def flush_settings(resource: MemoryResource) -> FlushSettings:
-    """What a flush of ``resource`` aims for."""
+    """What a flush of ``resource`` aims for: its token budget and its ``max_messages``,
+    both when it has both; a count-only memory flushes with no token limit.
+
+    Priority limits: for each block of priority 2 or more (the only ones priority eviction
+    touches), the lower of its ``max_tokens`` and its share of the budget under
+    ``token_allocation`` (the specification's default 0.7 / 0.2 / 0.1 when none is given),
+    the share chosen by the block's content types."""
     budget = resource.effective_max_tokens
     if budget is None:
-        raise ConfigurationError(f"memory {resource.id!r} has no token budget to flush towards")
-    allocation = resource.token_allocation
+        if resource.max_messages is None:
+            raise ConfigurationError(f"memory {resource.id!r} has no budget to flush towards")
+        budget = UNBOUNDED_TOKENS  # count only: no token limit, no allocation limits
+    allocation = resource.token_allocation or DEFAULT_TOKEN_ALLOCATION
     limits: dict[int, int] = {}
     for block in resource.priority_blocks:
-        candidates = [block.max_tokens] if block.max_tokens else []
-        if allocation is not None:
-            share = getattr(allocation, _ALLOCATION_OF_PRIORITY.get(block.priority, "short_term"))
-            candidates.append(int(budget * share))
-        if candidates and block.priority > 0:
-            limits[block.priority] = min(candidates)
+        if block.priority < EVICTABLE_PRIORITY:
+            continue
+        share = getattr(allocation, allocation_category(block.content_types))
+        candidates = [int(budget * share)]
+        if block.max_tokens:
+            candidates.append(block.max_tokens)
+        limits[block.priority] = min(candidates)
     strategy = resource.flushing_strategy
     compression = resource.compression.resolve() if resource.compression else None
     return FlushSettings(
@@ -263,6 +291,7 @@ def flush_settings(resource: MemoryResource) -> FlushSettings:
         strategy=strategy.type,
         priority_limits=limits,
         compression=compression_settings(compression) if compression else None,
+        max_messages=resource.max_messages,
     )
 
 

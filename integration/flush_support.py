@@ -26,6 +26,8 @@ from compozy_memory import (
     Message,
     Summary,
 )
+from compozy_memory._config.schema import MemoryResource
+from compozy_memory._manager import flush_settings
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._wire.translate import RedisClient
@@ -83,6 +85,44 @@ def open_memory(
     return memory
 
 
+def open_counted_memory(
+    client: RedisClient,
+    key: str,
+    max_messages: int,
+    *,
+    delay: float = 0.0,
+    background: bool = True,
+) -> MemoryInstance:
+    """A ``message_count_based`` memory built from its YAML resource, as the manager builds
+    it: the policy and the flush settings both come from the resource."""
+    resource = MemoryResource.model_validate(
+        {
+            "id": "counted",
+            "type": "message_count_based",
+            "max_messages": max_messages,
+            "archive_max": 0,
+            "persistence": {"ttl": "10m"},
+            "flushing_strategy": {"summary_tokens": 120},
+        }
+    )
+    memory = MemoryInstance.open(
+        client, project=PROJECT, key=key, counter=COUNTER, policy=resource.policy()
+    )
+    memory.attach_flusher(
+        Flusher(
+            memory.gateway,
+            flush_settings(resource),
+            SlowSummarizer(delay),
+            COUNTER,
+            lock_ttl=timedelta(seconds=30),
+            debounce=timedelta(milliseconds=10),
+            metrics=FlushMetrics(CollectorRegistry()),
+            background=background,
+        )
+    )
+    return memory
+
+
 def flusher_of(memory: MemoryInstance) -> Flusher:
     """The Flusher open_memory attached (tests reach into its settings and lock)."""
     flusher = memory.flusher
@@ -91,16 +131,36 @@ def flusher_of(memory: MemoryInstance) -> Flusher:
 
 
 def writer_with_flushes(
-    spec: EngineSpec, key: str, writer: int, count: int, budget: int, delay: float, start: Barrier
+    spec: EngineSpec,
+    key: str,
+    writer: int,
+    count: int,
+    budget: int,
+    delay: float,
+    start: Barrier,
+    max_messages: int | None = None,
 ) -> dict[str, Any]:
-    return asyncio.run(_writer(spec, key, writer, count, budget, delay, start))
+    """``max_messages``: the memory is ``message_count_based`` with that limit (``budget`` is
+    then unused)."""
+    return asyncio.run(_writer(spec, key, writer, count, budget, delay, start, max_messages))
 
 
 async def _writer(
-    spec: EngineSpec, key: str, writer: int, count: int, budget: int, delay: float, start: Barrier
+    spec: EngineSpec,
+    key: str,
+    writer: int,
+    count: int,
+    budget: int,
+    delay: float,
+    start: Barrier,
+    max_messages: int | None,
 ) -> dict[str, Any]:
     client = spec.client()
-    memory = open_memory(client, key, budget, delay=delay)
+    memory = (
+        open_memory(client, key, budget, delay=delay)
+        if max_messages is None
+        else open_counted_memory(client, key, max_messages, delay=delay)
+    )
     assert memory.flusher is not None
     results = []
     original = memory.flusher.flush
@@ -132,6 +192,7 @@ async def _writer(
         "outcomes": dict(Counter(r.outcome for r in results)),
         "commits": sum(r.rounds for r in summarised),
         "projected": [r.plan.projected_tokens for r in summarised if r.plan],
+        "projected_counts": [r.plan.projected_count for r in summarised if r.plan],
     }
 
 

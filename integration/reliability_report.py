@@ -24,6 +24,7 @@ GROUPS = {
     "cluster": "Redis Cluster",
     "pressure": "Memory pressure",
     "security": "Security",
+    "adversarial": "Hostile input and odd timing",
     "input": "Fuzzed input",
 }
 NOTHING_LOST = "nothing lost"

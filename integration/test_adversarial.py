@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -21,11 +22,13 @@ from compozy_memory import (
     LockLostError,
     MemoryInstance,
     MemoryPolicy,
+    Message,
     ReadOnlyMemoryError,
+    Summary,
     UsageError,
 )
+from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._flush.planner import plan_flush
-from compozy_memory._flush.summarizers import ExtractiveSummarizer
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
@@ -81,6 +84,7 @@ async def test_a_large_batch_repeated_with_its_dedupe_key_is_stored_once(
     assert await mem.len() == size
     await audit(client, memory_key, list(first.ids))
     record(
+        group="adversarial",
         fault=f"an append_many of {size:,} messages repeated with its dedupe key",
         engine=engine.name,
         promise="a retried write is applied at most once",
@@ -132,6 +136,7 @@ async def test_a_flusher_paused_across_expiry_cannot_commit_into_the_new_convers
     assert await client.lrange(new.keys.msgs, 0, -1) == before
     await newer.release()
     record(
+        group="adversarial",
         fault="a flusher paused while its memory expired and a new conversation began",
         engine=engine.name,
         promise="every compare-and-set names the memory's incarnation",
@@ -162,14 +167,30 @@ async def test_replace_if_last_id_taken_before_expiry_is_refused_after_it(
 
 @pytest.mark.parametrize("tokens", [2**63, 10**300, 2**53 + 1])
 async def test_absurd_token_counts_are_refused_and_change_nothing(
-    client: RedisClient, memory_key: str, tokens: int
+    client: RedisClient, memory_key: str, tokens: int, engine: EngineSpec, record: Any
 ) -> None:
     mem = memory(client, memory_key)
     await mem.append(turn(1))
     with pytest.raises(InvalidMessageError):
         await mem.append({"role": "user", "content": "x", "tokens": tokens})
-    assert (await mem.health()).token_count == 20
+    # Past the Python checks, the script bounds them too.
+    with pytest.raises(InvalidMessageError):
+        await mem.gateway.append([str(tokens), 2, b'{"role":"user","content":"x"}'], "")
+    health = await mem.health()
+    assert health.token_count == 20
     assert len(await mem.read()) == 1
+    assert len(await mem.context(1_000)) == 1
+    record(
+        group="adversarial",
+        fault=f"token counts of {tokens:.3g} sent through the handle and to the script",
+        engine=engine.name,
+        promise="counts are bounded where they enter; totals stay exact",
+        operations=2,
+        acknowledged=0,
+        lost=0,
+        duplicated=0,
+        observed="both refused (InvalidMessageError); the memory and its totals unchanged",
+    )
 
 
 async def test_hundreds_of_pinned_messages_do_not_stall_flushing(
@@ -186,6 +207,7 @@ async def test_hundreds_of_pinned_messages_do_not_stall_flushing(
     assert health.priority_counts[0] == 300
     await audit(client, memory_key)
     record(
+        group="adversarial",
         fault="a memory whose 300 oldest messages are pinned (priority 0), 7x over budget",
         engine=engine.name,
         promise="a flush always finds what it may remove when the memory is over budget",
@@ -199,7 +221,7 @@ async def test_hundreds_of_pinned_messages_do_not_stall_flushing(
 
 
 async def test_one_question_then_two_thousand_tool_messages_is_flushed(
-    client: RedisClient, memory_key: str
+    client: RedisClient, memory_key: str, engine: EngineSpec, record: Any
 ) -> None:
     mem = memory(client, memory_key)
     flush = flusher(mem, 3_000)
@@ -230,8 +252,73 @@ async def test_one_question_then_two_thousand_tool_messages_is_flushed(
     first = await mem.read(0, 0)
     assert first[0].text == "audit every order"  # the question stays
     (summary,) = await client.lrange(mem.keys.summaries, 0, -1)
-    assert len(json.loads(summary)["covers"]) < 4  # a few ranges, not 1,900 ids
+    covers = json.loads(summary)["covers"]
+    assert len(covers) < 4  # a few ranges, not 1,900 ids
     await audit(client, memory_key)
+    record(
+        group="adversarial",
+        fault="one user turn followed by 2,000 tool messages (20,010 tokens, budget 3,000)",
+        engine=engine.name,
+        promise="a flush finds what it may remove; what a summary covers is bounded",
+        operations=2_001,
+        acknowledged=2_001,
+        lost=0,
+        duplicated=0,
+        observed=f"flushed to {health.token_count + health.summary_tokens} tokens keeping the "
+        f"question; the summary covers {sum(b - a + 1 for a, b in covers):,} ids in "
+        f"{len(covers)} range(s), {len(summary):,} bytes",
+    )
+
+
+class Flooding:
+    async def summarize(self, messages: Sequence[Message], *, max_tokens: int) -> Summary:
+        return Summary("fact " * 1_000_000, "flood")
+
+
+class Hanging:
+    async def summarize(self, messages: Sequence[Message], *, max_tokens: int) -> Summary:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("summarizer", [Flooding(), Hanging()], ids=["flooding", "hanging"])
+async def test_a_summarizer_is_never_trusted(
+    client: RedisClient, memory_key: str, summarizer: Any, engine: EngineSpec, record: Any
+) -> None:
+    mem = memory(client, memory_key)
+    flush = Flusher(
+        mem.gateway,
+        FlushSettings(
+            max_tokens=2_000, summary_tokens=400, summarizer_deadline=timedelta(seconds=1)
+        ),
+        summarizer,
+        COUNTER,
+        metrics=FlushMetrics(CollectorRegistry()),
+        background=False,
+    )
+    appended = await mem.append_many([turn(n, tokens=100) for n in range(40)])
+    result = await asyncio.wait_for(flush.flush(), timeout=30)
+    assert result.outcome == "summarised"
+    health = await mem.health()
+    assert health.summary_tokens <= 400
+    assert health.token_count + health.summary_tokens <= 2_000
+    assert sum(m.tokens or 0 for m in await mem.context(2_000)) <= 2_000
+    assert not await client.exists(mem.keys.lock)  # the lease was given back
+    await audit(client, memory_key, list(appended.ids))
+    kind = "returns 5,000,000 characters" if isinstance(summarizer, Flooding) else "hangs"
+    record(
+        group="adversarial",
+        fault=f"a custom summarizer that {kind}",
+        engine=engine.name,
+        promise="every summarizer gets a deadline and its output is checked and fitted",
+        operations=40,
+        acknowledged=40,
+        lost=0,
+        duplicated=0,
+        observed=f"summary of {health.summary_tokens} tokens (limit 400), context "
+        f"{health.token_count + health.summary_tokens} of 2,000; lock released"
+        + ("; fell back to extractive after 1 s" if isinstance(summarizer, Hanging) else ""),
+    )
 
 
 async def test_a_read_only_handle_cannot_flush_or_lock(
@@ -274,3 +361,70 @@ async def test_bad_ttls_are_usage_errors(client: RedisClient, memory_key: str, t
     with pytest.raises(UsageError):
         await mem.set_ttl(ttl)
     assert await client.pttl(mem.keys.msgs) == -1
+
+
+COLLIDING_USERS = [
+    ("张伟", "李娜"),
+    ("Иван", "Олег"),
+    ("José", "Josù"),
+    ("alice@example.com", "alice_example.com"),
+    ("user 1", "user/1"),
+    ("a_x41", "aA"),
+    ("", " "),
+]
+
+
+async def test_users_whose_ids_differ_never_share_a_memory(
+    client: RedisClient, engine: EngineSpec, record: Any
+) -> None:
+    from compozy_memory import MemoryManager, MemoryRegistry, MemoryResource, TemplateError
+
+    project = f"t{memory_key_suffix()}"
+    registry = MemoryRegistry(
+        project,
+        [
+            MemoryResource(
+                id="support",
+                max_tokens=4_000,
+                default_key_template="user:{{ .workflow.input.user }}",
+            )
+        ],
+    )
+    manager = MemoryManager(registry, client, counter=COUNTER, flushing=False)
+    users = [u for pair in COLLIDING_USERS for u in pair]
+    written = 0
+    for user in users:
+        try:
+            handle = await manager.get("support", {"workflow": {"input": {"user": user}}})
+        except TemplateError:
+            assert not user.strip()  # a blank id is refused, never mapped onto another
+            continue
+        await handle.append({"role": "user", "content": f"secret of {user!r}", "tokens": 5})
+        written += 1
+    cross = 0
+    for user in users:
+        if not user.strip():
+            continue
+        handle = await manager.get("support", {"workflow": {"input": {"user": user}}})
+        texts = [m.text for m in await handle.read()]
+        cross += sum(1 for t in texts if t != f"secret of {user!r}")
+        assert texts == [f"secret of {user!r}"]
+    record(
+        group="adversarial",
+        fault="users whose ids differ only in characters outside the key alphabet "
+        "(CJK, Cyrillic, accents, @ vs _, space vs /, an escape look-alike)",
+        engine=engine.name,
+        promise="two different rendered keys never share a memory",
+        operations=2 * written,
+        acknowledged=written,
+        lost=0,
+        duplicated=0,
+        observed=f"{written} users, {written} memories, {cross} cross-tenant reads; "
+        "blank ids refused",
+    )
+
+
+def memory_key_suffix() -> str:
+    import uuid
+
+    return uuid.uuid4().hex[:10]

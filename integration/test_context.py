@@ -22,7 +22,7 @@ from compozy_memory import (
     MemoryPolicy,
     Message,
 )
-from compozy_memory._flush.summarizers import ExtractiveSummarizer
+from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._search.analysis import message_index_terms

@@ -24,6 +24,7 @@ from integration.flush_support import (
     PROJECT,
     audit,
     flusher_of,
+    open_counted_memory,
     open_memory,
     paused_flusher,
     writer_with_flushes,
@@ -246,6 +247,64 @@ async def test_writers_and_flushers_together_lose_nothing(
         await client.aclose()
     assert found.context_tokens <= BUDGET
     assert len(found.live) + len(found.covered) == WRITERS * APPENDS
+
+
+MAX_MESSAGES = 10
+COUNTED_APPENDS = 100
+
+
+async def test_max_messages_holds_under_writers_and_flushers(
+    engine: EngineSpec, memory_key: str
+) -> None:
+    """``message_count_based`` with ``max_messages: 10``: 8 processes x 100 appends, each
+    flushing (50 ms summaries) as its appends pass 80% of the count, contending for the lock.
+    After the flushes settle, at most 10 messages are live and every acknowledged id is live
+    or covered by exactly one summary."""
+    spawn = multiprocessing.get_context("spawn")
+    loop = asyncio.get_running_loop()
+    with spawn.Manager() as manager, ProcessPoolExecutor(WRITERS, mp_context=spawn) as pool:
+        start = manager.Barrier(WRITERS)
+        reports = await asyncio.gather(
+            *(
+                loop.run_in_executor(
+                    pool,
+                    writer_with_flushes,
+                    engine,
+                    memory_key,
+                    w,
+                    COUNTED_APPENDS,
+                    0,
+                    0.05,
+                    start,
+                    MAX_MESSAGES,
+                )
+                for w in range(WRITERS)
+            )
+        )
+    acknowledged = [i for r in reports for i in r["acknowledged"]]
+    assert len(acknowledged) == len(set(acknowledged)) == WRITERS * COUNTED_APPENDS
+    assert sum(r["commits"] for r in reports) >= 3  # flushed by count, again and again
+    # Every flush planned a live count within max_messages as of its snapshot.
+    assert all(c <= MAX_MESSAGES for r in reports for c in r["projected_counts"])
+    client = engine.client()
+    try:
+        memory = open_counted_memory(client, memory_key, MAX_MESSAGES, background=False)
+        settled = await audit(client, memory_key, acknowledged)
+        await memory.flush()  # the writers have stopped: one more flush settles the count
+        found = await audit(client, memory_key, acknowledged)
+        context = await memory.context()  # works with no token budget
+    finally:
+        await client.aclose()
+    print(
+        f"\n{engine.name}: max_messages {MAX_MESSAGES}, {WRITERS}x{COUNTED_APPENDS} appends, "
+        f"{sum(r['commits'] for r in reports)} commits; live {len(settled.live)} when the "
+        f"writers' flushes settled, {len(found.live)} after one more flush; "
+        f"{len(found.covered)} covered by {found.summaries} summaries"
+    )
+    assert len(found.live) <= MAX_MESSAGES
+    assert len(found.live) + len(found.covered) == WRITERS * COUNTED_APPENDS
+    window = [m for m in context if m.content_type != "summary"]
+    assert [m.id for m in window] == found.live
 
 
 def _spawn_flusher(

@@ -106,6 +106,7 @@ async def test_a_tenant_runs_the_installed_functions_and_nothing_of_its_own(
             refused += 1
         assert await admin.ping()  # the server never stopped answering
         record(
+            group="security",
             fault="a tenant runs its own scripts (EVAL loops, 600 MB strings), loads or "
             "flushes functions, flushes data",
             engine=standalone.name,
@@ -260,6 +261,7 @@ async def test_functions_on_every_primary_and_on_a_node_added_later(
             await handle(tenant, project, key).append({"role": "user", "content": "x", "tokens": 1})
             assert await new.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) > 0  # type: ignore[no-untyped-call]
             record(
+                group="security",
                 fault="Cluster: functions installed on every primary, then a primary added by "
                 "CLUSTER MEET takes a slot",
                 engine="redis7-cluster" if cluster_binary else "valkey-cluster",

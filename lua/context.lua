@@ -96,10 +96,7 @@ local function offer(env, score)
     layer[#layer + 1] = env
   end
 end
-local terms = {}
-for i = ARGS_FROM, #ARGV do
-  terms[#terms + 1] = ARGV[i]
-end
+local terms = {unpack(ARGV, ARGS_FROM)}
 if #terms > 0 and limit > 0 then
   for _, hit in ipairs(bm25_search(K, terms, limit, k1, b, weight, 0, nil)) do
     local id = hit[1]

@@ -25,10 +25,7 @@ if a_roles ~= '' then
     roles[role] = true
   end
 end
-local terms = {}
-for i = ARGS_FROM, #ARGV do
-  terms[#terms + 1] = ARGV[i]
-end
+local terms = {unpack(ARGV, ARGS_FROM)}
 local hits = bm25_search(K, terms, limit, k1, b, weight, since_id, roles)
 local out = {#hits}
 for _, hit in ipairs(hits) do

@@ -17,7 +17,7 @@ from typing import Any
 from compozy_memory import InstanceKeys, MemoryPolicy, Message
 from compozy_memory._model.messages import encode_body
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory._wire.scripts import Args, Keys, Script, ScriptArg
 
 Reply = Any | BaseException | Callable[["Call"], Any]
 
@@ -57,21 +57,15 @@ class FakeTransport:
         return [c for c in self.calls if c.script == name]
 
     async def run(
-        self,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[ScriptArg],
-        *,
-        key: str,
-        write: bool = False,
+        self, code: Script, keys: Keys, args: Args, *, key: str, write: bool = False
     ) -> Any:
-        script.contract.check_keys(keys)
-        call = Call(script.name, tuple(keys), tuple(args), write)
+        code.contract.check_keys(keys)
+        call = Call(code.name, tuple(keys), tuple(args), write)
         self.calls.append(call)
-        queue = self.replies[script.name]
-        reply = queue.popleft() if queue else self.defaults.get(script.name)
+        queue = self.replies[code.name]
+        reply = queue.popleft() if queue else self.defaults.get(code.name)
         if reply is None:
-            raise AssertionError(f"no reply queued for {script.name}")
+            raise AssertionError(f"no reply queued for {code.name}")
         if isinstance(reply, BaseException):
             raise reply
         if callable(reply):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import given, settings
@@ -8,7 +9,12 @@ from hypothesis import strategies as st
 from compozy_memory._config.schema import PROFILES, MemoryResource
 from compozy_memory._flush.planner import plan_flush, tool_groups
 from compozy_memory._flush.settings import FlushSettings
-from compozy_memory._manager import compression_settings, flush_settings
+from compozy_memory._manager import (
+    DEFAULT_TOKEN_ALLOCATION,
+    allocation_category,
+    compression_settings,
+    flush_settings,
+)
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import FlushPlan, Snapshot
 
@@ -129,12 +135,23 @@ def test_tool_calls_and_results_move_together() -> None:
 
 def test_priority_blocks_evict_lowest_priority_first() -> None:
     messages = conversation(
-        [("user", 30, 1), ("user", 30, 3), ("user", 30, 3), ("user", 30, 1), ("user", 30, 3),
+        [("user", 30, 1), ("user", 30, 3), ("user", 30, 3), ("user", 30, 2), ("user", 30, 3),
          ("user", 5, 2)]
     )  # fmt: skip
-    settings_ = FlushSettings(max_tokens=1000, priority_limits={1: 30, 3: 30})
+    settings_ = FlushSettings(max_tokens=1000, priority_limits={2: 10, 3: 30})
     plan = plan_flush(snapshot(messages), settings_)
-    assert plan.evict_ids == (1, 2, 3)  # priority 3 down to 30 tokens, then priority 1
+    assert plan.evict_ids == (2, 3, 4)  # priority 3 down to 30 tokens, then priority 2
+    assert plan.summarize_ids == ()
+
+
+def test_priority_eviction_never_removes_priority_1() -> None:
+    """The specification evicts priorities 2 and up only; a limit on priority 1 does nothing."""
+    messages = conversation(
+        [("user", 30, 1), ("user", 30, 1), ("user", 30, 3), ("user", 30, 1), ("user", 5, 2)]
+    )
+    settings_ = FlushSettings(max_tokens=1000, priority_limits={1: 10, 3: 0})
+    plan = plan_flush(snapshot(messages), settings_)
+    assert plan.evict_ids == (3,)
     assert plan.summarize_ids == ()
 
 
@@ -145,13 +162,56 @@ def test_allocation_and_block_limits_take_the_lower() -> None:
             "max_tokens": 1000,
             "priority_blocks": [
                 {"priority": 0, "content_types": ["system_prompt"]},
-                {"priority": 1, "content_types": ["profile"], "max_tokens": 150},
+                {"priority": 1, "content_types": ["profile"]},
                 {"priority": 2, "content_types": ["message"], "max_tokens": 900},
+                {"priority": 3, "content_types": ["historical_messages"], "max_tokens": 150},
             ],
             "token_allocation": {"short_term": 0.7, "long_term": 0.2, "system": 0.1},
         }
     )
-    assert flush_settings(resource).priority_limits == {1: 150, 2: 700}
+    # Priorities 0 and 1 are never evicted: no limit. 2 is short_term (700 < 900); 3 is
+    # long_term by its content type (200 > 150).
+    assert flush_settings(resource).priority_limits == {2: 700, 3: 150}
+
+
+def test_allocation_categories_come_from_content_types_as_the_spec_maps_them() -> None:
+    blocks = [
+        {"priority": 2, "content_types": ["user_profile"]},  # system
+        {"priority": 3, "content_types": ["chat", "historical_messages"]},  # long_term
+        {"priority": 4, "content_types": ["important_facts"]},  # short_term
+        {"priority": 5, "content_types": ["tool_output"]},  # short_term: the default
+    ]
+    resource = MemoryResource.model_validate(
+        {
+            "id": "m",
+            "max_tokens": 1000,
+            "priority_blocks": blocks,
+            "token_allocation": {"short_term": 0.5, "long_term": 0.3, "system": 0.2},
+        }
+    )
+    assert flush_settings(resource).priority_limits == {2: 200, 3: 300, 4: 500, 5: 500}
+    assert allocation_category(["system_prompt", "historical_messages"]) == "system"
+
+
+def test_the_spec_default_allocation_applies_when_none_is_given() -> None:
+    resource = MemoryResource.model_validate(
+        {
+            "id": "m",
+            "max_tokens": 1000,
+            "priority_blocks": [
+                {"priority": 2, "content_types": ["recent_context"]},
+                {"priority": 3, "content_types": ["historical_messages"]},
+                {"priority": 4, "content_types": ["system_prompt"]},
+            ],
+        }
+    )
+    assert resource.token_allocation is None
+    assert DEFAULT_TOKEN_ALLOCATION.model_dump() == {
+        "short_term": 0.7,
+        "long_term": 0.2,
+        "system": 0.1,
+    }
+    assert flush_settings(resource).priority_limits == {2: 700, 3: 200, 4: 100}
 
 
 def test_workload_profiles_pick_the_batch_of_the_pressure_tier() -> None:
@@ -204,6 +264,7 @@ specs = st.lists(
     profile=st.sampled_from([None, "data_intensive", "conversational", "balanced"]),
     strategy=st.sampled_from(["hybrid_summary", "fifo"]),
     window=st.one_of(st.none(), st.integers(1, 40)),
+    max_messages=st.one_of(st.none(), st.integers(1, 30)),
 )
 def test_plans_keep_every_rule(
     spec: list[tuple[str, int, int]],
@@ -215,6 +276,7 @@ def test_plans_keep_every_rule(
     profile: str | None,
     strategy: Any,
     window: int | None,
+    max_messages: int | None,
 ) -> None:
     messages = conversation(spec)
     config = FlushSettings(
@@ -225,6 +287,7 @@ def test_plans_keep_every_rule(
         strategy=strategy,
         priority_limits=limits,
         compression=compression_settings(PROFILES[profile]) if profile else None,
+        max_messages=max_messages,
     )
     seen = snapshot(messages, window=window)
     plan = plan_flush(seen, config)
@@ -234,7 +297,7 @@ def test_plans_keep_every_rule(
     # Priority 0 is never touched; nor is the newest user turn, nor the tail after it that
     # fits half the budget.
     assert all(by_id[i].priority != 0 for i in removed)
-    kept = protected_ids(seen, budget)
+    kept = protected_ids(seen, budget, max_messages)
     assert not removed & kept
     # A tool call and its results are removed together, and the same way, or not at all.
     groups = tool_groups(messages)
@@ -252,10 +315,23 @@ def test_plans_keep_every_rule(
     assert not set(plan.summarize_ids) & set(plan.evict_ids)
     if strategy == "fifo":
         assert plan.summarize_ids == ()
-    # Over budget after the plan only when nothing more could be moved (a profile's
-    # min_l1_messages may keep some on purpose).
+    else:
+        # Only priority eviction evicts here, and it never takes priority 0 or 1.
+        assert all((by_id[i].priority or 0) >= 2 for i in plan.evict_ids)
+    # The plan knows how many live messages it leaves.
+    assert plan.projected_count == len(messages) - len(removed)
+    # A count limit makes a flush due at the threshold of it (counted after priority eviction).
     if (
-        plan.projected_tokens > budget
+        max_messages is not None
+        and not limits
+        and seen.count >= max(1, int(max_messages * threshold))
+    ):
+        assert plan.tier != "none"
+    # Over budget (tokens or count) after the plan only when nothing more could be moved (a
+    # profile's min_l1_messages may keep some on purpose).
+    over_count = max_messages is not None and plan.projected_count > max_messages
+    if (
+        (plan.projected_tokens > budget or over_count)
         and plan.tier != "none"
         and profile is None
         and not plan.partial
@@ -282,10 +358,10 @@ def _whole_group_movable(message_id: int, shown: list[Message], kept: set[int]) 
     )
 
 
-def protected_ids(seen: Snapshot, budget: int) -> set[int]:
+def protected_ids(seen: Snapshot, budget: int, max_messages: int | None = None) -> set[int]:
     """The planner's protection rule, written out: pinned messages, the newest user turn, and
-    (when the snapshot reaches the newest message) the tail after it within half the budget,
-    always including the newest message."""
+    (when the snapshot reaches the newest message) the tail after it within half the budget
+    and, with a count limit, at most half of it, always including the newest message."""
     shown = list(seen.messages)
     out = {m.id or 0 for m in shown if m.priority == 0}
     users = [i for i, m in enumerate(shown) if m.role == "user" and not m.tool_result_ids]
@@ -295,7 +371,8 @@ def protected_ids(seen: Snapshot, budget: int) -> set[int]:
         used = 0
         for i in range(len(shown) - 1, (users[-1] if users else 0) - 1, -1):
             used += shown[i].tokens or 0
-            if used > budget // 2 and i < len(shown) - 1:
+            too_many = max_messages is not None and len(shown) - i > max(1, max_messages // 2)
+            if (used > budget // 2 or too_many) and i < len(shown) - 1:
                 break
             out.add(shown[i].id or 0)
     return out
@@ -339,3 +416,43 @@ def test_an_over_budget_memory_with_nothing_removable_says_why() -> None:
     assert plan.empty
     assert plan.blocked is not None
     assert "pinned" in plan.blocked
+
+
+def test_max_messages_flushes_until_the_live_count_fits() -> None:
+    """Count only: a huge token budget, ``max_messages`` 10, reached at 80%."""
+    messages = conversation([("user", 10, 2)] * 30)
+    config = FlushSettings(max_tokens=10**12, max_messages=10, summary_tokens=50)
+    assert config.trigger_messages == 8
+    plan = plan_flush(snapshot(messages), config)
+    assert plan.tier == "normal"
+    assert plan.projected_count <= 10
+    assert plan.summarize_ids == tuple(range(1, 31 - plan.projected_count))
+    assert 30 not in ids(plan)  # the newest user turn stays
+    below = plan_flush(snapshot(conversation([("user", 10, 2)] * 7)), config)
+    assert below.empty
+    assert below.tier == "none"
+    assert below.projected_count == 7
+    fifo = plan_flush(snapshot(messages), dataclasses.replace(config, strategy="fifo"))
+    assert fifo.summarize_ids == ()
+    assert fifo.projected_count <= 10
+
+
+def test_a_memory_with_both_limits_honours_both() -> None:
+    messages = conversation([("user", 10, 2)] * 30)  # 300 tokens, well under 1000
+    by_count = plan_flush(snapshot(messages), FlushSettings(max_tokens=1000, max_messages=20))
+    assert by_count.projected_count <= 20
+    assert by_count.projected_tokens <= 1000
+    heavy = conversation([("user", 100, 2)] * 12)  # 1200 tokens, 12 messages
+    by_tokens = plan_flush(
+        snapshot(heavy), FlushSettings(max_tokens=1000, max_messages=20, summary_tokens=50)
+    )
+    assert by_tokens.projected_tokens <= 1000
+    assert not by_tokens.empty
+
+
+def test_a_long_tail_after_the_question_does_not_block_the_count() -> None:
+    """One question and 40 answers: the tail kept is at most half of max_messages."""
+    messages = conversation([("user", 5, 2)] + [("assistant", 5, 2)] * 40)
+    plan = plan_flush(snapshot(messages), FlushSettings(max_tokens=10**12, max_messages=10))
+    assert 1 not in ids(plan)  # the question stays
+    assert plan.projected_count <= 10

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import re
-import time
 from datetime import timedelta
 
 from prometheus_client import CollectorRegistry
@@ -362,12 +361,8 @@ async def test_extractive_never_exceeds_its_budget_on_long_conversations() -> No
     for budget in (5, 40, 300, 2000):
         summary = await summarizer.summarize(messages[:400], max_tokens=budget)
         assert counter.count(summary.text) <= budget
-    best = float("inf")
-    for _ in range(3):
-        started = time.perf_counter()
-        await summarizer.summarize(messages[500:756], max_tokens=1000)
-        best = min(best, time.perf_counter() - started)
-    assert best < 0.05
+    # Its speed (about 12 ms for 256 messages) is a benchmark's figure
+    # (benchmarks/bench_summaries.py), not a pass/fail test on a shared machine.
 
 
 async def test_anthropic_is_given_the_summary_so_far_and_a_named_dated_transcript() -> None:

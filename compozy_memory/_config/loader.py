@@ -10,6 +10,10 @@ plus one memory resource per file in ``memory/*.yaml``. Every problem found in a
 collected and reported together, each with its file, line and key path, for example
 ``memory/support.yaml:7: flushing_strategy.summarize_threshold: Input should be less than or
 equal to 1``. Unknown keys, duplicate keys and duplicate ids are errors.
+
+Settings that are valid but have no effect here (``locking.append_ttl``, ``locking.clear_ttl``,
+``max_tokens`` on a priority-1 block) are collected as :attr:`Project.warnings`, located the
+same way: ``compozy-memory validate`` prints them and ``MemoryRegistry.load`` logs them.
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ class Project:
     id: str
     resources: dict[str, ResourceEntry] = field(default_factory=dict)
     agents: dict[str, AgentEntry] = field(default_factory=dict)
+    #: Settings that validate but do nothing here, each located like a problem.
+    warnings: list[ConfigProblem] = field(default_factory=list)
 
 
 @dataclass
@@ -137,6 +143,7 @@ def load_project(path: str | Path) -> Project:
     # Memories whose own files have errors: agents may still name them without a second,
     # misleading "unknown memory" error.
     broken: dict[str, MemoryResource] = {}
+    warnings: list[ConfigProblem] = []
     for document, where, data in raw_resources:
         resource = _validate(document, where, data, problems)
         if resource is None:
@@ -146,6 +153,7 @@ def load_project(path: str | Path) -> Project:
                     id=data["id"], default_key_template=template if template else "?"
                 )
             continue
+        warnings += _warnings(document, where, data)
         line = document.line(where) or 1
         previous = resources.get(resource.id)
         if previous is not None:
@@ -165,7 +173,39 @@ def load_project(path: str | Path) -> Project:
     agents = _agents(raw_agents, known, problems)
     if problems:
         raise ConfigFileError(problems)
-    return Project(root=root, id=project_id, resources=resources, agents=agents)
+    return Project(root=root, id=project_id, resources=resources, agents=agents, warnings=warnings)
+
+
+#: Settings of the specification's memory resource that are accepted and do nothing here.
+_INERT_LOCKING = {
+    "append_ttl": "appends take no lock here: each is one atomic Lua script",
+    "clear_ttl": "clears take no lock here: a clear is one atomic Lua script",
+}
+
+
+def _warnings(document: _Document, where: Path_, data: dict[str, Any]) -> list[ConfigProblem]:
+    """Valid settings of a valid resource ``data`` that have no effect."""
+    found: list[ConfigProblem] = []
+
+    def warn(path: Path_, message: str) -> None:
+        found.append(
+            ConfigProblem(document.file, document.line((*where, *path)), format_path(path), message)
+        )
+
+    locking = data.get("locking")
+    if isinstance(locking, dict):
+        for name, why in _INERT_LOCKING.items():
+            if name in locking:
+                warn(("locking", name), f"has no effect ({why}); only flush_ttl is used")
+    blocks = data.get("priority_blocks")
+    for i, block in enumerate(blocks if isinstance(blocks, list) else []):
+        if isinstance(block, dict) and block.get("priority") == 1 and "max_tokens" in block:
+            warn(
+                ("priority_blocks", i, "max_tokens"),
+                "has no effect: priority eviction removes priorities 2 and up only (priority 1 "
+                "is still summarised past the threshold)",
+            )
+    return found
 
 
 def _project_id(main: _Document, problems: list[ConfigProblem]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,8 @@ from compozy_memory._model.keys import validate_project
 from compozy_memory.errors import ConfigurationError, MemoryNotFoundError, unknown_name
 
 __all__ = ["MemoryRegistry"]
+
+log = logging.getLogger("compozy_memory.config")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class MemoryRegistry:
     def load(cls, path: str | Path) -> MemoryRegistry:
         """The registry of the project at ``path`` (a folder or its compozy.yaml)."""
         project = load_project(path)
+        _log_warnings(project)
         registry = cls(project.id, source=Path(path))
         registry._snapshot = _from_project(project, generation=0)
         return registry
@@ -61,6 +65,7 @@ class MemoryRegistry:
         if self.source is None:
             raise ConfigurationError("this registry was not loaded from files: nothing to reload")
         project = load_project(self.source)  # raises before anything changes
+        _log_warnings(project)
         if project.id != self.project:
             raise ConfigurationError(
                 f"reload changed the project id from {self.project!r} to {project.id!r}; "
@@ -106,3 +111,8 @@ def _from_project(project: Project, *, generation: int) -> _Snapshot:
     return _Snapshot(
         {k: e.resource for k, e in project.resources.items()}, dict(project.agents), generation
     )
+
+
+def _log_warnings(project: Project) -> None:
+    for warning in project.warnings:
+        log.warning("memory configuration: %s", warning)

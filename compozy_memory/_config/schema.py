@@ -130,6 +130,15 @@ class PriorityBlock(_Strict):
     content_types: list[Identifier] = Field(min_length=1)
     max_tokens: PositiveInt | None = None
 
+    @model_validator(mode="after")
+    def _limit_can_apply(self) -> PriorityBlock:
+        if self.priority == 0 and self.max_tokens is not None:
+            raise ValueError(
+                "max_tokens on priority 0 would do nothing: priority 0 (critical) is never "
+                "evicted or summarised; remove max_tokens, or give the block priority 2 or more"
+            )
+        return self
+
 
 class TokenAllocation(_Strict):
     short_term: float = Field(ge=0, le=1)

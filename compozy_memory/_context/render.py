@@ -115,31 +115,15 @@ def _pair_tools(
         if role == "assistant":
             after = turns[i + 1][1] if i + 1 < len(turns) else []
             answered = {str(b.get("tool_use_id")) for b in after if b.get("type") == "tool_result"}
-            kept = []
-            for block in blocks:
-                if block.get("type") == "tool_use":
-                    call_id = str(block.get("id"))
-                    if call_id not in answered or call_id in seen:
-                        dropped = True
-                        continue
-                    seen.add(call_id)
-                kept.append(block)
-            out.append((role, kept))
+            kept, lost = _paired(blocks, "tool_use", "id", answered, seen)
         else:
             before = out[-1][1] if out and out[-1][0] == "assistant" else []
             calls = {str(b.get("id")) for b in before if b.get("type") == "tool_use"}
-            results, rest, answered_now = [], [], set()
-            for block in blocks:
-                if block.get("type") == "tool_result":
-                    call_id = str(block.get("tool_use_id"))
-                    if call_id not in calls or call_id in answered_now:
-                        dropped = True
-                        continue
-                    answered_now.add(call_id)
-                    results.append(block)
-                else:
-                    rest.append(block)
-            out.append((role, results + rest))  # results first, as the API requires
+            kept, lost = _paired(blocks, "tool_result", "tool_use_id", calls, set())
+            # Results first, as the API requires.
+            kept.sort(key=lambda b: b.get("type") != "tool_result")
+        dropped = dropped or lost
+        out.append((role, kept))
     return out, dropped
 
 
@@ -285,3 +269,20 @@ def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
             body.extend(answers[c["id"]] for c in unique)
         i = j
     return head + body
+
+
+def _paired(
+    blocks: list[dict[str, Any]], kind: str, id_key: str, partners: set[str], seen: set[str]
+) -> tuple[list[dict[str, Any]], bool]:
+    """``blocks`` without the ``kind`` blocks whose id has no partner (or came already);
+    and whether any was dropped."""
+    kept, dropped = [], False
+    for block in blocks:
+        if block.get("type") == kind:
+            call_id = str(block.get(id_key))
+            if call_id not in partners or call_id in seen:
+                dropped = True
+                continue
+            seen.add(call_id)
+        kept.append(block)
+    return kept, dropped

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from compozy_memory._model.messages import Message
 from compozy_memory._store.instance import MemoryInstance
-from compozy_memory.errors import CompozyMemoryError
+from compozy_memory.errors import CompozyMemoryError, UsageError
 
 __all__ = ["TOOL_NAMES", "MemoryTools", "tool_definitions"]
 
@@ -70,7 +70,7 @@ def tool_definitions(format: Format = "anthropic") -> list[dict[str, Any]]:
             }
             for name, (text, schema) in _SCHEMAS.items()
         ]
-    raise ValueError(f"format must be 'anthropic' or 'openai', got {format!r}")
+    raise UsageError(f"format must be 'anthropic' or 'openai', got {format!r}")
 
 
 class MemoryTools:
@@ -110,7 +110,7 @@ class MemoryTools:
         if isinstance(function, Mapping):
             content = await self.call(str(function["name"]), function.get("arguments") or "{}")
             return {"role": "tool", "tool_call_id": call["id"], "content": content}
-        raise ValueError("not a tool call: expected an Anthropic tool_use block or an OpenAI call")
+        raise UsageError("not a tool call: expected an Anthropic tool_use block or an OpenAI call")
 
     async def _run(self, name: str, args: dict[str, Any]) -> Any:
         if name == "search_memory":

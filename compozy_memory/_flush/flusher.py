@@ -22,10 +22,11 @@ import time
 from datetime import timedelta
 from typing import cast
 
+from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._flush.lock import FencedLock, Lease
 from compozy_memory._flush.planner import plan_flush
 from compozy_memory._flush.settings import FlushSettings
-from compozy_memory._flush.summarizers import ExtractiveSummarizer, Summarizer, fit_text
+from compozy_memory._flush.summarizers import Summarizer, fit_text
 from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.messages import Message, encode_body, id_ranges
 from compozy_memory._model.results import (
@@ -103,7 +104,11 @@ class Flusher:
         if not self.background:
             return
         # Decided from the counts the append script returned: no read of the conversation.
-        due = result.context_tokens >= self.settings.trigger_tokens or self._over_l1(result)
+        due = (
+            result.context_tokens >= self.settings.trigger_tokens
+            or self._over_l1(result)
+            or self._over_count(result)
+        )
         if not due:
             self._hits.inc()
         elif time.monotonic() >= self._quiet_until:
@@ -135,6 +140,10 @@ class Flusher:
                 log.exception("background flush of %s failed", self.gateway.name, extra=self._log)
             if not self._again:
                 return
+
+    def _over_count(self, result: AppendResult) -> bool:
+        trigger = self.settings.trigger_messages
+        return trigger is not None and result.total_count >= trigger
 
     def _over_l1(self, result: AppendResult) -> bool:
         compression = self.settings.compression
@@ -172,7 +181,10 @@ class Flusher:
             result.plan is not None
             and result.plan.partial
             and result.outcome in ("summarised", "evicted")
-            and result.plan.projected_tokens > self.settings.max_tokens
+            and (
+                result.plan.projected_tokens > self.settings.max_tokens
+                or self.settings.over_count(result.plan.projected_count)
+            )
             and rounds < self.max_rounds
         ):
             following = await self._round(lease)

@@ -3,18 +3,22 @@
 Rules, in order:
 
 1. Nothing is touched that is priority 0, or the newest user turn, or the messages after it
-   while they fit half the budget (a bounded snapshot does not reach them).
+   while they fit half the budget (and, with ``max_messages``, while they are at most half
+   of it; a bounded snapshot does not reach them).
 2. A tool call and its results move together: they are summarised or evicted as one unit,
    or not at all; a call whose result is not in the snapshot stays.
 3. Priority blocks over their limit lose their oldest messages to the archive, lowest
-   priority first. A block's limit is the lower of its ``max_tokens`` and its share of the
-   budget under ``token_allocation`` (priority 0 is ``system``, 1 ``long_term``, 2 and up
-   ``short_term``).
+   priority first, down to priority 2: as the specification says, priority eviction never
+   removes priority 0 (critical) or 1 (important); limits given for them are ignored here.
+   A block's limit is the lower of its ``max_tokens`` and its share of the budget under
+   ``token_allocation`` (the share its content types map to: see ``_manager.flush_settings``).
 4. Past ``summarize_threshold`` of the budget (or past the profile's ``max_l1_messages``),
    the oldest messages are summarised: ``summarize_oldest_percent`` of the conversation, or,
    with a workload profile, the batch size of the pressure tier (normal, warning, critical),
    keeping ``min_l1_messages``. The selection grows while the projected context would still
-   exceed the budget.
+   exceed the budget. With ``max_messages``, a flush is also due at ``summarize_threshold``
+   of that count, and the selection grows until the live messages left fit ``max_messages``
+   (summaries are kept apart from the messages and do not count).
 5. When the summaries would take more than twice ``summary_tokens``, they are folded into
    the new one (a rolling summary) and archived.
 """
@@ -28,7 +32,11 @@ from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import FlushPlan, Snapshot, Tier
 
-__all__ = ["plan_flush", "tool_groups"]
+__all__ = ["EVICTABLE_PRIORITY", "plan_flush", "tool_groups"]
+
+#: Priority eviction removes messages of this priority and above only (the specification's
+#: ``for priority := max; priority >= 2; priority--``): 0 is critical, 1 important.
+EVICTABLE_PRIORITY = 2
 
 
 def tool_groups(messages: Sequence[Message]) -> list[int]:
@@ -73,6 +81,8 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
 
     evicted: set[int] = set()
     for priority in sorted(settings.priority_limits, reverse=True):
+        if priority < EVICTABLE_PRIORITY:
+            continue
         limit = settings.priority_limits[priority]
         used = (
             snapshot.priority_tokens.get(priority, 0)
@@ -84,6 +94,8 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
                 break
             if message.priority != priority or i in evicted or not movable[i]:
                 continue
+            if any((messages[j].priority or 0) < EVICTABLE_PRIORITY for j in members[groups[i]]):
+                continue  # a tool exchange that holds an important message is not evicted
             for j in members[groups[i]]:
                 if j not in evicted:
                     evicted.add(j)
@@ -121,6 +133,7 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
                 selected
                 and remaining - taken - folded + min(summary_cost, taken + folded)
                 <= settings.max_tokens
+                and not settings.over_count(live - len(selected))
             ):
                 break
             if i in selected:
@@ -132,10 +145,15 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
         fold = ()
     if not selected and not evicted:
         blocked = None
-        if context > settings.max_tokens:
+        if context > settings.max_tokens or settings.over_count(live):
             pinned = sum(t for t, m in zip(tokens, messages, strict=True) if m.priority == 0)
+            over = (
+                f"{context} of {settings.max_tokens} tokens"
+                if context > settings.max_tokens
+                else f"{live} of {settings.max_messages} messages"
+            )
             blocked = (
-                f"over budget ({context} of {settings.max_tokens} tokens) with nothing "
+                f"over budget ({over}) with nothing "
                 f"removable among the {len(messages)} oldest messages: {pinned} tokens are "
                 "pinned (priority 0) and the rest is the newest turn or an unanswered tool call"
             )
@@ -145,8 +163,10 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
             projected_tokens=context,
             partial=not snapshot.complete,
             blocked=blocked,
+            projected_count=live,
         )
     projected_tokens = projected(selected)
+    projected_count = live - len(selected)  # ``live`` already leaves out the evicted
     if settings.strategy == "fifo":
         evicted |= selected
         selected = set()
@@ -160,6 +180,7 @@ def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
         context_tokens=context,
         projected_tokens=projected_tokens,
         partial=not snapshot.complete,
+        projected_count=projected_count,
     )
 
 
@@ -185,17 +206,32 @@ def _protected(
         protected[newest_user] = True
     if complete and messages:
         room = settings.max_tokens // 2
+        # With a count limit the tail is also at most half of it, so the live messages can
+        # always be brought down to max_messages.
+        count_room = (
+            max(1, settings.max_messages // 2) if settings.max_messages is not None else None
+        )
         used = 0
         stop = newest_user if newest_user is not None else 0
         for i in range(len(messages) - 1, stop - 1, -1):
             used += tokens[i]
-            if used > room and i < len(messages) - 1:
+            tail = len(messages) - i
+            over = used > room or (count_room is not None and tail > count_room)
+            if over and i < len(messages) - 1:
                 break
             protected[i] = True
     return protected
 
 
 def _tier(tokens: int, live: int, settings: FlushSettings) -> Tier:
+    tier = _token_tier(tokens, live, settings)
+    trigger = settings.trigger_messages
+    if tier == "none" and trigger is not None and live >= trigger:
+        return "normal"
+    return tier
+
+
+def _token_tier(tokens: int, live: int, settings: FlushSettings) -> Tier:
     used = 100 * tokens / settings.max_tokens
     compression = settings.compression
     if compression is not None:

@@ -45,8 +45,23 @@ class FlushSettings:
     snapshot_limit: int = 256
     #: How long a summarizer may take before the flush falls back to the rule-based summary.
     summarizer_deadline: timedelta = timedelta(seconds=60)
+    #: Live messages the memory may keep (``max_messages``); None: no count limit. Summaries
+    #: live apart from the messages and do not count.
+    max_messages: int | None = None
 
     @property
     def trigger_tokens(self) -> int:
         """Context size at which a flush is due."""
         return int(self.max_tokens * self.summarize_threshold)
+
+    @property
+    def trigger_messages(self) -> int | None:
+        """Live messages at which a flush is due: ``summarize_threshold`` of ``max_messages``
+        (at least 1), or None without a count limit."""
+        if self.max_messages is None:
+            return None
+        return max(1, int(self.max_messages * self.summarize_threshold))
+
+    def over_count(self, count: int) -> bool:
+        """Whether ``count`` live messages exceed ``max_messages``."""
+        return self.max_messages is not None and count > self.max_messages

@@ -95,12 +95,8 @@ class AnthropicTokenCounter:
 
     def count(self, text: str) -> int:
         """The cached exact count, else an estimate now and an API count in the background."""
-        if not text:
-            return 0
-        key = self._key(text)
-        exact = self._cached(key)
+        key, exact = self._known(text)
         if exact is not None:
-            self.exact += 1
             return exact
         self.estimated += 1
         self._schedule(text, key)
@@ -127,12 +123,8 @@ class AnthropicTokenCounter:
 
     async def acount(self, text: str) -> int:
         """The exact count from the API (cached), or the estimate if the API fails or times out."""
-        if not text:
-            return 0
-        key = self._key(text)
-        exact = self._cached(key)
+        key, exact = self._known(text)
         if exact is not None:
-            self.exact += 1
             return exact
         try:
             return await self._fetch(text, key)
@@ -160,18 +152,21 @@ class AnthropicTokenCounter:
 
     # -- internals -----------------------------------------------------------------------
 
+    def _known(self, text: str) -> tuple[bytes, int | None]:
+        """The cache key of ``text`` and its exact count if known (0 for no text)."""
+        if not text:
+            return b"", 0
+        key = self._key(text)
+        exact = self._cached(key)
+        if exact is not None:
+            self.exact += 1
+        return key, exact
+
     @property
     def client(self) -> anthropic.AsyncAnthropic:
         """Made on first use: a memory whose counts are all supplied opens no connection."""
         if self._client is None:
-            import anthropic
-
-            self._client = anthropic.AsyncAnthropic(
-                api_key=self._api_key or os.environ.get("ANTHROPIC_API_KEY") or "missing-key",
-                base_url=self._base_url,
-                timeout=self.timeout,
-                max_retries=0,  # a failure falls back to the estimate at once
-            )
+            self._client = anthropic_client(self._api_key, self._base_url, self.timeout)
         return self._client
 
     def _key(self, text: str) -> bytes:
@@ -269,3 +264,18 @@ class _Paused(Exception):
 
     def __init__(self, reason: str | None) -> None:
         super().__init__(f"paused after a failure ({reason})")
+
+
+def anthropic_client(
+    api_key: str | None, base_url: str | None, timeout: float
+) -> anthropic.AsyncAnthropic:
+    """An Anthropic client that never retries on its own (callers retry, or fall back, as
+    they choose); the key from ``ANTHROPIC_API_KEY`` when none is given."""
+    import anthropic
+
+    return anthropic.AsyncAnthropic(
+        api_key=api_key or os.environ.get("ANTHROPIC_API_KEY") or "missing-key",
+        base_url=base_url,
+        timeout=timeout,
+        max_retries=0,
+    )

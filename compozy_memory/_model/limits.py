@@ -16,6 +16,7 @@ __all__ = [
     "MAX_PRIORITY",
     "POSTINGS_CAP",
     "QUERY_POSTINGS",
+    "UNBOUNDED_TOKENS",
 ]
 
 #: Messages one append, append_many or replace may carry.
@@ -28,6 +29,10 @@ MAX_PRIORITY = 99
 #: this bound keeps any sum of MAX_BATCH-sized appends far below it. No model reads a context
 #: this large.
 MAX_MESSAGE_TOKENS = 100_000_000
+#: The token budget of a memory limited by message count only (``message_count_based``
+#: without ``max_tokens``): flushing and ``context()`` then work from the count, with this as
+#: "no token limit". Below 2**53 (Lua doubles) and printed exactly by Lua's ``%.14g``.
+UNBOUNDED_TOKENS = 10**12
 #: A dedupe key is remembered while its write's last id is within this many ids of the newest.
 DEDUPE_WINDOW = 1_000
 #: Keys older than the window are swept when the ids cross a multiple of this.

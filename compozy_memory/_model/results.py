@@ -153,6 +153,8 @@ class FlushPlan:
     partial: bool = False
     #: Why an empty plan leaves a memory over its budget, when it does.
     blocked: str | None = None
+    #: Live messages after the plan, as of its snapshot (-1: not known).
+    projected_count: int = -1
 
     @property
     def empty(self) -> bool:

@@ -155,6 +155,8 @@ def _validate(path: str, out: TextIO, err: TextIO) -> int:
         count = len(exc.problems)
         print(f"{count} problem{'s' if count > 1 else ''}: {path} is not valid", file=err)
         return 1
+    for warning in project.warnings:
+        print(f"warning: {warning}", file=err)
     _print_project(project, out)
     return 0
 

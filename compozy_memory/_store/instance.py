@@ -12,7 +12,12 @@ from typing import Any, Protocol
 
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._model.limits import MAX_BATCH, MAX_DEDUPE_KEY, MAX_MESSAGE_TOKENS
+from compozy_memory._model.limits import (
+    MAX_BATCH,
+    MAX_DEDUPE_KEY,
+    MAX_MESSAGE_TOKENS,
+    UNBOUNDED_TOKENS,
+)
 from compozy_memory._model.messages import Message, encode_body
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
@@ -262,7 +267,8 @@ class MemoryInstance:
         self, max_tokens: int | None = None, *, max_messages: int | None = None
     ) -> list[Message]:
         """The pinned messages (priority 0), then the newest others that fit the rest of
-        ``max_tokens`` (default: the policy's budget), and at most ``max_messages`` of them.
+        ``max_tokens`` (default: the policy's budget, none for a memory limited by count
+        only), and at most ``max_messages`` of them (default: the policy's).
 
         The window is contiguous and ends at the newest message. A tool result whose call
         fell outside the window is dropped from its start, so the window can be sent to an
@@ -275,6 +281,8 @@ class MemoryInstance:
             raise UsageError(
                 f"max_messages must be a non-negative integer, got {max_messages!r}", key=self.key
             )
+        if max_messages is None:
+            max_messages = self.policy.max_messages
         layers = await self.gateway.context(
             budget, summary_share=0.0, recall_share=0.0, backfill=False
         )
@@ -309,7 +317,11 @@ class MemoryInstance:
         reserve_output: int = 0,
     ) -> ContextLayers:
         """:meth:`context`, layer by layer. The shares come from the policy's
-        :class:`ContextPolicy`; a tool call and its results are never split."""
+        :class:`ContextPolicy`; a tool call and its results are never split.
+
+        With a ``max_messages`` policy, the backfill and window together hold at most that
+        many messages, the newest; a memory limited by count only has no token limit (and
+        no backfill, which would then read the whole archive)."""
         budget = self._budget("context", max_tokens)
         if not isinstance(reserve_output, int) or not 0 <= reserve_output <= budget:
             raise UsageError(
@@ -321,11 +333,14 @@ class MemoryInstance:
             budget - reserve_output,
             summary_share=shares.summary_share,
             recall_share=shares.recall_share,
-            backfill=shares.backfill,
+            backfill=shares.backfill and self._has_token_budget(max_tokens),
             terms=_query_terms(query, self.key),
         )
         recalled = _whole_tool_exchanges(layers.recalled)
         older = _without_orphan_results([*layers.backfill, *layers.window])
+        cap = self.policy.max_messages
+        if cap is not None and len(older) > cap:
+            older = _without_orphan_results(older[len(older) - cap :])
         backfill = tuple(older[: max(0, len(older) - len(layers.window))])
         window = tuple(older[len(backfill) :])
         return ContextLayers(layers.pinned, layers.summaries, recalled, backfill, window)
@@ -418,11 +433,17 @@ class MemoryInstance:
 
     # -- internals ----------------------------------------------------------------------
 
+    def _has_token_budget(self, max_tokens: int | None) -> bool:
+        return max_tokens is not None or self.policy.max_tokens is not None
+
     def _budget(self, operation: str, max_tokens: int | None) -> int:
         budget = self.policy.max_tokens if max_tokens is None else max_tokens
+        if budget is None and self.policy.max_messages is not None:
+            budget = UNBOUNDED_TOKENS  # limited by count only: the count caps the window
         if budget is None:
             raise UsageError(
-                f"{operation} needs max_tokens, or a policy with max_tokens", key=self.key
+                f"{operation} needs max_tokens, or a policy with max_tokens or max_messages",
+                key=self.key,
             )
         if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
             raise UsageError(

@@ -29,7 +29,7 @@ from compozy_memory._model.results import (
     Snapshot,
     TrimResult,
 )
-from compozy_memory._wire.scripts import Script, ScriptArg, script
+from compozy_memory._wire.scripts import Args, Keys, Script, ScriptArg, script
 from compozy_memory.errors import ReadOnlyMemoryError, ReplicationError
 
 __all__ = ["MemoryGateway", "ScriptTransport"]
@@ -42,13 +42,7 @@ class ScriptTransport(Protocol):
     """What the gateway needs of a transport (the real one, or a fake in unit tests)."""
 
     async def run(
-        self,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[ScriptArg],
-        *,
-        key: str,
-        write: bool = False,
+        self, code: Script, keys: Keys, args: Args, *, key: str, write: bool = False
     ) -> Any: ...
 
     async def command(self, operation: str, method: str, *args: Any, key: str) -> Any: ...

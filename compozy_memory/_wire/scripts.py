@@ -34,7 +34,9 @@ from compozy_memory.errors import ScriptError
 __all__ = [
     "KEY_ORDER",
     "SCRIPT_NAMES",
+    "Args",
     "Contract",
+    "Keys",
     "Library",
     "Script",
     "ScriptArg",
@@ -44,6 +46,9 @@ __all__ = [
 ]
 
 ScriptArg: TypeAlias = "str | bytes | int"
+#: The keys and the arguments of one script call.
+Keys: TypeAlias = "Sequence[str]"
+Args: TypeAlias = "Sequence[ScriptArg]"
 
 #: Every script declares the keys it touches in this order.
 KEY_ORDER = (

@@ -31,7 +31,7 @@ from compozy_memory._model.policy import WaitPolicy
 from compozy_memory._wire.batching import batcher_for
 from compozy_memory._wire.delivery import delivery_for
 from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory._wire.scripts import Args, Keys, Script, ScriptArg
 from compozy_memory._wire.translate import RedisClient, backend_errors, translate
 from compozy_memory.errors import ConfigurationError, ReplicationError, ScriptError
 
@@ -96,22 +96,16 @@ class Transport:
         self._ok: dict[str, Any] = {}
 
     async def run(
-        self,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[ScriptArg],
-        *,
-        key: str,
-        write: bool = False,
+        self, code: Script, keys: Keys, args: Args, *, key: str, write: bool = False
     ) -> Any:
         """Run ``script``, retried within the policy; ``write`` calls wait for replicas when
         the policy asks. A write not acknowledged in time raises ReplicationError carrying
         the raw reply."""
-        script.contract.check_keys(keys)
-        operation = OPERATIONS.get(script.name, script.name)
+        code.contract.check_keys(keys)
+        operation = OPERATIONS.get(code.name, code.name)
         started = _clock()
         try:
-            reply = await self._run(script, keys, args, key, write, operation)
+            reply = await self._run(code, keys, args, key, write, operation)
         except BaseException as exc:
             self._failed(operation, exc, started)
             raise

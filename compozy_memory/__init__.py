@@ -13,7 +13,7 @@ from compozy_memory._flush.planner import plan_flush
 from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._flush.summarizers import RuleBasedSummarizer, Summarizer
 from compozy_memory._manager import MemoryManager
-from compozy_memory._metrics import FlushMetrics
+from compozy_memory._metrics import FlushMetrics, MemoryMetrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys, sanitize_key
 from compozy_memory._model.messages import Message
@@ -36,6 +36,7 @@ from compozy_memory._model.tokens import (
     TiktokenCounter,
     TokenCounter,
 )
+from compozy_memory._ops.exporter import MetricsServer, start_metrics_server
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._wire.connection import connect
 from compozy_memory._wire.retry import NO_RETRY, RetryPolicy
@@ -107,6 +108,7 @@ __all__ = [
     "MemoryHealth",
     "MemoryInstance",
     "MemoryManager",
+    "MemoryMetrics",
     "MemoryNotFoundError",
     "MemoryPolicy",
     "MemoryReference",
@@ -115,6 +117,7 @@ __all__ = [
     "MemoryTools",
     "Message",
     "MessageTooLargeError",
+    "MetricsServer",
     "MissingTokenCountError",
     "ReadOnlyMemoryError",
     "ReplicationError",
@@ -137,6 +140,7 @@ __all__ = [
     "connect",
     "plan_flush",
     "sanitize_key",
+    "start_metrics_server",
     "to_anthropic",
     "to_openai",
     "tool_definitions",

@@ -6,7 +6,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from compozy_memory._config.agents import MemoryReference
+from compozy_memory._config.agents import MemoryReference, configuration_level
 from compozy_memory._config.registry import MemoryRegistry
 from compozy_memory._config.schema import (
     AnthropicSummarizerConfig,
@@ -24,7 +24,7 @@ from compozy_memory._flush.flusher import Flusher
 from compozy_memory._flush.planner import EVICTABLE_PRIORITY
 from compozy_memory._flush.settings import BatchSizes, Compression, FlushSettings
 from compozy_memory._flush.summarizers import RuleBasedSummarizer, Summarizer
-from compozy_memory._metrics import FlushMetrics, default_metrics
+from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import UNBOUNDED_TOKENS
@@ -65,7 +65,7 @@ class MemoryManager:
         batching: bool = True,
         flushing: bool = True,
         summarizer: Summarizer | None = None,
-        metrics: FlushMetrics | None = None,
+        metrics: MemoryMetrics | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
         self.registry = registry
@@ -79,6 +79,7 @@ class MemoryManager:
         self.metrics = metrics or default_metrics()
         self._summarizer = summarizer
         self._summarizers: dict[tuple[str, int], Summarizer] = {}
+        self._resolutions: dict[tuple[str, str], Any] = {}
         self._handles: weakref.WeakValueDictionary[_HandleKey, MemoryInstance] = (
             weakref.WeakValueDictionary()
         )
@@ -90,7 +91,20 @@ class MemoryManager:
 
         ``context`` holds what key templates read: ``workflow``, ``agent``, ``user``...;
         ``project.id`` is filled in from the registry.
+
+        Counted in ``compozy_memory_config_resolution_total{pattern="direct"}``.
         """
+        try:
+            handle = await self._get(ref, context)
+        except Exception as exc:
+            self._resolved("direct", type(exc).__name__)
+            raise
+        self._resolved("direct", "ok")
+        return handle
+
+    async def _get(
+        self, ref: str | MemoryReference, context: Mapping[str, Any] | None
+    ) -> MemoryInstance:
         reference = MemoryReference(ref) if isinstance(ref, str) else ref
         resource = self.registry.get(reference.id)
         source = reference.key or resource.default_key_template
@@ -115,6 +129,8 @@ class MemoryManager:
                 read_only=reference.read_only,
                 batching=self.batching,
                 retry=self.retry,
+                memory_id=resource.id,
+                metrics=self.metrics,
             )
             limited = resource.effective_max_tokens is not None or resource.max_messages is not None
             if self.flushing and not reference.read_only and limited:
@@ -135,11 +151,32 @@ class MemoryManager:
     async def for_agent(
         self, agent: str | Mapping[str, Any], context: Mapping[str, Any] | None = None
     ) -> list[MemoryInstance]:
-        """Handles for every memory of an agent: its id in the project files, or its settings."""
-        refs = (
-            self.registry.agent(agent) if isinstance(agent, str) else self.registry.resolve(agent)
-        )
-        return [await self.get(ref, context) for ref in refs]
+        """Handles for every memory of an agent: its id in the project files, or its settings.
+
+        Counted in ``compozy_memory_config_resolution_total`` by the configuration level the
+        settings use (``simple``, ``multi``, ``advanced``, or ``stateless``)."""
+        pattern = "unknown"
+        try:
+            if isinstance(agent, str):
+                pattern = _PATTERNS[self.registry.agent_level(agent)]
+                refs: Sequence[MemoryReference] = self.registry.agent(agent)
+            else:
+                if isinstance(agent, Mapping):
+                    pattern = _PATTERNS.get(configuration_level(agent), "unknown")
+                refs = self.registry.resolve(agent)
+            handles = [await self._get(ref, context) for ref in refs]
+        except Exception as exc:
+            self._resolved(pattern, type(exc).__name__)
+            raise
+        self._resolved(pattern, "ok")
+        return handles
+
+    def _resolved(self, pattern: str, outcome: str) -> None:
+        child = self._resolutions.get((pattern, outcome))
+        if child is None:
+            child = self.metrics.config_resolution.labels(pattern=pattern, outcome=outcome)
+            self._resolutions[(pattern, outcome)] = child
+        child.inc()
 
     def counter_for(self, resource: str | MemoryResource) -> TokenCounter:
         """The counter of a memory (its id, or its resource), as its ``tokenizer`` says."""
@@ -193,6 +230,9 @@ class MemoryManager:
         """How many distinct handles are alive (for monitoring and tests)."""
         return len(self._handles)
 
+
+# compozy_memory_config_resolution_total's ``pattern``: the spec's names of the three levels.
+_PATTERNS: dict[int | None, str] = {1: "simple", 2: "multi", 3: "advanced", None: "stateless"}
 
 #: The specification's ``DefaultTokenAllocation``, used when a resource gives none.
 DEFAULT_TOKEN_ALLOCATION = TokenAllocation(short_term=0.7, long_term=0.2, system=0.1)
@@ -270,7 +310,7 @@ def build_summarizer(
     config: RuleBasedSummarizerConfig | ExtractiveSummarizerConfig | AnthropicSummarizerConfig,
     counter: TokenCounter,
     *,
-    metrics: FlushMetrics | None = None,
+    metrics: MemoryMetrics | None = None,
 ) -> Summarizer:
     """The summarizer a resource's ``summarizer`` block asks for."""
     if isinstance(config, AnthropicSummarizerConfig):

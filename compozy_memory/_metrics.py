@@ -1,54 +1,140 @@
-"""Prometheus metrics for flushing and locking.
+"""Prometheus metrics: the specification's twelve, under ``compozy_memory_``, and a few more.
 
-One :class:`FlushMetrics` per registry; by default prometheus-client's global one, so the
-usual ``/metrics`` endpoint shows them. Tests pass a registry of their own.
+One :class:`MemoryMetrics` per registry; by default prometheus-client's global one, so the
+usual ``/metrics`` endpoint (:func:`compozy_memory.start_metrics_server`) shows them. Tests
+pass a registry of their own.
+
+Every per-memory series is labelled with the memory's RESOURCE id (``support``), never with
+an instance key (``support:user-42``): there is one conversation per user, so a key label
+would grow without bound. Handles made outside a :class:`~compozy_memory.MemoryManager` are
+labelled ``memory`` unless given a ``memory_id``.
+
+The hot path (every script call) uses label children bound once per (memory, operation) and
+cached here, so a call costs two clock reads and one ``observe``.
 """
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+import threading
+from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["FlushMetrics"]
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["FlushMetrics", "MemoryMetrics", "default_metrics"]
+
+# Script and command calls take ~0.1 ms to seconds (retries, WAIT): finer low buckets than
+# prometheus-client's defaults, which start at 5 ms.
+_LATENCY_BUCKETS = (
+    0.0002,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 
-class FlushMetrics:
+class MemoryMetrics:
+    """The metrics of compozy-memory on one registry (see the README's table)."""
+
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         self.registry = registry
-        self.flushes = Counter(
-            "compozy_memory_flushes_total",
-            "Flushes by outcome: summarised, evicted, nothing, skipped (lock busy), conflicted, "
-            "lost",
-            ["memory", "outcome"],
+        # -- the specification's twelve ----------------------------------------------------
+        self.messages = Counter(
+            "compozy_memory_messages_total",
+            "Messages stored by appends and replaces (duplicates not counted), by priority",
+            ["memory", "priority"],
             registry=registry,
         )
-        self.tokens_saved = Counter(
-            "compozy_memory_flush_tokens_saved_total",
-            "Context tokens removed by flushes, net of the summaries added",
+        self.trims = Counter(
+            "compozy_memory_trim_total",
+            "Operations that moved messages out of context without a summary: trim() calls "
+            "(strategy=oldest) and evicting flushes (strategy=the flush strategy)",
+            ["memory", "strategy"],
+            registry=registry,
+        )
+        self.flushes = Counter(
+            "compozy_memory_flush_total",
+            "Flushes by type: summary, eviction, nothing, skipped (lock busy), conflicted, lost",
+            ["memory", "type"],
+            registry=registry,
+        )
+        self.operation_latency = Histogram(
+            "compozy_memory_operation_latency_seconds",
+            "Latency of each call to Redis (retries included), by operation and outcome "
+            "(ok, or the error class)",
+            ["memory", "operation", "outcome"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.lock_acquire = Counter(
+            "compozy_memory_lock_acquire_total",
+            "Flush lock acquisitions",
             ["memory"],
             registry=registry,
         )
+        self.lock_contention = Counter(
+            "compozy_memory_lock_contention_total",
+            "Flush lock attempts that found the lock taken",
+            ["memory"],
+            registry=registry,
+        )
+        self.lock_duration = Histogram(
+            "compozy_memory_lock_duration_seconds",
+            "How long a flush held the lock",
+            ["memory"],
+            registry=registry,
+        )
+        self.lock_refresh = Counter(
+            "compozy_memory_lock_refresh_total",
+            "Flush lease refreshes: ok, or lost",
+            ["memory", "result"],
+            registry=registry,
+        )
+        self.tokens_saved = Counter(
+            "compozy_memory_tokens_saved_total",
+            "Context tokens removed by flushes, net of the summaries added (the plan's "
+            "projection), by flush strategy",
+            ["memory", "strategy"],
+            registry=registry,
+        )
+        self.priority_distribution = Gauge(
+            "compozy_memory_priority_distribution",
+            "Live messages at each priority in the last instance of the memory inspected "
+            "(health(), or a flush snapshot that saw every message)",
+            ["memory", "priority"],
+            multiprocess_mode="mostrecent",
+            registry=registry,
+        )
+        self.config_resolution = Counter(
+            "compozy_memory_config_resolution_total",
+            "MemoryManager resolutions by configuration pattern (direct, simple, multi, "
+            "advanced, stateless) and outcome (ok, or the error class)",
+            ["pattern", "outcome"],
+            registry=registry,
+        )
+        self.flush_optimization_hits = Counter(
+            "compozy_memory_flush_optimization_hits_total",
+            "Appends whose flush check was settled from the counts the append script "
+            "returned, with no read of the conversation, and needed no flush",
+            ["memory"],
+            registry=registry,
+        )
+        # -- more ----------------------------------------------------------------------------
         self.messages_flushed = Counter(
             "compozy_memory_flush_messages_total",
             "Messages moved out of context by flushes, by how",
             ["memory", "how"],
-            registry=registry,
-        )
-        self.lock_acquisitions = Counter(
-            "compozy_memory_lock_acquisitions_total",
-            "Flush lock attempts: acquired, or busy (contention)",
-            ["memory", "result"],
-            registry=registry,
-        )
-        self.lock_refreshes = Counter(
-            "compozy_memory_lock_refreshes_total",
-            "Lease refreshes: ok, or lost",
-            ["memory", "result"],
-            registry=registry,
-        )
-        self.lock_hold_seconds = Histogram(
-            "compozy_memory_lock_hold_seconds",
-            "How long a flush held the lock",
-            ["memory"],
             registry=registry,
         )
         self.summarizer_seconds = Histogram(
@@ -63,14 +149,52 @@ class FlushMetrics:
             ["method"],
             registry=registry,
         )
+        self._latency_children: dict[tuple[str, str, str], Any] = {}
+        self._message_children: dict[tuple[str, Any], Any] = {}
+        self._priorities_seen: dict[str, set[int]] = {}
+        self._lock = threading.Lock()
+
+    def latency(self, memory: str, operation: str, outcome: str = "ok") -> Any:
+        """The latency histogram's child for these labels, bound once and cached."""
+        label = (memory, operation, outcome)
+        child = self._latency_children.get(label)
+        if child is None:
+            child = self.operation_latency.labels(
+                memory=memory, operation=operation, outcome=outcome
+            )
+            self._latency_children[label] = child
+        return child
+
+    def count_messages(self, memory: str, priorities: Sequence[Any]) -> None:
+        """``priorities``: one per stored message (children bound once per priority)."""
+        children = self._message_children
+        for priority in priorities:
+            child = children.get((memory, priority))
+            if child is None:
+                child = self.messages.labels(memory=memory, priority=str(priority))
+                children[(memory, priority)] = child
+            child.inc()
+
+    def set_priority_distribution(self, memory: str, counts: dict[int, int]) -> None:
+        """Live messages per priority; priorities seen before and now absent go to 0."""
+        with self._lock:
+            seen = self._priorities_seen.setdefault(memory, set())
+            seen.update(counts)
+            for priority in seen:
+                self.priority_distribution.labels(memory=memory, priority=str(priority)).set(
+                    counts.get(priority, 0)
+                )
 
 
-_DEFAULT: FlushMetrics | None = None
+#: The former name, when flushing and locking were all there was.
+FlushMetrics = MemoryMetrics
+
+_DEFAULT: MemoryMetrics | None = None
 
 
-def default_metrics() -> FlushMetrics:
+def default_metrics() -> MemoryMetrics:
     """The process-wide metrics on prometheus-client's global registry."""
     global _DEFAULT
     if _DEFAULT is None:
-        _DEFAULT = FlushMetrics()
+        _DEFAULT = MemoryMetrics()
     return _DEFAULT

@@ -8,6 +8,7 @@ past maxmemory or loop and stop the server for the others.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -122,15 +123,22 @@ async def test_a_tenant_runs_the_installed_functions_and_nothing_of_its_own(
 
 
 async def test_without_the_library_a_tenant_gets_a_clear_error_and_an_operator_fixes_it(
-    standalone: EngineSpec, admin: Redis
+    standalone: EngineSpec, admin: Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     project = f"p{uuid.uuid4().hex[:8]}"
     user = await add_user([admin], project, read_only=False, cluster=False)
     tenant = Redis.from_url(tenant_url(standalone.url, user))
     try:
         memory = handle(tenant, project)
-        with pytest.raises(BackendPermissionError, match="compozy-memory install"):
-            await memory.append({"role": "user", "content": "hi", "tokens": 3})
+        with caplog.at_level(logging.WARNING, logger="compozy_memory.delivery"):
+            for _ in range(2):
+                with pytest.raises(BackendPermissionError, match="compozy-memory install"):
+                    await memory.append({"role": "user", "content": "hi", "tokens": 3})
+        # The fallback is logged once per client, with its cause.
+        (record,) = caplog.records
+        assert "falling back to EVALSHA" in record.getMessage()
+        assert "NoPermissionError" in record.getMessage()
+        assert record.__dict__["key"] == memory.key
         assert await admin.function_list() == []  # the tenant could not load it
         assert await install(admin) == ["standalone"]
         await memory.append({"role": "user", "content": "hi", "tokens": 3})

@@ -36,10 +36,10 @@ async def test_one_holder_at_a_time_with_growing_epochs(
     assert await second.refresh()
     assert await second.release()
     acquired = metrics.registry.get_sample_value(
-        "compozy_memory_lock_acquisitions_total", {"memory": "memory", "result": "acquired"}
+        "compozy_memory_lock_acquire_total", {"memory": "memory"}
     )
     busy = metrics.registry.get_sample_value(
-        "compozy_memory_lock_acquisitions_total", {"memory": "memory", "result": "busy"}
+        "compozy_memory_lock_contention_total", {"memory": "memory"}
     )
     assert (acquired, busy) == (2, 1)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 
 import pytest
@@ -210,11 +211,18 @@ def ready(transport: FakeTransport) -> FakeTransport:
 
 @pytest.mark.parametrize("summarizer", [Failing(), NotText()], ids=["raises", "not-text"])
 async def test_a_failing_summarizer_falls_back_to_the_extractive_summary(
-    summarizer: object,
+    summarizer: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     transport = ready(FakeTransport())
-    result = await flusher(transport, summarizer).flush()
+    with caplog.at_level(logging.WARNING, logger="compozy_memory.flush"):
+        result = await flusher(transport, summarizer).flush()
     assert result.outcome == "summarised"
+    # Logged once, with its cause, the memory and the key.
+    (record,) = caplog.records
+    assert "using extractive" in record.getMessage()
+    assert type(summarizer).__name__ != "Failing" or "RuntimeError" in record.getMessage()
+    assert record.__dict__["memory"] == "memory"
+    assert record.__dict__["key"] == "compozy:units:memory:{conv}"
     summary = committed_summary(transport)
     assert summary.metadata is not None
     assert summary.metadata["method"] == "extractive"

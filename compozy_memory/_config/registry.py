@@ -94,6 +94,14 @@ class MemoryRegistry:
         except KeyError:
             raise MemoryNotFoundError(unknown_name("agent", agent_id, agents)) from None
 
+    def agent_level(self, agent_id: str) -> int | None:
+        """The spec's configuration level (1, 2, 3) an agent's settings use; None: stateless."""
+        agents = self._snapshot.agents
+        try:
+            return agents[agent_id].level
+        except KeyError:
+            raise MemoryNotFoundError(unknown_name("agent", agent_id, agents)) from None
+
     def resolve(self, agent_config: Mapping[str, Any]) -> builtins.list[MemoryReference]:
         """Resolve an agent's memory settings given at run time (any of the three levels)."""
         return resolve_agent_memories(agent_config, self._snapshot.resources)

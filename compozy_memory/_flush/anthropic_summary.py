@@ -40,7 +40,7 @@ from compozy_memory._model.tokens import TokenCounter
 if TYPE_CHECKING:
     import anthropic
 
-    from compozy_memory._metrics import FlushMetrics
+    from compozy_memory._metrics import MemoryMetrics
 
 __all__ = ["AnthropicSummarizer"]
 
@@ -84,7 +84,7 @@ class AnthropicSummarizer:
         max_retries: int = 3,
         api_key: str | None = None,
         base_url: str | None = None,
-        metrics: FlushMetrics | None = None,
+        metrics: MemoryMetrics | None = None,
     ) -> None:
         self.counter = counter
         self.model = model

@@ -27,7 +27,7 @@ from compozy_memory._flush.lock import FencedLock, Lease
 from compozy_memory._flush.planner import plan_flush
 from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._flush.summarizers import Summarizer, fit_text
-from compozy_memory._metrics import FlushMetrics, default_metrics
+from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.messages import Message, encode_body, id_ranges
 from compozy_memory._model.results import (
     AppendResult,
@@ -68,7 +68,7 @@ class Flusher:
         max_conflicts: int = 3,
         max_rounds: int = 20,
         skip_backoff: timedelta = timedelta(milliseconds=500),
-        metrics: FlushMetrics | None = None,
+        metrics: MemoryMetrics | None = None,
         name: str = "memory",
         background: bool = True,
     ) -> None:
@@ -90,6 +90,9 @@ class Flusher:
         #: False: appends never start a flush; only :meth:`flush` does.
         self.background = background
         self._fallback = ExtractiveSummarizer(counter)
+        # Bound once: notice() runs on every append.
+        self._hits = self.metrics.flush_optimization_hits.labels(memory=name)
+        self._log = {"memory": name, "key": gateway.name}
         self._quiet_until = 0.0
         self._task: asyncio.Task[None] | None = None
         self._again = False
@@ -100,12 +103,15 @@ class Flusher:
         """Called with every append's result: schedule a flush once the threshold is passed."""
         if not self.background:
             return
+        # Decided from the counts the append script returned: no read of the conversation.
         due = (
             result.context_tokens >= self.settings.trigger_tokens
             or self._over_l1(result)
             or self._over_count(result)
         )
-        if due and time.monotonic() >= self._quiet_until:
+        if not due:
+            self._hits.inc()
+        elif time.monotonic() >= self._quiet_until:
             self.schedule()
 
     def schedule(self) -> None:
@@ -127,9 +133,11 @@ class Flusher:
             try:
                 await self.flush()
             except LockLostError:
-                log.warning("flush of %s stopped: the lease was lost", self.gateway.name)
+                log.warning(
+                    "flush of %s stopped: the lease was lost", self.gateway.name, extra=self._log
+                )
             except CompozyMemoryError:
-                log.exception("background flush of %s failed", self.gateway.name)
+                log.exception("background flush of %s failed", self.gateway.name, extra=self._log)
             if not self._again:
                 return
 
@@ -154,13 +162,15 @@ class Flusher:
         try:
             return self._count(await lease.hold(lambda: self._flush_with(lease)))
         except LockLostError:
-            self.metrics.flushes.labels(memory=self.name, outcome="lost").inc()
+            self.metrics.flushes.labels(memory=self.name, type="lost").inc()
             raise
         finally:
             try:
                 await lease.release()
             except CompozyMemoryError:
-                log.warning("could not release the flush lock of %s", self.gateway.name)
+                log.warning(
+                    "could not release the flush lock of %s", self.gateway.name, extra=self._log
+                )
 
     async def _flush_with(self, lease: Lease) -> FlushResult:
         """Rounds of bounded snapshot, plan, summary and commit, until the context fits or
@@ -190,7 +200,7 @@ class Flusher:
             plan = plan_flush(snapshot, self.settings)
             if plan.empty:
                 if plan.blocked:
-                    log.warning("flush of %s: %s", self.gateway.name, plan.blocked)
+                    log.warning("flush of %s: %s", self.gateway.name, plan.blocked, extra=self._log)
                 return FlushResult("nothing", plan, context_tokens=plan.context_tokens)
             summary, message = await self._summary(snapshot, plan)
             # Bytes, like every envelope: UTF-8 whatever encoding the client is set up with.
@@ -219,6 +229,7 @@ class Flusher:
                     "flush of %s committed without replica acknowledgement: %s",
                     self.gateway.name,
                     exc,
+                    extra=self._log,
                 )
                 commit = cast(FlushCommit, exc.result)
             except ConflictError:
@@ -276,7 +287,12 @@ class Flusher:
                 if isinstance(exc, TimeoutError)
                 else (f"{type(exc).__name__}: {str(exc)[:200]}")
             )
-            log.warning("summarizer of %s failed (%s); using extractive", self.gateway.name, reason)
+            log.warning(
+                "summarizer of %s failed (%s); using extractive",
+                self.gateway.name,
+                reason,
+                extra=self._log,
+            )
             self.metrics.summarizer_fallbacks.labels(method=type(self.summarizer).__name__).inc()
             fallback = await self._fallback.summarize(messages, max_tokens=limit)
             return Summary(fallback.text, fallback.method, reason)
@@ -284,10 +300,14 @@ class Flusher:
         return summary if text == summary.text else dataclasses.replace(summary, text=text)
 
     def _count(self, result: FlushResult) -> FlushResult:
-        self.metrics.flushes.labels(memory=self.name, outcome=result.outcome).inc()
+        kind = _FLUSH_TYPES.get(result.outcome, result.outcome)
+        self.metrics.flushes.labels(memory=self.name, type=kind).inc()
         if result.plan is not None and not result.plan.empty:
+            strategy = self.settings.strategy
             saved = result.plan.context_tokens - result.plan.projected_tokens
-            self.metrics.tokens_saved.labels(memory=self.name).inc(max(0, saved))
+            self.metrics.tokens_saved.labels(memory=self.name, strategy=strategy).inc(max(0, saved))
+            if result.outcome == "evicted":
+                self.metrics.trims.labels(memory=self.name, strategy=strategy).inc()
             self.metrics.messages_flushed.labels(memory=self.name, how="summarised").inc(
                 len(result.plan.summarize_ids)
             )
@@ -295,6 +315,11 @@ class Flusher:
                 len(result.plan.evict_ids)
             )
         return result
+
+
+# compozy_memory_flush_total's ``type``: the spec's summary and eviction; other outcomes keep
+# their FlushResult name.
+_FLUSH_TYPES = {"summarised": "summary", "evicted": "eviction"}
 
 
 def _summary_message(summary: Summary, folded: list[Message], plan: FlushPlan) -> Message:

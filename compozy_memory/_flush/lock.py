@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_exponential, wait_random
 
-from compozy_memory._metrics import FlushMetrics
+from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory.errors import BackendError, LockBusyError, LockLostError
 
@@ -42,7 +42,7 @@ class FencedLock:
         gateway: MemoryGateway,
         ttl: timedelta = timedelta(minutes=5),
         *,
-        metrics: FlushMetrics | None = None,
+        metrics: MemoryMetrics | None = None,
         name: str = "memory",
     ) -> None:
         self.gateway = gateway
@@ -56,9 +56,8 @@ class FencedLock:
         token = secrets.token_hex(16)
         epoch, incarnation = await self.gateway.lock_acquire(token, self.ttl_ms)
         if self.metrics is not None:
-            self.metrics.lock_acquisitions.labels(
-                memory=self.name, result="acquired" if epoch else "busy"
-            ).inc()
+            counter = self.metrics.lock_acquire if epoch else self.metrics.lock_contention
+            counter.labels(memory=self.name).inc()
         return Lease(self, token, epoch, incarnation) if epoch else None
 
     async def acquire(self, *, wait: timedelta = timedelta(seconds=10)) -> Lease:
@@ -96,7 +95,7 @@ class Lease:
         """Extend the lease; False if it was lost (expired, or taken by another holder)."""
         ok = await self.lock.gateway.lock_refresh(self.token, self.lock.ttl_ms)
         if self.lock.metrics is not None:
-            self.lock.metrics.lock_refreshes.labels(
+            self.lock.metrics.lock_refresh.labels(
                 memory=self.lock.name, result="ok" if ok else "lost"
             ).inc()
         self.lost = self.lost or not ok
@@ -106,7 +105,7 @@ class Lease:
         """Give the lock up if still held; False if it had already expired or moved on."""
         released = await self.lock.gateway.lock_release(self.token)
         if self.lock.metrics is not None:
-            self.lock.metrics.lock_hold_seconds.labels(memory=self.lock.name).observe(
+            self.lock.metrics.lock_duration.labels(memory=self.lock.name).observe(
                 time.monotonic() - self.acquired_at
             )
         return released

@@ -205,7 +205,7 @@ class FlushResult:
         """The spec's ``tokens_saved``: the plan's projection, ``plan.context_tokens -
         plan.projected_tokens``. The projection counts the summary at its whole budget
         (``summary_tokens``) and the summary is never larger, so the commit saved at least
-        this much; it is what ``compozy_memory_flush_tokens_saved_total`` adds. (The context
+        this much; it is what ``compozy_memory_tokens_saved_total`` adds. (The context
         after the commit is no measure: appends made during the flush are in it.) 0 when
         nothing was committed."""
         if not self.committed or self.plan is None:

@@ -11,6 +11,16 @@ that would not be one plain token in that line is refused with exit code 2.
 ``compozy-memory install --url URL [--cluster]`` loads the scripts as a Redis Functions library
 on the server (every primary of a Cluster), as an operator does once per server and again
 after adding a Cluster node. It exits 1 when the server cannot be reached or refuses.
+
+``compozy-memory serve-metrics --port N [--addr ADDR] [--multiprocess-dir DIR]`` serves
+``/metrics`` until SIGTERM or Ctrl-C. Metrics live in the processes that use the memories, so
+on its own this process has only its own: the process collectors, and compozy-memory's metric
+families with no samples yet (a check that the exporter and the scrape config work). To see
+an application's, call :func:`compozy_memory.start_metrics_server` in it, or run the
+application with prometheus-client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``) and
+point ``--multiprocess-dir`` (default ``$PROMETHEUS_MULTIPROC_DIR``) at that directory: this
+process then serves the sum over the application's processes. It exits 1 when the address
+cannot be bound.
 """
 
 from __future__ import annotations
@@ -18,7 +28,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -54,6 +66,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the server (any node of a Cluster); default $COMPOZY_REDIS_URL",
     )
     install.add_argument("--cluster", action="store_true", help="a Redis Cluster")
+    serve = commands.add_parser("serve-metrics", help="serve /metrics for Prometheus")
+    serve.add_argument("--port", type=int, required=True, help="the port (0: any free one)")
+    serve.add_argument("--addr", default="127.0.0.1", help="the address (default 127.0.0.1)")
+    serve.add_argument(
+        "--multiprocess-dir",
+        default=os.environ.get("PROMETHEUS_MULTIPROC_DIR"),
+        help="serve the metrics an application's processes write there (prometheus-client "
+        "multiprocess mode); default $PROMETHEUS_MULTIPROC_DIR",
+    )
     options = parser.parse_args(argv)
     try:
         if options.command == "validate":
@@ -62,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _acl(options, sys.stdout, sys.stderr)
         if options.command == "install":
             return asyncio.run(_install(options.url, options.cluster, sys.stdout, sys.stderr))
+        if options.command == "serve-metrics":
+            return _serve_metrics(options, sys.stdout, sys.stderr)
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, without a traceback at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -83,6 +106,43 @@ async def _install(url: str, cluster: bool, out: TextIO, err: TextIO) -> int:
         print(f"loaded {name} on {', '.join(loaded)}", file=out)
     else:
         print(f"{name} was already installed", file=out)
+    return 0
+
+
+def _serve_metrics(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from prometheus_client import REGISTRY, CollectorRegistry
+
+    from compozy_memory._metrics import default_metrics
+    from compozy_memory._ops.exporter import start_metrics_server
+
+    directory: str | None = options.multiprocess_dir
+    if directory:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        if not os.path.isdir(directory):
+            print(f"error: --multiprocess-dir {directory!r} is not a directory", file=err)
+            return 1
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+        what = f"the metrics written to {directory}"
+    else:
+        default_metrics()  # the families, so a scrape shows what there will be
+        registry = REGISTRY
+        what = "this process's registry (no memory is used here: see --help)"
+    try:
+        server = start_metrics_server(options.port, options.addr, registry)
+    except OSError as exc:
+        print(f"error: cannot serve on {options.addr}:{options.port}: {exc}", file=err)
+        return 1
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    print(f"serving {what} on {server.url}", file=out, flush=True)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        server.stop()
     return 0
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Protocol
 
+from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import (
     UNBOUNDED_TOKENS,
@@ -81,6 +82,8 @@ class MemoryInstance:
         read_only: bool = False,
         batching: bool = True,
         retry: RetryPolicy | None = None,
+        memory_id: str = "memory",
+        metrics: MemoryMetrics | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -89,13 +92,28 @@ class MemoryInstance:
         self.read_only = read_only
         #: The instance's key prefix, named in errors and logs.
         self.key = keys.prefix
+        #: The memory resource id metrics and logs are labelled with (the manager's).
+        self.memory_id = memory_id
         transport = Transport(
-            client, retry=retry, wait=self.policy.wait, batching=batching, key=self.key
+            client,
+            retry=retry,
+            wait=self.policy.wait,
+            batching=batching,
+            key=self.key,
+            memory=memory_id,
+            metrics=metrics,
         )
         #: How long calls keep trying when Redis is unreachable.
         self.retry = transport.retry
         #: Every script call of this memory goes through the gateway.
-        self.gateway = MemoryGateway(transport, keys, self.policy, read_only=read_only)
+        self.gateway = MemoryGateway(
+            transport,
+            keys,
+            self.policy,
+            read_only=read_only,
+            memory=memory_id,
+            metrics=transport.metrics,
+        )
         self._flusher: FlushHook | None = None
 
     @classmethod

@@ -14,10 +14,15 @@ that answered and runs again. A server without Functions, or a user allowed ``EV
 On a Cluster, redis-py would ask the server for the keys of every FCALL (``COMMAND GETKEYS``),
 so calls are sent to the node that owns the first key's slot directly; redirects after a
 resharding are followed by redis-py as for any command.
+
+Falling back to EVALSHA is logged once per client, at WARNING on ``compozy_memory.delivery``,
+with its cause (``extra``: ``key``, the instance whose call found out; the client serves
+every memory, so there is no one ``memory`` to name).
 """
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -39,6 +44,8 @@ __all__ = ["Delivery", "delivery_for", "install"]
 
 Mode = Literal["unknown", "functions", "eval"]
 
+log = logging.getLogger("compozy_memory.delivery")
+
 
 class Delivery:
     """The way one client's script calls travel."""
@@ -46,6 +53,26 @@ class Delivery:
     def __init__(self, client: RedisClient, mode: Mode = "unknown") -> None:
         self.client = client
         self.mode: Mode = mode
+        self._logged = False
+
+    def _fall_back(self, reason: BaseException, key: str) -> None:
+        """Log, once per client, that scripts go by EVALSHA, and why."""
+        if self._logged:
+            return
+        self._logged = True
+        cause = reason.__cause__ or reason
+        why = (
+            "the server has no Functions"
+            if isinstance(reason, _NoFunctions)
+            else "this user may not load the functions library (run `compozy-memory install`)"
+        )
+        log.warning(
+            "falling back to EVALSHA on this client: %s (%s: %s)",
+            why,
+            type(cause).__name__,
+            cause,
+            extra={"key": key},
+        )
 
     def command(self, script: Script) -> tuple[str, str]:
         """The command and first argument that run ``script`` in a pipeline."""
@@ -66,10 +93,12 @@ class Delivery:
             try:
                 await self._load(None, key)
                 return self.command(script)
-            except _NoFunctions:
+            except _NoFunctions as exc:
                 self.mode = "eval"
-            except _LoadRefused:
-                pass  # this user may not load the library; perhaps it may send the script
+                self._fall_back(exc, key)
+            except _LoadRefused as exc:
+                # this user may not load the library; perhaps it may send the script
+                self._fall_back(exc, key)
         return (eval_commands(script, self.client)[1], script.source)
 
     async def run(
@@ -79,9 +108,11 @@ class Delivery:
         if self.mode != "eval":
             try:
                 return await self._fcall(script, keys, args, key)
-            except _NoFunctions:
+            except _NoFunctions as exc:
                 self.mode = "eval"
-            except _LoadRefused:
+                self._fall_back(exc, key)
+            except _LoadRefused as exc:
+                self._fall_back(exc, key)
                 try:
                     return await run_script(self.client, script, keys, args, key)
                 except BackendPermissionError as exc:

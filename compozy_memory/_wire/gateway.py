@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
@@ -57,6 +58,8 @@ class MemoryGateway:
         policy: MemoryPolicy,
         *,
         read_only: bool = False,
+        memory: str = "memory",
+        metrics: MemoryMetrics | None = None,
     ) -> None:
         self.transport = transport
         self.keys = keys
@@ -68,12 +71,15 @@ class MemoryGateway:
         self.name = keys.prefix
         #: The incarnation the last reply named: what a compare-and-set without one expects.
         self.incarnation = ""
+        #: The memory resource id metrics are labelled with (never the key: cardinality).
+        self.memory = memory
+        self.metrics = metrics or default_metrics()
 
     # -- writes -------------------------------------------------------------------------
 
     async def append(self, messages: Sequence[ScriptArg], dedupe_key: str) -> AppendResult:
         """``messages``: (tokens, priority, body) triples, flattened."""
-        return await self._stored(
+        return await self._stored_counted(
             "append",
             {
                 "ttl_ms": self.ttl_ms,
@@ -96,7 +102,7 @@ class MemoryGateway:
     ) -> AppendResult:
         """Swap the live messages the caller read (``old_ids``, with their index terms) for
         ``messages``; ConcurrentChangeError if the live messages are not those any more."""
-        return await self._stored(
+        return await self._stored_counted(
             "replace",
             {
                 "ttl_ms": self.ttl_ms,
@@ -126,6 +132,7 @@ class MemoryGateway:
             },
             [*prefix_ids, *remove_ids, *terms],
         )
+        self.metrics.trims.labels(memory=self.memory, strategy="oldest").inc()
         return TrimResult(*(int(v) for v in reply))
 
     async def clear(self) -> int:
@@ -289,6 +296,12 @@ class MemoryGateway:
             chunk = reply[start : start + _PARSE_CHUNK]
             envelopes += [Message.model_validate_json(e) for e in chunk]
             await asyncio.sleep(0)  # a large memory must not stall other tasks' appends
+        if len(envelopes) - n_summaries == count:  # every live message seen: exact counts
+            by_priority: dict[int, int] = {}
+            for message in envelopes[n_summaries:]:
+                if message.priority is not None:
+                    by_priority[message.priority] = by_priority.get(message.priority, 0) + 1
+            self.metrics.set_priority_distribution(self.memory, by_priority)
         return Snapshot(
             epoch,
             last_id,
@@ -312,6 +325,7 @@ class MemoryGateway:
                 target = tokens if what == "tokens" else counts
                 if int(value):
                     target[int(priority)] = int(value)
+        self.metrics.set_priority_distribution(self.memory, counts)
         ttl = int(fields["_ttl_ms"])
         last_flush = fields.get("last_flush")
         return MemoryHealth(
@@ -351,6 +365,21 @@ class MemoryGateway:
         return int(value or 0)
 
     # -- internals ----------------------------------------------------------------------
+
+    async def _stored_counted(
+        self, name: str, values: dict[str, ScriptArg], messages: Sequence[ScriptArg]
+    ) -> AppendResult:
+        """``_stored``, then ``compozy_memory_messages_total`` by priority (not for a
+        duplicate, which stored nothing; a write not acknowledged by replicas was stored)."""
+        try:
+            result = await self._stored(name, values, messages)
+        except ReplicationError as exc:
+            if isinstance(exc.result, AppendResult) and not exc.result.duplicate:
+                self.metrics.count_messages(self.memory, messages[1::3])
+            raise
+        if not result.duplicate:
+            self.metrics.count_messages(self.memory, messages[1::3])
+        return result
 
     async def _stored(
         self, name: str, values: dict[str, ScriptArg], messages: Sequence[ScriptArg]

@@ -15,11 +15,16 @@ or a deadline is reached; then the typed error reaches the caller. Every script 
 
 Permission errors, out-of-memory refusals and script errors are never retried: repeating them
 cannot help.
+
+A call that is retried is logged once, at WARNING on ``compozy_memory.retry``, with the error
+that made it retry (``extra``: ``memory``, ``key``, ``operation``); its outcome, when it
+recovers, at DEBUG.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -39,6 +44,8 @@ from compozy_memory.errors import BackendUnavailableError, ConfigurationError
 __all__ = ["NO_RETRY", "RetryPolicy"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("compozy_memory.retry")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +71,33 @@ class RetryPolicy:
             if not isinstance(value, (int, float)) or value < 0:
                 raise ConfigurationError(f"retry {name} must be a number >= 0, got {value!r}")
 
-    async def call(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """Run ``operation``, again after each :class:`BackendUnavailableError`, within bounds."""
+    async def call(
+        self,
+        operation: Callable[[], Awaitable[T]],
+        *,
+        what: str = "call",
+        memory: str | None = None,
+        key: str | None = None,
+    ) -> T:
+        """Run ``operation``, again after each :class:`BackendUnavailableError`, within bounds.
+
+        ``what``, ``memory`` and ``key`` name the call in the log record of a retry."""
         started = time.monotonic()
         try:
             return await operation()  # the common case, without building a retry loop
-        except BackendUnavailableError:
+        except BackendUnavailableError as exc:
             if self.attempts == 1 or self.deadline <= 0:
                 raise
+            log.warning(
+                "%s of %s failed (%s: %s); retrying for up to %d attempts or %gs",
+                what,
+                key or memory,
+                type(exc).__name__,
+                exc,
+                self.attempts,
+                self.deadline,
+                extra={"memory": memory, "key": key, "operation": what},
+            )
         left = self.deadline - (time.monotonic() - started)
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(BackendUnavailableError),
@@ -83,7 +109,15 @@ class RetryPolicy:
         await asyncio.sleep(self.initial_backoff)
         async for attempt in retrying:
             with attempt:
-                return await operation()
+                result = await operation()
+                log.debug(
+                    "%s of %s succeeded on attempt %d",
+                    what,
+                    key or memory,
+                    attempt.retry_state.attempt_number + 1,
+                    extra={"memory": memory, "key": key, "operation": what},
+                )
+                return result
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
 

@@ -10,16 +10,23 @@ Every call of a :class:`~compozy_memory._wire.gateway.MemoryGateway` goes throug
 * on a Cluster client, each call goes alone, once the client has been initialised.
 
 Calls that meet an unreachable server are retried within the :class:`RetryPolicy`.
+
+Each call's latency, retries included, is observed once here in
+``compozy_memory_operation_latency_seconds{memory, operation, outcome}``: the script's name
+says the operation (:data:`OPERATIONS`), the outcome is ``ok`` or the error's class.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis, RedisCluster
 
+from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.policy import WaitPolicy
 from compozy_memory._wire.batching import batcher_for
 from compozy_memory._wire.delivery import delivery_for
@@ -28,7 +35,32 @@ from compozy_memory._wire.scripts import Args, Keys, Script, ScriptArg
 from compozy_memory._wire.translate import RedisClient, backend_errors, translate
 from compozy_memory.errors import ConfigurationError, ReplicationError, ScriptError
 
-__all__ = ["Transport"]
+__all__ = ["OPERATIONS", "Transport"]
+
+#: The operation each script performs, as the handle's method that sends it is named (the
+#: metrics' ``operation`` label). ``read`` also serves replace() and trim(), which read the
+#: live messages before their own script; plain commands name their operation themselves
+#: (``recall``, ``len``, ``token_count``).
+OPERATIONS: dict[str, str] = {
+    "append": "append",
+    "replace": "replace",
+    "trim": "trim",
+    "clear": "clear",
+    "expire": "set_ttl",
+    "flush_commit": "flush_commit",
+    "lock_acquire": "lock_acquire",
+    "lock_refresh": "lock_refresh",
+    "lock_release": "lock_release",
+    "promote": "recall_messages",
+    "clear_recalled": "clear_recalled",
+    "read": "read",
+    "context": "context",
+    "search": "search",
+    "snapshot": "snapshot",
+    "health": "health",
+}
+
+_clock = time.perf_counter
 
 
 class Transport:
@@ -42,6 +74,8 @@ class Transport:
         wait: WaitPolicy | None = None,
         batching: bool = True,
         key: str = "",
+        memory: str = "memory",
+        metrics: MemoryMetrics | None = None,
     ) -> None:
         if wait is not None and not isinstance(client, Redis):
             raise ConfigurationError(
@@ -55,6 +89,11 @@ class Transport:
         self._batcher = batcher_for(client) if batching else None
         self._delivery = delivery_for(client)
         self._cluster_ready = not isinstance(client, RedisCluster)
+        #: The memory resource id metrics and logs are labelled with.
+        self.memory = memory
+        self.metrics = metrics or default_metrics()
+        # operation -> the latency child for (memory, operation, "ok"): one dict lookup a call
+        self._ok: dict[str, Any] = {}
 
     async def run(
         self, code: Script, keys: Keys, args: Args, *, key: str, write: bool = False
@@ -63,25 +102,76 @@ class Transport:
         the policy asks. A write not acknowledged in time raises ReplicationError carrying
         the raw reply."""
         code.contract.check_keys(keys)
-        wait = self.wait
-        if wait is not None and write:
-            return await self.retry.call(lambda: self._run_and_wait(code, keys, args, wait, key))
-        batcher = self._batcher
-        if batcher is not None:
-            return await self.retry.call(lambda: batcher.run(code, keys, args, key=key))
-        await self._ready(key)
-        delivery = self._delivery
-        return await self.retry.call(lambda: delivery.run(code, keys, args, key))
+        operation = OPERATIONS.get(code.name, code.name)
+        started = _clock()
+        try:
+            reply = await self._run(code, keys, args, key, write, operation)
+        except BaseException as exc:
+            self._failed(operation, exc, started)
+            raise
+        child = self._ok.get(operation) or self._bind(operation)
+        child.observe(_clock() - started)
+        return reply
 
     async def command(self, operation: str, method: str, *args: Any, key: str) -> Any:
         """A plain redis-py command (``method`` of the client), retried like scripts."""
+        started = _clock()
+        try:
+            await self._ready(key)
+
+            async def attempt() -> Any:
+                with backend_errors(operation, key):
+                    return await getattr(self.client, method)(*args)
+
+            reply = await self.retry.call(attempt, what=operation, memory=self.memory, key=key)
+        except BaseException as exc:
+            self._failed(operation, exc, started)
+            raise
+        child = self._ok.get(operation) or self._bind(operation)
+        child.observe(_clock() - started)
+        return reply
+
+    async def _run(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[ScriptArg],
+        key: str,
+        write: bool,
+        operation: str,
+    ) -> Any:
+        retry, memory = self.retry, self.memory
+        wait = self.wait
+        if wait is not None and write:
+            return await retry.call(
+                lambda: self._run_and_wait(script, keys, args, wait, key),
+                what=operation,
+                memory=memory,
+                key=key,
+            )
+        batcher = self._batcher
+        if batcher is not None:
+            return await retry.call(
+                lambda: batcher.run(script, keys, args, key=key),
+                what=operation,
+                memory=memory,
+                key=key,
+            )
         await self._ready(key)
+        delivery = self._delivery
+        return await retry.call(
+            lambda: delivery.run(script, keys, args, key), what=operation, memory=memory, key=key
+        )
 
-        async def attempt() -> Any:
-            with backend_errors(operation, key):
-                return await getattr(self.client, method)(*args)
+    def _bind(self, operation: str) -> Any:
+        child = self.metrics.latency(self.memory, operation)
+        self._ok[operation] = child
+        return child
 
-        return await self.retry.call(attempt)
+    def _failed(self, operation: str, exc: BaseException, started: float) -> None:
+        # Errors are rare: the child is looked up (cached by the metrics) each time.
+        outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__
+        self.metrics.latency(self.memory, operation, outcome).observe(_clock() - started)
 
     async def _run_and_wait(
         self,

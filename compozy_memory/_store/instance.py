@@ -24,12 +24,10 @@ from compozy_memory._model.results import (
     TrimResult,
 )
 from compozy_memory._model.tokens import TokenCounter, default_counter
-from compozy_memory._search.analysis import message_index_terms
+from compozy_memory._store.edits import replace_live, trim_oldest
 from compozy_memory._store.encoding import MessageInput, dedupe_token, encode_messages
 from compozy_memory._store.selection import (
-    message_id,
     query_terms,
-    to_trim,
     whole_tool_exchanges,
     without_orphan_results,
 )
@@ -39,7 +37,6 @@ from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory._wire.transport import Transport
 from compozy_memory.errors import (
-    ConcurrentChangeError,
     ConfigurationError,
     InvalidMessageError,
     ReadOnlyMemoryError,
@@ -177,24 +174,8 @@ class MemoryInstance:
         token = self._dedupe_token(dedupe_key)
         args = self._encode(messages)
         incarnation = if_incarnation if if_incarnation is not None else self.gateway.incarnation
-        for _ in range(_MOVED_RETRIES):
-            # The replaced messages go to the archive's index: read and analyse them, and let
-            # the script check they are still the live ones.
-            live = await self.gateway.read_range(0, -1)
-            try:
-                return await self.gateway.replace(
-                    args,
-                    old_ids=[message_id(m) for m in live],
-                    old_terms=[message_index_terms(m) for m in live],
-                    if_last_id=if_last_id,
-                    if_incarnation=incarnation,
-                    dedupe_key=token,
-                )
-            except ConcurrentChangeError:
-                continue
-        raise ConcurrentChangeError(
-            f"replace: the messages kept changing through {_MOVED_RETRIES} attempts",
-            key=self.key,
+        return await replace_live(
+            self.gateway, args, if_last_id=if_last_id, if_incarnation=incarnation, token=token
         )
 
     async def trim(
@@ -212,24 +193,7 @@ class MemoryInstance:
                 raise UsageError(
                     f"{name} must be a non-negative integer, got {value!r}", key=self.key
                 )
-        for _ in range(_MOVED_RETRIES):
-            live = await self.gateway.read_range(0, -1)
-            chosen = to_trim(live, keep_messages, max_tokens)
-            if not chosen:
-                return TrimResult(0, 0, sum(m.tokens or 0 for m in live), len(live))
-            last = message_id(chosen[-1])
-            prefix = [message_id(m) for m in live if message_id(m) <= last]
-            try:
-                return await self.gateway.trim(
-                    prefix,
-                    [message_id(m) for m in chosen],
-                    [message_index_terms(m) for m in chosen],
-                )
-            except ConcurrentChangeError:
-                continue
-        raise ConcurrentChangeError(
-            f"trim: the messages kept changing through {_MOVED_RETRIES} attempts", key=self.key
-        )
+        return await trim_oldest(self.gateway, keep_messages, max_tokens)
 
     async def clear(self) -> int:
         """Remove every message, summary and archived original; return how many were live."""
@@ -464,11 +428,6 @@ class MemoryInstance:
 
     def _encode(self, messages: Iterable[MessageInput]) -> list[ScriptArg]:
         return encode_messages(messages, self.policy, self.counter, self.key)
-
-
-# A trim or replace reads the live messages, then writes if they are still the same: retried
-# this many times when a flush or another trim moved them in between.
-_MOVED_RETRIES = 5
 
 
 # Redis takes PEXPIRE values up to 2**63 ms, but a TTL past a century is a mistake, not a plan.

@@ -129,13 +129,13 @@ class Delivery:
     ) -> Any:
         command = "FCALL_RO" if script.read_only else "FCALL"
         node = self._node(keys)
-        for attempt in range(2):
+        for attempt in range(_LOAD_ATTEMPTS):
             try:
                 reply = await self._send(node, command, script.function, len(keys), *keys, *args)
             except redis_errors.ResponseError as exc:
                 if _unknown_command(exc):
                     raise _NoFunctions from exc
-                if not _function_missing(exc) or attempt:
+                if not _function_missing(exc) or attempt == _LOAD_ATTEMPTS - 1:
                     raise translate(exc, script.name, key) from error_cause(exc)
                 await self._load(node, key)
                 continue
@@ -165,6 +165,11 @@ class Delivery:
         if node is not None:
             return await self.client.execute_command(*command, target_nodes=node)
         return await self.client.execute_command(*command)
+
+
+# A call that finds no function loads the library and runs again; an operator's FUNCTION
+# FLUSH (or a failover to a node without it) between the two can repeat that, a few times.
+_LOAD_ATTEMPTS = 5
 
 
 class _NoFunctions(Exception):

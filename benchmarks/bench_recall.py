@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import time
 import uuid
 from collections import Counter
@@ -44,6 +43,7 @@ from redis.asyncio import Redis
 from benchmarks.recall_data import Conversation, Question, generate, message_text
 from compozy_memory import MemoryInstance, MemoryManager, MemoryRegistry, Message
 from compozy_memory._config.schema import MemoryResource
+from compozy_memory._model.limits import LUA_CONSTANTS
 from compozy_memory._model.policy import ContextPolicy, MemoryPolicy, SearchPolicy
 from compozy_memory._model.results import Hit
 from compozy_memory.embedded import start_server
@@ -178,7 +178,10 @@ async def score_memory(
                 queried.search[f"@{k}n"] += found(hits, evidence, k, neighbours=True)
 
 
-def resources(budgets: Sequence[int], summarizers: Sequence[str]) -> list[MemoryResource]:
+def resources(
+    budgets: Sequence[int], summarizers: Sequence[str], flushing: dict[str, Any]
+) -> list[MemoryResource]:
+    """One memory per budget and summarizer; ``flushing`` overrides ``flushing_strategy``."""
     return [
         MemoryResource.model_validate(
             {
@@ -186,6 +189,7 @@ def resources(budgets: Sequence[int], summarizers: Sequence[str]) -> list[Memory
                 "max_tokens": budget,
                 "summarizer": {"type": name},
                 "default_key_template": "{{ .conv }}",
+                "flushing_strategy": flushing,
             }
         )
         for budget in budgets
@@ -199,10 +203,11 @@ async def context_shares(
     budgets: Sequence[int],
     variants: Sequence[Variant],
     run: str,
+    flushing: dict[str, Any],
 ) -> tuple[dict[int, float], dict[tuple[int, str, str], Tally], float]:
     """Window shares by budget; tallies by (budget, method, variant); seconds spent."""
     started = time.perf_counter()
-    registry = MemoryRegistry("bench", resources(budgets, SUMMARIZERS))
+    registry = MemoryRegistry("bench", resources(budgets, SUMMARIZERS, flushing))
     manager = MemoryManager(registry, client)
     total = sum(len(c.questions) for c in conversations)
     window: Counter[int] = Counter()
@@ -242,25 +247,45 @@ async def context_shares(
 # --- part 3 -------------------------------------------------------------------------------
 
 
-def corpus(size: int) -> tuple[list[dict[str, Any]], list[str]]:
-    """``size`` generated messages, and questions about them (a fifth of each conversation's)."""
+def corpus(size: int) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
+    """``size`` generated messages, and questions about them with the position of their
+    evidence (a fifth of each conversation's questions)."""
     messages: list[dict[str, Any]] = []
-    questions: list[str] = []
+    questions: list[tuple[str, int]] = []
     seed = 1
     while len(messages) < size:
         for conv in generate(n_conversations=5, seed=seed):
+            questions.extend(
+                (q.question, len(messages) + q.evidence_index) for q in conv.questions[::5]
+            )
             messages.extend(conv.messages)
-            questions.extend(q.question for q in conv.questions[::5])
         seed += 1
     return messages[:size], questions
 
 
-async def search_cost(
-    client: Redis, sizes: Sequence[int], run: str
-) -> list[tuple[int, float, float, float]]:
-    """(archived messages, seconds spent filling up to there, p50 ms, p95 ms) per size."""
+@dataclass
+class CostRow:
+    size: int
+    fill_seconds: float  # cumulative, from an empty memory
+    p50: float
+    p95: float
+    server_ms: float  # mean time inside the server per search (INFO commandstats)
+    recall10: float  # strict recall@10 of the timed questions in this archive
+    queries: int
+
+
+async def _server_usec(client: Redis) -> tuple[float, int]:
+    """Total microseconds and calls of every command so far."""
+    stats = await client.info("commandstats")
+    usec = sum(float(v["usec"]) for v in stats.values() if isinstance(v, dict))
+    calls = sum(int(v["calls"]) for v in stats.values() if isinstance(v, dict))
+    return usec, calls
+
+
+async def search_cost(client: Redis, sizes: Sequence[int], run: str) -> list[CostRow]:
+    """Fill one memory up to each size (archiving every batch), then time ``COST_QUERIES``
+    searches of questions whose evidence is in the archive."""
     messages, questions = corpus(max(sizes))
-    queries = questions[:: max(1, len(questions) // COST_QUERIES)][:COST_QUERIES]
     mem = MemoryInstance.open(
         client, project="bench", key=f"{run}:cost", policy=MemoryPolicy(archive_max=0)
     )
@@ -274,14 +299,32 @@ async def search_cost(
             await mem.trim(keep_messages=0)
             filled += len(batch)
         fill_seconds += time.perf_counter() - started
-        for q in queries[:10]:  # warm the script cache and the connection
-            await mem.search(q)
-        samples = []
-        for q in queries:
+        inside = [q for q in questions if q[1] < size]
+        step = max(1, len(inside) // COST_QUERIES)
+        queries = (inside[::step] * COST_QUERIES)[:COST_QUERIES]
+        for text, _ in queries[:10]:  # warm the script cache and the connection
+            await mem.search(text)
+        samples, hits = [], 0
+        usec, calls = await _server_usec(client)
+        for text, evidence in queries:
             started = time.perf_counter()
-            await mem.search(q, limit=10)
+            found_hits = await mem.search(text, limit=10)
             samples.append((time.perf_counter() - started) * 1000)
-        rows.append((size, fill_seconds, percentile(samples, 0.5), percentile(samples, 0.95)))
+            hits += any(h.id == evidence + 1 for h in found_hits)  # ids are 1.. in order
+        usec_after, calls_after = await _server_usec(client)
+        server_ms = (usec_after - usec) / 1000 / max(1, len(queries))
+        del calls, calls_after  # one EVALSHA per search; INFO itself is not counted yet
+        rows.append(
+            CostRow(
+                size,
+                fill_seconds,
+                percentile(samples, 0.5),
+                percentile(samples, 0.95),
+                server_ms,
+                hits / len(queries),
+                len(queries),
+            )
+        )
     await mem.clear()
     return rows
 
@@ -299,7 +342,7 @@ def report(
     window: dict[int, float],
     tallies: dict[tuple[int, str, str], Tally],
     variants: Sequence[Variant],
-    cost: Sequence[tuple[int, float, float, float]],
+    cost: Sequence[CostRow],
 ) -> None:
     total = sum(len(c.questions) for c in conversations)
     n_messages = sum(len(c.messages) for c in conversations)
@@ -307,7 +350,7 @@ def report(
         f"{len(conversations)} conversations ({n_messages} messages), {total} questions; "
         "embedded Valkey\n"
     )
-    for variant in variants:
+    for variant in variants if budgets else ():
         print(f"### 1. Share of questions whose answer words are in the context ({variant.name})")
         print()
         methods = ["window"] + [m for n in SUMMARIZERS for m in (n, f"{n}+q")]
@@ -334,10 +377,16 @@ def report(
         print()
     print("### 3. Search cost (limit 10, 200 queries)")
     print()
-    print("| archived messages | fill time (cumulative) | p50 ms | p95 ms |")
-    print("| ---: | ---: | ---: | ---: |")
-    for size, seconds, p50, p95 in cost:
-        print(f"| {size:,} | {seconds:.1f} s | {p50:.2f} | {p95:.2f} |")
+    print(
+        "| archived messages | fill time (cumulative) | p50 ms | p95 ms "
+        "| mean ms in server | recall@10 of the timed questions |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for row in cost:
+        print(
+            f"| {row.size:,} | {row.fill_seconds:.1f} s | {row.p50:.2f} | {row.p95:.2f} "
+            f"| {row.server_ms:.2f} | {row.recall10:.3f} |"
+        )
     print()
     targets(budgets, window, tallies, cost)
 
@@ -346,13 +395,13 @@ def targets(
     budgets: Sequence[int],
     window: dict[int, float],
     tallies: dict[tuple[int, str, str], Tally],
-    cost: Sequence[tuple[int, float, float, float]],
+    cost: Sequence[CostRow],
 ) -> None:
     print("### Targets (default policy)")
     print()
     print("| target | measured | met |")
     print("| --- | --- | --- |")
-    if 4_000 in budgets:
+    if 4_000 in budgets and window:
         base = window[4_000]
         for name in SUMMARIZERS:
             plain = tallies[(4_000, name, "default")]
@@ -363,10 +412,12 @@ def targets(
             print(f"| 4k context(B, query), {name} >= 3x window | {r2:.2f}x | {_yes(r2 >= 3)} |")
             n = max(1, queried.searched)
             r10 = queried.search["@10"] / n
-            print(f"| search recall@10 (strict), 4k {name} >= 0.8 | {r10:.3f} | {_yes(r10 >= 0.8)} |")
-    for size, _, p50, _ in cost:
-        if size == 100_000:
-            print(f"| search p50 at 100k archived < 5 ms | {p50:.2f} ms | {_yes(p50 < 5)} |")
+            ok = _yes(r10 >= 0.8)
+            print(f"| search recall@10 (strict), 4k {name} >= 0.8 | {r10:.3f} | {ok} |")
+    for row in cost:
+        if row.size == 100_000:
+            ok = _yes(row.p50 < 5)
+            print(f"| search p50 at 100k archived < 5 ms | {row.p50:.2f} ms | {ok} |")
     print()
 
 
@@ -389,13 +440,23 @@ async def run(args: Any) -> None:
     budgets = tuple(args.budgets)
     variants = [DEFAULT_VARIANT, *(parse_variant(v) for v in args.variant)]
     conversations = generate(args.conversations, args.seed)
+    flushing: dict[str, Any] = {}
+    for setting in args.flushing:
+        name, _, value = setting.partition("=")
+        flushing[name] = float(value) if "." in value else int(value)
+    if flushing:
+        print(f"flushing_strategy overrides: {flushing}")
     server = None if args.url else start_server()
     client = Redis.from_url(args.url or server.url, max_connections=16)  # type: ignore[union-attr]
     tag = uuid.uuid4().hex[:8]
+    window: dict[int, float] = {}
+    tallies: dict[tuple[int, str, str], Tally] = {}
+    spent = 0.0
     try:
-        window, tallies, spent = await context_shares(
-            client, conversations, budgets, variants, tag
-        )
+        if conversations:
+            window, tallies, spent = await context_shares(
+                client, conversations, budgets, variants, tag, flushing
+            )
         started = time.perf_counter()
         cost = await search_cost(client, args.sizes, tag) if args.sizes else []
         cost_spent = time.perf_counter() - started
@@ -403,7 +464,7 @@ async def run(args: Any) -> None:
         await client.aclose()
         if server:
             server.stop()
-    report(conversations, budgets, window, tallies, variants, cost)
+    report(conversations, budgets if conversations else (), window, tallies, variants, cost)
     print(f"parts 1-2: {spent:.0f} s; part 3: {cost_spent:.0f} s")
 
 
@@ -424,7 +485,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="also score a read-time policy: name:summary_share,recall_share,backfill,"
         "neighbour_weight,limit (e.g. wide:0.3,0.5,1,0.5,10)",
     )
+    parser.add_argument(
+        "--flushing",
+        action="append",
+        default=[],
+        help="override a flushing_strategy setting of the memories, e.g. summary_tokens=1000",
+    )
+    parser.add_argument(
+        "--query-postings",
+        type=int,
+        help="experiment: postings a search reads per query term (library: QUERY_POSTINGS)",
+    )
     args: Any = parser.parse_args(argv)
+    if args.query_postings is not None:
+        # Before any script is built: the scripts inline the limits once per process.
+        LUA_CONSTANTS["QUERY_POSTINGS"] = args.query_postings
+        print(f"experiment: QUERY_POSTINGS = {args.query_postings}")
     if args.conversations is None:
         args.conversations = 2 if args.quick else 10
     if args.budgets is None:

@@ -204,10 +204,11 @@ async def context_shares(
     variants: Sequence[Variant],
     run: str,
     flushing: dict[str, Any],
+    summarizers: Sequence[str],
 ) -> tuple[dict[int, float], dict[tuple[int, str, str], Tally], float]:
     """Window shares by budget; tallies by (budget, method, variant); seconds spent."""
     started = time.perf_counter()
-    registry = MemoryRegistry("bench", resources(budgets, SUMMARIZERS, flushing))
+    registry = MemoryRegistry("bench", resources(budgets, summarizers, flushing))
     manager = MemoryManager(registry, client)
     total = sum(len(c.questions) for c in conversations)
     window: Counter[int] = Counter()
@@ -234,7 +235,7 @@ async def context_shares(
 
     await asyncio.gather(
         *(windows(c) for c in conversations),
-        *(one(c, b, n) for c in conversations for b in budgets for n in SUMMARIZERS),
+        *(one(c, b, n) for c in conversations for b in budgets for n in summarizers),
     )
     await manager.aclose()
     return (
@@ -339,6 +340,7 @@ def _pct(value: float) -> str:
 def report(
     conversations: Sequence[Conversation],
     budgets: Sequence[int],
+    summarizers: Sequence[str],
     window: dict[int, float],
     tallies: dict[tuple[int, str, str], Tally],
     variants: Sequence[Variant],
@@ -353,7 +355,7 @@ def report(
     for variant in variants if budgets else ():
         print(f"### 1. Share of questions whose answer words are in the context ({variant.name})")
         print()
-        methods = ["window"] + [m for n in SUMMARIZERS for m in (n, f"{n}+q")]
+        methods = ["window"] + [m for n in summarizers for m in (n, f"{n}+q")]
         print("| budget | " + " | ".join(methods) + " |")
         print("| ---: |" + " ---: |" * len(methods))
         for budget in budgets:
@@ -369,7 +371,7 @@ def report(
         print("| budget | memory | questions | @5 | @10 | @5 +nbr | @10 +nbr |")
         print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
         for budget in budgets:
-            for name in SUMMARIZERS:
+            for name in summarizers:
                 t = tallies[(budget, f"{name}+q", variant.name)]
                 n = max(1, t.searched)
                 cells = [_pct(t.search[key] / n) for key in ("@5", "@10", "@5n", "@10n")]
@@ -388,11 +390,12 @@ def report(
             f"| {row.server_ms:.2f} | {row.recall10:.3f} |"
         )
     print()
-    targets(budgets, window, tallies, cost)
+    targets(budgets, summarizers, window, tallies, cost)
 
 
 def targets(
     budgets: Sequence[int],
+    summarizers: Sequence[str],
     window: dict[int, float],
     tallies: dict[tuple[int, str, str], Tally],
     cost: Sequence[CostRow],
@@ -403,7 +406,7 @@ def targets(
     print("| --- | --- | --- |")
     if 4_000 in budgets and window:
         base = window[4_000]
-        for name in SUMMARIZERS:
+        for name in summarizers:
             plain = tallies[(4_000, name, "default")]
             queried = tallies[(4_000, f"{name}+q", "default")]
             r1 = (plain.kept / plain.asked) / base if base else float("inf")
@@ -455,7 +458,7 @@ async def run(args: Any) -> None:
     try:
         if conversations:
             window, tallies, spent = await context_shares(
-                client, conversations, budgets, variants, tag, flushing
+                client, conversations, budgets, variants, tag, flushing, args.summarizers
             )
         started = time.perf_counter()
         cost = await search_cost(client, args.sizes, tag) if args.sizes else []
@@ -464,7 +467,15 @@ async def run(args: Any) -> None:
         await client.aclose()
         if server:
             server.stop()
-    report(conversations, budgets if conversations else (), window, tallies, variants, cost)
+    report(
+        conversations,
+        budgets if conversations else (),
+        args.summarizers,
+        window,
+        tallies,
+        variants,
+        cost,
+    )
     print(f"parts 1-2: {spent:.0f} s; part 3: {cost_spent:.0f} s")
 
 
@@ -492,11 +503,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="override a flushing_strategy setting of the memories, e.g. summary_tokens=1000",
     )
     parser.add_argument(
+        "--summarizers", nargs="+", choices=SUMMARIZERS, default=None, help="default: both"
+    )
+    parser.add_argument(
         "--query-postings",
         type=int,
         help="experiment: postings a search reads per query term (library: QUERY_POSTINGS)",
     )
     args: Any = parser.parse_args(argv)
+    args.summarizers = tuple(args.summarizers or SUMMARIZERS)
     if args.query_postings is not None:
         # Before any script is built: the scripts inline the limits once per process.
         LUA_CONSTANTS["QUERY_POSTINGS"] = args.query_postings

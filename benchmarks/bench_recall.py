@@ -22,7 +22,15 @@ Against a real server (an embedded Valkey unless ``--url``), on the generated co
    (``append_many`` in batches of 500, each archived by ``trim(keep_messages=0)``).
 
 Tokens are counted with the library's default counter (offline tiktoken). Printed, never
-asserted; the targets are in the last table.
+asserted; the targets are in the last table. Flushes run in the background as appends go,
+so where they cut depends on timing: shares move by a few points between runs on a busy
+machine, and the search timings follow the machine's load (compare "mean ms in server").
+
+Experiments, none changing the library: ``--variant name:s,r,backfill,nw,limit`` scores
+another ContextPolicy / SearchPolicy on the same flushed memories, ``--flushing key=value``
+overrides the memories' ``flushing_strategy``, ``--summarizers`` picks the summarizers,
+``--query-postings N`` changes the postings a search reads per term (QUERY_POSTINGS, in
+this process only), ``--conversations 0`` measures the search cost alone.
 
 Run: ``python -m benchmarks.bench_recall [--conversations 10] [--quick]``.
 """

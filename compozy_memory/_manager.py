@@ -287,7 +287,11 @@ def flush_settings(resource: MemoryResource) -> FlushSettings:
         max_tokens=budget,
         summarize_threshold=strategy.summarize_threshold,
         summarize_oldest_percent=strategy.summarize_oldest_percent,
-        summary_tokens=min(strategy.summary_tokens, budget // 2),
+        # A summary larger than its share of a context would never be shown (context() takes
+        # a summary whole or not at all).
+        summary_tokens=min(
+            strategy.summary_tokens, budget // 2, int(budget * resource.context.summary_share)
+        ),
         strategy=strategy.type,
         priority_limits=limits,
         compression=compression_settings(compression) if compression else None,

@@ -61,7 +61,7 @@ def test_defaults_follow_the_spec() -> None:
     assert r.flushing_strategy.summarize_threshold == 0.8
     assert r.flushing_strategy.summary_tokens == 500
     assert r.flushing_strategy.summarize_oldest_percent == 30
-    assert r.summarizer.type == "rule_based"
+    assert r.summarizer.type == "extractive"  # our default: it keeps facts (README)
     assert r.compression is None
 
 

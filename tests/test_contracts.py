@@ -25,7 +25,7 @@ APPEND_REPLY = [1, 1, 3, 1, 0, 0, b"42"]
 HEALTH_REPLY = [b"tokens", b"3", b"_msgs_len", 1, b"_archive_len", 0, b"_summaries_len", 0]
 HEALTH_REPLY += [b"_recalled_len", 0, b"_ttl_ms", -1]
 READ_REPLY = [0, 0, 0]
-CONTEXT_REPLY = [0, 0, 0, 0]
+CONTEXT_REPLY = [0, 0, 0, 0, 0]
 TRIPLE: list[ScriptArg] = [3, 2, b'{"role":"user","content":"hi"}']
 
 # One call of every gateway method that runs a script, with a reply of the script's shape.
@@ -65,8 +65,11 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     "search": (lambda g: g.search(["hi"], limit=5), [0]),
     "context": (
         lambda g: g.context(100, summary_share=0.3, recall_share=0.4, backfill=True, terms=["hi"]),
-        [0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0],
     ),
+    "facts_set": (lambda g: g.facts_set([b"name", 5, b"Ada"], 200), [1]),
+    "facts_delete": (lambda g: g.facts_delete([b"name"]), 1),
+    "facts_items": (lambda g: g.facts_items(), [b"name", b"5\tAda"]),
     "promote": (lambda g: g.promote([3], 100), [0]),
     "clear_recalled": (lambda g: g.clear_recalled(), 0),
 }

@@ -234,11 +234,20 @@ class ContextLayers:
     #: Archived originals shown because every live message fitted with room to spare.
     backfill: tuple[Message, ...] = ()
     window: tuple[Message, ...] = ()
+    #: Session facts (the kernel layer): one system message, or none.
+    facts: tuple[Message, ...] = ()
 
     @property
     def messages(self) -> list[Message]:
         """The context in the order an LLM reads it."""
-        return [*self.pinned, *self.summaries, *self.recalled, *self.backfill, *self.window]
+        return [
+            *self.pinned,
+            *self.facts,
+            *self.summaries,
+            *self.recalled,
+            *self.backfill,
+            *self.window,
+        ]
 
     @property
     def tokens(self) -> int:

@@ -10,8 +10,9 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Protocol
 
+from compozy_memory._model.facts import check_fact, header_tokens, line_tokens
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._model.limits import MAX_BATCH, MAX_DEDUPE_KEY, MAX_MESSAGE_TOKENS
+from compozy_memory._model.limits import MAX_BATCH, MAX_DEDUPE_KEY, MAX_FACTS, MAX_MESSAGE_TOKENS
 from compozy_memory._model.messages import Message, encode_body
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
@@ -39,7 +40,7 @@ from compozy_memory.errors import (
     UsageError,
 )
 
-__all__ = ["FlushHook", "MemoryInstance", "MessageInput"]
+__all__ = ["Facts", "FlushHook", "MemoryInstance", "MessageInput"]
 
 MessageInput = Message | Mapping[str, Any]
 
@@ -92,6 +93,8 @@ class MemoryInstance:
         self.retry = transport.retry
         #: Every script call of this memory goes through the gateway.
         self.gateway = MemoryGateway(transport, keys, self.policy, read_only=read_only)
+        #: Session facts (the kernel layer of :meth:`context`): ``await memory.facts.set(...)``.
+        self.facts = Facts(self)
         self._flusher: FlushHook | None = None
 
     @classmethod
@@ -258,7 +261,7 @@ class MemoryInstance:
                 f"max_messages must be a non-negative integer, got {max_messages!r}", key=self.key
             )
         layers = await self.gateway.context(
-            budget, summary_share=0.0, recall_share=0.0, backfill=False
+            budget, summary_share=0.0, recall_share=0.0, backfill=False, facts_header=-1
         )
         window = list(layers.window)
         if max_messages is not None:
@@ -305,12 +308,15 @@ class MemoryInstance:
             recall_share=shares.recall_share,
             backfill=shares.backfill,
             terms=_query_terms(query, self.key),
+            facts_header=self.facts.header_tokens,
         )
         recalled = _whole_tool_exchanges(layers.recalled)
         older = _without_orphan_results([*layers.backfill, *layers.window])
         backfill = tuple(older[: max(0, len(older) - len(layers.window))])
         window = tuple(older[len(backfill) :])
-        return ContextLayers(layers.pinned, layers.summaries, recalled, backfill, window)
+        return ContextLayers(
+            layers.pinned, layers.summaries, recalled, backfill, window, layers.facts
+        )
 
     async def search(
         self,
@@ -479,6 +485,68 @@ class MemoryInstance:
             )
             args += [tokens, priority, body]
         return args
+
+
+class Facts:
+    """A memory's session facts: a capped key-value map (``policy.facts_max``, 200 by
+    default) in the memory's slot, with its TTL. Setting a key again moves it to the newest
+    end; past the cap the least recently set go first. :meth:`MemoryInstance.context` shows
+    them after the pinned messages as one system message."""
+
+    def __init__(self, memory: MemoryInstance) -> None:
+        self._memory = memory
+        self._header: int | None = None
+
+    @property
+    def header_tokens(self) -> int:
+        if self._header is None:
+            self._header = header_tokens(self._memory.counter)
+        return self._header
+
+    async def set(
+        self, key: str | Mapping[str, str] | None = None, value: str | None = None, /, **more: str
+    ) -> list[str]:
+        """Set one fact (``set("name", "Ada")``) or many (a mapping, or keywords), atomically;
+        returns the keys the cap evicted."""
+        memory = self._memory
+        memory._check_writable("facts.set")
+        pairs: dict[str, object] = {}
+        if isinstance(key, Mapping):
+            if value is not None:
+                raise UsageError("facts.set takes a mapping or a key and a value", key=memory.key)
+            pairs.update(key)
+        elif key is not None:
+            if value is None:
+                raise InvalidMessageError(f"fact {key!r:.80} needs a value", key=memory.key)
+            pairs[key] = value
+        pairs.update(more)
+        if not pairs:
+            raise UsageError("facts.set needs at least one fact", key=memory.key)
+        if len(pairs) > MAX_FACTS:
+            raise UsageError(f"at most {MAX_FACTS} facts go in one call", key=memory.key)
+        args: list[ScriptArg] = []
+        for k, v in pairs.items():
+            raw_key, raw_value = check_fact(k, v, where=memory.key)
+            text_key, text_value = raw_key.decode(), raw_value.decode()
+            args += [raw_key, line_tokens(text_key, text_value, memory.counter), raw_value]
+        _, evicted = await memory.gateway.facts_set(args, memory.policy.facts_max)
+        return evicted
+
+    async def get(self, key: str) -> str | None:
+        raw_key, _ = check_fact(key, "", where=self._memory.key)
+        return await self._memory.gateway.fact(raw_key)
+
+    async def delete(self, *keys: str) -> int:
+        """Remove facts; returns how many existed."""
+        self._memory._check_writable("facts.delete")
+        raw = [check_fact(k, "", where=self._memory.key)[0] for k in keys]
+        if not raw:
+            return 0
+        return await self._memory.gateway.facts_delete(raw)
+
+    async def items(self) -> list[tuple[str, str]]:
+        """Every fact as (key, value), least recently set first."""
+        return [(k, v) for k, _, v in await self._memory.gateway.facts_items()]
 
 
 # A trim or replace reads the live messages, then writes if they are still the same: retried

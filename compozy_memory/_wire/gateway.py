@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from compozy_memory._model.facts import facts_message, parse_stored
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
@@ -199,6 +200,33 @@ class MemoryGateway:
     async def clear_recalled(self) -> int:
         return int(await self._write("clear_recalled", {"ttl_ms": self.ttl_ms}))
 
+    async def facts_set(self, facts: Sequence[ScriptArg], cap: int) -> tuple[int, list[str]]:
+        """``facts``: (key, tokens, value) triples, flattened; returns the number of facts
+        kept and the keys the cap evicted."""
+        reply = await self._write(
+            "facts_set", {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts) // 3}, facts
+        )
+        return int(reply[0]), [_text(k) for k in reply[1:]]
+
+    async def facts_delete(self, keys: Sequence[ScriptArg]) -> int:
+        return int(await self._write("facts_delete", {"ttl_ms": self.ttl_ms}, keys))
+
+    async def facts_items(self) -> list[tuple[str, int, str]]:
+        """Every fact as (key, tokens, value), least recently set first."""
+        reply = await self._read("facts_items", {})
+        out = []
+        for i in range(0, len(reply), 2):
+            tokens, value = parse_stored(reply[i + 1])
+            out.append((_text(reply[i]), tokens, value))
+        return out
+
+    async def fact(self, key: bytes) -> str | None:
+        """One fact's value (a plain HGET), or None."""
+        stored = await self.transport.command(
+            "facts_get", "hget", self.keys.facts, key, key=self.name
+        )
+        return None if stored is None else parse_stored(stored)[1]
+
     # -- reads --------------------------------------------------------------------------
 
     async def read_range(self, start: int, stop: int) -> list[Message]:
@@ -213,13 +241,16 @@ class MemoryGateway:
         recall_share: float,
         backfill: bool,
         terms: Sequence[str] = (),
+        facts_header: int = 0,
     ) -> ContextLayers:
-        """The layers of a context within ``budget`` (see ``lua/context.lua``)."""
+        """The layers of a context within ``budget`` (see ``lua/context.lua``);
+        ``facts_header``: the tokens of the facts message without its lines."""
         search = self.policy.search
         reply = await self._read(
             "context",
             {
                 "budget": budget,
+                "facts_header": facts_header,
                 "summary_share": repr(float(summary_share)),
                 "recall_share": repr(float(recall_share)),
                 "backfill": int(backfill),
@@ -230,6 +261,15 @@ class MemoryGateway:
             },
             terms,
         )
+        n_pinned = int(reply[0])
+        at = 1 + n_pinned
+        n_facts = int(reply[at])
+        items = []
+        for i in range(at + 1, at + 1 + 2 * n_facts, 2):
+            tokens, value = parse_stored(reply[i + 1])
+            items.append((_text(reply[i]), tokens, value))
+        facts = (facts_message(items, facts_header),) if items else ()
+        reply = [*reply[: 1 + n_pinned], *reply[at + 1 + 2 * n_facts :]]
         at = 0
         layers: list[tuple[Message, ...]] = []
         for step in (1, 1, 2, 1, 1):  # pinned, summaries, (score, message), backfill, window
@@ -244,6 +284,7 @@ class MemoryGateway:
             tuple(sorted(recalled, key=lambda m: m.id or 0)),
             backfill_layer,
             window,
+            facts,
         )
 
     async def search(
@@ -407,7 +448,18 @@ class MemoryGateway:
 # Scripts that change the memory: with a WaitPolicy each is followed by WAIT or WAITAOF. The
 # lock's own scripts are not: a lease is short-lived and fenced by the epoch anyway.
 _WAITED = frozenset(
-    {"append", "replace", "trim", "clear", "expire", "flush_commit", "promote", "clear_recalled"}
+    {
+        "append",
+        "replace",
+        "trim",
+        "clear",
+        "expire",
+        "flush_commit",
+        "promote",
+        "clear_recalled",
+        "facts_set",
+        "facts_delete",
+    }
 )
 
 

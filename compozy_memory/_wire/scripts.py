@@ -55,6 +55,8 @@ KEY_ORDER = (
     "recalled",
     "ixpost",
     "ixdocs",
+    "facts",
+    "factord",
     "lock",
 )
 SCRIPT_NAMES = (
@@ -74,6 +76,9 @@ SCRIPT_NAMES = (
     "context",
     "promote",
     "clear_recalled",
+    "facts_set",
+    "facts_delete",
+    "facts_items",
 )
 _HEADER_LINE = re.compile(r"^-- (KEYS|ARGV):(.*)$", re.MULTILINE)
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

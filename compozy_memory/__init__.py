@@ -39,7 +39,8 @@ from compozy_memory._model.tokens import (
     TiktokenCounter,
     TokenCounter,
 )
-from compozy_memory._store.instance import MemoryInstance
+from compozy_memory._store.instance import Facts, MemoryInstance
+from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
 from compozy_memory._wire.connection import connect
 from compozy_memory._wire.retry import NO_RETRY, RetryPolicy
 from compozy_memory.errors import (
@@ -64,6 +65,7 @@ from compozy_memory.errors import (
     MissingTokenCountError,
     ReadOnlyMemoryError,
     ReplicationError,
+    ResultCorruptError,
     ScriptError,
     StartupError,
     TemplateError,
@@ -92,7 +94,9 @@ __all__ = [
     "ContextLayers",
     "ContextOverflowError",
     "ContextPolicy",
+    "DataRef",
     "ExtractiveSummarizer",
+    "Facts",
     "FencedLock",
     "FlushMetrics",
     "FlushPlan",
@@ -119,8 +123,11 @@ __all__ = [
     "Message",
     "MessageTooLargeError",
     "MissingTokenCountError",
+    "Namespace",
     "ReadOnlyMemoryError",
     "ReplicationError",
+    "ResultCorruptError",
+    "ResultStore",
     "RetryPolicy",
     "RuleBasedSummarizer",
     "ScriptError",

@@ -10,6 +10,7 @@ import pytest
 
 from compozy_memory import FlushPlan, ScriptError
 from compozy_memory._model.limits import LUA_CONSTANTS
+from compozy_memory._store.results_store import ResultGateway
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import (
     KEY_ORDER,
@@ -20,6 +21,8 @@ from compozy_memory._wire.scripts import (
     script,
 )
 from tests.fakes import FakeTransport, commit_reply, gateway, snapshot_reply
+
+RESULT_KEY = "compozy:units:result:{agent:a}:" + "0" * 64
 
 APPEND_REPLY = [1, 1, 3, 1, 0, 0, b"42"]
 HEALTH_REPLY = [b"tokens", b"3", b"_msgs_len", 1, b"_archive_len", 0, b"_summaries_len", 0]
@@ -70,6 +73,13 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     "facts_set": (lambda g: g.facts_set([b"name", 5, b"Ada"], 200), [1]),
     "facts_delete": (lambda g: g.facts_delete([b"name"]), 1),
     "facts_items": (lambda g: g.facts_items(), [b"name", b"5\tAda"]),
+    "result_put": (
+        lambda g: ResultGateway(g.transport).put(
+            RESULT_KEY, data=b"x", size=1, enc="raw", kind="text", ttl_ms=0, pin=True, pin_ttl_ms=0
+        ),
+        [1, 1],
+    ),
+    "result_release": (lambda g: ResultGateway(g.transport).release(RESULT_KEY), 0),
     "promote": (lambda g: g.promote([3], 100), [0]),
     "clear_recalled": (lambda g: g.clear_recalled(), 0),
 }
@@ -107,7 +117,10 @@ async def test_the_gateway_sends_what_each_header_declares(name: str) -> None:
     await call(g)
     (sent,) = transport.named(name)
     contract = script(name).contract
-    assert sent.keys == tuple(getattr(g.keys, k) for k in contract.keys)
+    if name.startswith("result_"):  # one key outside the memory's slot
+        assert sent.keys == (RESULT_KEY,)
+    else:
+        assert sent.keys == tuple(getattr(g.keys, k) for k in contract.keys)
     fixed = len(contract.argv)
     assert len(sent.args) >= fixed
     if contract.variadic is None:

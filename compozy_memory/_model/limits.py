@@ -17,6 +17,7 @@ __all__ = [
     "MAX_FACT_VALUE",
     "MAX_MESSAGE_TOKENS",
     "MAX_PRIORITY",
+    "MAX_RESULT_BYTES",
     "POSTINGS_CAP",
     "QUERY_POSTINGS",
 ]
@@ -49,7 +50,11 @@ MAX_FACT_VALUE = 4_096
 #: The most facts a memory's policy may keep (its ``facts_max``; 200 by default).
 MAX_FACTS = 10_000
 
+#: Bytes of one stored result (before compression).
+MAX_RESULT_BYTES = 64 * 1024 * 1024
+
 LUA_CONSTANTS: dict[str, int] = {
+    "MAX_RESULT_BYTES": MAX_RESULT_BYTES,
     "MAX_FACT_KEY": MAX_FACT_KEY,
     "MAX_FACT_VALUE": MAX_FACT_VALUE,
     "MAX_FACTS": MAX_FACTS,

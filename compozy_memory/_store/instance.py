@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import secrets
@@ -26,6 +27,7 @@ from compozy_memory._model.results import (
 )
 from compozy_memory._model.tokens import TokenCounter, count_message, default_counter
 from compozy_memory._search.analysis import analyze_query, message_index_terms
+from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import ScriptArg
@@ -78,6 +80,7 @@ class MemoryInstance:
         read_only: bool = False,
         batching: bool = True,
         retry: RetryPolicy | None = None,
+        results: ResultStore | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -95,6 +98,10 @@ class MemoryInstance:
         self.gateway = MemoryGateway(transport, keys, self.policy, read_only=read_only)
         #: Session facts (the kernel layer of :meth:`context`): ``await memory.facts.set(...)``.
         self.facts = Facts(self)
+        #: Where ``append(..., offload=True)`` stores large results, and the recall tools
+        #: load them from. By default a store that sees only the project's global namespace:
+        #: give one opened for your agent (``ResultStore(..., agent=...)``) to keep them apart.
+        self.results = results or ResultStore(client, keys.project, transport=transport)
         self._flusher: FlushHook | None = None
 
     @classmethod
@@ -108,12 +115,31 @@ class MemoryInstance:
 
     # -- writes -------------------------------------------------------------------------
 
-    async def append(self, message: MessageInput, *, dedupe_key: str | None = None) -> AppendResult:
-        """Store one message; Redis assigns its id and timestamp."""
-        return await self.append_many((message,), dedupe_key=dedupe_key)
+    async def append(
+        self,
+        message: MessageInput,
+        *,
+        dedupe_key: str | None = None,
+        offload: bool = False,
+        namespace: Namespace | None = None,
+    ) -> AppendResult:
+        """Store one message; Redis assigns its id and timestamp.
+
+        With ``offload``, a message larger than the memory's ``max_tokens`` is not refused:
+        its content goes to :attr:`results` (in ``namespace``, by default the global one) and
+        the message keeps a short stub (kind, size, first lines) and ``metadata.result_ref``.
+        """
+        return await self.append_many(
+            (message,), dedupe_key=dedupe_key, offload=offload, namespace=namespace
+        )
 
     async def append_many(
-        self, messages: Iterable[MessageInput], *, dedupe_key: str | None = None
+        self,
+        messages: Iterable[MessageInput],
+        *,
+        dedupe_key: str | None = None,
+        offload: bool = False,
+        namespace: Namespace | None = None,
     ) -> AppendResult:
         """Store several messages in one atomic step, in order, with consecutive ids.
 
@@ -126,6 +152,8 @@ class MemoryInstance:
         """
         self._check_writable("append")
         token = self._dedupe_token(dedupe_key)
+        if offload:
+            messages = await self._offloaded(messages, namespace or Namespace.global_())
         args = self._encode(messages)
         if not args:
             raise InvalidMessageError("append_many needs at least one message", key=self.key)
@@ -446,6 +474,73 @@ class MemoryInstance:
                 f"{operation} refused: this handle is read-only", key=self.key
             )
 
+    async def _offloaded(
+        self, messages: Iterable[MessageInput], namespace: Namespace
+    ) -> list[MessageInput]:
+        """``messages`` with each one over the budget replaced by a stub and a reference."""
+        if isinstance(messages, (Message, Mapping, str, bytes)):
+            return [messages]  # _encode refuses it with the usual error
+        limit = self.policy.max_tokens
+        out: list[MessageInput] = []
+        for raw in messages:
+            try:
+                message = Message.parse(dict(raw) if isinstance(raw, Mapping) else raw)
+            except InvalidMessageError:
+                out.append(raw)  # _encode reports it with its position
+                continue
+            if limit is None or count_message(message, self.counter) <= limit:
+                out.append(message)
+                continue
+            out.append(await self._stub(message, namespace))
+        return out
+
+    async def _stub(self, message: Message, namespace: Namespace) -> Message:
+        if isinstance(message.content, str):
+            payload, kind, preview = message.content, "text", message.content
+        else:
+            payload = json.dumps(message.content, ensure_ascii=False, separators=(",", ":"))
+            kind = "json"
+            preview = "\n".join(
+                _result_text(b.get("content"))
+                if b.get("type") == "tool_result"
+                else str(b.get("text", ""))
+                for b in message.content
+            )
+        ttl = self.gateway.ttl_ms
+        ref = await self.results.store_result(
+            payload,
+            namespace=namespace,
+            kind=kind,
+            pin=True,
+            pin_ttl=timedelta(milliseconds=ttl) if ttl else None,
+        )
+        lines = [line[:_STUB_LINE] for line in preview.splitlines()[:_STUB_LINES]]
+        stub = (
+            f"[stored result {ref.token}: {kind}, {ref.size} bytes, "
+            f"{len(preview.splitlines())} lines; the load_result tool reads it]\n"
+            + "\n".join(lines)
+        )
+        content: str | list[dict[str, Any]]
+        if isinstance(message.content, str):
+            content = stub
+        else:
+            kept: list[dict[str, Any]] = [b for b in message.content if b.get("type") == "tool_use"]
+            results = [
+                {"type": "tool_result", "tool_use_id": b.get("tool_use_id"), "content": stub}
+                for b in message.content
+                if b.get("type") == "tool_result"
+            ]
+            content = [*kept, *results] or [{"type": "text", "text": stub}]
+        metadata = {**(message.metadata or {}), "result_ref": ref.to_json()}
+        return Message.model_validate(
+            {
+                **message.model_dump(by_alias=True, exclude_none=True),
+                "content": content,
+                "metadata": metadata,
+                "tokens": None,
+            }
+        )
+
     def _encode(self, messages: Iterable[MessageInput]) -> list[ScriptArg]:
         """Validate, count and serialise every message before anything is sent."""
         if isinstance(messages, (Message, Mapping, str, bytes)):
@@ -547,6 +642,19 @@ class Facts:
     async def items(self) -> list[tuple[str, str]]:
         """Every fact as (key, value), least recently set first."""
         return [(k, v) for k, _, v in await self._memory.gateway.facts_items()]
+
+
+# A stub shows at most this many lines of its result, each cut to this many characters.
+_STUB_LINES = 5
+_STUB_LINE = 160
+
+
+def _result_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(c.get("text", "")) if isinstance(c, dict) else str(c) for c in content)
+    return "" if content is None else json.dumps(content)
 
 
 # A trim or replace reads the live messages, then writes if they are still the same: retried

@@ -51,7 +51,9 @@ class ScriptTransport(Protocol):
         write: bool = False,
     ) -> Any: ...
 
-    async def command(self, operation: str, method: str, *args: Any, key: str) -> Any: ...
+    async def command(
+        self, operation: str, method: str, *args: Any, key: str, **options: Any
+    ) -> Any: ...
 
 
 class MemoryGateway:

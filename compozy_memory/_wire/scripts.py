@@ -58,6 +58,9 @@ KEY_ORDER = (
     "facts",
     "factord",
     "lock",
+    # Keys outside a memory's slot, each script touching one of them alone: a stored result
+    # (compozy_memory._store.results_store).
+    "result",
 )
 SCRIPT_NAMES = (
     "append",
@@ -79,6 +82,8 @@ SCRIPT_NAMES = (
     "facts_set",
     "facts_delete",
     "facts_items",
+    "result_put",
+    "result_release",
 )
 _HEADER_LINE = re.compile(r"^-- (KEYS|ARGV):(.*)$", re.MULTILINE)
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

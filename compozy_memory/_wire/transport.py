@@ -79,13 +79,16 @@ class Transport:
         delivery = self._delivery
         return await self.retry.call(lambda: delivery.run(script, keys, args, key))
 
-    async def command(self, operation: str, method: str, *args: Any, key: str) -> Any:
-        """A plain redis-py command (``method`` of the client), retried like scripts."""
+    async def command(
+        self, operation: str, method: str, *args: Any, key: str, **options: Any
+    ) -> Any:
+        """A plain redis-py command (``method`` of the client, given ``options`` as keyword
+        arguments), retried like scripts."""
         await self._ready(key)
 
         async def attempt() -> Any:
             with backend_errors(operation, key):
-                return await getattr(self.client, method)(*args)
+                return await getattr(self.client, method)(*args, **options)
 
         return await self.retry.call(attempt)
 

@@ -11,6 +11,7 @@ import pytest
 from compozy_memory import FlushPlan, ScriptError
 from compozy_memory._model.limits import LUA_CONSTANTS
 from compozy_memory._store.results_store import ResultGateway
+from compozy_memory._store.sessions import SessionIndex
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import (
     KEY_ORDER,
@@ -80,6 +81,16 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
         [1, 1],
     ),
     "result_release": (lambda g: ResultGateway(g.transport).release(RESULT_KEY), 0),
+    "session_touch": (
+        lambda g: SessionIndex(None, "units", transport=g.transport).touch(
+            "conv", agent="a", last_id=3, messages=3, tokens=9
+        ),
+        1732250000123,
+    ),
+    "sessions_list": (
+        lambda g: SessionIndex(None, "units", transport=g.transport).page(agent="a", limit=2),
+        [b"conv", b"1\t2\t3\t3\t9\ta"],
+    ),
     "promote": (lambda g: g.promote([3], 100), [0]),
     "clear_recalled": (lambda g: g.clear_recalled(), 0),
 }
@@ -119,6 +130,11 @@ async def test_the_gateway_sends_what_each_header_declares(name: str) -> None:
     contract = script(name).contract
     if name.startswith("result_"):  # one key outside the memory's slot
         assert sent.keys == (RESULT_KEY,)
+    elif name.startswith("session"):  # the project's session index, a slot of its own
+        index = SessionIndex(None, "units", transport=g.transport)
+        parts = {"sessions": index.agent_key("a") if name == "sessions_list" else index.all_key}
+        parts |= {"agent_sessions": index.agent_key("a"), "session_info": index.info_key}
+        assert sent.keys == tuple(parts[k] for k in contract.keys)
     else:
         assert sent.keys == tuple(getattr(g.keys, k) for k in contract.keys)
     fixed = len(contract.argv)

@@ -7,7 +7,7 @@ import json
 import math
 import os
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -42,9 +42,12 @@ from compozy_memory.errors import (
     UsageError,
 )
 
-__all__ = ["Facts", "FlushHook", "MemoryInstance", "MessageInput"]
+__all__ = ["Facts", "FlushHook", "IndexHook", "MemoryInstance", "MessageInput"]
 
 MessageInput = Message | Mapping[str, Any]
+
+
+IndexHook = Callable[["MemoryInstance", AppendResult], Awaitable[None]]
 
 
 class FlushHook(Protocol):
@@ -103,6 +106,7 @@ class MemoryInstance:
         #: give one opened for your agent (``ResultStore(..., agent=...)``) to keep them apart.
         self.results = results or ResultStore(client, keys.project, transport=transport)
         self._flusher: FlushHook | None = None
+        self._index: IndexHook | None = None
 
     @classmethod
     def open(cls, client: RedisClient, *, project: str, key: str, **options: Any) -> MemoryInstance:
@@ -160,6 +164,8 @@ class MemoryInstance:
         result = await self.gateway.append(args, token)
         if self._flusher is not None:
             self._flusher.notice(result)
+        if self._index is not None:
+            await self._index(self, result)
         return result
 
     async def replace(
@@ -191,7 +197,7 @@ class MemoryInstance:
             # the script check they are still the live ones.
             live = await self.gateway.read_range(0, -1)
             try:
-                return await self.gateway.replace(
+                result = await self.gateway.replace(
                     args,
                     old_ids=[_id(m) for m in live],
                     old_terms=[message_index_terms(m) for m in live],
@@ -201,6 +207,9 @@ class MemoryInstance:
                 )
             except ConcurrentChangeError:
                 continue
+            if self._index is not None:
+                await self._index(self, result)
+            return result
         raise ConcurrentChangeError(
             f"replace: the messages kept changing through {_MOVED_RETRIES} attempts",
             key=self.key,
@@ -406,6 +415,11 @@ class MemoryInstance:
         """Flush in the background once appends pass the flusher's threshold."""
         self._check_writable("attach_flusher")
         self._flusher = flusher
+
+    def attach_index(self, hook: IndexHook | None) -> None:
+        """Called after every append and replace (the manager's session index); a hook
+        never raises: the write has happened."""
+        self._index = hook
 
     @property
     def flusher(self) -> FlushHook | None:

@@ -61,6 +61,10 @@ KEY_ORDER = (
     # Keys outside a memory's slot, each script touching one of them alone: a stored result
     # (compozy_memory._store.results_store).
     "result",
+    # A project's session index, in a slot of its own (compozy_memory._store.sessions).
+    "sessions",
+    "agent_sessions",
+    "session_info",
 )
 SCRIPT_NAMES = (
     "append",
@@ -84,6 +88,8 @@ SCRIPT_NAMES = (
     "facts_items",
     "result_put",
     "result_release",
+    "session_touch",
+    "sessions_list",
 )
 _HEADER_LINE = re.compile(r"^-- (KEYS|ARGV):(.*)$", re.MULTILINE)
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

@@ -10,6 +10,7 @@ import pytest
 
 from compozy_memory import FlushPlan, ScriptError
 from compozy_memory._model.limits import LUA_CONSTANTS
+from compozy_memory._model.results import Transcript
 from compozy_memory._store.results_store import ResultGateway
 from compozy_memory._store.sessions import SessionIndex
 from compozy_memory._wire.gateway import MemoryGateway
@@ -86,6 +87,16 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
             "conv", agent="a", last_id=3, messages=3, tokens=9
         ),
         1732250000123,
+    ),
+    "transcript": (lambda g: g.transcript(True), [0, 0, 0]),
+    "import": (
+        lambda g: g.import_envelopes(
+            Transcript(
+                ('{"id":1,"ts":1,"tokens":3,"priority":2,"role":"user","content":"hi"}',), (), ()
+            ),
+            [],
+        ),
+        [1, 1],
     ),
     "sessions_list": (
         lambda g: SessionIndex(None, "units", transport=g.transport).page(agent="a", limit=2),

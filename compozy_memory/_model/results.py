@@ -23,6 +23,7 @@ __all__ = [
     "Snapshot",
     "Summary",
     "Tier",
+    "Transcript",
     "TrimResult",
 ]
 
@@ -252,3 +253,12 @@ class ContextLayers:
     @property
     def tokens(self) -> int:
         return sum(m.tokens or 0 for m in self.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """A memory's envelopes as Redis holds them (JSON text), each part oldest first."""
+
+    msgs: tuple[str, ...]
+    summaries: tuple[str, ...]
+    archive: tuple[str, ...]

@@ -9,7 +9,7 @@ import os
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from compozy_memory._model.facts import check_fact, header_tokens, line_tokens
 from compozy_memory._model.keys import InstanceKeys
@@ -415,6 +415,30 @@ class MemoryInstance:
         """Flush in the background once appends pass the flusher's threshold."""
         self._check_writable("attach_flusher")
         self._flusher = flusher
+
+    async def export_transcript(
+        self, format: Literal["markdown", "jsonl"] = "markdown", *, include_archived: bool = False
+    ) -> str:
+        """The memory as Markdown (to read: speakers, times, tool calls folded, summaries
+        marked) or JSON Lines (to move: :meth:`import_transcript` reads it back with the
+        same ids, times, priorities and blocks), in one consistent read. JSON Lines always
+        carry the archived originals, so nothing is lost; Markdown shows them with
+        ``include_archived=True``."""
+        from compozy_memory._store import transcripts
+
+        if format == "markdown":
+            return await transcripts.export_markdown(self, include_archived=include_archived)
+        if format == "jsonl":
+            return await transcripts.export_jsonl(self, include_archived=True)
+        raise UsageError(f"format is 'markdown' or 'jsonl', got {format!r}", key=self.key)
+
+    async def import_transcript(self, text: str) -> int:
+        """Write a JSON Lines transcript (:meth:`export_transcript`) into this memory, which
+        must be empty, keeping every id and timestamp; returns the live messages."""
+        self._check_writable("import_transcript")
+        from compozy_memory._store import transcripts
+
+        return await transcripts.import_transcript(self, text)
 
     def attach_index(self, hook: IndexHook | None) -> None:
         """Called after every append and replace (the manager's session index); a hook

@@ -27,6 +27,7 @@ from compozy_memory._model.results import (
     Hit,
     MemoryHealth,
     Snapshot,
+    Transcript,
     TrimResult,
 )
 from compozy_memory._wire.scripts import Script, ScriptArg, script
@@ -229,7 +230,37 @@ class MemoryGateway:
         )
         return None if stored is None else parse_stored(stored)[1]
 
+    async def import_envelopes(self, transcript: Transcript, terms: Sequence[str]) -> int:
+        """Write a transcript's envelopes into an empty memory (``lua/import.lua``); returns
+        the live messages. ConflictError if the memory is not empty."""
+        items: list[ScriptArg] = [*transcript.msgs, *transcript.summaries]
+        for env, doc in zip(transcript.archive, terms, strict=True):
+            items += [env, doc]
+        reply = await self._write(
+            "import",
+            {
+                "ttl_ms": self.ttl_ms,
+                "archive_max": self.policy.archive_max,
+                "n_msgs": len(transcript.msgs),
+                "n_summaries": len(transcript.summaries),
+                "n_archive": len(transcript.archive),
+            },
+            items,
+        )
+        return int(reply[0])
+
     # -- reads --------------------------------------------------------------------------
+
+    async def transcript(self, include_archive: bool) -> Transcript:
+        """Every envelope of the memory as text, in one consistent read."""
+        reply = await self._read("transcript", {"include_archive": int(include_archive)})
+        parts: list[tuple[str, ...]] = []
+        at = 0
+        for _ in range(3):
+            n = int(reply[at])
+            parts.append(tuple(_text(e) for e in reply[at + 1 : at + 1 + n]))
+            at += 1 + n
+        return Transcript(*parts)
 
     async def read_range(self, start: int, stop: int) -> list[Message]:
         reply = await self._read("read", {"start": start, "stop": stop})
@@ -461,6 +492,7 @@ _WAITED = frozenset(
         "clear_recalled",
         "facts_set",
         "facts_delete",
+        "import",
     }
 )
 

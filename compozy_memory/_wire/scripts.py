@@ -90,6 +90,8 @@ SCRIPT_NAMES = (
     "result_release",
     "session_touch",
     "sessions_list",
+    "transcript",
+    "import",
 )
 _HEADER_LINE = re.compile(r"^-- (KEYS|ARGV):(.*)$", re.MULTILINE)
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

@@ -35,7 +35,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from compozy_memory._model.keys import encode_key, validate_project
+from compozy_memory._model.keys import sanitize_key, validate_project
 from compozy_memory._model.results import AppendResult
 from compozy_memory._wire.gateway import ScriptTransport
 from compozy_memory._wire.retry import RetryPolicy
@@ -121,7 +121,7 @@ class SessionIndex:
         self._transport = value
 
     def agent_key(self, agent: str) -> str:
-        return f"{self._base}:agent:{encode_key(agent)}"
+        return f"{self._base}:agent:{sanitize_key(agent)}"
 
     async def touch(
         self, session: str, *, agent: str | None, last_id: int, messages: int, tokens: int

@@ -101,6 +101,20 @@ async def test_a_5mb_tool_result_is_offloaded_and_round_trips(
     answer = await tools.call("load_result", {"ref": ref.token, "start": 13, "length": 5})
     assert '"text": "value"' in answer
 
+    # A second memory pinning the same bytes keeps them pinned after the first is cleared.
+    other = MemoryInstance.open(
+        client,
+        project=PROJECT,
+        key=memory_key + ":other",
+        counter=HeuristicCounter(),
+        policy=MemoryPolicy(max_tokens=2_000),
+        results=ResultStore(client, PROJECT, agent="alice"),
+    )
+    await other.append(tool, offload=True, namespace=Namespace.agent("alice"))
+    assert await client.hget(key, "refs") in (b"2", "2")
+    await other.clear()
+    assert await client.hget(key, "refs") in (b"1", "1")
+
     # A flipped byte in the stored payload is detected.
     raw = await client.execute_command("HGET", key, "data", NEVER_DECODE=[])
     damaged = bytearray(raw)

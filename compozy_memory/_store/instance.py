@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import os
 import secrets
@@ -27,13 +28,14 @@ from compozy_memory._model.results import (
 )
 from compozy_memory._model.tokens import TokenCounter, count_message, default_counter
 from compozy_memory._search.analysis import analyze_query, message_index_terms
-from compozy_memory._store.results_store import Namespace, ResultStore
+from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory._wire.transport import Transport
 from compozy_memory.errors import (
+    CompozyMemoryError,
     ConcurrentChangeError,
     ConfigurationError,
     InvalidMessageError,
@@ -43,6 +45,8 @@ from compozy_memory.errors import (
 )
 
 __all__ = ["Facts", "FlushHook", "IndexHook", "MemoryInstance", "MessageInput"]
+
+_log = logging.getLogger("compozy_memory")
 
 MessageInput = Message | Mapping[str, Any]
 
@@ -248,9 +252,39 @@ class MemoryInstance:
         )
 
     async def clear(self) -> int:
-        """Remove every message, summary and archived original; return how many were live."""
+        """Remove every message, summary, archived original and session fact; return how
+        many messages were live.
+
+        Results the removed messages pinned (``append(..., offload=True)``) are released
+        after the clear: read first, released once each after. A message appended between
+        the read and the clear keeps its pin (it ends with the memory's TTL), and a release
+        that fails is logged, never raised: the clear has happened."""
         self._check_writable("clear")
-        return await self.gateway.clear()
+        refs = await self._pinned_results()
+        removed = await self.gateway.clear()
+        for ref in refs:
+            try:
+                await self.results.release(ref)
+            except CompozyMemoryError as exc:
+                _log.warning(
+                    "result %s not released after clearing %s: %s", ref.token, self.key, exc
+                )
+        return removed
+
+    async def _pinned_results(self) -> list[DataRef]:
+        transcript = await self.gateway.transcript(True)
+        refs = []
+        for env in (*transcript.msgs, *transcript.archive):
+            if '"result_ref"' not in env:
+                continue  # the common case: no JSON parsing
+            raw = (Message.model_validate_json(env).metadata or {}).get("result_ref")
+            try:
+                ref = DataRef.from_json(raw)
+            except UsageError:
+                continue
+            if self.results.visible(ref.namespace):
+                refs.append(ref)
+        return refs
 
     async def set_ttl(self, ttl: timedelta | float | None) -> int:
         """Set (seconds or timedelta) or remove (None) the TTL of every key of the instance.

@@ -27,10 +27,12 @@ written by two calls. Every script touches one result key alone, so none crosses
 call that stores it, before the message is appended. If the append then fails, the pin
 stays with nothing pointing at it: the leak is bounded, because a pinned result's TTL is at
 least its memory's TTL (``pin_ttl``), so it ends when that memory would. A pinned result of
-a memory without a TTL is kept until :meth:`ResultStore.release`. Releasing is the caller's:
-trims and flushes move a message to the archive, which still points at the result, and the
-memory's scripts cannot reach a result's slot to release it when the archive drops it or
-``clear()`` runs. Unpinned, a result keeps its own ``ttl`` (none: it stays).
+a memory without a TTL is kept until :meth:`ResultStore.release`. ``memory.clear()`` releases
+what its live and archived messages pin (read before the clear, released after). Trims and
+flushes move a message to the archive, which still points at the result, so they release
+nothing; when the archive's cap drops an original, its pin is not released (the memory's
+scripts cannot reach a result's slot): it ends with the memory's TTL. Unpinned, a result
+keeps its own ``ttl`` (none: it stays).
 
 Payloads larger than :data:`COMPRESS_OVER` bytes are stored gzip-compressed. A slice
 (:meth:`ResultStore.load_slice`) reads and checks the whole payload: the hash covers it all.

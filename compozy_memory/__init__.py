@@ -37,7 +37,8 @@ from compozy_memory._model.tokens import (
     TokenCounter,
 )
 from compozy_memory._ops.exporter import MetricsServer, start_metrics_server
-from compozy_memory._store.instance import MemoryInstance
+from compozy_memory._store.instance import Facts, MemoryInstance
+from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
 from compozy_memory._wire.connection import connect
 from compozy_memory._wire.retry import NO_RETRY, RetryPolicy
 from compozy_memory.errors import (
@@ -62,6 +63,7 @@ from compozy_memory.errors import (
     MissingTokenCountError,
     ReadOnlyMemoryError,
     ReplicationError,
+    ResultCorruptError,
     ScriptError,
     StartupError,
     TemplateError,
@@ -90,7 +92,9 @@ __all__ = [
     "ContextLayers",
     "ContextOverflowError",
     "ContextPolicy",
+    "DataRef",
     "ExtractiveSummarizer",
+    "Facts",
     "FencedLock",
     "FlushMetrics",
     "FlushPlan",
@@ -119,8 +123,11 @@ __all__ = [
     "MessageTooLargeError",
     "MetricsServer",
     "MissingTokenCountError",
+    "Namespace",
     "ReadOnlyMemoryError",
     "ReplicationError",
+    "ResultCorruptError",
+    "ResultStore",
     "RetryPolicy",
     "RuleBasedSummarizer",
     "ScriptError",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,6 +31,7 @@ from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import UNBOUNDED_TOKENS
 from compozy_memory._model.tokens import TokenCounter, counter_for_encoding, default_counter
 from compozy_memory._store.instance import MemoryInstance
+from compozy_memory._store.sessions import SessionIndex, SessionPage, uuid7
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.errors import ConfigurationError
@@ -83,6 +85,8 @@ class MemoryManager:
         self._handles: weakref.WeakValueDictionary[_HandleKey, MemoryInstance] = (
             weakref.WeakValueDictionary()
         )
+        #: The project's session index, updated after every write through read-write handles.
+        self.sessions = SessionIndex(client, registry.project, retry=retry)
 
     async def get(
         self, ref: str | MemoryReference, context: Mapping[str, Any] | None = None
@@ -145,8 +149,55 @@ class MemoryManager:
                         name=resource.id,
                     )
                 )
+            if not reference.read_only:
+                agent = values.get("agent")
+                agent_id = agent.get("id") if isinstance(agent, Mapping) else agent
+                handle.attach_index(
+                    functools.partial(
+                        self.sessions.noticed,
+                        agent=agent_id if isinstance(agent_id, str) and agent_id else None,
+                    )
+                )
             self._handles[handle_key] = handle
         return handle
+
+    async def session(
+        self,
+        ref: str | MemoryReference,
+        *,
+        agent: str | None = None,
+        session_id: str | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> tuple[str, MemoryInstance]:
+        """A session's handle: ``ref`` rendered with ``session`` (a new :func:`uuid7` when
+        ``session_id`` is None) and ``agent`` in its context. Returns ``(session_id, handle)``;
+        the session shows in :meth:`list_sessions` after its first write."""
+        sid = session_id if session_id is not None else uuid7()
+        values = {**(context or {}), "session": sid}
+        if agent is not None:
+            values["agent"] = agent
+        return sid, await self.get(ref, values)
+
+    def new_session_id(self) -> str:
+        """A new time-ordered session id (UUIDv7)."""
+        return uuid7()
+
+    async def list_sessions(
+        self,
+        project: str | None = None,
+        *,
+        agent: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """The project's sessions (or one agent's), most recently active first, with their
+        created and last-active times, message and token counts; ``cursor`` from the last
+        page gives the next. One bounded read of the index, whatever the number of sessions.
+        A handle shared by several agents is indexed under the agent that opened it first."""
+        index = self.sessions
+        if project is not None and project != index.project:
+            index = SessionIndex(self.client, project, retry=self.retry)
+        return await index.page(agent=agent, limit=limit, cursor=cursor)
 
     async def for_agent(
         self, agent: str | Mapping[str, Any], context: Mapping[str, Any] | None = None

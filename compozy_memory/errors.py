@@ -25,6 +25,7 @@
         ├── BackendPermissionError  wrong credentials, or the ACL user may not (NOPERM)
         ├── BackendOutOfMemoryError the server is at maxmemory; the write was refused whole
         ├── ReplicationError        written on the primary, too few replicas acknowledged
+        ├── ResultCorruptError      a stored result's bytes do not hash to its reference
         └── ScriptError             a script failed in a way the library did not expect
 
 The tree is checked against the classes by tests/test_errors.py.
@@ -62,6 +63,7 @@ __all__ = [
     "MissingTokenCountError",
     "ReadOnlyMemoryError",
     "ReplicationError",
+    "ResultCorruptError",
     "ScriptError",
     "StartupError",
     "TemplateError",
@@ -243,9 +245,24 @@ class ReplicationError(BackendError):
         #: AppendResult): the write happened, only the acknowledgement is missing.
         self.result: object = reply
 
+    def with_result(self, result: object) -> ReplicationError:
+        """The same error carrying ``result`` (a decoded reply) instead."""
+        return ReplicationError(
+            str(self.args[0]),
+            key=self.key,
+            required=self.required,
+            acknowledged=self.acknowledged,
+            reply=result,
+        )
+
 
 class BackendOutOfMemoryError(BackendError):
     """Redis is at ``maxmemory`` and refused a write script before it ran: nothing changed."""
+
+
+class ResultCorruptError(BackendError):
+    """A stored result read back does not hash (SHA-256) to the reference that names it, or
+    cannot be decompressed: the bytes in Redis were changed or damaged. Never retried."""
 
 
 class ScriptError(BackendError):

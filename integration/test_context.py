@@ -291,6 +291,7 @@ async def test_the_memory_tools_answer_calls_in_both_wire_formats(
         "search_memory",
         "recall_memory",
         "clear_recalled",
+        "load_result",
     ]
     assert all(t["type"] == "function" and "parameters" in t["function"] for t in openai_tools)
     mem = memory(client, memory_key, max_tokens=2_000)

@@ -255,3 +255,42 @@ async def test_tls_with_auth_from_the_url(
         observed="10 appends and reads over TLS as alice; wrong password: "
         "BackendPermissionError; untrusted CA and plaintext: BackendUnavailableError",
     )
+
+
+async def test_project_users_reach_facts_results_sessions_and_transcripts(
+    standalone: EngineSpec, admin: Redis, users: Callable[..., object]
+) -> None:
+    from compozy_memory import Namespace, ResultStore
+    from compozy_memory._store.sessions import SessionIndex
+
+    project = f"p{uuid.uuid4().hex[:8]}"
+    writer = Redis.from_url(url_for(standalone, await users(project, read_only=False)))  # type: ignore[misc]
+    reader = Redis.from_url(url_for(standalone, await users(project, read_only=True)))  # type: ignore[misc]
+    mem = memory(writer, project, "conv:rt")
+    await mem.facts.set("name", "Ada")
+    await mem.append({"role": "user", "content": "hello"})
+    ref = await ResultStore(writer, project, agent="a1").store_result(
+        "x" * 20_000, namespace=Namespace.agent("a1"), pin=True
+    )
+    index = SessionIndex(writer, project)
+    await index.touch(mem.keys.key, agent="a1", last_id=1, messages=1, tokens=3)
+    exported = await mem.export_transcript("jsonl")
+    # The read-only user reads all of it...
+    seen = memory(reader, project, "conv:rt")
+    assert await seen.facts.items() == [("name", "Ada")]
+    assert await ResultStore(reader, project, agent="a1").load_result(ref) == b"x" * 20_000
+    assert [s.key for s in (await SessionIndex(reader, project).page()).sessions] == [mem.keys.key]
+    assert await seen.export_transcript("jsonl") == exported
+    # ...and the server refuses its writes.
+    for attempt in (
+        lambda: seen.facts.set("name", "Mallory"),
+        lambda: ResultStore(reader, project).store_result("y", namespace=Namespace.global_()),
+        lambda: SessionIndex(reader, project).touch(
+            "s", agent=None, last_id=1, messages=1, tokens=1
+        ),
+        lambda: memory(reader, project, "conv:other").import_transcript(exported),
+    ):
+        with pytest.raises(BackendPermissionError):
+            await attempt()
+    await writer.aclose()
+    await reader.aclose()

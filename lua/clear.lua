@@ -1,7 +1,7 @@
 #!lua
 -- clear.lua: remove a memory's messages, summaries, archive (and its index), recalled
--- messages and dedupe keys.
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs
+-- messages, session facts and dedupe keys.
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms
 --   ttl_ms  TTL for the meta key that remains; 0 leaves it without one
 -- Returns: the number of live messages removed.
@@ -11,7 +11,7 @@ local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local _, count = totals(k_meta)
 local kept = redis.call('HMGET', k_meta, 'last_id', 'epoch', 'inc')
 redis.call('DEL', k_msgs, k_meta, k_archive, k_summaries, k_dedupe, k_recalled, k_ixpost,
-  k_ixdocs)
+  k_ixdocs, k_facts, k_factord)
 local restore = {}
 for i, field in ipairs({'last_id', 'epoch', 'inc'}) do
   if kept[i] then

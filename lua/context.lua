@@ -1,25 +1,30 @@
 #!lua flags=no-writes
 -- context.lua: what to send an LLM, assembled in layers within a token budget, atomically.
--- KEYS: msgs meta archive summaries recalled ixpost ixdocs
--- ARGV: budget summary_share recall_share backfill limit k1 b neighbour_weight terms...
+-- KEYS: msgs meta archive summaries recalled ixpost ixdocs facts factord
+-- ARGV: budget facts_header summary_share recall_share backfill limit k1 b neighbour_weight terms...
 --   budget            tokens the context may take
+--   facts_header      tokens of the facts message without its lines (its heading and the
+--                     per-message overhead, counted by the client's counter); -1: leave
+--                     the facts out
 --   summary_share     the most of what pinned messages leave that summaries take, 0..1
 --   recall_share      likewise for recalled messages and the query's hits, 0..1
 --   backfill          1: when every live message fits, fill what is left from the archive,
 --                     newest first (what the summary condensed, in the original); 0: no
 --   limit, k1, b, neighbour_weight   search parameters, as for search.lua
 --   terms             the query's terms; none: no search
--- Returns: {n_pinned, pinned..., n_summaries, summaries..., n_recall, (score, envelope)...,
+-- Returns: {n_pinned, pinned..., n_facts, (key, 'tokens<TAB>value')..., n_summaries, summaries..., n_recall, (score, envelope)...,
 --          n_backfill, backfill..., n_window, window...}; every layer oldest first but
 --          recalled messages and hits, best hits first, then recalled newest first; score is
 --          '' for a recalled message.
 -- Layers claim the budget in this order: pinned messages (priority 0, all of them, else the
--- error), summaries (newest first, up to their share), recalled messages and hits (up to
+-- error), session facts (newest set first, all that fit what pinned messages leave, the
+-- oldest dropped first), summaries (newest first, up to their share of what is left), recalled messages and hits (up to
 -- their share), the newest live messages (stopping at the first that does not fit: a
 -- window is contiguous), then the backfill. A share a layer leaves unused goes to the
 -- window.
 -- Errors: COMPOZY_OVERFLOW when the pinned messages alone exceed the budget.
 local budget = int_arg(a_budget, 'budget', 0, nil)
+local facts_header = int_arg(a_facts_header, 'facts_header', -1, MAX_MESSAGE_TOKENS)
 local summary_share, recall_share = tonumber(a_summary_share), tonumber(a_recall_share)
 if summary_share == nil or recall_share == nil or summary_share < 0 or recall_share < 0
     or summary_share + recall_share > 1 then
@@ -62,6 +67,37 @@ for i = 1, #pinned do
 end
 local rest = budget - pinned_tokens
 
+-- 1b. Session facts (the kernel layer): the most recently set that fit, as one message.
+local facts = {}
+local order = {}
+if facts_header >= 0 then
+  order = redis.call('ZREVRANGE', k_factord, 0, -1)
+end
+if #order > 0 then
+  local values = redis.call('HMGET', k_facts, unpack(order))
+  local used_facts = facts_header
+  for i = 1, #order do
+    local value = values[i]
+    if value then
+      local t = tonumber(string.match(value, '^(%d+)\t')) or 0
+      if used_facts + t > rest then
+        break
+      end
+      used_facts = used_facts + t
+      table.insert(facts, 1, {order[i], value})
+    end
+  end
+  if #facts > 0 then
+    rest = rest - used_facts
+  end
+end
+out[#out + 1] = #facts
+for i = 1, #facts do
+  out[#out + 1] = facts[i][1]
+  out[#out + 1] = facts[i][2]
+end
+local shared = rest
+
 -- 2. Summaries: the rolling summary, newest first, within their share.
 local summaries = redis.call('LRANGE', k_summaries, 0, -1)
 local cap = math.floor(rest * summary_share)
@@ -80,7 +116,7 @@ end
 rest = rest - used
 
 -- 3. Hits for the query and recalled messages, within their share.
-cap = math.floor((budget - pinned_tokens) * recall_share)
+cap = math.floor(shared * recall_share)
 used = 0
 local shown = {}
 local layer = {}

@@ -1,6 +1,6 @@
 #!lua
 -- expire.lua: set or remove the TTL of every key of a memory.
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms
 --   ttl_ms  the new TTL; 0 removes the TTL (PERSIST)
 -- Returns: the number of keys of the instance that exist. The lock keeps its own lease.

@@ -1,7 +1,7 @@
 #!lua
 -- trim.lua: move chosen messages among the oldest to the archive, if still where the caller
 -- saw them.
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms archive_max prefix_len n_remove ids...
 --   ttl_ms       TTL set on every key; 0 leaves TTLs alone
 --   archive_max  the archive keeps at most this many originals; 0 = no cap

@@ -73,7 +73,9 @@ class FakeTransport:
             return await answer if inspect.isawaitable(answer) else answer
         return reply
 
-    async def command(self, operation: str, method: str, *args: Any, key: str) -> Any:
+    async def command(
+        self, operation: str, method: str, *args: Any, key: str, **options: Any
+    ) -> Any:
         self.calls.append(Call(method, (), tuple(args), False))
         queue = self.replies[method]
         return queue.popleft() if queue else self.defaults.get(method)

@@ -10,6 +10,9 @@ import pytest
 
 from compozy_memory import FlushPlan, ScriptError
 from compozy_memory._model.limits import LUA_CONSTANTS
+from compozy_memory._model.results import Transcript
+from compozy_memory._store.results_store import ResultGateway
+from compozy_memory._store.sessions import SessionIndex
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import (
     KEY_ORDER,
@@ -21,11 +24,13 @@ from compozy_memory._wire.scripts import (
 )
 from tests.fakes import FakeTransport, commit_reply, gateway, snapshot_reply
 
+RESULT_KEY = "compozy:units:result:{agent:a}:" + "0" * 64
+
 APPEND_REPLY = [1, 1, 3, 1, 0, 0, b"42"]
 HEALTH_REPLY = [b"tokens", b"3", b"_msgs_len", 1, b"_archive_len", 0, b"_summaries_len", 0]
 HEALTH_REPLY += [b"_recalled_len", 0, b"_ttl_ms", -1]
 READ_REPLY = [0, 0, 0]
-CONTEXT_REPLY = [0, 0, 0, 0]
+CONTEXT_REPLY = [0, 0, 0, 0, 0]
 TRIPLE: list[ScriptArg] = [3, 2, b'{"role":"user","content":"hi"}']
 
 # One call of every gateway method that runs a script, with a reply of the script's shape.
@@ -65,7 +70,37 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     "search": (lambda g: g.search(["hi"], limit=5), [0]),
     "context": (
         lambda g: g.context(100, summary_share=0.3, recall_share=0.4, backfill=True, terms=["hi"]),
-        [0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0],
+    ),
+    "facts_set": (lambda g: g.facts_set([b"name", 5, b"Ada"], 200), [1]),
+    "facts_delete": (lambda g: g.facts_delete([b"name"]), 1),
+    "facts_items": (lambda g: g.facts_items(), [b"name", b"5\tAda"]),
+    "result_put": (
+        lambda g: ResultGateway(g.transport).put(
+            RESULT_KEY, data=b"x", size=1, enc="raw", kind="text", ttl_ms=0, pin=True, pin_ttl_ms=0
+        ),
+        [1, 1],
+    ),
+    "result_release": (lambda g: ResultGateway(g.transport).release(RESULT_KEY), 0),
+    "session_touch": (
+        lambda g: SessionIndex(None, "units", transport=g.transport).touch(
+            "conv", agent="a", last_id=3, messages=3, tokens=9
+        ),
+        1732250000123,
+    ),
+    "transcript": (lambda g: g.transcript(True), [0, 0, 0]),
+    "import": (
+        lambda g: g.import_envelopes(
+            Transcript(
+                ('{"id":1,"ts":1,"tokens":3,"priority":2,"role":"user","content":"hi"}',), (), ()
+            ),
+            [],
+        ),
+        [1, 1],
+    ),
+    "sessions_list": (
+        lambda g: SessionIndex(None, "units", transport=g.transport).page(agent="a", limit=2),
+        [b"conv", b"1\t2\t3\t3\t9\ta"],
     ),
     "promote": (lambda g: g.promote([3], 100), [0]),
     "clear_recalled": (lambda g: g.clear_recalled(), 0),
@@ -104,7 +139,15 @@ async def test_the_gateway_sends_what_each_header_declares(name: str) -> None:
     await call(g)
     (sent,) = transport.named(name)
     contract = script(name).contract
-    assert sent.keys == tuple(getattr(g.keys, k) for k in contract.keys)
+    if name.startswith("result_"):  # one key outside the memory's slot
+        assert sent.keys == (RESULT_KEY,)
+    elif name.startswith("session"):  # the project's session index, a slot of its own
+        index = SessionIndex(None, "units", transport=g.transport)
+        parts = {"sessions": index.agent_key("a") if name == "sessions_list" else index.all_key}
+        parts |= {"agent_sessions": index.agent_key("a"), "session_info": index.info_key}
+        assert sent.keys == tuple(parts[k] for k in contract.keys)
+    else:
+        assert sent.keys == tuple(getattr(g.keys, k) for k in contract.keys)
     fixed = len(contract.argv)
     assert len(sent.args) >= fixed
     if contract.variadic is None:

@@ -164,6 +164,8 @@ def test_layout() -> None:
         "compozy:p:memory:{user:1}:recalled",
         "compozy:p:memory:{user:1}:ix:post",
         "compozy:p:memory:{user:1}:ix:docs",
+        "compozy:p:memory:{user:1}:facts",
+        "compozy:p:memory:{user:1}:factord",
     )
 
 

@@ -1,6 +1,7 @@
-"""Tools an agent can call to reach its memory's archive: search, recall, clear.
+"""Tools an agent can call to reach its memory's archive: search, recall, clear, and read
+large results stored by reference (``load_result``).
 
-:func:`tool_definitions` gives the three tools in the shape each API takes (Anthropic
+:func:`tool_definitions` gives the four tools in the shape each API takes (Anthropic
 ``tools=[...]`` or OpenAI ``tools=[{"type": "function", ...}]``); :class:`MemoryTools`
 answers a call of any of them with the tool result to send back. Recalled messages live in
 their own part of the memory (same slot, same TTL) and show in :meth:`MemoryInstance.context`
@@ -19,7 +20,7 @@ from compozy_memory.errors import CompozyMemoryError, UsageError
 
 __all__ = ["TOOL_NAMES", "MemoryTools", "tool_definitions"]
 
-TOOL_NAMES = ("search_memory", "recall_memory", "clear_recalled")
+TOOL_NAMES = ("search_memory", "recall_memory", "clear_recalled", "load_result")
 Format = Literal["anthropic", "openai"]
 
 _SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -52,11 +53,24 @@ _SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
         "Drop every recalled message from the conversation (they stay in the archive).",
         {"type": "object", "properties": {}},
     ),
+    "load_result": (
+        "Read part of a large result that a message shows only as a stub "
+        "('[stored result <ref>: ...]'), by its ref and a character range.",
+        {
+            "type": "object",
+            "properties": {
+                "ref": {"type": "string", "description": "the ref the stub names"},
+                "start": {"type": "integer", "minimum": 0, "default": 0},
+                "length": {"type": "integer", "minimum": 1, "maximum": 100000, "default": 4000},
+            },
+            "required": ["ref"],
+        },
+    ),
 }
 
 
 def tool_definitions(format: Format = "anthropic") -> list[dict[str, Any]]:
-    """The three memory tools as the Anthropic Messages API or OpenAI chat API takes them."""
+    """The memory tools as the Anthropic Messages API or OpenAI chat API takes them."""
     if format == "anthropic":
         return [
             {"name": name, "description": text, "input_schema": schema}
@@ -142,6 +156,15 @@ class MemoryTools:
             return {"recalled": [_brief(m) for m in brought]}
         if name == "clear_recalled":
             return {"cleared": await self.memory.clear_recalled()}
+        if name == "load_result":
+            ref, start, length = args.get("ref"), args.get("start", 0), args.get("length", 4000)
+            if not isinstance(ref, str):
+                raise TypeError("ref is the text a stub names")
+            if not isinstance(start, int) or not isinstance(length, int) or length > 100_000:
+                raise ValueError("start and length are integers, length at most 100000")
+            chunk = await self.memory.results.load_slice(ref, start, length)
+            text = chunk.decode("utf-8", "replace")
+            return {"ref": ref, "start": start, "length": len(chunk), "text": text}
         raise ValueError(f"unknown tool {name!r}; the memory tools are {', '.join(TOOL_NAMES)}")
 
 

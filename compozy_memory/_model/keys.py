@@ -160,6 +160,17 @@ class InstanceKeys:
         return f"{self.prefix}:ix:docs"
 
     @property
+    def facts(self) -> str:
+        """Session facts (the kernel layer): a HASH of fact key -> value."""
+        return f"{self.prefix}:facts"
+
+    @property
+    def factord(self) -> str:
+        """The facts' order: a ZSET of fact keys scored by when each was last set (a counter
+        in meta), so the oldest is evicted first and setting a key moves it to the end."""
+        return f"{self.prefix}:factord"
+
+    @property
     def lock(self) -> str:
         return f"{self.prefix}:lock"
 
@@ -175,4 +186,6 @@ class InstanceKeys:
             self.recalled,
             self.ixpost,
             self.ixdocs,
+            self.facts,
+            self.factord,
         )

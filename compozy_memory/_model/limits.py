@@ -12,8 +12,12 @@ __all__ = [
     "LUA_CONSTANTS",
     "MAX_BATCH",
     "MAX_DEDUPE_KEY",
+    "MAX_FACTS",
+    "MAX_FACT_KEY",
+    "MAX_FACT_VALUE",
     "MAX_MESSAGE_TOKENS",
     "MAX_PRIORITY",
+    "MAX_RESULT_BYTES",
     "POSTINGS_CAP",
     "QUERY_POSTINGS",
     "UNBOUNDED_TOKENS",
@@ -45,7 +49,20 @@ POSTINGS_CAP = 2_000
 #: the query, not the history.
 QUERY_POSTINGS = 1_000
 
+#: Bytes of a session fact's key and of its value (UTF-8).
+MAX_FACT_KEY = 256
+MAX_FACT_VALUE = 4_096
+#: The most facts a memory's policy may keep (its ``facts_max``; 200 by default).
+MAX_FACTS = 10_000
+
+#: Bytes of one stored result (before compression).
+MAX_RESULT_BYTES = 64 * 1024 * 1024
+
 LUA_CONSTANTS: dict[str, int] = {
+    "MAX_RESULT_BYTES": MAX_RESULT_BYTES,
+    "MAX_FACT_KEY": MAX_FACT_KEY,
+    "MAX_FACT_VALUE": MAX_FACT_VALUE,
+    "MAX_FACTS": MAX_FACTS,
     "POSTINGS_CAP": POSTINGS_CAP,
     "QUERY_POSTINGS": QUERY_POSTINGS,
     "MAX_BATCH": MAX_BATCH,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
 
-from compozy_memory._model.limits import MAX_PRIORITY
+from compozy_memory._model.limits import MAX_FACTS, MAX_PRIORITY
 from compozy_memory.errors import ConfigurationError
 
 __all__ = ["DEFAULT_PRIORITY", "ContextPolicy", "MemoryPolicy", "SearchPolicy", "WaitPolicy"]
@@ -110,8 +110,18 @@ class MemoryPolicy:
     wait: WaitPolicy | None = None
     context: ContextPolicy = field(default_factory=ContextPolicy)
     search: SearchPolicy = field(default_factory=SearchPolicy)
+    #: Session facts kept (``memory.facts``): setting one more evicts the oldest.
+    facts_max: int = 200
 
     def __post_init__(self) -> None:
+        if (
+            not isinstance(self.facts_max, int)
+            or isinstance(self.facts_max, bool)
+            or not 1 <= self.facts_max <= MAX_FACTS
+        ):
+            raise ConfigurationError(
+                f"facts_max must be an integer in [1, {MAX_FACTS}], got {self.facts_max!r}"
+            )
         for name in ("max_tokens", "max_messages"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):

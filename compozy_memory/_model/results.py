@@ -23,6 +23,7 @@ __all__ = [
     "Snapshot",
     "Summary",
     "Tier",
+    "Transcript",
     "TrimResult",
 ]
 
@@ -236,12 +237,30 @@ class ContextLayers:
     #: Archived originals shown because every live message fitted with room to spare.
     backfill: tuple[Message, ...] = ()
     window: tuple[Message, ...] = ()
+    #: Session facts (the kernel layer): one system message, or none.
+    facts: tuple[Message, ...] = ()
 
     @property
     def messages(self) -> list[Message]:
         """The context in the order an LLM reads it."""
-        return [*self.pinned, *self.summaries, *self.recalled, *self.backfill, *self.window]
+        return [
+            *self.pinned,
+            *self.facts,
+            *self.summaries,
+            *self.recalled,
+            *self.backfill,
+            *self.window,
+        ]
 
     @property
     def tokens(self) -> int:
         return sum(m.tokens or 0 for m in self.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """A memory's envelopes as Redis holds them (JSON text), each part oldest first."""
+
+    msgs: tuple[str, ...]
+    summaries: tuple[str, ...]
+    archive: tuple[str, ...]

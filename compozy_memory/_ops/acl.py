@@ -1,8 +1,11 @@
 """Redis ACL users confined to one project's memories.
 
-Every key of a project lives under ``compozy:<project>:memory:``, so one key pattern confines
-a user to one project. The scripts run as the calling user and the server checks each command
-they call against the user's rules, so a read-only user whose client calls a write script
+Every key of a project lives under ``compozy:<project>:memory:``, ``compozy:<project>:result:``
+(results stored by reference) or ``compozy:<project>:sessions`` (the session index), so three
+key patterns confine a user to one project. (Which agent may read which result namespace is
+the library's check, not the server's: the patterns cover the whole project.) The scripts
+run as the calling user and the server checks each command they call against the user's
+rules, so a read-only user whose client calls a write script
 directly is still refused by the server (NOPERM), not only by the library.
 
 ``compozy-memory acl --project acme --user support-bot [--read-only]`` prints the line to run.
@@ -46,6 +49,8 @@ READ_COMMANDS = (
     "hmget",
     "hgetall",
     "hexists",
+    "zrange",
+    "zrevrange",
     "zrangebylex",
     "zrevrangebylex",
     "zlexcount",
@@ -71,6 +76,7 @@ WRITE_COMMANDS = (
     "zremrangebyscore",
     "zremrangebyrank",
     "zrem",
+    "zpopmin",
     "lpop",
     "set",
     "get",
@@ -85,14 +91,14 @@ def acl_rules(project: str, *, read_only: bool, cluster: bool = False) -> list[s
     learn the slot map. The functions must have been installed (``compozy-memory install``)
     by an operator: these users may not load them."""
     validate_project(project)
-    pattern = f"compozy:{project}:memory:*"
+    patterns = [f"compozy:{project}:{part}" for part in ("memory:*", "result:*", "sessions*")]
     commands = READ_COMMANDS if read_only else (*READ_COMMANDS, *WRITE_COMMANDS)
     if cluster:
         commands = (*commands, *_CLUSTER_CLIENT)
     return [
         "resetkeys",
         "resetchannels",
-        f"%R~{pattern}" if read_only else f"~{pattern}",
+        *(f"%R~{pattern}" if read_only else f"~{pattern}" for pattern in patterns),
         "-@all",
         *(f"+{c}" for c in commands),
     ]

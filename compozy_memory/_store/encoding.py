@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import secrets
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from compozy_memory._model.limits import MAX_BATCH, MAX_DEDUPE_KEY, MAX_MESSAGE_TOKENS
@@ -13,9 +15,9 @@ from compozy_memory._model.messages import Message, encode_body
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.tokens import TokenCounter, count_message
 from compozy_memory._wire.scripts import ScriptArg
-from compozy_memory.errors import InvalidMessageError, MessageTooLargeError
+from compozy_memory.errors import InvalidMessageError, MessageTooLargeError, UsageError
 
-__all__ = ["MessageInput", "dedupe_token", "encode_messages"]
+__all__ = ["MessageInput", "dedupe_token", "encode_messages", "ttl_millis"]
 
 MessageInput = Message | Mapping[str, Any]
 
@@ -102,3 +104,26 @@ class _Tokens:
 
 
 _next_token = _Tokens()
+
+
+# Redis takes PEXPIRE values up to 2**63 ms, but a TTL past a century is a mistake, not a plan.
+_MAX_TTL_SECONDS = 100 * 365 * 86400
+
+
+def ttl_millis(ttl: timedelta | float | None, key: str) -> int:
+    """A TTL (seconds or a timedelta; None for none) as the scripts take it: ms, 0 for none."""
+    if ttl is None:
+        return 0
+    if isinstance(ttl, timedelta):
+        seconds = ttl.total_seconds()
+    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
+        seconds = float(ttl)
+    else:
+        raise UsageError(f"ttl must be seconds or a timedelta, got {ttl!r}", key=key)
+    if not math.isfinite(seconds) or seconds <= 0 or seconds > _MAX_TTL_SECONDS:
+        raise UsageError(
+            f"ttl must be positive and at most {_MAX_TTL_SECONDS // 86400 // 365} years, "
+            f"got {ttl!r}",
+            key=key,
+        )
+    return max(1, int(seconds * 1000))

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from compozy_memory._metrics import MemoryMetrics, default_metrics
+from compozy_memory._model.facts import parse_stored
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
@@ -27,8 +28,10 @@ from compozy_memory._model.results import (
     Hit,
     MemoryHealth,
     Snapshot,
+    Transcript,
     TrimResult,
 )
+from compozy_memory._wire import replies
 from compozy_memory._wire.scripts import Args, Keys, Script, ScriptArg, script
 from compozy_memory.errors import ReadOnlyMemoryError, ReplicationError
 
@@ -45,7 +48,9 @@ class ScriptTransport(Protocol):
         self, code: Script, keys: Keys, args: Args, *, key: str, write: bool = False
     ) -> Any: ...
 
-    async def command(self, operation: str, method: str, *args: Any, key: str) -> Any: ...
+    async def command(
+        self, operation: str, method: str, *args: Any, key: str, **options: Any
+    ) -> Any: ...
 
 
 class MemoryGateway:
@@ -174,15 +179,15 @@ class MemoryGateway:
                 [*plan.prefix_ids, *plan.remove_ids, *plan.fold_summary_ids, *terms],
             )
         except ReplicationError as exc:
-            raise _with_result(exc, _flush_commit(exc.result)) from exc
-        return _flush_commit(reply)
+            raise exc.with_result(replies.flush_commit(exc.result)) from exc
+        return replies.flush_commit(reply)
 
     async def lock_acquire(self, token: str, lease_ms: int) -> tuple[int, str]:
         """``(epoch, incarnation)``; epoch 0 when another holder has the lock."""
         reply = await self._write(
             "lock_acquire", {"token": token, "lease_ms": lease_ms, "ttl_ms": self.ttl_ms}
         )
-        return int(reply[0]), _text(reply[1])
+        return int(reply[0]), replies.text(reply[1])
 
     async def lock_refresh(self, token: str, lease_ms: int) -> bool:
         return bool(await self._write("lock_refresh", {"token": token, "lease_ms": lease_ms}))
@@ -200,7 +205,58 @@ class MemoryGateway:
     async def clear_recalled(self) -> int:
         return int(await self._write("clear_recalled", {"ttl_ms": self.ttl_ms}))
 
+    async def facts_set(self, facts: Sequence[ScriptArg], cap: int) -> tuple[int, list[str]]:
+        """``facts``: (key, tokens, value) triples, flattened; returns the number of facts
+        kept and the keys the cap evicted."""
+        reply = await self._write(
+            "facts_set", {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts) // 3}, facts
+        )
+        return int(reply[0]), [replies.text(k) for k in reply[1:]]
+
+    async def facts_delete(self, keys: Sequence[ScriptArg]) -> int:
+        return int(await self._write("facts_delete", {"ttl_ms": self.ttl_ms}, keys))
+
+    async def facts_items(self) -> list[tuple[str, int, str]]:
+        """Every fact as (key, tokens, value), least recently set first."""
+        reply = await self._read("facts_items", {})
+        out = []
+        for i in range(0, len(reply), 2):
+            tokens, value = parse_stored(reply[i + 1])
+            out.append((replies.text(reply[i]), tokens, value))
+        return out
+
+    async def fact(self, key: bytes) -> str | None:
+        """One fact's value (a plain HGET), or None."""
+        stored = await self.transport.command(
+            "facts_get", "hget", self.keys.facts, key, key=self.name
+        )
+        return None if stored is None else parse_stored(stored)[1]
+
+    async def import_envelopes(self, transcript: Transcript, terms: Sequence[str]) -> int:
+        """Write a transcript's envelopes into an empty memory (``lua/import.lua``); returns
+        the live messages. ConflictError if the memory is not empty."""
+        items: list[ScriptArg] = [*transcript.msgs, *transcript.summaries]
+        for env, doc in zip(transcript.archive, terms, strict=True):
+            items += [env, doc]
+        reply = await self._write(
+            "import",
+            {
+                "ttl_ms": self.ttl_ms,
+                "archive_max": self.policy.archive_max,
+                "n_msgs": len(transcript.msgs),
+                "n_summaries": len(transcript.summaries),
+                "n_archive": len(transcript.archive),
+            },
+            items,
+        )
+        return int(reply[0])
+
     # -- reads --------------------------------------------------------------------------
+
+    async def transcript(self, include_archive: bool) -> Transcript:
+        """Every envelope of the memory as text, in one consistent read."""
+        reply = await self._read("transcript", {"include_archive": int(include_archive)})
+        return replies.transcript(reply)
 
     async def read_range(self, start: int, stop: int) -> list[Message]:
         reply = await self._read("read", {"start": start, "stop": stop})
@@ -214,13 +270,16 @@ class MemoryGateway:
         recall_share: float,
         backfill: bool,
         terms: Sequence[str] = (),
+        facts_header: int = 0,
     ) -> ContextLayers:
-        """The layers of a context within ``budget`` (see ``lua/context.lua``)."""
+        """The layers of a context within ``budget`` (see ``lua/context.lua``);
+        ``facts_header``: the tokens of the facts message without its lines."""
         search = self.policy.search
         reply = await self._read(
             "context",
             {
                 "budget": budget,
+                "facts_header": facts_header,
                 "summary_share": repr(float(summary_share)),
                 "recall_share": repr(float(recall_share)),
                 "backfill": int(backfill),
@@ -231,21 +290,7 @@ class MemoryGateway:
             },
             terms,
         )
-        at = 0
-        layers: list[tuple[Message, ...]] = []
-        for step in (1, 1, 2, 1, 1):  # pinned, summaries, (score, message), backfill, window
-            n = int(reply[at])
-            envelopes = reply[at + 1 : at + 1 + step * n][step - 1 :: step]
-            layers.append(tuple(Message.model_validate_json(e) for e in envelopes))
-            at += 1 + step * n
-        pinned, summaries, recalled, backfill_layer, window = layers
-        return ContextLayers(
-            pinned,
-            summaries,
-            tuple(sorted(recalled, key=lambda m: m.id or 0)),
-            backfill_layer,
-            window,
-        )
+        return replies.context_layers(reply, facts_header)
 
     async def search(
         self,
@@ -269,24 +314,12 @@ class MemoryGateway:
             },
             terms,
         )
-        hits = []
-        for at in range(1, 1 + 5 * int(reply[0]), 5):
-            doc_id, score, env, before, after = reply[at : at + 5]
-            hits.append(
-                Hit(
-                    int(doc_id),
-                    float(score),
-                    Message.model_validate_json(env),
-                    Message.model_validate_json(before) if before else None,
-                    Message.model_validate_json(after) if after else None,
-                )
-            )
-        return hits
+        return replies.hits(reply)
 
     async def snapshot(self, limit: int) -> Snapshot:
         reply = await self._read("snapshot", {"limit": limit})
         epoch, last_id, tokens, summary_tokens, count = (int(v) for v in reply[:5])
-        incarnation = _text(reply[5])
+        incarnation = replies.text(reply[5])
         n_priorities = int(reply[6])
         at = 7 + 2 * n_priorities
         priority_tokens = {int(reply[i]): int(reply[i + 1]) for i in range(7, at, 2)}
@@ -316,37 +349,9 @@ class MemoryGateway:
 
     async def health(self) -> MemoryHealth:
         reply = await self._read("health", {})
-        fields = {_text(reply[i]): _text(reply[i + 1]) for i in range(0, len(reply), 2)}
-        tokens: dict[int, int] = {}
-        counts: dict[int, int] = {}
-        for name, value in fields.items():
-            if name.startswith("p:"):
-                _, priority, what = name.split(":")
-                target = tokens if what == "tokens" else counts
-                if int(value):
-                    target[int(priority)] = int(value)
-        self.metrics.set_priority_distribution(self.memory, counts)
-        ttl = int(fields["_ttl_ms"])
-        last_flush = fields.get("last_flush")
-        return MemoryHealth(
-            token_count=int(fields.get("tokens", 0)),
-            message_count=int(fields.get("count", 0)),
-            last_id=int(fields.get("last_id", 0)),
-            priority_tokens=tokens,
-            priority_counts=counts,
-            archived=int(fields.get("archived", 0)),
-            archive_length=int(fields["_archive_len"]),
-            summaries=int(fields["_summaries_len"]),
-            summary_tokens=int(fields.get("summary_tokens", 0)),
-            trimmed=int(fields.get("trimmed", 0)),
-            recalled=int(fields["_recalled_len"]),
-            indexed=int(fields.get("ix_docs", 0)),
-            flush_count=int(fields.get("flushes", 0)),
-            last_flush_ms=int(last_flush) if last_flush else None,
-            ttl_ms=ttl if ttl >= 0 else None,
-            strategy=self.policy.flush_strategy,
-            max_tokens=self.policy.max_tokens,
-        )
+        health = replies.health(reply, self.policy)
+        self.metrics.set_priority_distribution(self.memory, dict(health.priority_counts))
+        return health
 
     async def archived(self, offset: int, limit: int) -> list[Message]:
         """Archived originals from ``offset``, oldest first (a plain LRANGE)."""
@@ -387,7 +392,7 @@ class MemoryGateway:
         try:
             reply = await self._write(name, values, messages)
         except ReplicationError as exc:
-            raise _with_result(exc, self._append_result(exc.result)) from exc
+            raise exc.with_result(self._append_result(exc.result)) from exc
         return self._append_result(reply)
 
     async def _write(
@@ -414,7 +419,7 @@ class MemoryGateway:
 
     def _append_result(self, reply: Any) -> AppendResult:
         first, last, tokens, count, summary_tokens, duplicate = (int(v) for v in reply[:6])
-        self.incarnation = _text(reply[6])
+        self.incarnation = replies.text(reply[6])
         return AppendResult(
             first,
             last,
@@ -430,24 +435,17 @@ class MemoryGateway:
 # Scripts that change the memory: with a WaitPolicy each is followed by WAIT or WAITAOF. The
 # lock's own scripts are not: a lease is short-lived and fenced by the epoch anyway.
 _WAITED = frozenset(
-    {"append", "replace", "trim", "clear", "expire", "flush_commit", "promote", "clear_recalled"}
+    {
+        "append",
+        "replace",
+        "trim",
+        "clear",
+        "expire",
+        "flush_commit",
+        "promote",
+        "clear_recalled",
+        "facts_set",
+        "facts_delete",
+        "import",
+    }
 )
-
-
-def _flush_commit(reply: Any) -> FlushCommit:
-    summary_id, removed, removed_tokens, tokens, count, summary_tokens = (int(v) for v in reply)
-    return FlushCommit(summary_id or None, removed, removed_tokens, tokens, count, summary_tokens)
-
-
-def _with_result(exc: ReplicationError, result: object) -> ReplicationError:
-    return ReplicationError(
-        str(exc.args[0]),
-        key=exc.key,
-        required=exc.required,
-        acknowledged=exc.acknowledged,
-        reply=result,
-    )
-
-
-def _text(value: bytes | str | int) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

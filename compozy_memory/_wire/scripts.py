@@ -60,7 +60,16 @@ KEY_ORDER = (
     "recalled",
     "ixpost",
     "ixdocs",
+    "facts",
+    "factord",
     "lock",
+    # Keys outside a memory's slot, each script touching one of them alone: a stored result
+    # (compozy_memory._store.results_store).
+    "result",
+    # A project's session index, in a slot of its own (compozy_memory._store.sessions).
+    "sessions",
+    "agent_sessions",
+    "session_info",
 )
 SCRIPT_NAMES = (
     "append",
@@ -79,6 +88,15 @@ SCRIPT_NAMES = (
     "context",
     "promote",
     "clear_recalled",
+    "facts_set",
+    "facts_delete",
+    "facts_items",
+    "result_put",
+    "result_release",
+    "session_touch",
+    "sessions_list",
+    "transcript",
+    "import",
 )
 _HEADER_LINE = re.compile(r"^-- (KEYS|ARGV):(.*)$", re.MULTILINE)
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

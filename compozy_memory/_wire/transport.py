@@ -113,15 +113,18 @@ class Transport:
         child.observe(_clock() - started)
         return reply
 
-    async def command(self, operation: str, method: str, *args: Any, key: str) -> Any:
-        """A plain redis-py command (``method`` of the client), retried like scripts."""
+    async def command(
+        self, operation: str, method: str, *args: Any, key: str, **options: Any
+    ) -> Any:
+        """A plain redis-py command (``method`` of the client, given ``options`` as keyword
+        arguments), retried like scripts."""
         started = _clock()
         try:
             await self._ready(key)
 
             async def attempt() -> Any:
                 with backend_errors(operation, key):
-                    return await getattr(self.client, method)(*args)
+                    return await getattr(self.client, method)(*args, **options)
 
             reply = await self.retry.call(attempt, what=operation, memory=self.memory, key=key)
         except BaseException as exc:

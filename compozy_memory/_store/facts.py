@@ -1,0 +1,80 @@
+"""A memory's session facts: the capped key-value map shown as the kernel layer of a context."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from compozy_memory._model.facts import check_fact, header_tokens, line_tokens
+from compozy_memory._model.limits import MAX_FACTS
+from compozy_memory._store.handle import Handle
+from compozy_memory._wire.scripts import ScriptArg
+from compozy_memory.errors import InvalidMessageError, ReadOnlyMemoryError, UsageError
+
+__all__ = ["Facts"]
+
+
+class Facts:
+    """A memory's session facts: a capped key-value map (``policy.facts_max``, 200 by
+    default) in the memory's slot, with its TTL. Setting a key again moves it to the newest
+    end; past the cap the least recently set go first. :meth:`MemoryInstance.context` shows
+    them after the pinned messages as one system message."""
+
+    def __init__(self, memory: Handle) -> None:
+        self._memory = memory
+        self._header: int | None = None
+
+    @property
+    def header_tokens(self) -> int:
+        if self._header is None:
+            self._header = header_tokens(self._memory.counter)
+        return self._header
+
+    async def set(
+        self, key: str | Mapping[str, str] | None = None, value: str | None = None, /, **more: str
+    ) -> list[str]:
+        """Set one fact (``set("name", "Ada")``) or many (a mapping, or keywords), atomically;
+        returns the keys the cap evicted."""
+        memory = self._memory
+        _writable(memory, "facts.set")
+        pairs: dict[str, object] = {}
+        if isinstance(key, Mapping):
+            if value is not None:
+                raise UsageError("facts.set takes a mapping or a key and a value", key=memory.key)
+            pairs.update(key)
+        elif key is not None:
+            if value is None:
+                raise InvalidMessageError(f"fact {key!r:.80} needs a value", key=memory.key)
+            pairs[key] = value
+        pairs.update(more)
+        if not pairs:
+            raise UsageError("facts.set needs at least one fact", key=memory.key)
+        if len(pairs) > MAX_FACTS:
+            raise UsageError(f"at most {MAX_FACTS} facts go in one call", key=memory.key)
+        args: list[ScriptArg] = []
+        for k, v in pairs.items():
+            raw_key, raw_value = check_fact(k, v, where=memory.key)
+            text_key, text_value = raw_key.decode(), raw_value.decode()
+            args += [raw_key, line_tokens(text_key, text_value, memory.counter), raw_value]
+        _, evicted = await memory.gateway.facts_set(args, memory.policy.facts_max)
+        return evicted
+
+    async def get(self, key: str) -> str | None:
+        raw_key, _ = check_fact(key, "", where=self._memory.key)
+        return await self._memory.gateway.fact(raw_key)
+
+    async def delete(self, *keys: str) -> int:
+        """Remove facts; returns how many existed."""
+        _writable(self._memory, "facts.delete")
+        raw = [check_fact(k, "", where=self._memory.key)[0] for k in keys]
+        if not raw:
+            return 0
+        return await self._memory.gateway.facts_delete(raw)
+
+    async def items(self) -> list[tuple[str, str]]:
+        """Every fact as (key, value), least recently set first."""
+        return [(k, v) for k, _, v in await self._memory.gateway.facts_items()]
+
+
+def _writable(memory: Handle, operation: str) -> None:
+    if memory.read_only:
+        raise ReadOnlyMemoryError(f"{operation} refused: this handle is read-only", key=memory.key)

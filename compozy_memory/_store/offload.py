@@ -1,0 +1,133 @@
+"""``append(..., offload=True)``: a message over the budget becomes a stub and a reference to
+its content in the result store."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from compozy_memory._model.messages import Message
+from compozy_memory._model.tokens import count_message
+from compozy_memory._store.encoding import MessageInput
+from compozy_memory._store.handle import Handle
+from compozy_memory._store.results_store import DataRef, Namespace
+from compozy_memory.errors import CompozyMemoryError, InvalidMessageError, UsageError
+
+__all__ = ["clear_releasing_pins", "offloaded"]
+
+_log = logging.getLogger("compozy_memory")
+
+
+async def offloaded(
+    memory: Handle, messages: Iterable[MessageInput], namespace: Namespace
+) -> list[MessageInput]:
+    """``messages`` with each one over the budget replaced by a stub and a reference."""
+    if isinstance(messages, (Message, Mapping, str, bytes)):
+        return [messages]  # _encode refuses it with the usual error
+    limit = memory.policy.max_tokens
+    out: list[MessageInput] = []
+    for raw in messages:
+        try:
+            message = Message.parse(dict(raw) if isinstance(raw, Mapping) else raw)
+        except InvalidMessageError:
+            out.append(raw)  # _encode reports it with its position
+            continue
+        if limit is None or count_message(message, memory.counter) <= limit:
+            out.append(message)
+            continue
+        out.append(await _stub(memory, message, namespace))
+    return out
+
+
+async def _stub(memory: Handle, message: Message, namespace: Namespace) -> Message:
+    if isinstance(message.content, str):
+        payload, kind, preview = message.content, "text", message.content
+    else:
+        payload = json.dumps(message.content, ensure_ascii=False, separators=(",", ":"))
+        kind = "json"
+        preview = "\n".join(
+            _result_text(b.get("content"))
+            if b.get("type") == "tool_result"
+            else str(b.get("text", ""))
+            for b in message.content
+        )
+    ttl = memory.gateway.ttl_ms
+    ref = await memory.results.store_result(
+        payload,
+        namespace=namespace,
+        kind=kind,
+        pin=True,
+        pin_ttl=timedelta(milliseconds=ttl) if ttl else None,
+    )
+    lines = [line[:_STUB_LINE] for line in preview.splitlines()[:_STUB_LINES]]
+    stub = (
+        f"[stored result {ref.token}: {kind}, {ref.size} bytes, "
+        f"{len(preview.splitlines())} lines; the load_result tool reads it]\n" + "\n".join(lines)
+    )
+    content: str | list[dict[str, Any]]
+    if isinstance(message.content, str):
+        content = stub
+    else:
+        kept: list[dict[str, Any]] = [b for b in message.content if b.get("type") == "tool_use"]
+        results = [
+            {"type": "tool_result", "tool_use_id": b.get("tool_use_id"), "content": stub}
+            for b in message.content
+            if b.get("type") == "tool_result"
+        ]
+        content = [*kept, *results] or [{"type": "text", "text": stub}]
+    metadata = {**(message.metadata or {}), "result_ref": ref.to_json()}
+    return Message.model_validate(
+        {
+            **message.model_dump(by_alias=True, exclude_none=True),
+            "content": content,
+            "metadata": metadata,
+            "tokens": None,
+        }
+    )
+
+
+# A stub shows at most this many lines of its result, each cut to this many characters.
+_STUB_LINES = 5
+_STUB_LINE = 160
+
+
+def _result_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(c.get("text", "")) if isinstance(c, dict) else str(c) for c in content)
+    return "" if content is None else json.dumps(content)
+
+
+async def clear_releasing_pins(memory: Handle) -> int:
+    """Clear ``memory``, then release the results its messages pinned: read first, released
+    once each after. A message appended between the read and the clear keeps its pin (it
+    ends with the memory's TTL); a release that fails is logged, never raised: the clear has
+    happened."""
+    refs = await _pinned_results(memory)
+    removed = await memory.gateway.clear()
+    for ref in refs:
+        try:
+            await memory.results.release(ref)
+        except CompozyMemoryError as exc:
+            _log.warning("result %s not released after clearing %s: %s", ref.token, memory.key, exc)
+    return removed
+
+
+async def _pinned_results(memory: Handle) -> list[DataRef]:
+    transcript = await memory.gateway.transcript(True)
+    refs = []
+    for env in (*transcript.msgs, *transcript.archive):
+        if '"result_ref"' not in env:
+            continue  # the common case: no JSON parsing
+        raw = (Message.model_validate_json(env).metadata or {}).get("result_ref")
+        try:
+            ref = DataRef.from_json(raw)
+        except UsageError:
+            continue
+        if memory.results.visible(ref.namespace):
+            refs.append(ref)
+    return refs

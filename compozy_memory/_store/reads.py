@@ -1,0 +1,187 @@
+"""What a handle reads for an LLM: the layered context, the window, search, recall.
+
+:class:`ContextReads` is a part of :class:`~compozy_memory.MemoryInstance`, kept apart so
+each module holds one job; it reads only what the handle sets up (gateway, policy, facts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from compozy_memory._model.limits import UNBOUNDED_TOKENS
+from compozy_memory._model.messages import Message
+from compozy_memory._model.policy import MemoryPolicy
+from compozy_memory._model.results import ContextLayers, Hit
+from compozy_memory._store.facts import Facts
+from compozy_memory._store.selection import (
+    query_terms,
+    whole_tool_exchanges,
+    without_orphan_results,
+)
+from compozy_memory._wire.gateway import MemoryGateway
+from compozy_memory.errors import ReadOnlyMemoryError, UsageError
+
+__all__ = ["ContextReads"]
+
+
+class ContextReads:
+    """The reading half of a memory handle."""
+
+    gateway: MemoryGateway
+    policy: MemoryPolicy
+    facts: Facts
+    key: str
+    read_only: bool
+
+    async def read_window(
+        self, max_tokens: int | None = None, *, max_messages: int | None = None
+    ) -> list[Message]:
+        """The pinned messages (priority 0), then the newest others that fit the rest of
+        ``max_tokens`` (default: the policy's budget, none for a memory limited by count
+        only), and at most ``max_messages`` of them (default: the policy's).
+
+        The window is contiguous and ends at the newest message. A tool result whose call
+        fell outside the window is dropped from its start, so the window can be sent to an
+        LLM as it is. Raises ContextOverflowError if the pinned messages alone do not fit.
+        """
+        budget = self._budget("read_window", max_tokens)
+        if max_messages is not None and (
+            not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 0
+        ):
+            raise UsageError(
+                f"max_messages must be a non-negative integer, got {max_messages!r}", key=self.key
+            )
+        if max_messages is None:
+            max_messages = self.policy.max_messages
+        layers = await self.gateway.context(
+            budget, summary_share=0.0, recall_share=0.0, backfill=False, facts_header=-1
+        )
+        window = list(layers.window)
+        if max_messages is not None:
+            window = window[len(window) - max_messages :] if max_messages else []
+        return [*layers.pinned, *without_orphan_results(window)]
+
+    async def context(
+        self,
+        max_tokens: int | None = None,
+        *,
+        query: str | None = None,
+        reserve_output: int = 0,
+    ) -> list[Message]:
+        """What to send an LLM, within ``max_tokens - reserve_output`` tokens, in one atomic
+        read: the pinned messages (system prompt, profile), the rolling summary, messages
+        recalled by the recall tools and the archived messages that best answer ``query``,
+        then the newest messages, and (when all of those fit with room to spare) the newest
+        archived originals before them. See :meth:`context_layers`.
+
+        Raises ContextOverflowError if the pinned messages alone exceed the budget."""
+        return (
+            await self.context_layers(max_tokens, query=query, reserve_output=reserve_output)
+        ).messages
+
+    async def context_layers(
+        self,
+        max_tokens: int | None = None,
+        *,
+        query: str | None = None,
+        reserve_output: int = 0,
+    ) -> ContextLayers:
+        """:meth:`context`, layer by layer. The shares come from the policy's
+        :class:`ContextPolicy`; a tool call and its results are never split.
+
+        With a ``max_messages`` policy, the backfill and window together hold at most that
+        many messages, the newest; a memory limited by count only has no token limit (and
+        no backfill, which would then read the whole archive)."""
+        budget = self._budget("context", max_tokens)
+        if not isinstance(reserve_output, int) or not 0 <= reserve_output <= budget:
+            raise UsageError(
+                f"reserve_output must be an integer in [0, {budget}], got {reserve_output!r}",
+                key=self.key,
+            )
+        shares = self.policy.context
+        layers = await self.gateway.context(
+            budget - reserve_output,
+            summary_share=shares.summary_share,
+            recall_share=shares.recall_share,
+            backfill=shares.backfill and self._has_token_budget(max_tokens),
+            terms=query_terms(query, self.key),
+            facts_header=self.facts.header_tokens,
+        )
+        recalled = whole_tool_exchanges(layers.recalled)
+        older = without_orphan_results([*layers.backfill, *layers.window])
+        cap = self.policy.max_messages
+        if cap is not None and len(older) > cap:
+            older = without_orphan_results(older[len(older) - cap :])
+        backfill = tuple(older[: max(0, len(older) - len(layers.window))])
+        window = tuple(older[len(backfill) :])
+        return ContextLayers(
+            layers.pinned, layers.summaries, recalled, backfill, window, layers.facts
+        )
+
+    async def search(
+        self,
+        query: str,
+        limit: int = 10,
+        *,
+        roles: Iterable[str] | None = None,
+        since_id: int | None = None,
+    ) -> list[Hit]:
+        """The archived messages that best match ``query`` (BM25 over the archive's index,
+        a turn's neighbours counting in its rank), best first, each with the turns before
+        and after it. ``roles`` keeps only messages of those roles; ``since_id`` only
+        messages with that id or newer."""
+        if not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise UsageError(f"limit must be in [1, 1000], got {limit!r}", key=self.key)
+        if since_id is not None and (not isinstance(since_id, int) or since_id < 0):
+            raise UsageError(f"since_id must be an integer >= 0, got {since_id!r}", key=self.key)
+        wanted = tuple(roles or ())
+        if any(not isinstance(r, str) or not r.isalpha() for r in wanted):
+            raise UsageError(f"roles are role names, got {wanted!r}", key=self.key)
+        terms = query_terms(query, self.key)
+        if not terms:
+            return []
+        return await self.gateway.search(terms, limit=limit, since_id=since_id or 0, roles=wanted)
+
+    async def recall_messages(self, ids: Iterable[int]) -> list[Message]:
+        """Bring archived messages back into context (the recall share of :meth:`context`):
+        they stay until :meth:`clear_recalled`, or until newer recalls need their room.
+        Returns the messages brought back now (unknown or already recalled ids are skipped)."""
+        self._check_writable("recall_messages")
+        wanted = list(ids)
+        if any(not isinstance(i, int) or isinstance(i, bool) or i < 1 for i in wanted):
+            raise UsageError(f"ids are message ids (integers >= 1), got {wanted!r}", key=self.key)
+        if not wanted:
+            return []
+        budget = self.policy.max_tokens or 0
+        cap = int(budget * self.policy.context.recall_share) if budget else 0
+        return await self.gateway.promote(wanted, cap)
+
+    async def clear_recalled(self) -> int:
+        """Drop every recalled message from the context (they stay in the archive)."""
+        self._check_writable("clear_recalled")
+        return await self.gateway.clear_recalled()
+
+    def _has_token_budget(self, max_tokens: int | None) -> bool:
+        return max_tokens is not None or self.policy.max_tokens is not None
+
+    def _budget(self, operation: str, max_tokens: int | None) -> int:
+        budget = self.policy.max_tokens if max_tokens is None else max_tokens
+        if budget is None and self.policy.max_messages is not None:
+            budget = UNBOUNDED_TOKENS  # limited by count only: the count caps the window
+        if budget is None:
+            raise UsageError(
+                f"{operation} needs max_tokens, or a policy with max_tokens or max_messages",
+                key=self.key,
+            )
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+            raise UsageError(
+                f"{operation}: max_tokens must be a non-negative integer, got {budget!r}",
+                key=self.key,
+            )
+        return budget
+
+    def _check_writable(self, operation: str) -> None:
+        if self.read_only:
+            raise ReadOnlyMemoryError(
+                f"{operation} refused: this handle is read-only", key=self.key
+            )

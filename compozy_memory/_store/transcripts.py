@@ -1,0 +1,178 @@
+"""Transcripts: a memory as Markdown to read, or as JSON Lines to move it losslessly.
+
+:func:`export_jsonl` writes one header line, then one line per envelope, exactly as Redis
+holds it (its id, server timestamp, token count, priority, and every field and content block
+the agent wrote), each tagged with the part it came from::
+
+    {"compozy_transcript":1}
+    {"part":"msgs","envelope":{"id":1,"ts":1732250000123,"tokens":12,"priority":2,...}}
+
+The envelope is embedded byte for byte, so export -> :func:`import_transcript` -> export
+gives the same text. Import writes the envelopes with their own ids and times
+(``lua/import.lua``) and refuses a memory that holds any messages, summaries or archived
+originals, or that has already given out ids at or past the transcript's first: ids never
+repeat within a memory. Archived originals are indexed again for search on import. Session
+facts, recalled messages and dedupe keys are not part of a transcript.
+
+:func:`export_markdown` is for people: speaker and time per message, tool calls and tool
+results folded in ``<details>``, summaries marked, archived originals optionally included.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from compozy_memory._model.messages import Message
+from compozy_memory._model.results import Transcript
+from compozy_memory._search.analysis import message_index_terms
+from compozy_memory._store.handle import Handle
+from compozy_memory.errors import InvalidMessageError, UsageError
+
+__all__ = ["Transcript", "export_jsonl", "export_markdown", "import_transcript"]
+
+HEADER = '{"compozy_transcript":1}'
+PARTS = ("msgs", "summaries", "archive")
+
+
+async def export_jsonl(memory: Handle, *, include_archived: bool = True) -> str:
+    transcript = await memory.gateway.transcript(include_archived)
+    lines = [HEADER]
+    for part in PARTS:
+        for env in getattr(transcript, part):
+            lines.append(f'{{"part":"{part}","envelope":{env}}}')
+    return "\n".join(lines) + "\n"
+
+
+def parse_jsonl(text: str) -> Transcript:
+    """The envelopes of a JSON Lines transcript; InvalidMessageError naming the bad line."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines or _loads(lines[0], 1) != {"compozy_transcript": 1}:
+        raise InvalidMessageError('a transcript starts with {"compozy_transcript":1}')
+    parts: dict[str, list[str]] = {part: [] for part in PARTS}
+    for number, line in enumerate(lines[1:], start=2):
+        data = _loads(line, number)
+        part, envelope = data.get("part"), data.get("envelope")
+        if part not in parts or not isinstance(envelope, dict):
+            raise InvalidMessageError(f"transcript line {number}: needs part and envelope")
+        prefix = f'{{"part":"{part}","envelope":'
+        if line.startswith(prefix) and line.endswith("}"):
+            raw = line[len(prefix) : -1]  # byte for byte, as exported
+        else:
+            raw = json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))
+        try:
+            Message.model_validate_json(raw)
+        except ValueError as exc:
+            raise InvalidMessageError(f"transcript line {number}: {exc}") from None
+        parts[str(part)].append(raw)
+    return Transcript(tuple(parts["msgs"]), tuple(parts["summaries"]), tuple(parts["archive"]))
+
+
+def _loads(line: str, number: int) -> dict[str, Any]:
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        raise InvalidMessageError(f"transcript line {number} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidMessageError(f"transcript line {number} is not a JSON object")
+    return data
+
+
+async def import_transcript(memory: Handle, text: str) -> int:
+    """Write a JSON Lines transcript into ``memory``, which must hold nothing; returns the
+    number of live messages. ConflictError if it is not empty."""
+    if not isinstance(text, str):
+        raise UsageError("a transcript is text (what export_transcript('jsonl') returned)")
+    transcript = parse_jsonl(text)
+    terms = []
+    for env in transcript.archive:
+        message = Message.model_validate_json(env)
+        terms.append("" if message.content_type == "summary" else message_index_terms(message))
+    return await memory.gateway.import_envelopes(transcript, terms)
+
+
+async def export_markdown(memory: Handle, *, include_archived: bool = False) -> str:
+    transcript = await memory.gateway.transcript(include_archived)
+    out = [f"# Transcript of `{memory.keys.key}`", ""]
+    summaries = [Message.model_validate_json(e) for e in transcript.summaries]
+    if summaries:
+        out += ["## Summaries", ""]
+        for summary in summaries:
+            out += _summary(summary)
+    if include_archived and transcript.archive:
+        out += ["## Archived originals", ""]
+        for env in transcript.archive:
+            out += _markdown(Message.model_validate_json(env))
+    out += ["## Conversation", ""]
+    for env in transcript.msgs:
+        out += _markdown(Message.model_validate_json(env))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _when(message: Message) -> str:
+    if message.ts is None:
+        return ""
+    return datetime.fromtimestamp(message.ts / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _summary(message: Message) -> list[str]:
+    covers = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in message.covers or ())
+    head = f"> **Summary** #{message.id} · {_when(message)}" + (
+        f" · covers {covers}" if covers else ""
+    )
+    return [head, ">", *(f"> {line}" for line in message.text.splitlines()), ""]
+
+
+def _fold(title: str, body: str, language: str = "") -> list[str]:
+    fence = "````" if "```" in body else "```"
+    return [
+        "<details>",
+        f"<summary>{title}</summary>",
+        "",
+        f"{fence}{language}",
+        body,
+        fence,
+        "",
+        "</details>",
+        "",
+    ]
+
+
+def _markdown(message: Message) -> list[str]:
+    if message.content_type == "summary":
+        return _summary(message)
+    speaker = message.role + (f" ({message.name})" if message.name else "")
+    out = [f"### {speaker} · {_when(message)} · #{message.id}", ""]
+    if message.text.strip() and message.role != "tool":
+        out += [message.text, ""]
+    if message.role == "tool":
+        out += _fold(f"tool result for {message.tool_call_id}", message.text)
+    for call in message.tool_calls or ():
+        function = call.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        out += _fold(f"tool call {name or 'tool'} ({call.get('id')})", _json(call), "json")
+    if isinstance(message.content, list):
+        for block in message.content:
+            kind = block.get("type")
+            if kind == "tool_use":
+                out += _fold(
+                    f"tool call {block.get('name')} ({block.get('id')})",
+                    _json(block.get("input")),
+                    "json",
+                )
+            elif kind == "tool_result":
+                content = block.get("content")
+                body = content if isinstance(content, str) else _json(content)
+                out += _fold(f"tool result for {block.get('tool_use_id')}", body)
+    ref = (message.metadata or {}).get("result_ref")
+    if isinstance(ref, dict):
+        out += [
+            f"_Stored result: `{ref.get('ns')}/{ref.get('sha256')}`, {ref.get('size')} bytes._",
+            "",
+        ]
+    return out
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2)

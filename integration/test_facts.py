@@ -1,0 +1,140 @@
+"""Session facts (the kernel layer): capped, FIFO, atomic, in the memory's slot and TTL."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from datetime import timedelta
+
+import pytest
+
+from compozy_memory import (
+    HeuristicCounter,
+    InvalidMessageError,
+    MemoryInstance,
+    MemoryPolicy,
+    UsageError,
+)
+from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._wire.translate import RedisClient
+from integration.engines import EngineSpec
+from integration.runtime_workers import FACT_TTL_SECONDS, facts_worker
+
+WRITERS = 8
+SETS = 40
+CAP = 50
+PROJECT = "facts"
+
+
+@pytest.mark.slow
+async def test_cap_and_move_to_end_hold_under_concurrent_writer_processes(
+    engine: EngineSpec, memory_key: str
+) -> None:
+    keys = InstanceKeys.build(PROJECT, memory_key)
+    context = multiprocessing.get_context("spawn")
+    loop = asyncio.get_running_loop()
+    with context.Manager() as manager, ProcessPoolExecutor(WRITERS, mp_context=context) as pool:
+        start, last = manager.Barrier(WRITERS + 1), manager.Barrier(WRITERS)
+        futures = [
+            loop.run_in_executor(
+                pool, facts_worker, engine, PROJECT, memory_key, w, SETS, CAP, start, last
+            )
+            for w in range(WRITERS)
+        ]
+        await loop.run_in_executor(None, start.wait, 60)
+        sent = await asyncio.gather(*futures)
+
+    client = engine.client(decode_responses=True)
+    try:
+        mem = MemoryInstance.open(client, project=PROJECT, key=memory_key)
+        items = await mem.facts.items()
+        hash_keys = set(await client.hkeys(keys.facts))
+        raw_order = await client.zrange(keys.factord, 0, -1, withscores=True)
+        order = [(str(m[0]), float(m[1])) for m in raw_order]
+        seq = int(await client.hget(keys.meta, "facts_seq") or 0)
+        ttls = [await client.pttl(k) for k in (keys.facts, keys.factord, keys.meta)]
+    finally:
+        await client.aclose()
+
+    assert len(items) == CAP  # far more were set: exactly the cap remains
+    assert hash_keys == {k for k, _ in items} == {m for m, _ in order}
+    scores = [s for _, s in order]
+    assert len(set(scores)) == len(scores)  # one counter, no two sets share a place
+    assert seq == sum(sent)  # every fact set, pairs included, took one place
+    # Every writer re-set its first key after all writers were done: those are the newest.
+    assert {k for k, _ in items[-WRITERS:]} == {f"w{w}:0" for w in range(WRITERS)}
+    assert all(v == "moved" for _, v in items[-WRITERS:])
+    # FIFO: what survives of a writer's own sequence is a suffix of it.
+    for w in range(WRITERS):
+        own = [k for k, _ in items[:-WRITERS] if k.startswith(f"w{w}:")]
+        numbers = [int(k.split(":")[1].rstrip("b")) for k in own]
+        assert numbers == sorted(numbers)
+        if numbers:
+            assert numbers[-1] == SETS - 1
+    assert all(0 < ttl <= FACT_TTL_SECONDS * 1000 for ttl in ttls)
+
+
+async def test_set_get_delete_items_and_ttl(client: RedisClient, memory_key: str) -> None:
+    mem = MemoryInstance.open(
+        client,
+        project=PROJECT,
+        key=memory_key,
+        policy=MemoryPolicy(ttl=timedelta(seconds=30), facts_max=3),
+    )
+    assert await mem.facts.items() == []
+    assert await mem.facts.set("name", "Ada") == []
+    assert await mem.facts.set({"goal": "refund", "order": "1042"}) == []
+    assert await mem.facts.set("name", "Ada L.") == []  # moves to the newest end
+    assert await mem.facts.set(city="Zürich") == ["goal"]  # the oldest goes
+    assert await mem.facts.items() == [("order", "1042"), ("name", "Ada L."), ("city", "Zürich")]
+    assert await mem.facts.get("name") == "Ada L."
+    assert await mem.facts.get("goal") is None
+    assert await mem.facts.delete("order", "nope") == 1
+    assert [k for k, _ in await mem.facts.items()] == ["name", "city"]
+    for key in (mem.keys.facts, mem.keys.factord):
+        assert 0 < await client.pttl(key) <= 30_000
+    with pytest.raises(UsageError):
+        await mem.facts.set("k" * 257, "v")
+    with pytest.raises(UsageError):
+        await mem.facts.set("", "v")
+    with pytest.raises(InvalidMessageError):
+        await mem.facts.set("k", "v" * 4097)
+    with pytest.raises(InvalidMessageError):
+        await mem.facts.set("k", "\ud800")
+    await mem.clear()
+    assert await mem.facts.items() == []
+
+
+async def test_context_shows_facts_after_pinned_within_the_budget(
+    client: RedisClient, memory_key: str
+) -> None:
+    counter = HeuristicCounter()
+    mem = MemoryInstance.open(client, project=PROJECT, key=memory_key, counter=counter)
+    await mem.append({"role": "system", "content": "You are a support agent.", "priority": 0})
+    await mem.append_many(
+        [{"role": "user", "content": f"turn {i} " + "word " * 10} for i in range(20)]
+    )
+    await mem.facts.set({f"fact{i}": f"value number {i} " + "x" * 20 for i in range(10)})
+    layers = await mem.context_layers(1_000)
+    (facts,) = layers.facts
+    assert facts.content_type == "facts"
+    assert facts.role == "system"
+    assert isinstance(facts.content, str)
+    assert facts.content.startswith("Known facts:\n- fact0: ")
+    assert facts.content.count("\n- ") == 10
+    messages = layers.messages
+    assert messages[0].priority == 0
+    assert messages[1] is facts
+    assert layers.tokens <= 1_000
+    # A budget that pinned leave little of: the oldest facts are dropped first.
+    pinned = layers.pinned[0].tokens or 0
+    small = pinned + mem.facts.header_tokens + 3 * 15
+    tight = await mem.context_layers(small)
+    assert tight.tokens <= small
+    if tight.facts:
+        text = str(tight.facts[0].content)
+        assert "fact9" in text
+        assert "fact0" not in text
+    # read_window leaves facts out.
+    assert all(m.content_type != "facts" for m in await mem.read_window(1_000))

@@ -1,0 +1,15 @@
+#!lua
+-- facts_delete.lua: remove session facts by key.
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
+-- ARGV: ttl_ms keys...
+--   ttl_ms  TTL set on every key of the memory; 0 leaves TTLs alone
+--   keys    the fact keys to remove; unknown ones are skipped
+-- Returns: the number of facts removed.
+local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
+local removed = 0
+for i = ARGS_FROM, #ARGV do
+  removed = removed + redis.call('HDEL', k_facts, ARGV[i])
+  redis.call('ZREM', k_factord, ARGV[i])
+end
+apply_ttl(KEYS, ttl_ms)
+return removed

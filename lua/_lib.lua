@@ -356,8 +356,8 @@ local function archived_by_id(k, id)
 end
 
 -- BM25 over the index: {{id, score}, ...} best first, at most limit. Each query term reads
--- at most QUERY_POSTINGS postings (its newest), so the cost follows the query, not the
--- history. A document's final score adds neighbour_weight times the better of its two
+-- at most QUERY_POSTINGS postings (its newest), and a query at most QUERY_BUDGET, so the cost
+-- follows the query, not the history. A document's final score adds neighbour_weight times the better of its two
 -- neighbours' scores: in a conversation the answer often sits in the turn after the one with
 -- the question's words. since_id (0: none) and roles (a set, or nil) filter documents.
 local function bm25_search(k, terms, limit, k1, b, neighbour_weight, since_id, roles)
@@ -368,13 +368,25 @@ local function bm25_search(k, terms, limit, k1, b, neighbour_weight, since_id, r
   end
   local avg = total / n_docs
   local scores = {}
+  -- Rarest terms first, within QUERY_BUDGET postings in all: a common term (a speaker's
+  -- name, a month) moves a ranking least and costs the most to read.
+  local order = {}
   for _, term in ipairs(terms) do
     local df = tonumber(redis.call('HGET', k.ixdocs, 'f:' .. term))
     if df then
+      order[#order + 1] = {term, df}
+    end
+  end
+  table.sort(order, function(x, y) return x[2] < y[2] end)
+  local left = QUERY_BUDGET
+  for _, entry in ipairs(order) do
+    local term, df = entry[1], entry[2]
+    if left > 0 then
       local weight = math.log(1 + (n_docs - df + 0.5) / (df + 0.5)) * (k1 + 1)
       local start = #term + 2
       local postings = redis.call('ZREVRANGEBYLEX', k.ixpost, '(' .. term .. '\t~',
-        '[' .. term .. '\t', 'LIMIT', 0, QUERY_POSTINGS)
+        '[' .. term .. '\t', 'LIMIT', 0, math.min(QUERY_POSTINGS, left))
+      left = left - #postings
       for i = 1, #postings do
         local id, tf, length, role = string.match(postings[i], '^(%d+)\t(%d+)\t(%d+)\t(%a+)',
           start)

@@ -48,7 +48,7 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
         APPEND_REPLY,
     ),
     "trim": (lambda g: g.trim([1, 2], [1], ["1\thi\t1"]), [1, 3, 0, 1]),
-    "clear": (lambda g: g.clear(), 0),
+    "clear": (lambda g: g.clear(), [0]),
     "expire": (lambda g: g.expire(1000), 2),
     "read": (lambda g: g.read_range(0, -1), READ_REPLY),
     "health": (lambda g: g.health(), HEALTH_REPLY),

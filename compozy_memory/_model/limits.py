@@ -48,6 +48,8 @@ POSTINGS_CAP = 2_000
 #: A search reads at most this many postings per query term (the newest), so its cost follows
 #: the query, not the history.
 QUERY_POSTINGS = 1_000
+#: And at most this many postings in all, its rarest terms first.
+QUERY_BUDGET = 1_500
 
 #: Bytes of a session fact's key and of its value (UTF-8).
 MAX_FACT_KEY = 256
@@ -65,6 +67,7 @@ LUA_CONSTANTS: dict[str, int] = {
     "MAX_FACTS": MAX_FACTS,
     "POSTINGS_CAP": POSTINGS_CAP,
     "QUERY_POSTINGS": QUERY_POSTINGS,
+    "QUERY_BUDGET": QUERY_BUDGET,
     "MAX_BATCH": MAX_BATCH,
     "MAX_DEDUPE_KEY": MAX_DEDUPE_KEY,
     "MAX_PRIORITY": MAX_PRIORITY,

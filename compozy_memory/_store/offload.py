@@ -39,6 +39,7 @@ async def offloaded(
             out.append(message)
             continue
         out.append(await _stub(memory, message, namespace))
+        await memory.gateway.note_pins(1)
     return out
 
 
@@ -103,31 +104,20 @@ def _result_text(content: object) -> str:
 
 
 async def clear_releasing_pins(memory: Handle) -> int:
-    """Clear ``memory``, then release the results its messages pinned: read first, released
-    once each after. A message appended between the read and the clear keeps its pin (it
-    ends with the memory's TTL); a release that fails is logged, never raised: the clear has
-    happened."""
-    refs = await _pinned_results(memory)
-    removed = await memory.gateway.clear()
-    for ref in refs:
-        try:
-            await memory.results.release(ref)
-        except CompozyMemoryError as exc:
-            _log.warning("result %s not released after clearing %s: %s", ref.token, memory.key, exc)
-    return removed
-
-
-async def _pinned_results(memory: Handle) -> list[DataRef]:
-    transcript = await memory.gateway.transcript(True)
-    refs = []
-    for env in (*transcript.msgs, *transcript.archive):
-        if '"result_ref"' not in env:
-            continue  # the common case: no JSON parsing
+    """Clear ``memory``, then release the results its live and archived messages pinned (the
+    clear script returns those messages). A release that fails is logged, never raised: the
+    clear has happened."""
+    removed, envelopes = await memory.gateway.clear()
+    for env in envelopes:
         raw = (Message.model_validate_json(env).metadata or {}).get("result_ref")
         try:
             ref = DataRef.from_json(raw)
         except UsageError:
             continue
-        if memory.results.visible(ref.namespace):
-            refs.append(ref)
-    return refs
+        if not memory.results.visible(ref.namespace):
+            continue
+        try:
+            await memory.results.release(ref)
+        except CompozyMemoryError as exc:
+            _log.warning("result %s not released after clearing %s: %s", ref.token, memory.key, exc)
+    return removed

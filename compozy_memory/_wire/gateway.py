@@ -140,8 +140,16 @@ class MemoryGateway:
         self.metrics.trims.labels(memory=self.memory, strategy="oldest").inc()
         return TrimResult(*(int(v) for v in reply))
 
-    async def clear(self) -> int:
-        return int(await self._write("clear", {"ttl_ms": self.ttl_ms}))
+    async def clear(self) -> tuple[int, list[str]]:
+        """The live messages removed, and the envelopes that referred to stored results."""
+        reply = await self._write("clear", {"ttl_ms": self.ttl_ms})
+        return int(reply[0]), [replies.text(e) for e in reply[1:]]
+
+    async def note_pins(self, n: int) -> None:
+        """Count results pinned by this memory's messages, so a clear knows to look."""
+        await self.transport.command(
+            "pinned", "hincrby", self.keys.meta, "pinned", n, key=self.name
+        )
 
     async def expire(self, ttl_ms: int) -> int:
         """Set (ttl_ms > 0) or remove (0) the TTL of every key; later writes keep it."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.facts import parse_stored
@@ -32,25 +32,14 @@ from compozy_memory._model.results import (
     TrimResult,
 )
 from compozy_memory._wire import replies
-from compozy_memory._wire.scripts import Args, Keys, Script, ScriptArg, script
+from compozy_memory._wire.scripts import ScriptArg, script
+from compozy_memory._wire.transport import ScriptTransport
 from compozy_memory.errors import ReadOnlyMemoryError, ReplicationError
 
 __all__ = ["MemoryGateway", "ScriptTransport"]
 
 # Snapshots parse this many messages between yields to the event loop.
 _PARSE_CHUNK = 64
-
-
-class ScriptTransport(Protocol):
-    """What the gateway needs of a transport (the real one, or a fake in unit tests)."""
-
-    async def run(
-        self, code: Script, keys: Keys, args: Args, *, key: str, write: bool = False
-    ) -> Any: ...
-
-    async def command(
-        self, operation: str, method: str, *args: Any, key: str, **options: Any
-    ) -> Any: ...
 
 
 class MemoryGateway:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, Protocol
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis, RedisCluster
@@ -35,7 +35,20 @@ from compozy_memory._wire.scripts import Args, Keys, Script, ScriptArg
 from compozy_memory._wire.translate import RedisClient, backend_errors, translate
 from compozy_memory.errors import ConfigurationError, ReplicationError, ScriptError
 
-__all__ = ["OPERATIONS", "Transport"]
+__all__ = ["OPERATIONS", "ScriptTransport", "Transport"]
+
+
+class ScriptTransport(Protocol):
+    """What the gateway needs of a transport (the real one, or a fake in unit tests)."""
+
+    async def run(
+        self, code: Script, keys: Keys, args: Args, *, key: str, write: bool = False
+    ) -> Any: ...
+
+    async def command(
+        self, operation: str, method: str, *args: Any, key: str, **options: Any
+    ) -> Any: ...
+
 
 #: The operation each script performs, as the handle's method that sends it is named (the
 #: metrics' ``operation`` label). ``read`` also serves replace() and trim(), which read the
@@ -103,30 +116,29 @@ class Transport:
         the raw reply."""
         code.contract.check_keys(keys)
         operation = OPERATIONS.get(code.name, code.name)
-        started = _clock()
-        try:
-            reply = await self._run(code, keys, args, key, write, operation)
-        except BaseException as exc:
-            self._failed(operation, exc, started)
-            raise
-        child = self._ok.get(operation) or self._bind(operation)
-        child.observe(_clock() - started)
-        return reply
+        return await self._timed(operation, self._run(code, keys, args, key, write, operation))
 
     async def command(
         self, operation: str, method: str, *args: Any, key: str, **options: Any
     ) -> Any:
         """A plain redis-py command (``method`` of the client, given ``options`` as keyword
         arguments), retried like scripts."""
+
+        async def attempt() -> Any:
+            with backend_errors(operation, key):
+                return await getattr(self.client, method)(*args, **options)
+
+        async def call() -> Any:
+            await self._ready(key)
+            return await self.retry.call(attempt, what=operation, memory=self.memory, key=key)
+
+        return await self._timed(operation, call())
+
+    async def _timed(self, operation: str, call: Awaitable[Any]) -> Any:
+        """Await ``call``, observing its latency under ``operation`` and its outcome."""
         started = _clock()
         try:
-            await self._ready(key)
-
-            async def attempt() -> Any:
-                with backend_errors(operation, key):
-                    return await getattr(self.client, method)(*args, **options)
-
-            reply = await self.retry.call(attempt, what=operation, memory=self.memory, key=key)
+            reply = await call
         except BaseException as exc:
             self._failed(operation, exc, started)
             raise

@@ -189,17 +189,18 @@ local function push_batch(msgs, meta, batch, extra_deltas)
 end
 
 -- Reads the oldest prefix_len live messages and checks that they are the ids the caller
--- saw, args[from + 1 .. from + prefix_len]; returns them with their {tokens, priority}.
+-- saw, args[from + 1 .. from + prefix_len] (COMPOZY_MOVED if not: read again and retry);
+-- returns them with their {tokens, priority}.
 local function checked_prefix(k_msgs, args, from, prefix_len)
   local prefix = redis.call('LRANGE', k_msgs, 0, prefix_len - 1)
   if #prefix ~= prefix_len then
-    fail('CONFLICT', 'the memory has fewer messages than the plan saw')
+    fail('MOVED', 'the memory has fewer messages than the plan saw')
   end
   local heads = {}
   for i = 1, prefix_len do
     local id, tokens, priority = envelope_head(prefix[i])
     if string.format('%d', id) ~= args[from + i] then
-      fail('CONFLICT', 'message ' .. i .. ' is ' .. id .. ', the plan saw ' .. args[from + i])
+      fail('MOVED', 'message ' .. i .. ' is ' .. id .. ', the plan saw ' .. args[from + i])
     end
     heads[i] = {tokens, priority}
   end
@@ -351,8 +352,10 @@ local function archived_by_id(k, id)
     return nil
   end
   local seq = tonumber(string.match(doc, '^(%d+)'))
-  local base = tonumber(redis.call('HGET', k.meta, 'archive_base')) or 0
-  return redis.call('LINDEX', k.archive, seq - base - 1)
+  if k.archive_base == nil then  -- read once per call: no script here changes it
+    k.archive_base = tonumber(redis.call('HGET', k.meta, 'archive_base')) or 0
+  end
+  return redis.call('LINDEX', k.archive, seq - k.archive_base - 1)
 end
 
 -- BM25 over the index: {{id, score}, ...} best first, at most limit. Each query term reads
@@ -399,17 +402,31 @@ local function bm25_search(k, terms, limit, k1, b, neighbour_weight, since_id, r
       end
     end
   end
-  local ranked = {}
-  for id, score in pairs(scores) do
-    ranked[#ranked + 1] = {id, score}
-  end
   local function better(x, y)
     if x[2] ~= y[2] then
       return x[2] > y[2]
     end
     return x[1] > y[1]  -- ties go to the newer message: the latest value of a changed fact
   end
-  table.sort(ranked, better)
+  -- Only the best 4 x limit raw scores matter (below): keep those in order as they come,
+  -- rather than sorting every scored document.
+  local keep = 4 * limit
+  local ranked = {}
+  for id, score in pairs(scores) do
+    local entry = {id, score}
+    local n = #ranked
+    if n < keep or better(entry, ranked[n]) then
+      local at = n + 1
+      while at > 1 and better(entry, ranked[at - 1]) do
+        ranked[at] = ranked[at - 1]
+        at = at - 1
+      end
+      ranked[at] = entry
+      if #ranked > keep then
+        ranked[#ranked] = nil
+      end
+    end
+  end
   if neighbour_weight > 0 then
     -- Only the best raw scores can gain from a neighbour enough to matter.
     local pool, seen = {}, {}

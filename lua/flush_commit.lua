@@ -19,8 +19,9 @@
 -- Returns: {summary_id (0 if none), removed_count, removed_tokens, tokens, count,
 --          summary_tokens}
 -- Errors (nothing written): COMPOZY_STALE when the epoch moved on (a newer lock holder
--- exists) or the memory expired and was written again; COMPOZY_CONFLICT when the planned
--- messages are no longer where the plan saw them; COMPOZY_INVALID.
+-- exists) or the memory expired and was written again; COMPOZY_MOVED when the planned
+-- messages are no longer where the plan saw them, or COMPOZY_CONFLICT when the summaries
+-- moved (both re-plan); COMPOZY_INVALID.
 -- Messages appended after the snapshot sit after the prefix and are not touched.
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local archive_max = int_arg(a_archive_max, 'archive_max', 0, nil)

@@ -10,7 +10,7 @@
 --   ids          the P ids as the caller read them, then the R ids to remove (among those P,
 --                none pinned), then R index terms, one per id to remove, in the same order
 -- Returns: {removed_count, removed_tokens, total_tokens, total_count}
--- Errors (nothing written): COMPOZY_CONFLICT when the messages moved since they were read
+-- Errors (nothing written): COMPOZY_MOVED when the messages moved since they were read
 -- (read again and retry); COMPOZY_INVALID.
 -- The client chooses what to remove (the oldest messages that are not pinned, until the
 -- limits hold) because only it can analyse their text for the archive's index.

@@ -48,8 +48,11 @@ POSTINGS_CAP = 2_000
 #: A search reads at most this many postings per query term (the newest), so its cost follows
 #: the query, not the history.
 QUERY_POSTINGS = 1_000
-#: And at most this many postings in all, its rarest terms first.
-QUERY_BUDGET = 1_500
+#: And at most this many postings in all, its rarest terms first. The terms left over (common
+#: ones) are not read: they are scored on the best RESCORE_POOL candidates (4 x the limit when
+#: that is more) from those documents' own terms.
+QUERY_BUDGET = 600
+RESCORE_POOL = 320
 
 #: Bytes of a session fact's key and of its value (UTF-8).
 MAX_FACT_KEY = 256
@@ -68,6 +71,7 @@ LUA_CONSTANTS: dict[str, int] = {
     "POSTINGS_CAP": POSTINGS_CAP,
     "QUERY_POSTINGS": QUERY_POSTINGS,
     "QUERY_BUDGET": QUERY_BUDGET,
+    "RESCORE_POOL": RESCORE_POOL,
     "MAX_BATCH": MAX_BATCH,
     "MAX_DEDUPE_KEY": MAX_DEDUPE_KEY,
     "MAX_PRIORITY": MAX_PRIORITY,

@@ -1,0 +1,118 @@
+"""Search past its postings budget: the common terms it does not read are scored exactly.
+
+A query's rarest terms are read from the index's postings while they fit ``QUERY_BUDGET``;
+the terms left over are scored on the best candidates from those documents' own terms. These
+tests build archives where a query term is in more documents than the budget, and compare
+the scripts' scores with BM25 computed here over the whole archive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from compozy_memory import HeuristicCounter, MemoryInstance, MemoryPolicy, Message, SearchPolicy
+from compozy_memory._model.limits import QUERY_BUDGET
+from compozy_memory._search.analysis import analyze_query, message_index_terms
+from compozy_memory._search.bm25 import Index
+from compozy_memory._wire.translate import RedisClient
+
+pytestmark = pytest.mark.slow
+
+COUNTER = HeuristicCounter()
+
+
+def memory(client: RedisClient, key: str) -> MemoryInstance:
+    return MemoryInstance.open(
+        client,
+        project="budget",
+        key=key,
+        counter=COUNTER,
+        policy=MemoryPolicy(search=SearchPolicy(neighbour_weight=0)),
+    )
+
+
+async def reference(client: RedisClient, mem: MemoryInstance) -> Index:
+    """BM25 over every archived message, built here from what the archive holds."""
+    index = Index()
+    for raw in await client.lrange(mem.keys.archive, 0, -1):
+        message = Message.model_validate_json(raw)
+        fields = message_index_terms(message).split("\t")
+        tfs = {term: int(tf) for term, tf in zip(fields[1::2], fields[2::2], strict=True)}
+        assert message.id is not None
+        index.add(message.id, tfs, int(fields[0]))
+    return index
+
+
+async def archive(mem: MemoryInstance, turns: Sequence[dict[str, Any]]) -> None:
+    for start in range(0, len(turns), 500):
+        await mem.append_many(turns[start : start + 500])
+    await mem.trim(keep_messages=0)
+
+
+async def test_a_term_in_more_documents_than_the_budget_still_counts_exactly(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key)
+    turns = []
+    for n in range(QUERY_BUDGET + 200):
+        # "weather" is in every document: too common to read; "lighthouse" in one in 40.
+        text = f"weather note {n}: calm seas"
+        if n % 40 == 0:
+            text = f"weather at the lighthouse, note {n}" + " weather" * (n % 3)
+        turns.append({"role": "user", "content": text, "tokens": 12})
+    await archive(mem, turns)
+    query = "weather at the lighthouse"
+    expected = (await reference(client, mem)).search(analyze_query(query), 10, neighbours=0)
+    hits = await mem.search(query, limit=10)
+    assert [h.id for h in hits] == [doc for doc, _ in expected]
+    # The common term's share is in every hit's score: plain BM25, to the printed precision.
+    assert [round(h.score, 4) for h in hits] == [round(s, 4) for _, s in expected]
+    assert all("lighthouse" in h.message.text for h in hits)
+
+
+async def test_a_number_term_is_not_taken_from_a_length_or_a_count(
+    client: RedisClient, memory_key: str
+) -> None:
+    # Each document's stored terms read 'seq, role, length, term, tf, ...' (the speaker and
+    # three date terms make four of its length). "7" is in too many documents to read, so it
+    # is scored from each candidate's own terms: it must match a term there, never a length
+    # or a count that happens to be 7.
+    mem = memory(client, memory_key)
+    turns = [
+        {"role": "user", "content": f"harbour note 7 from desk {n}", "tokens": 6}
+        for n in range(QUERY_BUDGET + 50)
+    ]
+    turns[100] = {"role": "user", "content": "lighthouse beam keeper", "tokens": 3}  # length 7
+    turns[200] = {"role": "user", "content": "lighthouse " * 7, "tokens": 7}  # a tf of 7
+    turns[300] = {"role": "user", "content": "lighthouse 7 beam", "tokens": 3}  # the term
+    await archive(mem, turns)
+    query = "lighthouse 7"
+    hits = await mem.search(query, limit=3)
+    expected = (await reference(client, mem)).search(analyze_query(query), 3, neighbours=0)
+    assert [h.id for h in hits] == [doc for doc, _ in expected]
+    assert sorted(h.id for h in hits) == [101, 201, 301]  # the three lighthouse documents
+    assert [round(h.score, 4) for h in hits] == [round(s, 4) for _, s in expected]
+
+
+async def test_a_rare_term_with_few_documents_is_topped_up_from_the_next_term(
+    client: RedisClient, memory_key: str
+) -> None:
+    # One document holds the rare term: the common ones' newest documents fill the hits,
+    # each scored exactly, the rare one first.
+    mem = memory(client, memory_key)
+    turns = [
+        {"role": "user", "content": f"ferry timetable for harbour {n}", "tokens": 5}
+        for n in range(QUERY_BUDGET + 100)
+    ]
+    turns[42] = {"role": "user", "content": "the ferry to Skye leaves the harbour", "tokens": 7}
+    await archive(mem, turns)
+    query = "Skye ferry harbour"
+    hits = await mem.search(query, limit=5)
+    expected = (await reference(client, mem)).search(analyze_query(query), 5, neighbours=0)
+    assert len(hits) == 5
+    assert hits[0].id == 43
+    assert [h.id for h in hits] == [doc for doc, _ in expected]
+    assert [round(h.score, 4) for h in hits] == [round(s, 4) for _, s in expected]

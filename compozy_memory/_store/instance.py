@@ -173,7 +173,7 @@ class MemoryInstance(ContextReads):
         token = self._dedupe_token(dedupe_key)
         if offload:
             messages = await offloaded(self, messages, namespace or Namespace.global_())
-        args = self._encode(messages)
+        args = await self._encode(messages)
         if not args:
             raise InvalidMessageError("append_many needs at least one message", key=self.key)
         result = await self.gateway.append(args, token)
@@ -205,7 +205,7 @@ class MemoryInstance(ContextReads):
                 f"if_last_id must be an integer >= 0, got {if_last_id!r}", key=self.key
             )
         token = self._dedupe_token(dedupe_key)
-        args = self._encode(messages)
+        args = await self._encode(messages)
         incarnation = if_incarnation if if_incarnation is not None else self.gateway.incarnation
         result = await replace_live(
             self.gateway, args, if_last_id=if_last_id, if_incarnation=incarnation, token=token
@@ -333,5 +333,5 @@ class MemoryInstance(ContextReads):
     def _dedupe_token(self, dedupe_key: str | None) -> str:
         return dedupe_token(dedupe_key, self.key)
 
-    def _encode(self, messages: Iterable[MessageInput]) -> list[ScriptArg]:
-        return encode_messages(messages, self.policy, self.counter, self.key)
+    async def _encode(self, messages: Iterable[MessageInput]) -> list[ScriptArg]:
+        return await encode_messages(messages, self.policy, self.counter, self.key)

@@ -1,0 +1,108 @@
+"""Counting a tick's texts together, off the event loop (compozy_memory._store.counting)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from compozy_memory import CachedCounter, HeuristicCounter, TiktokenCounter
+from compozy_memory._store.counting import INLINE_CHARS, count_texts
+from compozy_memory.errors import MissingTokenCountError
+
+BIG = "the quick brown fox jumps over the lazy dog " * (INLINE_CHARS // 40)
+
+
+class Recording:
+    """A thread-safe counter that records the thread of each count (and may be slow)."""
+
+    thread_safe = True
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.threads: list[str] = []
+        self.lock = threading.Lock()
+
+    def count(self, text: str) -> int:
+        with self.lock:
+            self.threads.append(threading.current_thread().name)
+        if self.delay:
+            time.sleep(self.delay)  # releases the GIL, as tiktoken's encoding does
+        if "refuse" in text:
+            raise MissingTokenCountError("no count for this one")
+        return len(text.split())
+
+
+async def test_a_ticks_texts_are_counted_together_in_a_worker_thread() -> None:
+    counter = Recording()
+    texts = [[f"{BIG} caller {i}", f"name{i}"] for i in range(32)]
+    results = await asyncio.gather(*(count_texts(counter, t) for t in texts))
+    assert results == [[len(a.split()), 1] for a, _ in texts]
+    assert len(counter.threads) == 64
+    assert all(name.startswith("compozy-count") for name in counter.threads)
+
+
+async def test_small_batches_and_unsafe_counters_count_on_the_loop() -> None:
+    counter = Recording()
+    assert await count_texts(counter, ["a b c"]) == [3]
+    assert counter.threads == [threading.current_thread().name]
+
+    class Unsafe(Recording):
+        thread_safe = False
+
+    unsafe = Unsafe()
+    assert await count_texts(unsafe, [BIG]) == [len(BIG.split())]
+    assert unsafe.threads == [threading.current_thread().name]
+    assert await count_texts(HeuristicCounter(), [BIG]) == [HeuristicCounter().count(BIG)]
+
+
+async def test_the_loop_runs_while_texts_are_counted() -> None:
+    counter = Recording(delay=0.05)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    running = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    await count_texts(counter, [BIG, BIG])  # 100 ms of counting, in a thread
+    running.cancel()
+    assert ticks >= 20, f"the loop ticked {ticks} times in 100 ms of counting"
+
+
+async def test_an_error_reaches_only_the_caller_whose_text_raised_it() -> None:
+    counter = Recording()
+    good, bad = await asyncio.gather(
+        count_texts(counter, [BIG, "x y"]), count_texts(counter, [BIG + " refuse"])
+    )
+    assert good == [len(BIG.split()), 2]
+    assert isinstance(bad[0], MissingTokenCountError)
+
+
+async def test_a_cancelled_caller_is_skipped() -> None:
+    counter = Recording(delay=0.02)
+    first = asyncio.ensure_future(count_texts(counter, [BIG + " first"]))
+    second = asyncio.ensure_future(count_texts(counter, [BIG + " second"]))
+    await asyncio.sleep(0)
+    first.cancel()
+    assert await second == [len(BIG.split()) + 1]
+    with pytest.raises(asyncio.CancelledError):
+        await first
+
+
+async def test_exact_counts_and_remembered_texts_stay_on_the_loop() -> None:
+    exact = TiktokenCounter()
+    cached = CachedCounter(TiktokenCounter())
+    texts = [f"{BIG} {i}" for i in range(4)]
+    assert await count_texts(cached, texts) == [exact.count(t) for t in texts]
+    assert cached.thread_safe
+    inner = Recording()
+    remembering = CachedCounter(inner)
+    await count_texts(remembering, [BIG])
+    await count_texts(remembering, [BIG])
+    assert len(inner.threads) == 1  # the second call found it remembered

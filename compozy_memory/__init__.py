@@ -39,6 +39,7 @@ from compozy_memory._model.tokens import (
 from compozy_memory._ops.exporter import MetricsServer, start_metrics_server
 from compozy_memory._store.instance import Facts, MemoryInstance
 from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
+from compozy_memory._store.warmup import warm
 from compozy_memory._wire.connection import connect
 from compozy_memory._wire.retry import NO_RETRY, RetryPolicy
 from compozy_memory.errors import (
@@ -151,4 +152,5 @@ __all__ = [
     "to_anthropic",
     "to_openai",
     "tool_definitions",
+    "warm",
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,11 +34,17 @@ from compozy_memory._model.limits import UNBOUNDED_TOKENS
 from compozy_memory._model.tokens import TokenCounter, counter_for_encoding, default_counter
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._store.sessions import SessionIndex, SessionPage, uuid7
+from compozy_memory._store.warmup import warm
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.errors import ConfigurationError
 
 __all__ = ["MemoryManager"]
+
+log = logging.getLogger("compozy_memory.manager")
+
+# The first get() warms the manager up (start()), but a slow server must not hold it longer.
+_LAZY_START_SECONDS = 2.0
 
 _HandleKey = tuple[str, str, bool, int]
 
@@ -87,6 +95,31 @@ class MemoryManager:
         )
         #: The project's session index, updated after every write through read-write handles.
         self.sessions = SessionIndex(client, registry.project, retry=retry)
+        self._started = False
+
+    async def start(self) -> None:
+        """Load now what a first append would otherwise load: every memory's token encoder,
+        the server-side scripts on every primary and the search analyser (:func:`warm`).
+        ``async with`` calls it, and so does the first :meth:`get` (where a failure is left
+        for the first call to report). Raises when the server cannot be reached."""
+        self._started = True
+        counters = {id(c): c for c in map(self.counter_for, self.registry.list())}
+        await warm(self.client, counters=counters.values() or [self.counter])
+
+    async def _start_once(self) -> None:
+        if not self._started:
+            try:
+                async with asyncio.timeout(_LAZY_START_SECONDS):
+                    await self.start()
+            except Exception as exc:  # best effort: a handle's first call says what is wrong
+                log.debug("warming up at the first get failed: %r", exc)
+
+    async def __aenter__(self) -> MemoryManager:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def get(
         self, ref: str | MemoryReference, context: Mapping[str, Any] | None = None
@@ -98,6 +131,7 @@ class MemoryManager:
 
         Counted in ``compozy_memory_config_resolution_total{pattern="direct"}``.
         """
+        await self._start_once()
         try:
             handle = await self._get(ref, context)
         except Exception as exc:
@@ -215,6 +249,7 @@ class MemoryManager:
                 if isinstance(agent, Mapping):
                     pattern = _PATTERNS.get(configuration_level(agent), "unknown")
                 refs = self.registry.resolve(agent)
+            await self._start_once()
             handles = [await self._get(ref, context) for ref in refs]
         except Exception as exc:
             self._resolved(pattern, type(exc).__name__)

@@ -128,6 +128,7 @@ async def connected_clients(engine: EngineSpec) -> int:
 
 
 async def test_lookups_leak_nothing(engine: EngineSpec, manager: MemoryManager) -> None:
+    await manager.start()  # opens the pool's first connection and loads the scripts
     tasks_before = len(asyncio.all_tasks())
     clients_before = await connected_clients(engine)
     for i in range(5_000):

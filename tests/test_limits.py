@@ -20,7 +20,8 @@ from compozy_memory._ops.cli import main
 
 
 class _NoServer:
-    """A client that is never called: creating a handle sends nothing."""
+    """A client with no server: the manager's warm-up at its first get fails quietly, and
+    creating a handle sends nothing."""
 
 
 def counted(**extra: object) -> MemoryResource:

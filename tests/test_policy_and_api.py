@@ -29,7 +29,7 @@ def test_public_surface_is_pinned() -> None:
             "StartupError", "SuppliedCounter", "TemplateError", "TiktokenCounter", "TokenCounter",
             "TrimResult", "UsageError",
             "__version__", "connect", "plan_flush", "sanitize_key", "MemoryTools",
-            "tool_definitions", "to_anthropic", "to_openai",
+            "tool_definitions", "to_anthropic", "to_openai", "warm",
             "MemoryMetrics", "MetricsServer", "start_metrics_server",
             "DataRef", "Facts", "Namespace", "ResultCorruptError", "ResultStore",
         ]

@@ -102,6 +102,12 @@ class AnthropicTokenCounter:
         self._schedule(text, key)
         return self.estimate_of(text)
 
+    def preload(self) -> None:
+        """Load the local estimate's encoding (no API call)."""
+        preload = getattr(self.estimate, "preload", None)
+        if callable(preload):
+            preload()
+
     def estimate_of(self, text: str) -> int:
         """The local estimate: cl100k's count, scaled by what the API has taught so far."""
         return math.ceil(self.estimate.count(text) * self.ratio)

@@ -30,7 +30,8 @@ from typing import Any, Literal
 from redis import exceptions as redis_errors
 from redis.asyncio import RedisCluster
 
-from compozy_memory._wire.scripts import Script, ScriptArg, library
+from compozy_memory._wire.scripts import SCRIPT_NAMES, Script, ScriptArg, library
+from compozy_memory._wire.scripts import script as script_named
 from compozy_memory._wire.translate import (
     RedisClient,
     error_cause,
@@ -156,6 +157,36 @@ class Delivery:
                 raise _LoadRefused from exc
             raise error from exc
 
+    async def warm(self, key: str) -> None:
+        """Make every script ready on every primary before the first call needs one: the
+        Functions library where the server has Functions (loading it where this user may),
+        else every script by SCRIPT LOAD. A refusal to load is left for the first call to
+        meet (an operator may have installed the library); an unreachable server raises."""
+        for node in await _primaries(self.client):
+            if self.mode != "eval":
+                try:
+                    await self._send(node, "FUNCTION", "LOAD", library().source)
+                except redis_errors.ResponseError as exc:
+                    text = str(exc).lower()
+                    if "unknown command" not in text:
+                        if "already exists" not in text:
+                            log.debug("warm: FUNCTION LOAD refused: %s", exc, extra={"key": key})
+                        continue
+                    self.mode = "eval"
+                    self._fall_back(_NoFunctions(exc), key)
+                except redis_errors.RedisError as exc:
+                    raise translate(exc, "warm", key) from exc
+                else:
+                    continue
+            for name in SCRIPT_NAMES:
+                try:
+                    await self._send(node, "SCRIPT", "LOAD", script_named(name).source)
+                except redis_errors.ResponseError as exc:
+                    log.debug("warm: SCRIPT LOAD refused: %s", exc, extra={"key": key})
+                    break
+                except redis_errors.RedisError as exc:
+                    raise translate(exc, "warm", key) from exc
+
     def _node(self, keys: Sequence[str]) -> Any:
         if isinstance(self.client, RedisCluster) and keys:
             return self.client.get_node_from_key(keys[0])
@@ -178,6 +209,14 @@ class _NoFunctions(Exception):
 
 class _LoadRefused(Exception):
     """This user may not load the library; an operator can (``compozy-memory install``)."""
+
+
+async def _primaries(client: RedisClient) -> list[Any]:
+    """The nodes to send a command to each of: every primary of a Cluster, else [None]."""
+    if isinstance(client, RedisCluster):
+        await client.initialize()
+        return list(client.get_primaries())
+    return [None]
 
 
 def _function_missing(exc: object) -> bool:
@@ -211,10 +250,7 @@ async def install(client: RedisClient, *, replace: bool = False) -> list[str]:
         await client.initialize()
         # Ask again for the slot map: a node added since the client started must be found.
         await client.nodes_manager.initialize()
-        targets: list[Any] = list(client.get_primaries())
-    else:
-        targets = [None]
-    for node in targets:
+    for node in await _primaries(client):
         command: list[Any] = ["FUNCTION", "LOAD", *(["REPLACE"] if replace else []), lib.source]
         try:
             if node is None:

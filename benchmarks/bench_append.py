@@ -1,0 +1,274 @@
+"""Counted appends and cold start, measured in one run against one server (printed only).
+
+1. Append throughput at 64 concurrent sessions x 200 appends of ~300-token messages, as a
+   user calls it (``MemoryInstance.append`` of a dict, no count given: the library counts
+   with its default exact counter), against raw redis-py ``RPUSH`` of the same JSON from the
+   same client, and against the same appends with the counts supplied. Every message's text
+   is new (no cached count helps). Rounds alternate; medians of ``--rounds``.
+2. Where an append's time goes on the event loop (``--profile``): cProfile of one counted
+   round, grouped into counting, validation and serialisation, the script call, and the
+   rest.
+3. Cold start: a fresh process's first append, with and without ``warm()`` before it,
+   against the median of its next 50 appends (``--cold N`` processes of each kind).
+
+Run: ``python -m benchmarks.bench_append [--url URL] [--rounds 3] [--profile] [--cold 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import random
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+from redis.asyncio import Redis
+
+from compozy_memory import MemoryInstance, TiktokenCounter
+from compozy_memory.embedded import start_server
+
+SESSIONS = 64
+WORDS = [
+    "the",
+    "customer",
+    "asked",
+    "about",
+    "an",
+    "order",
+    "that",
+    "was",
+    "shipped",
+    "last",
+    "week",
+    "to",
+    "the",
+    "warehouse",
+    "in",
+    "Lisbon",
+    "and",
+    "the",
+    "invoice",
+    "shows",
+    "a",
+    "different",
+    "address",
+    "than",
+    "the",
+    "account",
+    "profile",
+    "so",
+    "we",
+    "opened",
+    "a",
+    "ticket",
+    "with",
+    "billing",
+    "who",
+    "confirmed",
+    "the",
+    "refund",
+    "will",
+    "arrive",
+    "within",
+    "five",
+    "business",
+    "days",
+    "after",
+    "the",
+    "return",
+    "label",
+    "is",
+    "scanned",
+    "by",
+    "the",
+    "carrier",
+    "at",
+    "the",
+    "depot",
+    "near",
+    "Porto",
+    "while",
+    "the",
+    "replacement",
+    "kettle",
+    "ships",
+    "tomorrow",
+    "morning",
+    "with",
+    "tracking",
+    "number",
+]
+
+
+def texts(rng: random.Random, n: int) -> list[str]:
+    """``n`` distinct messages of about 300 tokens."""
+    return [
+        f"[{rng.getrandbits(64):x}] " + " ".join(rng.choice(WORDS) for _ in range(280))
+        for _ in range(n)
+    ]
+
+
+async def append_round(client: Redis, appends: int, mode: str, seed: int) -> float:
+    """Messages per second for SESSIONS sessions doing ``appends`` each: "raw" (RPUSH of
+    the JSON), "counted" (the library counts) or "supplied" (counts given)."""
+    rng = random.Random(seed)
+    bodies = [texts(rng, appends) for _ in range(SESSIONS)]
+    run = uuid.uuid4().hex
+    counts = {}
+    if mode == "supplied":
+        counter = TiktokenCounter()
+        counts = {t: counter.count(t) + 3 for session in bodies for t in session}
+
+    async def session(s: int) -> None:
+        messages: list[dict[str, Any]] = [
+            {"role": "user" if i % 2 else "assistant", "content": t}
+            for i, t in enumerate(bodies[s])
+        ]
+        if mode == "raw":
+            key = f"bench:{run}:{s}"
+            for message in messages:
+                body = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+                await client.rpush(key, body.encode())
+            return
+        mem = MemoryInstance.open(client, project="bench", key=f"{run}:{s}")
+        for message in messages:
+            if mode == "supplied":
+                message["tokens"] = counts[message["content"]]
+            await mem.append(message)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(session(s) for s in range(SESSIONS)))
+    return SESSIONS * appends / (time.perf_counter() - started)
+
+
+GROUPS = {
+    "counting (tiktoken and its cache)": ("tokens.py", "counting.py", "CoreBPE"),
+    "validation and serialisation (pydantic)": ("messages.py", "pydantic", "encoding.py"),
+    "script call (gateway, transport, batching, redis-py, hiredis)": (
+        "_wire",
+        "redis/",
+        "hiredis",
+    ),
+}
+
+
+async def profile_round(client: Redis, appends: int) -> None:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    await append_round(client, appends, "counted", seed=99)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    totals = dict.fromkeys([*GROUPS, "event loop and the rest"], 0.0)
+    entries: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    for (filename, _, name), (_, _, tottime, _, _) in entries.items():
+        where = f"{filename} {name}"
+        group = next(
+            (g for g, marks in GROUPS.items() if any(m in where for m in marks)),
+            "event loop and the rest",
+        )
+        totals[group] += tottime
+    whole = sum(totals.values())
+    print("\n| where the event loop's time goes (one counted round, cProfile) | share |")
+    print("| --- | ---: |")
+    for group, seconds in totals.items():
+        print(f"| {group} | {seconds / whole:.0%} |")
+
+
+COLD = """
+import asyncio, sys, time
+t0 = time.perf_counter()
+from redis.asyncio import Redis
+from compozy_memory import MemoryInstance, warm
+async def main():
+    client = Redis.from_url(sys.argv[1])
+    mem = MemoryInstance.open(client, project="cold", key=sys.argv[2])
+    if sys.argv[3] == "warm":
+        await warm(client)
+    started = time.perf_counter()
+    await mem.append({"role": "user", "content": "hello, I need help with my order " * 20})
+    first = time.perf_counter() - started
+    steady = []
+    for i in range(50):
+        started = time.perf_counter()
+        await mem.append({"role": "user", "content": f"turn {i}: " + "more details " * 30})
+        steady.append(time.perf_counter() - started)
+    steady.sort()
+    print(first * 1000, steady[len(steady) // 2] * 1000)
+    await client.aclose()
+asyncio.run(main())
+"""
+
+
+def cold_start(url: str, processes: int) -> None:
+    rows = {}
+    for kind in ("cold", "warm"):
+        firsts, steadies = [], []
+        for _ in range(processes):
+            out = subprocess.run(
+                [sys.executable, "-c", COLD, url, uuid.uuid4().hex, kind],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.split()
+            firsts.append(float(out[0]))
+            steadies.append(float(out[1]))
+        rows[kind] = (statistics.median(firsts), statistics.median(steadies))
+    print(f"\n| a fresh process ({processes} each, medians) | first append ms | steady ms | x |")
+    print("| --- | ---: | ---: | ---: |")
+    for kind, label in (("cold", "no warm()"), ("warm", "after warm()")):
+        first, steady = rows[kind]
+        print(f"| {label} | {first:.2f} | {steady:.2f} | {first / steady:.1f}x |")
+
+
+async def main(args: argparse.Namespace) -> None:
+    server = None if args.url else start_server()
+    url = args.url or server.url  # type: ignore[union-attr]
+    client = Redis.from_url(url, max_connections=SESSIONS)
+    try:
+        modes = ("raw", "counted", "supplied")
+        for mode in modes:  # warm the pool, the scripts and the encoder
+            await append_round(client, 10, mode, seed=0)
+        rates: dict[str, list[float]] = {mode: [] for mode in modes}
+        for r in range(args.rounds):
+            for mode in modes:
+                rates[mode].append(await append_round(client, args.appends, mode, seed=r + 1))
+        rate = {mode: statistics.median(values) for mode, values in rates.items()}
+        print(f"engine: {'embedded valkey' if server else url}; {args.rounds} rounds, medians")
+        print(
+            f"\n| {SESSIONS} sessions x {args.appends} appends, ~300-token messages | msg/s "
+            "| x raw RPUSH |"
+        )
+        print("| --- | ---: | ---: |")
+        for mode, label in (
+            ("raw", "raw RPUSH of the JSON"),
+            ("counted", "append, counted by the library (exact, tiktoken)"),
+            ("supplied", "append, counts supplied"),
+        ):
+            print(f"| {label} | {rate[mode]:,.0f} | {rate[mode] / rate['raw']:.2f}x |")
+        if args.profile:
+            await profile_round(client, args.appends)
+    finally:
+        await client.aclose()
+    try:
+        if args.cold:
+            cold_start(url, args.cold)
+    finally:
+        if server:
+            server.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="an existing server; default: start an embedded Valkey")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--appends", type=int, default=200, help="appends per session per round")
+    parser.add_argument("--profile", action="store_true", help="where the loop's time goes")
+    parser.add_argument("--cold", type=int, default=5, help="fresh processes per kind (0: none)")
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,107 @@
+"""warm(): the scripts, the encoders and a connection ready before the first append."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from compozy_memory import (
+    BackendUnavailableError,
+    MemoryInstance,
+    MemoryManager,
+    MemoryRegistry,
+    connect,
+    warm,
+)
+from compozy_memory._wire.scripts import library
+from compozy_memory._wire.translate import RedisClient
+from integration.engines import EngineSpec
+
+PROJECT = Path(__file__).resolve().parent.parent / "examples" / "project"
+
+
+async def flush_scripts(engine: EngineSpec) -> None:
+    for node in engine.node_clients():
+        await node.function_flush()
+        await node.script_flush()
+        await node.aclose()
+
+
+async def commands_since_reset(engine: EngineSpec) -> dict[str, int]:
+    calls: dict[str, int] = {}
+    for node in engine.node_clients():
+        for name, stats in (await node.info("commandstats")).items():
+            calls[name] = calls.get(name, 0) + int(stats["calls"])
+        await node.aclose()
+    return calls
+
+
+async def reset_stats(engine: EngineSpec) -> None:
+    for node in engine.node_clients():
+        await node.config_resetstat()
+        await node.aclose()
+
+
+async def test_after_warm_the_first_append_loads_nothing(
+    engine: EngineSpec, client: RedisClient, memory_key: str
+) -> None:
+    await flush_scripts(engine)
+    await warm(client)
+    for node in engine.node_clients():  # the library is on every primary
+        names = [
+            dict(zip(e[::2], e[1::2], strict=True))[b"library_name"]
+            for e in await node.function_list()
+        ]
+        assert library().name.encode() in names
+        await node.aclose()
+    await warm(client)  # again: nothing to do, nothing breaks
+    await reset_stats(engine)
+    mem = MemoryInstance.open(client, project="warm", key=memory_key)
+    await mem.append({"role": "user", "content": "hello"})
+    calls = await commands_since_reset(engine)
+    assert "cmdstat_function|load" not in calls
+    assert calls.get("cmdstat_fcall") == 1
+
+
+class Preloading:
+    """A counter that records where its encoder was loaded."""
+
+    thread_safe = True
+
+    def __init__(self) -> None:
+        self.loaded_in: list[str] = []
+
+    def preload(self) -> None:
+        self.loaded_in.append(threading.current_thread().name)
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+
+async def test_warm_loads_each_counters_encoder_off_the_loop(client: RedisClient) -> None:
+    counters = [Preloading(), Preloading()]
+    await warm(client, counters=counters)
+    for counter in counters:
+        assert len(counter.loaded_in) == 1
+        assert counter.loaded_in[0] != threading.current_thread().name
+
+
+async def test_warm_says_when_the_server_cannot_be_reached() -> None:
+    dead = connect("redis://127.0.0.1:1/0")
+    with pytest.raises(BackendUnavailableError):
+        await warm(dead)
+    await dead.aclose()
+
+
+async def test_a_manager_warms_up_when_it_starts(engine: EngineSpec, client: RedisClient) -> None:
+    await flush_scripts(engine)
+    async with MemoryManager(MemoryRegistry.load(PROJECT), client) as manager:
+        for node in engine.node_clients():
+            assert await node.function_list(), "the library is loaded before the first get"
+            await node.aclose()
+        await reset_stats(engine)
+        handle = await manager.get("customer-support", {"workflow": {"input": {"user_id": "u1"}}})
+        await handle.append({"role": "user", "content": "hello"})
+        assert "cmdstat_function|load" not in await commands_since_reset(engine)

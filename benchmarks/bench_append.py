@@ -10,6 +10,9 @@
    rest.
 3. Cold start: a fresh process's first append, with and without ``warm()`` before it,
    against the median of its next 50 appends (``--cold N`` processes of each kind).
+4. Bytes per message: ``MEMORY USAGE`` (exact, ``SAMPLES 0``) summed over every key of a
+   memory holding 500 such messages, each appended on its own, against the JSON payload
+   (role and content, compact) and against a plain list of the same JSON.
 
 Run: ``python -m benchmarks.bench_append [--url URL] [--rounds 3] [--profile] [--cold 5]``.
 """
@@ -35,84 +38,29 @@ from compozy_memory import MemoryInstance, TiktokenCounter
 from compozy_memory.embedded import start_server
 
 SESSIONS = 64
-WORDS = [
-    "the",
-    "customer",
-    "asked",
-    "about",
-    "an",
-    "order",
-    "that",
-    "was",
-    "shipped",
-    "last",
-    "week",
-    "to",
-    "the",
-    "warehouse",
-    "in",
-    "Lisbon",
-    "and",
-    "the",
-    "invoice",
-    "shows",
-    "a",
-    "different",
-    "address",
-    "than",
-    "the",
-    "account",
-    "profile",
-    "so",
-    "we",
-    "opened",
-    "a",
-    "ticket",
-    "with",
-    "billing",
-    "who",
-    "confirmed",
-    "the",
-    "refund",
-    "will",
-    "arrive",
-    "within",
-    "five",
-    "business",
-    "days",
-    "after",
-    "the",
-    "return",
-    "label",
-    "is",
-    "scanned",
-    "by",
-    "the",
-    "carrier",
-    "at",
-    "the",
-    "depot",
-    "near",
-    "Porto",
-    "while",
-    "the",
-    "replacement",
-    "kettle",
-    "ships",
-    "tomorrow",
-    "morning",
-    "with",
-    "tracking",
-    "number",
-]
+SENTENCES = (
+    "Thanks for reaching out about order #{n}, I can see it left our warehouse on Tuesday.",
+    "The carrier marked the parcel as delayed because of the storm near Porto last night.",
+    "I have asked them to prioritise it, and you should get a new tracking link within {n} hours.",
+    "If the kettle arrives damaged, reply here with a photo and we will send a replacement.",
+    "There is no need to return the broken one; keep it or recycle it as you prefer.",
+    "Your refund of {n} euros was approved and should reach your card in five business days.",
+    "Could you confirm the delivery address on your account is still the flat on Rua Augusta?",
+    "I also noticed the billing email differs from the one you use to sign in, shall I update it?",
+    "Our team works from nine to six on weekdays, and the chat is answered on weekends too.",
+    "The warranty covers manufacturing defects for two years from the date of purchase.",
+    "I have added a note to ticket {n} so that whoever picks it up next has the whole story.",
+    "Is there anything else I can help you with today, like changing a subscription?",
+)
 
 
 def texts(rng: random.Random, n: int) -> list[str]:
-    """``n`` distinct messages of about 300 tokens."""
-    return [
-        f"[{rng.getrandbits(64):x}] " + " ".join(rng.choice(WORDS) for _ in range(280))
-        for _ in range(n)
-    ]
+    """``n`` distinct support-chat messages of about 300 tokens (~1,400 bytes)."""
+    out = []
+    for _ in range(n):
+        picked = [rng.choice(SENTENCES).format(n=rng.randint(10, 99_999)) for _ in range(16)]
+        out.append(" ".join(picked))
+    return out
 
 
 async def append_round(client: Redis, appends: int, mode: str, seed: int) -> float:
@@ -149,7 +97,8 @@ async def append_round(client: Redis, appends: int, mode: str, seed: int) -> flo
 
 
 GROUPS = {
-    "counting (tiktoken and its cache)": ("tokens.py", "counting.py", "CoreBPE"),
+    "waiting for I/O or the counting thread (epoll)": ("poll",),
+    "counting on the loop (tiktoken, its cache)": ("tokens.py", "counting.py", "CoreBPE"),
     "validation and serialisation (pydantic)": ("messages.py", "pydantic", "encoding.py"),
     "script call (gateway, transport, batching, redis-py, hiredis)": (
         "_wire",
@@ -227,6 +176,35 @@ def cold_start(url: str, processes: int) -> None:
         print(f"| {label} | {first:.2f} | {steady:.2f} | {first / steady:.1f}x |")
 
 
+async def bytes_per_message(client: Redis) -> None:
+    messages = [
+        {"role": "user" if i % 2 else "assistant", "content": t}
+        for i, t in enumerate(texts(random.Random(7), 500))
+    ]
+    bodies = [json.dumps(m, separators=(",", ":"), ensure_ascii=False) for m in messages]
+    payload = sum(len(body.encode()) for body in bodies)
+    mem = MemoryInstance.open(client, project="bench", key=f"bytes-{uuid.uuid4().hex}")
+    for message in messages:
+        await mem.append(message)
+    usage: dict[str, int] = {}
+    async for key in client.scan_iter(match=f"{mem.key}:*"):
+        name = key.decode().rsplit(":", 1)[-1]
+        usage[name] = int(await client.memory_usage(key, samples=0) or 0)
+    plain = f"bench:plain:{uuid.uuid4().hex}"
+    await client.rpush(plain, *bodies)
+    plain_bytes = int(await client.memory_usage(plain, samples=0) or 0)
+    await client.delete(plain)
+    await mem.clear()
+    total = sum(usage.values())
+    print("\n| 500 messages of ~300 tokens, appended one by one | bytes | x JSON payload |")
+    print("| --- | ---: | ---: |")
+    print(f"| JSON payload (role, content) | {payload:,} | 1.00x |")
+    print(f"| a plain list of that JSON | {plain_bytes:,} | {plain_bytes / payload:.3f}x |")
+    for name, size in sorted(usage.items()):
+        print(f"| this memory's `{name}` | {size:,} | {size / payload:.3f}x |")
+    print(f"| this memory, every key | {total:,} | **{total / payload:.3f}x** |")
+
+
 async def main(args: argparse.Namespace) -> None:
     server = None if args.url else start_server()
     url = args.url or server.url  # type: ignore[union-attr]
@@ -254,6 +232,7 @@ async def main(args: argparse.Namespace) -> None:
             print(f"| {label} | {rate[mode]:,.0f} | {rate[mode] / rate['raw']:.2f}x |")
         if args.profile:
             await profile_round(client, args.appends)
+        await bytes_per_message(client)
     finally:
         await client.aclose()
     try:

@@ -3,8 +3,10 @@
 1. Append throughput at 64 concurrent sessions x 200 appends of ~300-token messages, as a
    user calls it (``MemoryInstance.append`` of a dict, no count given: the library counts
    with its default exact counter), against raw redis-py ``RPUSH`` of the same JSON from the
-   same client, and against the same appends with the counts supplied. Every message's text
-   is new (no cached count helps). Rounds alternate; medians of ``--rounds``.
+   same client, against the same appends with the counts supplied, and through a
+   ``MemoryManager`` (which also updates the project's session index after each write).
+   Every message's text is new (no cached count helps). Rounds alternate; medians of
+   ``--rounds``.
 2. Where an append's time goes on the event loop (``--profile``): cProfile of one counted
    round, grouped into counting, validation and serialisation, the script call, and the
    rest.
@@ -30,11 +32,12 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
 
-from compozy_memory import MemoryInstance, TiktokenCounter
+from compozy_memory import MemoryInstance, MemoryManager, MemoryRegistry, TiktokenCounter
 from compozy_memory.embedded import start_server
 
 SESSIONS = 64
@@ -63,12 +66,18 @@ def texts(rng: random.Random, n: int) -> list[str]:
     return out
 
 
+PROJECT = Path(__file__).resolve().parent.parent / "examples" / "project"
+
+
 async def append_round(client: Redis, appends: int, mode: str, seed: int) -> float:
     """Messages per second for SESSIONS sessions doing ``appends`` each: "raw" (RPUSH of
-    the JSON), "counted" (the library counts) or "supplied" (counts given)."""
+    the JSON), "counted" (the library counts), "supplied" (counts given) or "manager"
+    (counted, through a MemoryManager's handles, which also keep the session index)."""
     rng = random.Random(seed)
     bodies = [texts(rng, appends) for _ in range(SESSIONS)]
     run = uuid.uuid4().hex
+    # Flushing off: this measures appends, not summaries (bench_flush measures those).
+    manager = MemoryManager(MemoryRegistry.load(PROJECT), client, flushing=False)
     counts = {}
     if mode == "supplied":
         counter = TiktokenCounter()
@@ -85,7 +94,12 @@ async def append_round(client: Redis, appends: int, mode: str, seed: int) -> flo
                 body = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
                 await client.rpush(key, body.encode())
             return
-        mem = MemoryInstance.open(client, project="bench", key=f"{run}:{s}")
+        if mode == "manager":
+            mem = await manager.get(
+                "customer-support", {"workflow": {"input": {"user_id": f"{run}:{s}"}}}
+            )
+        else:
+            mem = MemoryInstance.open(client, project="bench", key=f"{run}:{s}")
         for message in messages:
             if mode == "supplied":
                 message["tokens"] = counts[message["content"]]
@@ -210,7 +224,7 @@ async def main(args: argparse.Namespace) -> None:
     url = args.url or server.url  # type: ignore[union-attr]
     client = Redis.from_url(url, max_connections=SESSIONS)
     try:
-        modes = ("raw", "counted", "supplied")
+        modes = ("raw", "counted", "supplied", "manager")
         for mode in modes:  # warm the pool, the scripts and the encoder
             await append_round(client, 10, mode, seed=0)
         rates: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -228,6 +242,7 @@ async def main(args: argparse.Namespace) -> None:
             ("raw", "raw RPUSH of the JSON"),
             ("counted", "append, counted by the library (exact, tiktoken)"),
             ("supplied", "append, counts supplied"),
+            ("manager", "append through MemoryManager, counted (and the session index)"),
         ):
             print(f"| {label} | {rate[mode]:,.0f} | {rate[mode] / rate['raw']:.2f}x |")
         if args.profile:

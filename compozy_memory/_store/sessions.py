@@ -102,7 +102,7 @@ class SessionIndex:
         self.all_key, self.info_key = f"{base}:all", f"{base}:info"
         self._base = base
         if transport is None and client is not None:
-            transport = Transport(client, retry=retry, batching=False, key=base)
+            transport = Transport(client, retry=retry, batching=True, key=base)
         self.client = client
         self._transport = transport
         #: Index updates given up after every attempt (each leaves one entry stale).

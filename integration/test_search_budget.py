@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from compozy_memory import HeuristicCounter, MemoryInstance, MemoryPolicy, Message, SearchPolicy
+from compozy_memory import (
+    HeuristicCounter,
+    Hit,
+    MemoryInstance,
+    MemoryPolicy,
+    Message,
+    SearchPolicy,
+)
 from compozy_memory._model.limits import QUERY_BUDGET
 from compozy_memory._search.analysis import analyze_query, message_index_terms
 from compozy_memory._search.bm25 import Index
@@ -46,6 +53,18 @@ async def reference(client: RedisClient, mem: MemoryInstance) -> Index:
     return index
 
 
+async def search_matches_bm25(
+    client: RedisClient, mem: MemoryInstance, query: str, limit: int
+) -> list[Hit]:
+    """The memory's hits for ``query``, checked against BM25 over the whole archive: the same
+    messages, in the same order, with the same scores (to the precision the script prints)."""
+    hits = await mem.search(query, limit=limit)
+    expected = (await reference(client, mem)).search(analyze_query(query), limit, neighbours=0)
+    assert [h.id for h in hits] == [doc for doc, _ in expected]
+    assert [round(h.score, 4) for h in hits] == [round(s, 4) for _, s in expected]
+    return hits
+
+
 async def archive(mem: MemoryInstance, turns: Sequence[dict[str, Any]]) -> None:
     for start in range(0, len(turns), 500):
         await mem.append_many(turns[start : start + 500])
@@ -64,12 +83,9 @@ async def test_a_term_in_more_documents_than_the_budget_still_counts_exactly(
             text = f"weather at the lighthouse, note {n}" + " weather" * (n % 3)
         turns.append({"role": "user", "content": text, "tokens": 12})
     await archive(mem, turns)
-    query = "weather at the lighthouse"
-    expected = (await reference(client, mem)).search(analyze_query(query), 10, neighbours=0)
-    hits = await mem.search(query, limit=10)
-    assert [h.id for h in hits] == [doc for doc, _ in expected]
-    # The common term's share is in every hit's score: plain BM25, to the printed precision.
-    assert [round(h.score, 4) for h in hits] == [round(s, 4) for _, s in expected]
+    # The common term's share is in every hit's score: plain BM25.
+    hits = await search_matches_bm25(client, mem, "weather at the lighthouse", 10)
+    assert len(hits) == 10
     assert all("lighthouse" in h.message.text for h in hits)
 
 
@@ -89,12 +105,8 @@ async def test_a_number_term_is_not_taken_from_a_length_or_a_count(
     turns[200] = {"role": "user", "content": "lighthouse " * 7, "tokens": 7}  # a tf of 7
     turns[300] = {"role": "user", "content": "lighthouse 7 beam", "tokens": 3}  # the term
     await archive(mem, turns)
-    query = "lighthouse 7"
-    hits = await mem.search(query, limit=3)
-    expected = (await reference(client, mem)).search(analyze_query(query), 3, neighbours=0)
-    assert [h.id for h in hits] == [doc for doc, _ in expected]
+    hits = await search_matches_bm25(client, mem, "lighthouse 7", 3)
     assert sorted(h.id for h in hits) == [101, 201, 301]  # the three lighthouse documents
-    assert [round(h.score, 4) for h in hits] == [round(s, 4) for _, s in expected]
 
 
 async def test_a_rare_term_with_few_documents_is_topped_up_from_the_next_term(
@@ -109,10 +121,6 @@ async def test_a_rare_term_with_few_documents_is_topped_up_from_the_next_term(
     ]
     turns[42] = {"role": "user", "content": "the ferry to Skye leaves the harbour", "tokens": 7}
     await archive(mem, turns)
-    query = "Skye ferry harbour"
-    hits = await mem.search(query, limit=5)
-    expected = (await reference(client, mem)).search(analyze_query(query), 5, neighbours=0)
+    hits = await search_matches_bm25(client, mem, "Skye ferry harbour", 5)
     assert len(hits) == 5
     assert hits[0].id == 43
-    assert [h.id for h in hits] == [doc for doc, _ in expected]
-    assert [round(h.score, 4) for h in hits] == [round(s, 4) for _, s in expected]

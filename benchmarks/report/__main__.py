@@ -14,6 +14,8 @@ import asyncio
 import shutil
 import sys
 import time
+import traceback
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -56,22 +58,46 @@ async def run(binary: str, settings: Settings, command: str) -> dict[str, Any]:
                 "caveat": CAVEAT,
                 "missing": missing,
             }
-            _log(f"appends: {', '.join(c.label for c in present)}")
-            report["appends"] = await throughput(present, client, server.url, settings)
-            _log("budgeted read against history length")
-            report["reads"] = await history_scaling(client, settings)
-            _log("bytes per message and each contender's budgeted read")
-            report["footprint"] = await footprint(present, client, server.url, settings)
-            await client.flushdb()
-            _log("append latency during flushes")
-            report["flushes"] = await during_flushes(client, settings)
-            _log("Cluster against standalone")
-            report["cluster"] = await versus_standalone(
-                client,
-                cluster_client,
-                {"standalone": server.url, "cluster": cluster.url},
-                settings,
-            )
+            sections: list[tuple[str, str, Callable[[], Awaitable[dict[str, Any]]]]] = [
+                (
+                    "appends",
+                    f"appends: {', '.join(c.label for c in present)}",
+                    lambda: throughput(present, client, server.url, settings),
+                ),
+                (
+                    "reads",
+                    "budgeted read against history length",
+                    lambda: history_scaling(client, settings),
+                ),
+                (
+                    "footprint",
+                    "bytes per message and each contender's budgeted read",
+                    lambda: footprint(present, client, server.url, settings),
+                ),
+                (
+                    "flushes",
+                    "append latency during flushes",
+                    lambda: during_flushes(client, settings),
+                ),
+                (
+                    "cluster",
+                    "Cluster against standalone",
+                    lambda: versus_standalone(
+                        client,
+                        cluster_client,
+                        {"standalone": server.url, "cluster": cluster.url},
+                        settings,
+                    ),
+                ),
+            ]
+            for name, title, section in sections:
+                _log(title)
+                try:
+                    report[name] = await section()
+                except Exception as exc:  # one failed section must not lose the others
+                    traceback.print_exc()
+                    report[name] = {"error": f"{type(exc).__name__}: {exc}"}
+                await client.flushdb()
         finally:
             await client.aclose()
             await cluster_client.aclose()
@@ -96,7 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     report = asyncio.run(run(binary, settings, command))
     for path in write(report, options.out):
         _log(f"wrote {path}")
-    return 0
+    failed = [
+        name for name, value in report.items() if isinstance(value, dict) and "error" in value
+    ]
+    if failed:
+        _log(f"failed sections: {', '.join(failed)} (see report.json)")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

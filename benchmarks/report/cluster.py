@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
+
+from redis.exceptions import RedisError
 
 from benchmarks.report.appends import Sample, one_round, wipe
 from benchmarks.report.common import MESSAGE_TOKENS, WINDOW_TOKENS, Settings, median, turn
-from benchmarks.report.libs import COMPOZY, RAW
+from benchmarks.report.libs import COMPOZY, RAW, Contender
 from benchmarks.report.reads import p50_ms
 from compozy_memory import MemoryInstance, SuppliedCounter
 from compozy_memory._wire.translate import RedisClient
@@ -22,20 +25,39 @@ async def _read_p50(client: RedisClient, settings: Settings) -> float:
     return await p50_ms(lambda: memory.read_window(WINDOW_TOKENS), settings.reads)
 
 
+async def _round(
+    contender: Contender, client: RedisClient, sessions: int, appends: int, retried: list[str]
+) -> Sample:
+    """One round; retried once if the client fails. redis-py's asyncio Cluster client closes
+    every connection after one connection error, and the appends in flight on them then fail
+    with ``AttributeError`` (seen once, in the warm-up, on a loaded machine). Retries are counted
+    in the report."""
+    try:
+        return await one_round(contender, client, "", sessions, appends)
+    except (RedisError, AttributeError) as exc:
+        retried.append(f"{contender.name}: {type(exc).__name__}: {exc}")
+        print(f"[bench] retrying a round after {retried[-1]}", file=sys.stderr, flush=True)
+        await wipe(client)
+        return await one_round(contender, client, "", sessions, appends)
+
+
 async def versus_standalone(
     standalone: RedisClient, cluster: RedisClient, urls: dict[str, str], settings: Settings
 ) -> dict[str, Any]:
     clients = {"standalone": standalone, "cluster": cluster}
+    retried: list[str] = []
     for client in clients.values():
         for contender in (RAW, COMPOZY):
-            await one_round(contender, client, "", settings.sessions, 3)
+            await _round(contender, client, settings.sessions, 3, retried)
         await wipe(client)
     samples: dict[tuple[str, str], list[Sample]] = {}
     reads: dict[str, list[float]] = {name: [] for name in clients}
     for _ in range(settings.rounds):
         for where, client in clients.items():
             for contender in (RAW, COMPOZY):
-                sample = await one_round(contender, client, "", settings.sessions, settings.appends)
+                sample = await _round(
+                    contender, client, settings.sessions, settings.appends, retried
+                )
                 samples.setdefault((where, contender.name), []).append(sample)
                 await wipe(client)
             reads[where].append(await _read_p50(client, settings))
@@ -59,4 +81,9 @@ async def versus_standalone(
         "cluster_ms": round(read["cluster"], 4),
         "cluster_ratio": round(read["cluster"] / read["standalone"], 3),
     }
-    return {"baseline": "the same measure on the standalone server", "urls": urls, "rows": rows}
+    return {
+        "baseline": "the same measure on the standalone server",
+        "urls": urls,
+        "retried_rounds": retried,
+        "rows": rows,
+    }

@@ -38,9 +38,23 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["**This is a `--quick` run (a smoke test): its figures mean nothing.**", ""]
     if report["missing"]:
         lines += [f"Not installed, so left out: {', '.join(report['missing'])}.", ""]
+    for name, title, section in (
+        ("appends", "Append throughput and p99", _appends),
+        ("reads", "Budgeted read against history length", _reads),
+        ("footprint", "Bytes per message and the budgeted read", _footprint),
+        ("flushes", "Append latency while the memory is flushed", _flushes),
+        ("cluster", "Cluster against standalone", _cluster),
+    ):
+        if "error" in report[name]:
+            lines += [f"## {title}", "", f"This section failed: `{report[name]['error']}`", ""]
+        else:
+            lines += section(report[name])
+    lines += ["Raw figures of every round are in `report.json`.", ""]
+    return "\n".join(lines)
 
-    a = report["appends"]
-    lines += [
+
+def _appends(a: dict[str, Any]) -> list[str]:
+    return [
         "## Append throughput and p99",
         "",
         f"{a['sessions']} concurrent sessions x {a['appends_per_session']} appends of "
@@ -51,16 +65,17 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "| contender | msg/s | vs raw RPUSH | append p99 (ms) | p99 vs raw | what a call does |",
         "| --- | ---: | ---: | ---: | ---: | --- |",
-    ]
-    for row in a["rows"].values():
-        lines.append(
+        *(
             f"| {row['label']} | {_n(row['msgs_per_s'])} | {row['rate_ratio']:.2f}x "
             f"| {row['p99_ms']:.2f} | {row['p99_ratio']:.2f}x | {row['how']} |"
-        )
-
-    r = report["reads"]
-    lines += [
+            for row in a["rows"].values()
+        ),
         "",
+    ]
+
+
+def _reads(r: dict[str, Any]) -> list[str]:
+    lines = [
         "## Budgeted read against history length",
         "",
         f"`read_window({r['budget_tokens']:,})` (the newest {r['window_messages']} messages), "
@@ -78,10 +93,11 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {row['ratio_to_smallest']:.2f}x | {row['raw_lrange_p50_ms']:.3f} "
             f"| {row['ratio_to_raw']:.2f}x |"
         )
+    return [*lines, ""]
 
-    f = report["footprint"]
-    lines += [
-        "",
+
+def _footprint(f: dict[str, Any]) -> list[str]:
+    lines = [
         f"## Bytes per message and the budgeted read, {f['messages']} messages each",
         "",
         "Bytes: `MEMORY USAGE key SAMPLES 0` summed over every key of one conversation, over "
@@ -104,10 +120,11 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {row['ratio_to_json_payload']:.2f}x | {row['bytes_ratio_to_baseline']:.2f}x "
             f"| {read} | {ratio} |"
         )
+    return [*lines, ""]
 
-    fl = report["flushes"]
-    lines += [
-        "",
+
+def _flushes(fl: dict[str, Any]) -> list[str]:
+    lines = [
         "## Append latency while the memory is flushed",
         "",
         f"{fl['appenders']} appenders on one memory, one append every "
@@ -125,10 +142,11 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {mode} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
             f"| {row['p99_ratio_to_no_flush']:.2f}x |"
         )
+    return [*lines, ""]
 
-    c = report["cluster"]
-    lines += [
-        "",
+
+def _cluster(c: dict[str, Any]) -> list[str]:
+    lines = [
         "## Cluster against standalone",
         "",
         "The same append round and budgeted read on a 3-master Cluster of the same server "
@@ -154,8 +172,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"| {row['label']} (ms) | {row['standalone_ms']:.3f} | {row['cluster_ms']:.3f} "
         f"| {row['cluster_ratio']:.2f}x |"
     )
-    lines += ["", "Raw figures of every round are in `report.json`.", ""]
-    return "\n".join(lines)
+    return [*lines, ""]
 
 
 def charts(report: dict[str, Any], out: Path) -> list[Path]:
@@ -183,80 +200,85 @@ def charts(report: dict[str, Any], out: Path) -> list[Path]:
             ax.text(value, i, f" {ratio}", va="center", fontsize=8)
         ax.margins(x=0.18)
 
-    rows = list(report["appends"]["rows"].values())
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.4))
-    bars(
-        ax,
-        [r["label"] for r in rows],
-        [r["msgs_per_s"] for r in rows],
-        [f"{r['rate_ratio']:.2f}x" for r in rows],
-    )
-    ax.set_xlabel("messages per second (higher is better); ratio to raw RPUSH")
-    ax.set_title(f"Append throughput, {report['appends']['sessions']} concurrent sessions")
-    save(fig, CHARTS["appends"])
+    if "error" not in report["appends"]:
+        rows = list(report["appends"]["rows"].values())
+        fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.4))
+        bars(
+            ax,
+            [r["label"] for r in rows],
+            [r["msgs_per_s"] for r in rows],
+            [f"{r['rate_ratio']:.2f}x" for r in rows],
+        )
+        ax.set_xlabel("messages per second (higher is better); ratio to raw RPUSH")
+        ax.set_title(f"Append throughput, {report['appends']['sessions']} concurrent sessions")
+        save(fig, CHARTS["appends"])
 
-    read_rows = report["reads"]["rows"]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    sizes = [r["messages"] for r in read_rows]
-    ax.plot(sizes, [r["compozy_p50_ms"] for r in read_rows], "o-", label="compozy read_window")
-    ax.plot(sizes, [r["raw_lrange_p50_ms"] for r in read_rows], "s--", label="raw LRANGE")
-    ax.set_xscale("log")
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("messages in the memory")
-    ax.set_ylabel("p50 ms per read")
-    ax.set_title(f"Budgeted read ({report['reads']['budget_tokens']:,} tokens)")
-    ax.legend()
-    save(fig, CHARTS["reads"])
+    if "error" not in report["reads"]:
+        read_rows = report["reads"]["rows"]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        sizes = [r["messages"] for r in read_rows]
+        ax.plot(sizes, [r["compozy_p50_ms"] for r in read_rows], "o-", label="compozy read_window")
+        ax.plot(sizes, [r["raw_lrange_p50_ms"] for r in read_rows], "s--", label="raw LRANGE")
+        ax.set_xscale("log")
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("messages in the memory")
+        ax.set_ylabel("p50 ms per read")
+        ax.set_title(f"Budgeted read ({report['reads']['budget_tokens']:,} tokens)")
+        ax.legend()
+        save(fig, CHARTS["reads"])
 
-    foot = list(report["footprint"]["rows"].values())
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(foot) + 1.4))
-    bars(
-        ax,
-        [r["label"] for r in foot],
-        [r["bytes_per_message"] for r in foot],
-        [f"{r['ratio_to_json_payload']:.2f}x JSON" for r in foot],
-    )
-    ax.set_xlabel("bytes per message in Redis (lower is better)")
-    ax.set_title(f"Memory per message, {report['footprint']['messages']} messages")
-    save(fig, CHARTS["bytes"])
+    if "error" not in report["footprint"]:
+        foot = list(report["footprint"]["rows"].values())
+        fig, ax = plt.subplots(figsize=(8, 0.45 * len(foot) + 1.4))
+        bars(
+            ax,
+            [r["label"] for r in foot],
+            [r["bytes_per_message"] for r in foot],
+            [f"{r['ratio_to_json_payload']:.2f}x JSON" for r in foot],
+        )
+        ax.set_xlabel("bytes per message in Redis (lower is better)")
+        ax.set_title(f"Memory per message, {report['footprint']['messages']} messages")
+        save(fig, CHARTS["bytes"])
 
-    flush = report["flushes"]["rows"]
-    fig, ax = plt.subplots(figsize=(7, 2.6))
-    bars(
-        ax,
-        list(flush),
-        [r["p99_ms"] for r in flush.values()],
-        [f"{r['p99_ratio_to_no_flush']:.2f}x" for r in flush.values()],
-    )
-    ax.set_xscale("log")
-    ax.set_xlabel("append p99, ms (log scale); ratio to no flush")
-    ax.set_title("Append p99 while the memory is flushed")
-    save(fig, CHARTS["flushes"])
+    if "error" not in report["flushes"]:
+        flush = report["flushes"]["rows"]
+        fig, ax = plt.subplots(figsize=(7, 2.6))
+        bars(
+            ax,
+            list(flush),
+            [r["p99_ms"] for r in flush.values()],
+            [f"{r['p99_ratio_to_no_flush']:.2f}x" for r in flush.values()],
+        )
+        ax.set_xscale("log")
+        ax.set_xlabel("append p99, ms (log scale); ratio to no flush")
+        ax.set_title("Append p99 while the memory is flushed")
+        save(fig, CHARTS["flushes"])
 
-    cluster = report["cluster"]["rows"]
-    fig, ax = plt.subplots(figsize=(7, 3))
-    names = ["raw_rpush", "compozy"]
-    width = 0.38
-    xs = range(len(names))
-    ax.bar(
-        [x - width / 2 for x in xs],
-        [cluster[n]["standalone_msgs_per_s"] for n in names],
-        width,
-        label="standalone",
-        color="#888888",
-    )
-    ax.bar(
-        [x + width / 2 for x in xs],
-        [cluster[n]["cluster_msgs_per_s"] for n in names],
-        width,
-        label="3-master Cluster",
-        color="#3b6fb6",
-    )
-    ax.set_xticks(list(xs), [cluster[n]["label"] for n in names])
-    ax.set_ylabel("messages per second")
-    ax.set_title("Append throughput, Cluster against standalone")
-    ax.legend()
-    save(fig, CHARTS["cluster"])
+    if "error" not in report["cluster"]:
+        cluster = report["cluster"]["rows"]
+        fig, ax = plt.subplots(figsize=(7, 3))
+        names = ["raw_rpush", "compozy"]
+        width = 0.38
+        xs = range(len(names))
+        ax.bar(
+            [x - width / 2 for x in xs],
+            [cluster[n]["standalone_msgs_per_s"] for n in names],
+            width,
+            label="standalone",
+            color="#888888",
+        )
+        ax.bar(
+            [x + width / 2 for x in xs],
+            [cluster[n]["cluster_msgs_per_s"] for n in names],
+            width,
+            label="3-master Cluster",
+            color="#3b6fb6",
+        )
+        ax.set_xticks(list(xs), [cluster[n]["label"] for n in names])
+        ax.set_ylabel("messages per second")
+        ax.set_title("Append throughput, Cluster against standalone")
+        ax.legend()
+        save(fig, CHARTS["cluster"])
     return written
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shutil
 import sys
 import time
@@ -113,7 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--server", help="the redis-server binary (default: redis-server on PATH)", default=None
     )
+    parser.add_argument(
+        "--render", type=Path, help="only rewrite the Markdown and charts from this report.json"
+    )
     options = parser.parse_args(argv)
+    if options.render:
+        report = json.loads(options.render.read_text())
+        for path in write(report, options.out):
+            _log(f"wrote {path}")
+        return 0
     binary = options.server or shutil.which("redis-server")
     if binary is None:
         parser.error("redis-server (Redis 7) is not on PATH; install it or pass --server")

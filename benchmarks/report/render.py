@@ -59,7 +59,13 @@ def _appends(a: dict[str, Any]) -> list[str]:
         "",
         f"{a['sessions']} concurrent sessions x {a['appends_per_session']} appends of "
         f"~300-token messages a round, one append awaited at a time per session; p99 is one "
-        "append as its caller waits for it.",
+        "append as its caller waits for it. The async contenders share one event loop and one "
+        "client; LangChain's history is synchronous, so it runs on 16 threads with the client "
+        "each `RedisChatMessageHistory(url=...)` builds, and part of its client work runs "
+        "outside that loop. The libraries run with their defaults (no TTL, no token counts). "
+        "LangChain's is langchain-community's: its maintained successor, langchain-redis, "
+        "stores JSON documents behind a search index and needs the RedisJSON and RediSearch "
+        "modules, which a plain Redis 7 does not have.",
         "",
         f"![append throughput]({CHARTS['appends']})",
         "",
@@ -130,7 +136,9 @@ def _flushes(fl: dict[str, Any]) -> list[str]:
         f"{fl['appenders']} appenders on one memory, one append every "
         f"{fl['interval_ms']:g} ms each, a {fl['summary_delay_ms']:g} ms summarizer, "
         f"{fl['seconds_per_scenario']:g} s a scenario (`benchmarks/bench_flush.py`). The spec's "
-        "design holds the memory's lock across the whole flush and every append takes it.",
+        "design holds the memory's lock across the whole flush and every append takes it. "
+        "A p99 over a few seconds is the slowest 1% of a few thousand appends: it is noisy, "
+        "most of all on a loaded machine.",
         "",
         f"![append p99 during flushes]({CHARTS['flushes']})",
         "",

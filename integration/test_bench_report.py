@@ -19,7 +19,13 @@ import pytest
 
 from benchmarks.report.common import percentile
 from benchmarks.report.libs import contenders
-from benchmarks.report.render import CHARTS
+from benchmarks.report.render import (
+    CHARTS,
+    README_END,
+    README_START,
+    readme_section,
+    update_readme,
+)
 from integration.engines import require_redis7
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,13 +37,21 @@ def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("matplotlib", reason="the bench extra draws the charts with matplotlib")
     out = tmp_path_factory.mktemp("bench-report")
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.report", "--quick", "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.report",
+            "--quick",
+            "--out",
+            str(out),
+            "--server",
+            binary,
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=240,
         check=False,
-        env={"PATH": str(Path(binary).parent) + ":/usr/bin:/bin"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return out
@@ -144,3 +158,33 @@ def test_percentile_is_the_nearest_rank() -> None:
     assert percentile([3.0], 0.99) == 3.0
     with pytest.raises(ValueError, match="no values"):
         percentile([], 0.5)
+
+
+def test_a_full_run_rewrites_only_the_summary_between_the_readme_markers(
+    report: dict[str, Any], tmp_path: Path
+) -> None:
+    readme = tmp_path / "README.md"
+    before, after = "# Title\n\ntext before\n\n", "\n\n## Next\ntext after\n"
+    readme.write_text(f"{before}{README_START}\nstale table\n{README_END}{after}")
+    assert update_readme(report, readme)
+    text = readme.read_text()
+    assert text.startswith(before + README_START)
+    assert text.endswith(README_END + after)
+    assert "stale table" not in text
+    assert f"Redis {report['machine']['redis']}" in text
+    assert "| raw RPUSH (baseline) |" in text
+    assert f"docs/benchmarks/{CHARTS['appends']}" in text
+    readme.write_text("no markers here\n")
+    assert not update_readme(report, readme)
+    assert readme.read_text() == "no markers here\n"
+
+
+def test_the_project_readme_carries_the_published_summary() -> None:
+    text = (ROOT / "README.md").read_text()
+    start, end = text.index(README_START), text.index(README_END)
+    section = text[start:end]
+    assert "| raw RPUSH (baseline) |" in section
+    assert (ROOT / "docs" / "benchmarks" / CHARTS["appends"]).is_file()
+    published = json.loads((ROOT / "docs" / "benchmarks" / "report.json").read_text())
+    assert published["quick"] is False
+    assert readme_section(published) in text

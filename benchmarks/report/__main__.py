@@ -27,7 +27,7 @@ from benchmarks.report.common import Settings, machine
 from benchmarks.report.flushes import during_flushes
 from benchmarks.report.libs import contenders
 from benchmarks.report.reads import footprint, history_scaling
-from benchmarks.report.render import write
+from benchmarks.report.render import update_readme, write
 from compozy_memory import connect
 from compozy_memory.embedded import start_cluster, start_server
 
@@ -107,6 +107,15 @@ async def run(binary: str, settings: Settings, command: str) -> dict[str, Any]:
     return report
 
 
+def _refresh_readme(report: dict[str, Any], out: Path) -> None:
+    """A full run into docs/benchmarks/ also refreshes the summary in the project README."""
+    readme = Path("README.md")
+    if report["quick"] or out.resolve() != Path("docs/benchmarks").resolve():
+        return
+    if readme.is_file() and update_readme(report, readme):
+        _log(f"refreshed the summary in {readme}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="seconds: a smoke test")
@@ -122,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         report = json.loads(options.render.read_text())
         for path in write(report, options.out):
             _log(f"wrote {path}")
+        _refresh_readme(report, options.out)
         return 0
     binary = options.server or shutil.which("redis-server")
     if binary is None:
@@ -131,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     report = asyncio.run(run(binary, settings, command))
     for path in write(report, options.out):
         _log(f"wrote {path}")
+    _refresh_readme(report, options.out)
     failed = [
         name for name, value in report.items() if isinstance(value, dict) and "error" in value
     ]

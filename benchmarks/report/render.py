@@ -295,3 +295,82 @@ def write(report: dict[str, Any], out: Path) -> list[Path]:
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "README.md").write_text(markdown(report))
     return [out / "report.json", out / "README.md", *charts(report, out)]
+
+
+README_START = "<!-- bench:start (written by python -m benchmarks.report) -->"
+README_END = "<!-- bench:end -->"
+
+
+def readme_section(report: dict[str, Any]) -> str:
+    """The summary the project README shows: one table per contender, one of this library's
+    other ratios, and the throughput chart."""
+    m = report["machine"]
+    lines = [
+        README_START,
+        f"From `{report['command']}` on {report['finished_utc']}: Redis {m['redis']}, "
+        f"{m['cpus']} CPUs, Python {m['python']}, load average "
+        f"{m['load_average_at_start'][0]} at the start (a shared machine, busy with other "
+        "work: absolute figures are low and move between runs; the ratios are what compare).",
+        "",
+    ]
+    appends, foot = report["appends"], report["footprint"]
+    if "error" not in appends and "error" not in foot:
+        lines += [
+            "| contender | append msg/s | vs raw RPUSH | append p99 (ms) "
+            f"| bytes/msg (x JSON) | budgeted read of {foot['messages']}, p50 (ms) |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for name, row in appends["rows"].items():
+            f = foot["rows"][name]
+            read = "n/a" if f["read_p50_ms"] is None else f"{f['read_p50_ms']:.2f}"
+            lines.append(
+                f"| {row['label']} | {_n(row['msgs_per_s'])} | {row['rate_ratio']:.2f}x "
+                f"| {row['p99_ms']:.1f} | {_n(f['bytes_per_message'])} "
+                f"({f['ratio_to_json_payload']:.2f}x) | {read} |"
+            )
+        lines.append("")
+    extra = []
+    if "error" not in report["reads"]:
+        rows = report["reads"]["rows"]
+        first, last = rows[0], rows[-1]
+        extra.append(
+            f"| `read_window({report['reads']['budget_tokens']:,})`, p50 "
+            f"| {_n(first['messages'])} messages, {first['compozy_p50_ms']:.3f} ms "
+            f"| {_n(last['messages'])} messages, {last['compozy_p50_ms']:.3f} ms "
+            f"| {last['ratio_to_smallest']:.2f}x |"
+        )
+    if "error" not in report["flushes"]:
+        fl = report["flushes"]["rows"]
+        extra.append(
+            f"| append p99 while flushed | no flush, {fl['no flush']['p99_ms']:.1f} ms "
+            f"| flushing, {fl['compozy']['p99_ms']:.1f} ms "
+            f"| {fl['compozy']['p99_ratio_to_no_flush']:.2f}x (the spec's lock: "
+            f"{fl['lock held across flush']['p99_ratio_to_no_flush']:,.0f}x) |"
+        )
+    if "error" not in report["cluster"]:
+        c = report["cluster"]["rows"]["compozy"]
+        extra.append(
+            f"| append throughput | standalone, {_n(c['standalone_msgs_per_s'])} msg/s "
+            f"| 3-master Cluster, {_n(c['cluster_msgs_per_s'])} msg/s "
+            f"| {c['cluster_rate_ratio']:.2f}x (raw RPUSH: "
+            f"{report['cluster']['rows']['raw_rpush']['cluster_rate_ratio']:.2f}x) |"
+        )
+    if extra:
+        lines += [
+            "| compozy-memory | baseline | measured | ratio |",
+            "| --- | --- | --- | ---: |",
+            *extra,
+            "",
+        ]
+    lines += [f"![append throughput](docs/benchmarks/{CHARTS['appends']})", README_END]
+    return "\n".join(lines)
+
+
+def update_readme(report: dict[str, Any], readme: Path) -> bool:
+    """Replace the text between the markers in ``readme``; False where there are none."""
+    text = readme.read_text()
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        return False
+    readme.write_text(text[:start] + readme_section(report) + text[end + len(README_END) :])
+    return True

@@ -31,7 +31,15 @@ test-lowest:
 demo:
 	scripts/demo
 
+# The published report, docs/benchmarks/ (JSON, Markdown, PNG charts): Redis 7 (redis-server
+# on PATH) and a 3-master Cluster of it; this library against raw RPUSH, the spec's design and
+# other libraries from the bench extra. About 8 minutes; BENCH_ARGS=--quick is a smoke run.
 bench: install
-	.venv/bin/python benchmarks/bench_core.py
+	@stamp=".venv/.bench-$$(cksum pyproject.toml | cut -d' ' -f1)"; \
+	if [ ! -f "$$stamp" ]; then \
+	  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]' \
+	  && rm -f .venv/.bench-* && touch "$$stamp"; \
+	fi
+	.venv/bin/python -m benchmarks.report $(BENCH_ARGS)
 
 all: lint mypy test

@@ -1,0 +1,1 @@
+"""The published side-by-side report: ``python -m benchmarks.report`` (``make bench``)."""

@@ -142,12 +142,16 @@ def serve(host: str, port: int, reply_words: int) -> ThreadingHTTPServer:
     return server
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 in compose)")
     parser.add_argument("--port", type=int, default=8080, help="port; 0 takes a free one")
     parser.add_argument("--reply-words", type=int, default=40, help="words of filler a reply")
-    options = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_args(argv)
     server = serve(options.host, options.port, options.reply_words)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"listening on http://{options.host}:{server.server_address[1]}", flush=True)

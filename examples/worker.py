@@ -9,9 +9,9 @@ The memories flush in the background once they pass their threshold, while every
 keeps writing. Each replica serves its metrics at ``http://ADDR:PORT/metrics``
 (:func:`compozy_memory.start_metrics_server`), which Prometheus scrapes.
 
-The LLM is the stub of ``examples/stub_messages_api.py`` at ``--messages-url`` (default
-``$COMPOZY_MESSAGES_URL``, else http://127.0.0.1:8080), unless ``ANTHROPIC_API_KEY`` is set and
-no URL is given: then it is Anthropic's API.
+The LLM is ``--messages-url`` when given (``$COMPOZY_MESSAGES_URL``); else Anthropic's API when
+``ANTHROPIC_API_KEY`` is set; else the stub of ``examples/stub_messages_api.py`` at
+``--stub-url`` (``$COMPOZY_STUB_URL``, default http://127.0.0.1:8080).
 
 Every message carries ``metadata`` ``{"worker": ID, "seq": N}`` and a dedupe key from them, so
 a retried turn is stored once and a checker can count what each replica wrote. It runs
@@ -51,7 +51,7 @@ from compozy_memory import (
 
 PROJECT_DIR = Path(__file__).resolve().parent / "project"
 AGENT = "support-bot"
-DEFAULT_MESSAGES_URL = "http://127.0.0.1:8080"
+DEFAULT_STUB_URL = "http://127.0.0.1:8080"
 SYSTEM_PROMPT = "You are a support agent for an online shop. Answer briefly."
 QUESTIONS = (
     "My order #{n} arrived damaged, can I get a refund?",
@@ -73,8 +73,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--messages-url",
         default=env("COMPOZY_MESSAGES_URL"),
-        help="base URL of a Messages API (default $COMPOZY_MESSAGES_URL; with neither, the stub "
-        f"at {DEFAULT_MESSAGES_URL}, or Anthropic's API when ANTHROPIC_API_KEY is set)",
+        help="base URL of the Messages API to use, whatever the key (default "
+        "$COMPOZY_MESSAGES_URL); without it: Anthropic's API when ANTHROPIC_API_KEY is set, "
+        "else the stub at --stub-url",
+    )
+    parser.add_argument(
+        "--stub-url",
+        default=env("COMPOZY_STUB_URL", DEFAULT_STUB_URL),
+        help=f"the stub Messages API (default $COMPOZY_STUB_URL, else {DEFAULT_STUB_URL})",
     )
     parser.add_argument("--model", default=env("COMPOZY_MODEL", "claude-haiku-4-5"))
     parser.add_argument("--sessions", type=int, default=6, help="conversations shared by all")
@@ -104,12 +110,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def llm_client(options: argparse.Namespace) -> anthropic.AsyncAnthropic:
-    """Anthropic's API when a key is set and no URL is given; the stub otherwise."""
+    """``--messages-url`` if given; else Anthropic's API when a key is set; else the stub."""
     key = os.environ.get("ANTHROPIC_API_KEY", "")
-    if key and not options.messages_url:
-        return anthropic.AsyncAnthropic(api_key=key)
-    url = options.messages_url or DEFAULT_MESSAGES_URL
-    return anthropic.AsyncAnthropic(base_url=url, api_key=key or "stub", max_retries=3)
+    if options.messages_url:
+        return anthropic.AsyncAnthropic(base_url=options.messages_url, api_key=key or "stub")
+    if key:
+        return anthropic.AsyncAnthropic(base_url="https://api.anthropic.com", api_key=key)
+    return anthropic.AsyncAnthropic(base_url=options.stub_url, api_key="stub")
 
 
 class Worker:

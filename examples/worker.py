@@ -84,6 +84,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--model", default=env("COMPOZY_MODEL", "claude-haiku-4-5"))
     parser.add_argument("--sessions", type=int, default=6, help="conversations shared by all")
+    parser.add_argument("--session-prefix", default="session", help="sessions are PREFIX-<n>")
     parser.add_argument("--turns", type=int, default=0, help="turns to serve (0: no limit)")
     parser.add_argument("--duration", type=float, default=0.0, help="seconds (0: no limit)")
     parser.add_argument("--interval", type=float, default=0.0, help="pause after each turn (s)")
@@ -107,6 +108,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if options.turns < 0 or options.duration < 0 or options.interval < 0:
         parser.error("--turns, --duration and --interval cannot be negative")
     return options
+
+
+def session_context(session: str) -> dict[str, Any]:
+    """What the support-bot's key template reads: its memory key is ``user:<session>``."""
+    return {"workflow": {"id": session, "input": {"user_id": session}}}
 
 
 def llm_client(options: argparse.Namespace) -> anthropic.AsyncAnthropic:
@@ -134,8 +140,7 @@ class Worker:
 
     async def memory(self, session: str) -> MemoryInstance:
         if session not in self.handles:
-            context = {"workflow": {"id": session, "input": {"user_id": session}}}
-            (self.handles[session],) = await self.manager.for_agent(AGENT, context)
+            (self.handles[session],) = await self.manager.for_agent(AGENT, session_context(session))
         return self.handles[session]
 
     def claim(self) -> int | None:
@@ -147,7 +152,9 @@ class Worker:
 
     async def serve(self) -> None:
         while (seq := self.claim()) is not None:
-            session = f"session-{self.random.randrange(self.options.sessions)}"
+            session = (
+                f"{self.options.session_prefix}-{self.random.randrange(self.options.sessions)}"
+            )
             await self.turn(await self.memory(session), seq)
             self.turns[session] += 1
             if self.options.interval:

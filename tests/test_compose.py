@@ -299,3 +299,26 @@ def test_the_python_image_runs_what_the_services_need() -> None:
     ignore = (DEPLOY / "worker.Dockerfile.dockerignore").read_text().split()
     for copied in ("pyproject.toml", "README.md", "compozy_memory/", "lua/", "examples/"):
         assert f"!{copied}" in ignore
+
+
+@pytest.mark.parametrize(
+    ("key", "messages_url", "expected"),
+    [
+        ("", None, "http://messages-stub:8080"),  # compose without a key: the stub
+        ("sk-test", None, "https://api.anthropic.com"),  # with a key: Anthropic's API
+        ("sk-test", "http://127.0.0.1:9/", "http://127.0.0.1:9/"),  # an explicit URL wins
+    ],
+)
+def test_workers_ask_the_stub_unless_a_key_is_set(
+    services: dict[str, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    key: str,
+    messages_url: str | None,
+    expected: str,
+) -> None:
+    options = parse_command(services["worker"], monkeypatch)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+    options.messages_url = messages_url
+    client = load_example("worker").llm_client(options)
+    assert str(client.base_url).rstrip("/") == expected.rstrip("/")
+    assert client.api_key == (key or "stub")

@@ -1,6 +1,6 @@
 """The compose fleet's worker, run as processes here: replicas share memories and lose nothing.
 
-Three ``examples/worker.py`` processes serve the same conversations against one embedded
+Two ``examples/worker.py`` processes serve the same conversations against one embedded
 Valkey, asking ``examples/stub_messages_api.py`` through the real ``anthropic`` client, while
 the memories flush. Afterwards every message each worker says it wrote is in Redis exactly
 once (live, or archived by a flush whose summary covers it), and each worker's ``/metrics``
@@ -29,7 +29,7 @@ from compozy_memory.embedded import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-WORKERS = 3
+WORKERS = 2
 TURNS = 30
 SESSIONS = 3
 

@@ -328,7 +328,7 @@ def check_command(words: list[str]) -> None:
         assert path.is_file(), f"{program}: no such file in the repository"
         assert os.access(path, os.X_OK), f"{program}: not executable"
     elif program == "compozy-memory":
-        subcommand = next(a for a in args if not a.startswith("-"))
+        subcommand = next((a for a in args if not a.startswith("-")), "--help")
         assert cli_has(subcommand), f"compozy-memory {subcommand}: not a registered subcommand"
     elif program == "make":
         targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))

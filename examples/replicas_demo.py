@@ -192,11 +192,15 @@ async def check(client: RedisClient, memory: MemoryInstance) -> tuple[bool, tupl
     )
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a Redis or Valkey URL; default: start an embedded Valkey")
     parser.add_argument("--cluster", action="store_true", help="the URL names a cluster node")
-    options = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    options = parse_args()
     server = None
     url = options.url
     if url is None:

@@ -19,7 +19,7 @@ the Cluster client, which follows the redirect and refreshes its slot map, exact
 unbatched call would. A node that cannot be reached fails its group's calls with
 :class:`~compozy_memory.BackendUnavailableError` (which the retry policy retries) and has the
 slot map read again before the next pipeline is grouped, so the retries find the new owner.
-A group of one call, and a call whose slot the map does not cover, also go alone.
+A call whose slot the map does not cover goes alone.
 """
 
 from __future__ import annotations
@@ -125,9 +125,8 @@ class ClusterBatcher:
         return settle(call.future, self.delivery.run(call.script, call.keys, call.args, call.key))
 
     async def _send(self, node: ClusterNode, calls: list[Call]) -> None:
-        if len(calls) == 1:
-            await self._alone(calls[0])
-            return
+        # A lone call takes this road too: it is much cheaper than the Cluster client's own
+        # dispatch, and a batch of one is common when nodes answer at different times.
         try:
             replies = await self._pipeline(node, calls)
         except redis_errors.RedisError as exc:

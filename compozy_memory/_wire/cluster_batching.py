@@ -160,7 +160,21 @@ class ClusterBatcher:
         ]
         connection = node.acquire_connection()
         try:
-            return await exchange(connection, commands)
+            # A connection marked for reconnect after a topology refresh is renewed first.
+            renew = getattr(node, "disconnect_if_needed", None)
+            if renew is not None:
+                await renew(connection)
+            try:
+                return await exchange(connection, commands)
+            except AttributeError as exc:
+                # redis-py can close a connection of a node while another task uses it (a
+                # refresh of the slot map drops idle connections as they are taken): its
+                # stream becomes None mid-call. That is a dropped connection.
+                if "'NoneType' object" not in str(exc):
+                    raise
+                raise redis_errors.ConnectionError(
+                    f"connection closed while in use ({exc})"
+                ) from exc
         except BaseException as exc:
             # A reply may be half read: the connection cannot be trusted with another caller.
             await connection.disconnect()

@@ -17,6 +17,7 @@ from compozy_memory import ConflictError, HeuristicCounter, MemoryInstance
 from compozy_memory._wire.batching import batcher_for
 from compozy_memory._wire.cluster_batching import ClusterBatcher
 from compozy_memory._wire.delivery import delivery_for, install
+from compozy_memory._wire.scripts import script
 from compozy_memory.embedded import EmbeddedCluster
 
 pytestmark = pytest.mark.cluster
@@ -176,8 +177,14 @@ async def test_scripts_flushed_on_one_node_are_loaded_again_there(
         assert dict(acknowledged) == {c: i for c, i in stored_ids.items() if c != "warm"}
         assert [i for _, i in acknowledged] == list(range(2, TURNS + 2))
     assert delivery.mode == mode
+    # Once more, deterministically: one burst, so one pipeline per node, after a flush.
+    await (victim.script_flush() if mode == "eval" else victim.function_flush())
+    burst = await asyncio.gather(*(m.append({"role": "user", "content": "last"}) for m in mems))
+    assert [r.first_id for r in burst] == [TURNS + 2] * SESSIONS
     if mode == "functions":
         assert await victim.function_list() != []  # loaded again where it was flushed
+    else:
+        assert await victim.script_exists(script("append").sha) == [True]
 
 
 async def _node_id(node: Redis) -> str:

@@ -56,8 +56,9 @@ class ClusterBatcher:
         self.client = client
         self.delivery = delivery_for(client)
         self._queue = Queue(self._flush, self.delivery.run)
-        # The slot map must be read again before calls are grouped: a node failed.
-        self._stale = False
+        # Node failures since the slot map was last read: it is read again before calls are
+        # grouped while there are any.
+        self._failures = 0
 
     async def run(
         self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], *, key: str
@@ -86,7 +87,8 @@ class ClusterBatcher:
             else:
                 await asyncio.gather(*sends)
         except Exception as exc:
-            # Only preparing raises (typed): every send settles its own calls.
+            # Preparing failed (typed), or a send met the unexpected: it has settled its own
+            # calls already, and the others are settled by their own sends.
             fail_all(calls, exc)
         except BaseException as exc:  # cancelled: no caller may wait forever
             fail_all(calls, exc)
@@ -98,9 +100,10 @@ class ClusterBatcher:
             # Idempotent and cheap once done; it also re-reads the map after an unbatched
             # call told the client to (a node it could not reach).
             await self.client.initialize()
-            if self._stale:
-                self._stale = False
+            failures = self._failures
+            if failures:  # concurrent refreshes coalesce in redis-py
                 await self.client.nodes_manager.initialize()
+                self._failures = max(0, self._failures - failures)
 
     def _group(self, calls: list[Call]) -> dict[ClusterNode | None, list[Call]]:
         """The calls by the primary that owns their slot; None: no known owner."""
@@ -181,7 +184,7 @@ class ClusterBatcher:
             if isinstance(exc, (redis_errors.ConnectionError, redis_errors.TimeoutError)):
                 # The node may be gone (a failover): read the slot map again before the
                 # retries are grouped, and drop its idle connections, as redis-py does.
-                self._stale = True
+                self._failures += 1
                 forget = getattr(node, "disconnect_free_connections", None)
                 if forget is not None:
                     await forget()

@@ -125,8 +125,12 @@ async def test_batches_decode_replies_like_their_client(
 async def test_every_client_has_one_shared_batcher(client: RedisClient) -> None:
     from redis.asyncio import RedisCluster
 
-    from compozy_memory._wire.cluster_batching import ClusterBatcher
+    from compozy_memory._wire.cluster_batching import CLUSTER_BATCHING, ClusterBatcher
 
     batcher = batcher_for(client)
     assert batcher is batcher_for(client)
-    assert isinstance(batcher, ClusterBatcher) == isinstance(client, RedisCluster)
+    if isinstance(client, RedisCluster):
+        assert isinstance(batcher, ClusterBatcher) if CLUSTER_BATCHING else batcher is None
+    else:
+        assert batcher is not None
+        assert not isinstance(batcher, ClusterBatcher)

@@ -15,12 +15,17 @@ from redis.asyncio import Redis, RedisCluster
 
 from compozy_memory import ConflictError, HeuristicCounter, MemoryInstance
 from compozy_memory._wire.batching import batcher_for
-from compozy_memory._wire.cluster_batching import ClusterBatcher
+from compozy_memory._wire.cluster_batching import CLUSTER_BATCHING, ClusterBatcher
 from compozy_memory._wire.delivery import delivery_for, install
 from compozy_memory._wire.scripts import script
 from compozy_memory.embedded import EmbeddedCluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(
+        not CLUSTER_BATCHING, reason="this redis-py's Cluster client is too old to batch"
+    ),
+]
 
 SESSIONS = 48
 TURNS = 20

@@ -30,7 +30,7 @@ from typing import Any
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis, RedisCluster
 
-from compozy_memory._wire.cluster_batching import ClusterBatcher
+from compozy_memory._wire.cluster_batching import CLUSTER_BATCHING, ClusterBatcher
 from compozy_memory._wire.delivery import delivery_for
 from compozy_memory._wire.pipelining import (
     MAX_PIPELINE,
@@ -120,10 +120,13 @@ _BATCHERS: weakref.WeakKeyDictionary[RedisClient, Batcher] = weakref.WeakKeyDict
 
 def batcher_for(client: RedisClient) -> Batcher | None:
     """The shared batcher of ``client``: one pipeline per iteration for a standalone client,
-    one per node for a Cluster client; None for anything else."""
+    one per node for a Cluster client; None for anything else (and for a Cluster client of a
+    redis-py too old to batch, see ``CLUSTER_BATCHING``)."""
     batcher = _BATCHERS.get(client)
     if batcher is None:
         if isinstance(client, RedisCluster):
+            if not CLUSTER_BATCHING:
+                return None
             batcher = ClusterBatcher(client)
         elif isinstance(client, Redis):
             batcher = ScriptBatcher(client)

@@ -37,7 +37,14 @@ from compozy_memory._wire.pipelining import MAX_PIPELINE, Call, Queue, exchange,
 from compozy_memory._wire.scripts import Script, ScriptArg
 from compozy_memory._wire.translate import backend_errors, translate
 
-__all__ = ["ClusterBatcher"]
+__all__ = ["CLUSTER_BATCHING", "ClusterBatcher"]
+
+#: Whether this redis-py's Cluster client can be batched. Older ones (5.0) replace every node
+#: object when they read the slot map again, closing connections a pipeline may be using, and
+#: hand no connection back by a public call: their calls go alone, as before.
+CLUSTER_BATCHING = all(
+    hasattr(ClusterNode, name) for name in ("release", "disconnect_free_connections")
+)
 
 # Replies that mean "not here, not now": the command did not run, and the Cluster client
 # knows what to do with them (MovedError is an AskError).
@@ -75,11 +82,9 @@ class ClusterBatcher:
             return
         try:
             await self._prepare(calls[0].key)
-            sends: list[Awaitable[None]] = []
-            for node, group in self._group(calls).items():
-                if node is None:
-                    sends += [self._alone(call) for call in group]
-                    continue
+            groups, unowned = self._group(calls)
+            sends = [self._alone(call) for call in unowned]
+            for node, group in groups:
                 for start in range(0, len(group), MAX_PIPELINE):
                     sends.append(self._send(node, group[start : start + MAX_PIPELINE]))
             if len(sends) == 1:
@@ -105,9 +110,10 @@ class ClusterBatcher:
                 await self.client.nodes_manager.initialize()
                 self._failures = max(0, self._failures - failures)
 
-    def _group(self, calls: list[Call]) -> dict[ClusterNode | None, list[Call]]:
-        """The calls by the primary that owns their slot; None: no known owner."""
-        groups: dict[ClusterNode | None, list[Call]] = {}
+    def _group(self, calls: list[Call]) -> tuple[list[tuple[ClusterNode, list[Call]]], list[Call]]:
+        """The calls by the primary that owns their slot, and those with no known owner."""
+        groups: dict[str, tuple[ClusterNode, list[Call]]] = {}  # by name: older redis-py
+        unowned: list[Call] = []  # nodes are not hashable
         owner = self.client.get_node_from_key
         for call in calls:
             node: ClusterNode | None = None
@@ -116,12 +122,15 @@ class ClusterBatcher:
                     node = owner(call.keys[0])
                 except redis_errors.RedisClusterException:  # a slot the map does not cover
                     node = None
-            group = groups.get(node)
+            if node is None:
+                unowned.append(call)
+                continue
+            group = groups.get(node.name)
             if group is None:
-                groups[node] = [call]
+                groups[node.name] = (node, [call])
             else:
-                group.append(call)
-        return groups
+                group[1].append(call)
+        return list(groups.values()), unowned
 
     def _alone(self, call: Call) -> Awaitable[None]:
         """Send one call by the unbatched road (the Cluster client routes and redirects it)."""
@@ -185,9 +194,7 @@ class ClusterBatcher:
                 # The node may be gone (a failover): read the slot map again before the
                 # retries are grouped, and drop its idle connections, as redis-py does.
                 self._failures += 1
-                forget = getattr(node, "disconnect_free_connections", None)
-                if forget is not None:
-                    await forget()
+                await node.disconnect_free_connections()
             raise
         finally:
             node.release(connection)

@@ -19,7 +19,12 @@ the Cluster client, which follows the redirect and refreshes its slot map, exact
 unbatched call would. A node that cannot be reached fails its group's calls with
 :class:`~compozy_memory.BackendUnavailableError` (which the retry policy retries) and has the
 slot map read again before the next pipeline is grouped, so the retries find the new owner.
-A call whose slot the map does not cover goes alone.
+A call whose slot the map does not cover goes alone; a caller cancelled before its pipeline
+left is not sent at all.
+
+It needs a redis-py whose Cluster nodes hand connections back and keep their node objects
+across a refresh of the slot map (:data:`CLUSTER_BATCHING`); with an older one, Cluster calls
+go alone as they always did.
 """
 
 from __future__ import annotations

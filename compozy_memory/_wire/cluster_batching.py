@@ -60,6 +60,10 @@ _REDIRECTS = (
 )
 
 
+# How many keys' slots are remembered; past that, the memory starts again.
+_SLOT_CACHE = 65_536
+
+
 class ClusterBatcher:
     """Gathers script calls on one Cluster client; sends each iteration's calls as one
     pipeline per owning node."""
@@ -71,6 +75,9 @@ class ClusterBatcher:
         # Node failures since the slot map was last read: it is read again before calls are
         # grouped while there are any.
         self._failures = 0
+        # key -> its hash slot, which never changes (the slot's owner does): hashing every
+        # call's key again cost more than grouping it.
+        self._slots: dict[str, int] = {}
 
     async def run(
         self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], *, key: str
@@ -119,14 +126,19 @@ class ClusterBatcher:
         """The calls by the primary that owns their slot, and those with no known owner."""
         groups: dict[str, tuple[ClusterNode, list[Call]]] = {}  # by name: older redis-py
         unowned: list[Call] = []  # nodes are not hashable
-        owner = self.client.get_node_from_key
+        slots, keyslot = self._slots, self.client.keyslot
+        owners = self.client.nodes_manager.slots_cache
         for call in calls:
             node: ClusterNode | None = None
             if call.keys:
-                try:
-                    node = owner(call.keys[0])
-                except redis_errors.RedisClusterException:  # a slot the map does not cover
-                    node = None
+                key = call.keys[0]
+                slot = slots.get(key)
+                if slot is None:
+                    if len(slots) >= _SLOT_CACHE:
+                        slots.clear()
+                    slot = slots[key] = keyslot(key)
+                replicas = owners.get(slot)
+                node = replicas[0] if replicas else None  # else a slot the map does not cover
             if node is None:
                 unowned.append(call)
                 continue

@@ -122,9 +122,15 @@ async def test_batches_decode_replies_like_their_client(
         await client.aclose()
 
 
-async def test_cluster_clients_are_not_batched(client: RedisClient) -> None:
+async def test_every_client_has_one_shared_batcher(client: RedisClient) -> None:
     from redis.asyncio import RedisCluster
 
-    assert (batcher_for(client) is None) == isinstance(client, RedisCluster)
-    if not isinstance(client, RedisCluster):
-        assert batcher_for(client) is batcher_for(client)
+    from compozy_memory._wire.cluster_batching import CLUSTER_BATCHING, ClusterBatcher
+
+    batcher = batcher_for(client)
+    assert batcher is batcher_for(client)
+    if isinstance(client, RedisCluster):
+        assert isinstance(batcher, ClusterBatcher) if CLUSTER_BATCHING else batcher is None
+    else:
+        assert batcher is not None
+        assert not isinstance(batcher, ClusterBatcher)

@@ -5,9 +5,10 @@ Every call of a :class:`~compozy_memory._wire.gateway.MemoryGateway` goes throug
 
 * with a :class:`WaitPolicy`, a write goes out in a pipeline of its own followed by ``WAIT``
   or ``WAITAOF``, so the acknowledgement counts that write's connection;
-* otherwise, on a standalone client, calls made in the same event-loop iteration share one
-  pipeline (:mod:`compozy_memory._wire.batching`);
-* on a Cluster client, each call goes alone, once the client has been initialised.
+* otherwise, calls made in the same event-loop iteration share one pipeline on a standalone
+  client (:mod:`compozy_memory._wire.batching`), one pipeline per node on a Cluster client
+  (:mod:`compozy_memory._wire.cluster_batching`);
+* with batching off, each call goes alone (on a Cluster, once the client is initialised).
 
 Calls that meet an unreachable server are retried within the :class:`RetryPolicy`.
 

@@ -1,0 +1,140 @@
+"""What both batchers share: the queued call, packing, one round trip, settling a caller.
+
+:mod:`compozy_memory._wire.batching` (standalone clients) and
+:mod:`compozy_memory._wire.cluster_batching` (Cluster clients) gather the script calls of one
+event-loop iteration and send them as non-transactional pipelines; this module holds the parts
+that do not depend on where a pipeline goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, NamedTuple, Protocol, cast
+
+from redis import exceptions as redis_errors
+from redis.asyncio.connection import AbstractConnection
+
+from compozy_memory._wire.scripts import Script, ScriptArg
+
+__all__ = ["MAX_PIPELINE", "Batcher", "Call", "Queue", "exchange", "fail_all", "settle"]
+
+#: The most calls one pipeline carries; a larger iteration goes out as several.
+MAX_PIPELINE = 256
+
+# hiredis's stub types the command as a one-element tuple; it takes any length.
+_Packer = Callable[[tuple[Any, ...]], bytes]
+_pack: _Packer | None
+try:  # redis[hiredis] brings it; without it, redis-py's own packer is used
+    from hiredis import pack_command
+
+    _pack = cast(_Packer, pack_command)
+except ImportError:  # pragma: no cover
+    _pack = None
+
+
+class Batcher(Protocol):
+    """What the transport needs of a batcher."""
+
+    async def run(
+        self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], *, key: str
+    ) -> Any: ...
+
+
+class Call(NamedTuple):
+    """One caller's script call, waiting for its pipeline."""
+
+    script: Script
+    keys: Sequence[str]
+    args: Sequence[ScriptArg]
+    key: str
+    future: asyncio.Future[Any]
+
+
+class Queue:
+    """The calls of the current event-loop iteration, handed to ``flush`` on the next one.
+
+    A call made from another event loop while this one has calls queued is not queued: it
+    is sent by ``direct`` (the caller's own round trip)."""
+
+    def __init__(
+        self,
+        flush: Callable[[list[Call]], None],
+        direct: Callable[[Script, Sequence[str], Sequence[ScriptArg], str], Awaitable[Any]],
+    ) -> None:
+        self._flush = flush
+        self._direct = direct
+        self._pending: list[Call] = []
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def run(
+        self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], key: str
+    ) -> Any:
+        loop = asyncio.get_running_loop()
+        if self.loop is not loop:
+            if self._pending:  # a call from another loop while this one has work queued
+                return await self._direct(script, keys, args, key)
+            self.loop = loop
+        future: asyncio.Future[Any] = loop.create_future()
+        self._pending.append(Call(script, keys, args, key, future))
+        if len(self._pending) == 1:
+            loop.call_soon(self._take)
+        return await future
+
+    def _take(self) -> None:
+        pending, self._pending = self._pending, []
+        self._flush(pending)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as a task of the queue's loop, kept referenced until it ends."""
+        assert self.loop is not None
+        task = self.loop.create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+
+async def exchange(connection: AbstractConnection, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """Send ``commands`` on ``connection`` in one write and read every reply, in order.
+
+    A command's error reply comes back as its exception, in its place. Any other failure
+    propagates, and the caller must disconnect ``connection``: a reply may be half read.
+
+    Commands are packed by hiredis, in C: redis-py's asyncio connection packs in Python, which
+    costs more than the script itself for an 11-argument FCALL."""
+    if _pack is not None:
+        payload: bytes | list[bytes] = b"".join(_pack(command) for command in commands)
+    else:  # pragma: no cover
+        payload = connection.pack_commands(commands)
+    await connection.send_packed_command(payload, check_health=False)
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(await connection.read_response())
+        except redis_errors.ResponseError as exc:
+            replies.append(exc)
+    return replies
+
+
+def fail_all(calls: Sequence[Call], exc: BaseException) -> None:
+    """Settle every call still waiting with ``exc`` (cancelled, for a cancellation)."""
+    for call in calls:
+        future = call.future
+        if future.done():
+            continue
+        if isinstance(exc, asyncio.CancelledError):
+            future.cancel()
+        else:
+            future.set_exception(exc)
+
+
+async def settle(future: asyncio.Future[Any], call: Awaitable[Any]) -> None:
+    """Await ``call`` and give its outcome to ``future``, unless its caller has gone."""
+    try:
+        result = await call
+    except Exception as exc:
+        if not future.done():
+            future.set_exception(exc)
+    else:
+        if not future.done():
+            future.set_result(result)

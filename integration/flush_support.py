@@ -235,7 +235,8 @@ async def audit(client: RedisClient, key: str, acknowledged: Sequence[int] = ())
     summary_envs = [json.loads(e) for e in await client.lrange(keys.summaries, 0, -1)]
     archive_envs = [json.loads(e) for e in await client.lrange(keys.archive, 0, -1)]
     raw_meta = await client.hgetall(keys.meta)
-    meta = {_text(k): int(v) for k, v in raw_meta.items()}
+    # (not the processes' dedupe records, w:<process>: text, not counts)
+    meta = {_text(k): int(v) for k, v in raw_meta.items() if not _text(k).startswith("w:")}
 
     live = [e["id"] for e in live_envs]
     covered = [i for s in summary_envs for a, b in s["covers"] for i in range(a, b + 1)]

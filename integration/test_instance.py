@@ -426,6 +426,44 @@ async def test_all_keys_of_an_instance_share_one_cluster_slot(
         await client.aclose()
 
 
+async def test_a_handles_own_keys_are_remembered_compactly_within_the_window(
+    client: RedisClient, memory_key: str
+) -> None:
+    # A call with no dedupe_key gets '~<process>:<n>'. One process's keys share one record
+    # (meta 'w:<process>') and one member of the dedupe set, not one member a write.
+    mem = memory(client, memory_key, counter=HeuristicCounter())
+    token = "~testprocess:7"
+    first = await mem.append({"role": "user", "content": "a"}, dedupe_key=token)
+    for i in range(300):
+        await mem.append({"role": "user", "content": f"m{i}"}, dedupe_key=f"~testprocess:{8 + i}")
+    await mem.append({"role": "user", "content": "mine"}, dedupe_key="event-1")
+    for i in range(20):
+        await mem.append({"role": "user", "content": f"o{i}"})  # this process's own keys
+    members = {
+        m.decode() for m in await client.zrange(mem.keys.dedupe, 0, -1) if isinstance(m, bytes)
+    }
+    assert {"~testprocess", "event-1"} <= members
+    assert len(members) == 3  # two processes (this one too) and one caller's key
+    again = await mem.append({"role": "user", "content": "a"}, dedupe_key=token)
+    assert again.duplicate
+    assert again.ids == first.ids
+    other = await mem.append({"role": "user", "content": "x"}, dedupe_key="~other:7")
+    assert not other.duplicate
+    health = await mem.health()  # bookkeeping stays out of the totals a caller reads
+    assert health.message_count == 323
+    # The window holds for these keys as for a caller's: forgotten 1,000 messages on.
+    filler = [{"role": "user", "content": "f", "tokens": 1} for _ in range(500)]
+    await mem.append_many(filler)
+    assert (await mem.append({"role": "user", "content": "a"}, dedupe_key=token)).duplicate
+    await mem.append_many(filler)
+    await mem.append_many(filler)
+    late = await mem.append({"role": "user", "content": "a"}, dedupe_key=token)
+    assert not late.duplicate
+    # A process that wrote nothing for the window is forgotten with its record.
+    assert await client.hget(mem.keys.meta, "w:other") is None
+    assert await client.zscore(mem.keys.dedupe, "~other") is None
+
+
 async def test_a_dedupe_key_stores_once_within_its_window(
     client: RedisClient, memory_key: str
 ) -> None:

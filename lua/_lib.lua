@@ -562,9 +562,28 @@ local function dedupe_arg(value)
   return value
 end
 
+-- A key the handles make up themselves, '~<process>:<n>' (a random prefix per process and a
+-- counter), is remembered compactly, as the process's writes to this memory are many and its
+-- keys alike: meta field 'w:<process>' lists ',n:last_id' per write in the order the writes
+-- were applied (so by last_id), and the dedupe set holds one member '~<process>' scored by
+-- its newest write, so the sweep below forgets a quiet process's list with the rest. A
+-- caller's own key is a member of the dedupe set itself.
+local function made_up(token)
+  return string.match(token, '^~([%w_%-]+):(%d+)$')
+end
+
 -- Returns the last id the write with this key was given, or nil if it is not remembered.
-local function dedupe_seen(key, token)
+local function dedupe_seen(meta, key, token)
   if token == '' then
+    return nil
+  end
+  local process, n = made_up(token)
+  if process then
+    local list = redis.call('HGET', meta, 'w:' .. process)
+    local at = list and string.find(list, ',' .. n .. ':', 1, true)
+    if at then
+      return tonumber(string.match(list, '^,%d+:(%d+)', at))
+    end
     return nil
   end
   local score = redis.call('ZSCORE', key, token)
@@ -582,20 +601,49 @@ local function dedupe_reply(meta, last, n)
     t[4] or ''}
 end
 
+-- Before members leave the dedupe set: drops the lists of the processes among them.
+local function dedupe_forget(meta, members)
+  for _, member in ipairs(members) do
+    if string.sub(member, 1, 1) == '~' then
+      redis.call('HDEL', meta, 'w:' .. string.sub(member, 2))
+    end
+  end
+end
+
 -- Remembers token for the write whose last id is last_id. Keys whose write ended more than
--- DEDUPE_WINDOW ids ago are swept each time the ids cross a multiple of DEDUPE_SWEEP; the
--- set never holds more than DEDUPE_WINDOW + DEDUPE_SWEEP keys, even for writes that add no
--- ids (replace with no messages).
-local function dedupe_record(key, token, first_id, last_id)
+-- DEDUPE_WINDOW ids ago are forgotten: a process's list loses them at its front as it writes,
+-- and the set is swept each time the ids cross a multiple of DEDUPE_SWEEP; the set never
+-- holds more than DEDUPE_WINDOW + DEDUPE_SWEEP members, even for writes that add no ids
+-- (replace with no messages).
+local function dedupe_record(meta, key, token, first_id, last_id)
   if token == '' then
     return
   end
-  redis.call('ZADD', key, last_id, token)
+  local process, n = made_up(token)
+  if process then
+    local field = 'w:' .. process
+    local list = (redis.call('HGET', meta, field) or '') .. ',' .. n .. ':' .. last_id
+    local from, cut = 1, last_id - DEDUPE_WINDOW
+    while true do
+      local old, stop = string.match(list, '^,%d+:(%d+)()', from)
+      if old == nil or tonumber(old) >= cut then
+        break
+      end
+      from = stop
+    end
+    redis.call('HSET', meta, field, string.sub(list, from))
+    redis.call('ZADD', key, last_id, '~' .. process)
+  else
+    redis.call('ZADD', key, last_id, token)
+  end
   if math.floor(last_id / DEDUPE_SWEEP) ~= math.floor((first_id - 1) / DEDUPE_SWEEP) then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (last_id - DEDUPE_WINDOW))
+    local cut = '(' .. (last_id - DEDUPE_WINDOW)
+    dedupe_forget(meta, redis.call('ZRANGEBYSCORE', key, '-inf', cut))
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', cut)
   end
   local size = redis.call('ZCARD', key)
   if size > DEDUPE_WINDOW + DEDUPE_SWEEP then
+    dedupe_forget(meta, redis.call('ZRANGE', key, 0, size - DEDUPE_WINDOW - 1))
     redis.call('ZREMRANGEBYRANK', key, 0, size - DEDUPE_WINDOW - 1)
   end
 end

@@ -18,7 +18,7 @@ local dedupe_key = dedupe_arg(a_dedupe_key)
 local n = int_arg(a_n, 'n', 1, MAX_BATCH)
 local batch = validate_batch(ARGV, ARGS_FROM, n, max_tokens)
 
-local seen = dedupe_seen(k_dedupe, dedupe_key)
+local seen = dedupe_seen(k_meta, k_dedupe, dedupe_key)
 if seen ~= nil then
   return dedupe_reply(k_meta, seen, n)
 end
@@ -27,6 +27,6 @@ end
 local deltas = new_deltas()
 deltas.summary_tokens = 0
 local first_id, last_id, values = push_batch(k_msgs, k_meta, batch, deltas)
-dedupe_record(k_dedupe, dedupe_key, first_id, last_id)
+dedupe_record(k_meta, k_dedupe, dedupe_key, first_id, last_id)
 apply_ttl(KEYS, ttl_ms)
 return {first_id, last_id, values.tokens, values.count, values.summary_tokens, 0, values.inc}

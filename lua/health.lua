@@ -5,7 +5,15 @@
 -- Returns: a flat list of field, value pairs: every field of meta (tokens, count, last_id,
 -- p:<priority>:tokens, p:<priority>:count, archived, inc, ...) then '_msgs_len',
 -- '_archive_len', '_summaries_len', '_recalled_len' and '_ttl_ms' (meta's PTTL: -1 none, -2 no such key).
-local out = redis.call('HGETALL', k_meta)
+-- (not the processes' dedupe lists, 'w:<process>': bookkeeping, and long)
+local out = {}
+local meta = redis.call('HGETALL', k_meta)
+for i = 1, #meta, 2 do
+  if string.sub(meta[i], 1, 2) ~= 'w:' then
+    out[#out + 1] = meta[i]
+    out[#out + 1] = meta[i + 1]
+  end
+end
 out[#out + 1] = '_msgs_len'
 out[#out + 1] = redis.call('LLEN', k_msgs)
 out[#out + 1] = '_archive_len'

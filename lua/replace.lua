@@ -28,7 +28,7 @@ local n_old = int_arg(a_n_old, 'n_old', 0, nil)
 local n = int_arg(a_n, 'n', 0, MAX_BATCH)
 local olds = ARGS_FROM - 1
 local batch = validate_batch(ARGV, ARGS_FROM + 2 * n_old, n, max_tokens)
-local seen = dedupe_seen(k_dedupe, dedupe_key)
+local seen = dedupe_seen(k_meta, k_dedupe, dedupe_key)
 if seen ~= nil then
   return dedupe_reply(k_meta, seen, n)
 end
@@ -72,6 +72,6 @@ deltas.summary_tokens = 0
 deltas.replaced = 1
 local first_id, values
 first_id, last_id, values = push_batch(k_msgs, k_meta, batch, deltas)
-dedupe_record(k_dedupe, dedupe_key, last_id + 1 - n, last_id)
+dedupe_record(k_meta, k_dedupe, dedupe_key, last_id + 1 - n, last_id)
 apply_ttl(KEYS, ttl_ms)
 return {first_id, last_id, values.tokens, values.count, values.summary_tokens, 0, values.inc}

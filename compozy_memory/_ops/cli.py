@@ -37,7 +37,16 @@ from typing import Annotated
 import typer
 
 from compozy_memory._ops import demo, inspect_cmds, maintain_cmds, render_key, setup_cmds
-from compozy_memory._ops.common import EXIT_ABORTED, EXIT_USAGE, CliError, Settings, exit_code
+from compozy_memory._ops.common import (
+    EXIT_ABORTED,
+    EXIT_AUTH,
+    EXIT_PERMISSION,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    CliError,
+    Settings,
+    exit_code,
+)
 from compozy_memory.errors import CompozyMemoryError
 
 __all__ = ["app", "main"]
@@ -108,6 +117,13 @@ app.command("render-key")(render_key.render_key)
 app.command("demo")(demo.demo)
 
 
+_LABELS = {
+    EXIT_UNREACHABLE: "server unreachable: ",
+    EXIT_AUTH: "authentication failed: ",
+    EXIT_PERMISSION: "permission denied: ",
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI on ``argv`` (default: the process's arguments); returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -125,9 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _ClickException as exc:
         exc.show()  # type: ignore[attr-defined]
         return int(exc.exit_code)  # type: ignore[attr-defined]
-    except (CliError, CompozyMemoryError) as exc:
+    except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return exit_code(exc)
+        return exc.code
+    except CompozyMemoryError as exc:
+        code = exit_code(exc)
+        print(f"error: {_LABELS.get(code, '')}{exc}", file=sys.stderr)
+        return code
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, without a traceback at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

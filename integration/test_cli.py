@@ -132,7 +132,15 @@ async def test_show_prints_health_and_the_last_messages(
     fleet: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
     await fleet.memory("ann lee", 3)
-    argv: tuple[str, ...] = ("show", "-p", fleet.project, "chat:user:ann_x20lee", "-n", "2", "--json")
+    argv: tuple[str, ...] = (
+        "show",
+        "-p",
+        fleet.project,
+        "chat:user:ann_x20lee",
+        "-n",
+        "2",
+        "--json",
+    )
     assert await asyncio.to_thread(fleet.run, *argv) == 0
     shown = out_json(capsys)
     assert shown["key"] == "chat:user:ann_x20lee"
@@ -156,8 +164,9 @@ async def test_tail_follows_new_messages_until_its_count(
     fleet: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
     memory = await fleet.memory("ann", 1)
-    argv: tuple[str, ...] = ("tail", "-p", fleet.project, "chat:user:ann", "-n", "1", "-f", "--count", "3",
-            "--timeout", "20", "--interval", "0.02", "--json")  # fmt: skip
+    argv: tuple[str, ...] = ("tail", "-p", fleet.project, "chat:user:ann", "-n", "1", "-f",
+                             "--count", "3", "--timeout", "20", "--interval", "0.02",
+                             "--json")  # fmt: skip
     follower = asyncio.create_task(asyncio.to_thread(fleet.run, *argv))
     await asyncio.sleep(0.5)
     for n in range(4):
@@ -193,7 +202,15 @@ async def test_flush_runs_a_flush_and_reports_it(
     fleet: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
     memory = await fleet.memory("ann", 40)  # 400 tokens: over the 80% threshold of 400
-    argv: tuple[str, ...] = ("flush", "-p", fleet.project, "chat:user:ann", "--config", str(fleet.folder), "--json")
+    argv: tuple[str, ...] = (
+        "flush",
+        "-p",
+        fleet.project,
+        "chat:user:ann",
+        "--config",
+        str(fleet.folder),
+        "--json",
+    )
     assert await asyncio.to_thread(fleet.run, *argv) == 0
     report = out_json(capsys)
     assert report["outcome"] == "summarised"

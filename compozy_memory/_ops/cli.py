@@ -149,10 +149,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {_LABELS.get(code, '')}{exc}", file=sys.stderr)
         return code
     except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, without a traceback at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return _reader_gone()
+    except SystemExit as exc:  # typer's own way out when the reader went away
+        if isinstance(exc.__context__, BrokenPipeError):
+            return _reader_gone()
+        raise
     return result if isinstance(result, int) else 0
+
+
+def _reader_gone() -> int:
+    """The reader went away (`| head`): stop quietly, without a traceback at exit."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover - a stdout without a file descriptor
+        pass
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -162,9 +162,12 @@ async def _scan(client: RedisClient, node: Any, cursor: Any, match: str) -> tupl
     reply = await client.execute_command(
         "SCAN", cursor, "MATCH", match, "COUNT", _SCAN_COUNT, target_nodes=node
     )
-    if isinstance(reply, dict):  # {node name: reply} from some redis-py versions
+    if isinstance(reply, dict):  # {node name: reply}
         (reply,) = reply.values()
-    return reply[0], list(reply[1])
+    cursor, keys = reply
+    if isinstance(cursor, dict):  # redis-py's cluster SCAN: ({node name: cursor}, keys)
+        (cursor,) = cursor.values()
+    return cursor, list(keys)
 
 
 def _timestamp(envelope: bytes | str | None) -> int | None:

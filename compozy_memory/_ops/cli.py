@@ -27,6 +27,7 @@ Exit codes:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -159,10 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _reader_gone() -> int:
     """The reader went away (`| head`): stop quietly, without a traceback at exit."""
-    try:
+    with contextlib.suppress(OSError, ValueError):  # a stdout without a file descriptor
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError):  # pragma: no cover - a stdout without a file descriptor
-        pass
     return 0
 
 

@@ -28,12 +28,13 @@ Exit codes:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -125,12 +126,17 @@ _LABELS = {
 }
 
 
+@functools.cache
+def _command() -> Any:
+    """The click command typer builds from ``app`` (built once: it reads every signature)."""
+    return typer.main.get_command(app)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI on ``argv`` (default: the process's arguments); returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        command = typer.main.get_command(app)
-        result = command.main(args=args, prog_name="compozy-memory", standalone_mode=False)
+        result = _command().main(args=args, prog_name="compozy-memory", standalone_mode=False)
     except _UsageError as exc:
         exc.show()  # type: ignore[attr-defined]
         return EXIT_USAGE

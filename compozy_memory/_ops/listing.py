@@ -10,7 +10,7 @@ Two sources, because a memory reaches the session index only when it is written 
 * **a scan** (``--scan``): every memory that has a ``meta`` key, whoever wrote it.
   ``SCAN MATCH compozy:<project>:memory:*:meta`` on every primary of a Cluster, then the
   totals (``HMGET meta tokens count``), ``PTTL`` and the newest envelope's time
-  (``LINDEX msgs -1``) in pipelines of 500. The cost is the server's keyspace, so it is the
+  (``LINDEX msgs -1``) in pipelines of 1000. The cost is the server's keyspace, so it is the
   tool for a memory the index does not know, not for every call.
 
 Neither adds anything to the append path: the index is the one the manager already keeps.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
@@ -32,7 +32,7 @@ from compozy_memory._wire.translate import RedisClient, backend_errors
 
 __all__ = ["MemoryRow", "from_index", "from_scan"]
 
-_PIPELINE = 500
+_PIPELINE = 1000
 _SCAN_COUNT = 1000
 _TS = re.compile(rb'"ts":(\d+)')
 
@@ -53,7 +53,15 @@ class MemoryRow:
     exists: bool
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            "key": self.key,
+            "agent": self.agent,
+            "messages": self.messages,
+            "tokens": self.tokens,
+            "ttl_ms": self.ttl_ms,
+            "last_active_ms": self.last_active_ms,
+            "exists": self.exists,
+        }
 
 
 async def from_index(

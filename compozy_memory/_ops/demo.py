@@ -86,6 +86,10 @@ def demo(
     if json_mode:
         out.data({"url": options.url, "replicas": stats, "memories": rows, "complete": complete})
     else:
+        fleet = [(str(n), str(r["appends"]), str(r["flushes"]), str(r["skipped"]))
+                 for n, r in enumerate(stats)]  # fmt: skip
+        if not out.stderr.is_terminal:  # on a terminal the live table showed them
+            out.table(("REPLICA", "APPENDS", "FLUSHES", "SKIPPED (LOCK HELD)"), fleet)
         table = [
             (r["key"], str(r["last_id"]), str(r["messages"]), str(r["tokens"]),
              str(r["summaries"]), str(r["flushes"]), "yes" if r["complete"] else "NO")

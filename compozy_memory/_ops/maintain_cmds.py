@@ -97,7 +97,9 @@ async def _flush(
     if config is not None:
         registry = MemoryRegistry.load(config)
         if registry.project != keys.project:
-            raise fail(f"{config} is project {registry.project!r}, not {keys.project!r}", 2)
+            raise fail(
+                f"{config} is project {registry.project!r}, not {keys.project!r}", EXIT_USAGE
+            )
         resource = registry.get(memory_id or keys.key.partition(":")[0])
         counter = default_counter()
         settings_ = flush_settings(resource)

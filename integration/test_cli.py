@@ -193,6 +193,9 @@ async def test_export_writes_markdown_and_jsonl_that_imports_back(
     target = tmp_path / "ann.jsonl"
     argv = ("export", "-p", fleet.project, "chat:user:ann", "-f", "jsonl", "-o", str(target))
     assert await asyncio.to_thread(fleet.run, *argv) == 0
+    argv = ("export", "-p", fleet.project, "chat:user:ann", "--json")
+    assert await asyncio.to_thread(fleet.run, *argv) == 0
+    assert capsys.readouterr().out == target.read_text()  # --json: JSON Lines to stdout
     copy = MemoryInstance.open(fleet.client, project=fleet.project, key="copy")
     assert await copy.import_transcript(target.read_text()) == 4
     assert await copy.export_transcript("jsonl") == target.read_text()

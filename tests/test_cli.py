@@ -142,3 +142,10 @@ def test_passwords_are_not_shown_in_messages() -> None:
     assert redact("redis://bot:s3cret@host:6379/0") == "redis://bot:***@host:6379/0"
     assert redact("rediss://:s3cret@host/0") == "rediss://:***@host/0"
     assert redact("redis://host:6379/0") == "redis://host:6379/0"
+
+
+def test_acl_json_gives_the_line_as_tokens(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["acl", "--project", "acme", "--user", "bot", "--read-only", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["command"][:4] == ["ACL", "SETUSER", "bot", "reset"]
+    assert "%R~compozy:acme:memory:*" in report["command"]

@@ -258,11 +258,14 @@ def export(
         bool, typer.Option(help="markdown: also the archived originals (jsonl always has them)")
     ] = False,
     text: TextOption = False,
+    json_mode: Annotated[bool, typer.Option("--json", help="the same as --format jsonl")] = False,
 ) -> None:
     """The whole transcript: Markdown to read, or JSON Lines (every envelope, archive and
     summaries included) that import_transcript reads back."""
     out = Out()
     keys = memory_keys(project, key, text=text)
+    if json_mode:
+        format = "jsonl"
     transcript = asyncio.run(_export(ctx, keys, format, include_archived, out))
     if output is None:
         sys.stdout.write(transcript)

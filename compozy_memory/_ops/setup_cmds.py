@@ -59,13 +59,17 @@ def acl(
     password: Annotated[
         str, typer.Option(help="put in the line as >password (default: a placeholder)")
     ] = "<password>",  # noqa: S107 - a placeholder the operator replaces
+    json_mode: JsonOption = False,
 ) -> None:
     """Print the ACL SETUSER line for a user confined to one project's memories."""
     try:
         line = acl_setuser(user, project, read_only=read_only, password=password, cluster=cluster)
     except UsageError as exc:
         raise fail(str(exc), EXIT_USAGE) from exc
-    print(" ".join(line))
+    if json_mode:
+        Out(True).data({"user": user, "project": project, "command": line})
+    else:
+        print(" ".join(line))
 
 
 def install_library(

@@ -122,6 +122,9 @@ async def test_ls_scan_finds_memories_the_index_does_not_know(
     argv: tuple[str, ...] = ("ls", "-p", fleet.project, "--scan", "--all", "--json")
     assert await asyncio.to_thread(fleet.run, *argv) == 0
     rows = {r["key"]: r for r in out_json(capsys)["memories"]}
+    argv = ("ls", "-p", fleet.project, "--scan", "-n", "1", "--json")
+    assert await asyncio.to_thread(fleet.run, *argv) == 0
+    assert [r["key"] for r in out_json(capsys)["memories"]] == ["direct_x20key_x2f1"]  # newest
     assert set(rows) == {"chat:user:indexed", "direct_x20key_x2f1"}
     row = rows["direct_x20key_x2f1"]
     assert (row["messages"], row["tokens"], row["ttl_ms"]) == (4, result.total_tokens, None)

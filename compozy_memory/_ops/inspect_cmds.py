@@ -89,9 +89,10 @@ async def _ls(
     ctx: typer.Context, project: str, agent: str | None, limit: int | None, scan: bool, out: Out
 ) -> list[listing.MemoryRow]:
     async with open_client(settings(ctx)) as client:
+        # A progress bar only on a terminal, and only for long work: --all or --scan.
         if not out.stderr.is_terminal or (limit is not None and not scan):
-            if scan:
-                return await listing.from_scan(client, project)
+            if scan:  # every memory is read to sort them: the limit only cuts the output
+                return (await listing.from_scan(client, project))[:limit]
             return await listing.from_index(client, project, agent=agent, limit=limit)
         with Progress(console=out.stderr, transient=True) as bar:
             task = bar.add_task("listing", total=None)
@@ -100,7 +101,7 @@ async def _ls(
                 bar.advance(task, n)
 
             if scan:
-                return await listing.from_scan(client, project, progress=advance)
+                return (await listing.from_scan(client, project, progress=advance))[:limit]
             return await listing.from_index(client, project, agent=agent, progress=advance)
 
 

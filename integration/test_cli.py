@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from compozy_memory._ops.cli import main
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedServer, start_server
 
+CLI = "compozy_memory._ops.cli"
 PROJECT = """\
 project: {project}
 memories:
@@ -353,6 +356,13 @@ def test_an_acl_user_refused_a_command_is_exit_7(
     assert err[0].startswith("error: permission denied: health: User cli-reader has no perm")
     assert err[1].startswith("error: permission denied: purge: User cli-reader has no perm")
 
+    async def teardown() -> None:
+        client = connect(valkey_server.url)
+        await client.execute_command("ACL", "DELUSER", "cli-reader")
+        await client.aclose()
+
+    asyncio.run(teardown())
+
 
 def test_usage_errors_are_exit_2(
     valkey_server: EmbeddedServer, capsys: pytest.CaptureFixture[str]
@@ -383,3 +393,24 @@ def test_demo_runs_a_fleet_on_an_embedded_server(capsys: pytest.CaptureFixture[s
     assert [r["appends"] for r in report["replicas"]] == [60, 60]
     assert all(r["flushes"] >= 1 for r in report["memories"])  # 30 turns pass the budget
     assert sum(r["flushes"] + r["skipped"] for r in report["replicas"]) >= 1
+
+
+async def test_tail_follows_until_ctrl_c(fleet: Fleet) -> None:
+    """A real process: -f prints what lands, and Ctrl-C (SIGINT) ends it with exit 0."""
+    memory = await fleet.memory("ann", 1)
+    script = Path(sys.executable).parent / "compozy-memory"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", CLI]
+    process = await asyncio.create_subprocess_exec(
+        *command, "--url", fleet.url, "tail", "-p", fleet.project, "chat:user:ann", "-n", "1",
+        "-f", "--interval", "0.02", stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None
+    first = await asyncio.wait_for(process.stdout.readline(), 60)
+    assert first.decode().rstrip().endswith("answer 0 for ann")
+    await memory.append({"role": "user", "content": "landed", "tokens": 1})
+    landed = await asyncio.wait_for(process.stdout.readline(), 30)
+    assert landed.decode().rstrip().endswith("user [1 tok] landed")
+    process.send_signal(signal.SIGINT)
+    _, err = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 0, err

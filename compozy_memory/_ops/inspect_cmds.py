@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import signal
 import sys
 import time
 from pathlib import Path
@@ -220,10 +221,11 @@ async def _tail(
         if not follow:
             return
         deadline = None if seconds is None else time.monotonic() + seconds
+        stop = _stop_on_signals()
         printed = 0
-        while (count is None or printed < count) and (
-            deadline is None or time.monotonic() < deadline
-        ):
+        while not stop.is_set() and (count is None or printed < count):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
             newest = await _last_id(memory)
             if newest > seen:
                 fresh = await memory.read(-min(newest - seen, 1000), -1)
@@ -236,7 +238,19 @@ async def _tail(
                 sys.stdout.flush()
                 seen = newest
                 continue
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event Ctrl-C (SIGINT) or SIGTERM sets, so a follow ends between two polls and
+    closes its connection (only in the main thread: elsewhere the event is never set)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop.set)
+    return stop
 
 
 async def _last_id(memory: MemoryInstance) -> int:

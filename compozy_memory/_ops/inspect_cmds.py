@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 import signal
 import sys
 import time
@@ -44,10 +45,17 @@ TextOption = Annotated[
 ]
 
 
+class Format(enum.StrEnum):
+    """What ``export`` writes."""
+
+    markdown = "markdown"
+    jsonl = "jsonl"
+
+
 def ls(
     ctx: typer.Context,
     project: ProjectOption,
-    agent: Annotated[str | None, typer.Option(help="only this agent's memories")] = None,
+    agent: Annotated[str, typer.Option(help="only this agent's memories")] = "",
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="at most this many")] = 50,
     all_: Annotated[bool, typer.Option("--all", help="every memory (no limit)")] = False,
     scan: Annotated[
@@ -60,10 +68,10 @@ def ls(
     Reads the session index (memories written through MemoryManager): one range read a page,
     whatever the number of memories. --scan finds every memory instead, by SCAN."""
     validate_project(project)
-    if scan and agent is not None:
+    if scan and agent:
         raise fail("--scan cannot filter by --agent (only the index records agents)", EXIT_USAGE)
     out = Out(json_mode)
-    rows = asyncio.run(_ls(ctx, project, agent, None if all_ else limit, scan, out))
+    rows = asyncio.run(_ls(ctx, project, agent or None, None if all_ else limit, scan, out))
     if json_mode:
         source = "scan" if scan else "index"
         payload = [r.as_json() for r in rows]
@@ -184,11 +192,11 @@ def tail(
         bool, typer.Option("--follow", "-f", help="then print new messages as they land")
     ] = False,
     count: Annotated[
-        int | None, typer.Option(min=1, help="with -f: stop after this many new messages")
-    ] = None,
+        int, typer.Option(min=0, help="with -f: stop after this many new messages (0: never)")
+    ] = 0,
     timeout: Annotated[
-        float | None, typer.Option(min=0, help="with -f: stop after this many seconds")
-    ] = None,
+        float, typer.Option(min=0, help="with -f: stop after this many seconds (0: never)")
+    ] = 0,
     interval: Annotated[float, typer.Option(min=0.01, help="seconds between polls")] = 0.2,
     text: TextOption = False,
     json_mode: Annotated[bool, typer.Option("--json", help="one JSON object a line")] = False,
@@ -198,7 +206,8 @@ def tail(
     out = Out(json_mode)
     keys = memory_keys(project, key, text=text)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends a follow: exit 0
-        asyncio.run(_tail(ctx, keys, out, last, follow, count, timeout, interval))
+        stops = (count or None, timeout or None)
+        asyncio.run(_tail(ctx, keys, out, last, follow, *stops, interval))
 
 
 async def _tail(
@@ -264,11 +273,11 @@ def export(
     project: ProjectOption,
     key: KeyArgument,
     format: Annotated[
-        Literal["markdown", "jsonl"], typer.Option("--format", "-f", help="markdown or jsonl")
-    ] = "markdown",
+        Format, typer.Option("--format", "-f", help="markdown or jsonl")
+    ] = Format.markdown,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="write here instead of stdout")
-    ] = None,
+        str, typer.Option("--output", "-o", help="write here instead of stdout")
+    ] = "",
     include_archived: Annotated[
         bool, typer.Option(help="markdown: also the archived originals (jsonl always has them)")
     ] = False,
@@ -279,14 +288,13 @@ def export(
     summaries included) that import_transcript reads back."""
     out = Out()
     keys = memory_keys(project, key, text=text)
-    if json_mode:
-        format = "jsonl"
-    transcript = asyncio.run(_export(ctx, keys, format, include_archived, out))
-    if output is None:
+    kind: Literal["markdown", "jsonl"] = "jsonl" if json_mode else format.value
+    transcript = asyncio.run(_export(ctx, keys, kind, include_archived, out))
+    if not output:
         sys.stdout.write(transcript)
         return
     lines = transcript.splitlines(keepends=True)
-    with output.open("w", encoding="utf-8") as file:
+    with Path(output).open("w", encoding="utf-8") as file:
         if not out.stderr.is_terminal or len(lines) < 10_000:
             file.write(transcript)
         else:

@@ -44,15 +44,15 @@ def flush(
     project: ProjectOption,
     key: KeyArgument,
     config: Annotated[
-        str | None,
+        str,
         typer.Option(help="the project folder (or compozy.yaml) declaring the memory's resource"),
-    ] = None,
+    ] = "",
     memory: Annotated[
-        str | None, typer.Option(help="with --config: the resource id (default: KEY up to ':')")
-    ] = None,
+        str, typer.Option(help="with --config: the resource id (default: KEY up to ':')")
+    ] = "",
     max_tokens: Annotated[
-        int | None, typer.Option(min=1, help="without --config: the budget to flush towards")
-    ] = None,
+        int, typer.Option(min=0, help="without --config: the budget to flush towards")
+    ] = 0,
     text: TextOption = False,
     json_mode: Json = False,
 ) -> None:
@@ -60,9 +60,9 @@ def flush(
     rule-based summary; prints the FlushResult. Exit 1 when another replica holds the lock."""
     out = Out(json_mode)
     keys = memory_keys(project, key, text=text)
-    if (config is None) == (max_tokens is None):
+    if bool(config) == bool(max_tokens):
         raise fail("give either --config (the memory's resource) or --max-tokens", EXIT_USAGE)
-    result = asyncio.run(_flush(ctx, keys, config, memory, max_tokens))
+    result = asyncio.run(_flush(ctx, keys, config or None, memory or None, max_tokens or None))
     plan = result.plan
     report: dict[str, Any] = {
         "outcome": result.outcome,

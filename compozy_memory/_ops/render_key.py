@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -24,19 +24,19 @@ def render_key(
     path: Annotated[str, typer.Argument(help="the project folder or its compozy.yaml")],
     agent: Annotated[str, typer.Argument(help="the agent id, as the project declares it")],
     set_: Annotated[
-        list[str] | None,
+        Optional[list[str]],  # noqa: UP045 - typer 0.12 reads no `X | None`
         typer.Option(
             "--set", "-s", help="a context value, dotted: workflow.input.user_id=alice (repeat)"
         ),
     ] = None,
     context_json: Annotated[
-        str | None, typer.Option("--context", help="the context as one JSON object")
-    ] = None,
+        str, typer.Option("--context", help="the context as one JSON object")
+    ] = "",
     json_mode: Json = False,
 ) -> None:
     """Render an agent's memory key templates with a context, as MemoryManager would: the
     template, the text it gives, the stored key and the Redis key prefix of each memory."""
-    context = parse_context(set_ or [], context_json)
+    context = parse_context(set_ or [], context_json or None)
     rows = asyncio.run(_render(path, agent, context))
     out = Out(json_mode)
     if json_mode:

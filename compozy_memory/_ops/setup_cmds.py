@@ -75,8 +75,8 @@ def acl(
 def install_library(
     ctx: typer.Context,
     url: Annotated[
-        str | None, typer.Option(help="the server (any node of a Cluster); default: --url")
-    ] = None,
+        str, typer.Option(help="the server (any node of a Cluster); default: --url")
+    ] = "",
     cluster: Annotated[bool, typer.Option("--cluster", help="a Redis Cluster")] = False,
     json_mode: JsonOption = False,
 ) -> None:
@@ -102,13 +102,13 @@ def serve_metrics(
     port: Annotated[int, typer.Option(help="the port (0: any free one)")],
     addr: Annotated[str, typer.Option(help="the address")] = "127.0.0.1",
     multiprocess_dir: Annotated[
-        str | None,
+        str,
         typer.Option(
             envvar="PROMETHEUS_MULTIPROC_DIR",
             help="serve the metrics an application's processes write there "
             "(prometheus-client multiprocess mode)",
         ),
-    ] = None,
+    ] = "",
 ) -> None:
     """Serve /metrics for Prometheus until SIGTERM or Ctrl-C."""
     from prometheus_client import REGISTRY, CollectorRegistry

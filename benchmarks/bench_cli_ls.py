@@ -55,7 +55,7 @@ async def fill(url: str, n: int) -> None:
         for i in range(start, min(n, start + 1000)):
             keys = InstanceKeys.build(PROJECT, f"chat:user-{i}")
             names.append(keys.key)
-            body = encode_messages(
+            body = await encode_messages(
                 [{"role": "user", "content": f"question {i}", "tokens": 4},
                  {"role": "assistant", "content": f"answer {i}", "tokens": 3}],
                 policy, counter, keys.prefix,

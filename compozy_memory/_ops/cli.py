@@ -1,199 +1,174 @@
-"""``compozy-memory``: command-line tools.
+"""``compozy-memory``: the operator's command line (typer + rich).
 
-``compozy-memory validate PATH`` loads a project (its folder or compozy.yaml) and prints the
-resolved memory resources and agents, or every problem with file, line and key path. It exits
-0 when the project is valid, 1 when it has problems, 2 on a usage error.
+Global options, before the command: ``--url`` (default ``$COMPOZY_REDIS_URL``, else
+``redis://localhost:6379/0``; credentials and TLS in the URL, as :func:`connect` reads it),
+``--cluster`` (the URL names any node of a Redis Cluster) and ``--version``. Every command
+that prints data takes ``--json``: one JSON document with stable keys (``tail --json``: one
+object a line). Tables and colour are for a terminal only; piped output is plain columns.
 
-``compozy-memory acl --project ID --user NAME [--read-only]`` prints the ``ACL SETUSER`` line
-for a user confined to one project's memories (see :mod:`compozy_memory._ops.acl`). A value
-that would not be one plain token in that line is refused with exit code 2.
+Set-up: ``validate PATH``, ``acl --project ID --user NAME [--read-only]``, ``install``
+(the Functions library, on every primary of a Cluster), ``serve-metrics --port N``.
+Memories (``--project/-p`` or ``$COMPOZY_PROJECT``; KEY is the stored key ``ls`` shows, or
+text to encode with ``--text``): ``ls``, ``show``, ``tail [-f]``, ``export``, ``flush``,
+``clear``, ``purge``. Debugging: ``render-key PATH AGENT --set name=value``. ``demo``: a fleet
+of replica processes sharing memories, on an embedded server unless ``--url`` is given.
 
-``compozy-memory install --url URL [--cluster]`` loads the scripts as a Redis Functions library
-on the server (every primary of a Cluster), as an operator does once per server and again
-after adding a Cluster node. It exits 1 when the server cannot be reached or refuses.
+Exit codes:
 
-``compozy-memory serve-metrics --port N [--addr ADDR] [--multiprocess-dir DIR]`` serves
-``/metrics`` until SIGTERM or Ctrl-C. Metrics live in the processes that use the memories, so
-on its own this process has only its own: the process collectors, and compozy-memory's metric
-families with no samples yet (a check that the exporter and the scrape config work). To see
-an application's, call :func:`compozy_memory.start_metrics_server` in it, or run the
-application with prometheus-client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``) and
-point ``--multiprocess-dir`` (default ``$PROMETHEUS_MULTIPROC_DIR``) at that directory: this
-process then serves the sum over the application's processes. It exits 1 when the address
-cannot be bound.
+* 0: done
+* 1: failed (the server refused, a project has problems, a flush was skipped...)
+* 2: usage error (a bad option or value: a project id, a key, a template variable)
+* 3: the server cannot be reached (refused, timed out, Cluster down)
+* 4: authentication failed (wrong or missing password: WRONGPASS, NOAUTH)
+* 5: no such memory (nothing stored under that key, or no memory resource or agent by that id)
+* 6: not confirmed (``clear``/``purge`` answered no, or no answer)
+* 7: permission denied (the ACL user may not: NOPERM)
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
+import contextlib
+import functools
 import os
-import signal
 import sys
-import threading
 from collections.abc import Sequence
-from typing import TextIO
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from typing import Annotated, Any
 
-from compozy_memory._config.loader import Project, load_project
-from compozy_memory._ops.acl import acl_setuser
-from compozy_memory._wire.connection import connect
-from compozy_memory._wire.delivery import install
-from compozy_memory._wire.scripts import library
-from compozy_memory.errors import CompozyMemoryError, ConfigFileError
+import typer
 
-__all__ = ["main"]
+from compozy_memory._ops import demo, inspect_cmds, maintain_cmds, render_key, setup_cmds
+from compozy_memory._ops.common import (
+    EXIT_ABORTED,
+    EXIT_AUTH,
+    EXIT_PERMISSION,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    CliError,
+    Settings,
+    exit_code,
+)
+from compozy_memory.errors import CompozyMemoryError
+
+__all__ = ["app", "main"]
+
+# Recent typer releases carry their own copy of click: take its classes from typer's.
+_CLICK_ERRORS = {c.__name__: c for c in typer.BadParameter.__mro__}
+_UsageError: type[Exception] = _CLICK_ERRORS["UsageError"]
+_ClickException: type[Exception] = _CLICK_ERRORS["ClickException"]
+
+app = typer.Typer(
+    name="compozy-memory",
+    help="Operate compozy-memory: check projects, list, inspect, flush and purge memories.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version() -> str:
+    try:
+        return package_version("compozy-memory")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree
+        return "unknown"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"compozy-memory {_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    ctx: typer.Context,
+    url: Annotated[
+        str,
+        typer.Option(
+            envvar="COMPOZY_REDIS_URL", help="the server (any node of a Cluster)", show_default=True
+        ),
+    ] = "redis://localhost:6379/0",
+    cluster: Annotated[bool, typer.Option("--cluster", help="the server is a Redis Cluster")] = (
+        False
+    ),
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_show_version, is_eager=True, help="print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    ctx.obj = Settings(url, cluster)
+
+
+app.command("validate")(setup_cmds.validate)
+app.command("acl")(setup_cmds.acl)
+app.command("install")(setup_cmds.install_library)
+app.command("serve-metrics")(setup_cmds.serve_metrics)
+app.command("ls")(inspect_cmds.ls)
+app.command("show")(inspect_cmds.show)
+app.command("tail")(inspect_cmds.tail)
+app.command("export")(inspect_cmds.export)
+app.command("flush")(maintain_cmds.flush)
+app.command("clear")(maintain_cmds.clear)
+app.command("purge")(maintain_cmds.purge)
+app.command("render-key")(render_key.render_key)
+app.command("demo")(demo.demo)
+
+
+_LABELS = {
+    EXIT_UNREACHABLE: "server unreachable: ",
+    EXIT_AUTH: "authentication failed: ",
+    EXIT_PERMISSION: "permission denied: ",
+}
+
+
+@functools.cache
+def _command() -> Any:
+    """The click command typer builds from ``app`` (built once: it reads every signature)."""
+    return typer.main.get_command(app)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="compozy-memory", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    validate = commands.add_parser("validate", help="check a project's memory configuration")
-    validate.add_argument("path", help="a project folder or its compozy.yaml")
-    acl = commands.add_parser("acl", help="print the ACL SETUSER line for a project's user")
-    acl.add_argument("--project", required=True, help="the project id")
-    acl.add_argument("--user", required=True, help="the ACL user name")
-    acl.add_argument("--read-only", action="store_true", help="reads only, on this project")
-    acl.add_argument("--cluster", action="store_true", help="for a Redis Cluster")
-    acl.add_argument(
-        "--password",
-        default="<password>",
-        help="put in the line as >password (default: a placeholder to fill in)",
-    )
-    install = commands.add_parser("install", help="load the server-side functions library")
-    install.add_argument(
-        "--url",
-        default=os.environ.get("COMPOZY_REDIS_URL", "redis://localhost:6379/0"),
-        help="the server (any node of a Cluster); default $COMPOZY_REDIS_URL",
-    )
-    install.add_argument("--cluster", action="store_true", help="a Redis Cluster")
-    serve = commands.add_parser("serve-metrics", help="serve /metrics for Prometheus")
-    serve.add_argument("--port", type=int, required=True, help="the port (0: any free one)")
-    serve.add_argument("--addr", default="127.0.0.1", help="the address (default 127.0.0.1)")
-    serve.add_argument(
-        "--multiprocess-dir",
-        default=os.environ.get("PROMETHEUS_MULTIPROC_DIR"),
-        help="serve the metrics an application's processes write there (prometheus-client "
-        "multiprocess mode); default $PROMETHEUS_MULTIPROC_DIR",
-    )
-    options = parser.parse_args(argv)
+    """Run the CLI on ``argv`` (default: the process's arguments); returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        if options.command == "validate":
-            return _validate(options.path, sys.stdout, sys.stderr)
-        if options.command == "acl":
-            return _acl(options, sys.stdout, sys.stderr)
-        if options.command == "install":
-            return asyncio.run(_install(options.url, options.cluster, sys.stdout, sys.stderr))
-        if options.command == "serve-metrics":
-            return _serve_metrics(options, sys.stdout, sys.stderr)
-    except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, without a traceback at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    return 2  # pragma: no cover - argparse refuses other commands
-
-
-async def _install(url: str, cluster: bool, out: TextIO, err: TextIO) -> int:
-    client = connect(url, cluster=cluster)
-    try:
-        loaded = await install(client)
+        result = _command().main(args=args, prog_name="compozy-memory", standalone_mode=False)
+    except _UsageError as exc:
+        exc.show()  # type: ignore[attr-defined]
+        return EXIT_USAGE
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        return EXIT_ABORTED
+    except _ClickException as exc:
+        exc.show()  # type: ignore[attr-defined]
+        return int(exc.exit_code)  # type: ignore[attr-defined]
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
     except CompozyMemoryError as exc:
-        print(f"error: {exc}", file=err)
-        return 1
-    finally:
-        await client.aclose()
-    name = library().name
-    if loaded:
-        print(f"loaded {name} on {', '.join(loaded)}", file=out)
-    else:
-        print(f"{name} was already installed", file=out)
+        code = exit_code(exc)
+        print(f"error: {_LABELS.get(code, '')}{exc}", file=sys.stderr)
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
+    except SystemExit as exc:  # typer's own way out when the reader went away
+        if isinstance(exc.__context__, BrokenPipeError):
+            return _reader_gone()
+        raise
+    return result if isinstance(result, int) else 0
+
+
+def _reader_gone() -> int:
+    """The reader went away (`| head`): stop quietly, without a traceback at exit."""
+    with contextlib.suppress(OSError, ValueError):  # a stdout without a file descriptor
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
-
-
-def _serve_metrics(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from prometheus_client import REGISTRY, CollectorRegistry
-
-    from compozy_memory._metrics import default_metrics
-    from compozy_memory._ops.exporter import start_metrics_server
-
-    directory: str | None = options.multiprocess_dir
-    if directory:
-        from prometheus_client.multiprocess import MultiProcessCollector
-
-        if not os.path.isdir(directory):
-            print(f"error: --multiprocess-dir {directory!r} is not a directory", file=err)
-            return 1
-        registry = CollectorRegistry()
-        MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
-        what = f"the metrics written to {directory}"
-    else:
-        default_metrics()  # the families, so a scrape shows what there will be
-        registry = REGISTRY
-        what = "this process's registry (no memory is used here: see --help)"
-    try:
-        server = start_metrics_server(options.port, options.addr, registry)
-    except OSError as exc:
-        print(f"error: cannot serve on {options.addr}:{options.port}: {exc}", file=err)
-        return 1
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    print(f"serving {what} on {server.url}", file=out, flush=True)
-    try:
-        while not stop.wait(1.0):
-            pass
-    finally:
-        server.stop()
-    return 0
-
-
-def _validate(path: str, out: TextIO, err: TextIO) -> int:
-    try:
-        project = load_project(path)
-    except ConfigFileError as exc:
-        for problem in exc.problems:
-            print(problem, file=err)
-        count = len(exc.problems)
-        print(f"{count} problem{'s' if count > 1 else ''}: {path} is not valid", file=err)
-        return 1
-    for warning in project.warnings:
-        print(f"warning: {warning}", file=err)
-    _print_project(project, out)
-    return 0
-
-
-def _acl(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    try:
-        line = acl_setuser(
-            options.user,
-            options.project,
-            read_only=options.read_only,
-            password=options.password,
-            cluster=options.cluster,
-        )
-    except CompozyMemoryError as exc:  # one line: values are shown with repr()
-        print(f"error: {exc}", file=err)
-        return 2
-    print(" ".join(line), file=out)
-    return 0
-
-
-def _print_project(project: Project, out: TextIO) -> None:
-    print(f"project {project.id} ({project.root})", file=out)
-    print(f"memories ({len(project.resources)}):", file=out)
-    for memory_id in sorted(project.resources):
-        entry = project.resources[memory_id]
-        print(f"  {memory_id}  [{entry.file}:{entry.line}]", file=out)
-        for name, value in entry.resource.summary().items():
-            print(f"      {name}: {value}", file=out)
-    print(f"agents ({len(project.agents)}):", file=out)
-    for agent_id in sorted(project.agents):
-        agent = project.agents[agent_id]
-        level = f"level {agent.level}" if agent.level else "stateless"
-        print(f"  {agent_id}  ({level}) [{agent.file}:{agent.line}]", file=out)
-        for ref in agent.memories:
-            key = ref.key or f"{project.resources[ref.id].resource.default_key_template} (default)"
-            print(f"      {ref.id}: {ref.mode}, key {key}", file=out)
-    print(f"OK: {len(project.resources)} memories, {len(project.agents)} agents", file=out)
 
 
 if __name__ == "__main__":  # pragma: no cover

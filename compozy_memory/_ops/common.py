@@ -1,0 +1,280 @@
+"""What every command of the CLI shares: exit codes, global settings, output, connections.
+
+Exit codes (also in :mod:`compozy_memory._ops.cli` and the README):
+
+====  =====================================================================================
+0     done
+1     failed: the server refused, a project has problems, a flush was skipped...
+2     usage error: a bad option or value (a project id, a key, a template variable)
+3     the server cannot be reached (refused, timed out, Cluster down)
+4     authentication failed: wrong or missing password (WRONGPASS, NOAUTH)
+5     no such memory: nothing stored under that key, or no memory resource by that id
+6     not confirmed: a ``clear`` or ``purge`` answered no (or no terminal to ask on)
+7     permission denied: the ACL user may not do that (NOPERM)
+====  =====================================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from redis import exceptions as redis_errors
+from rich.console import Console
+from rich.table import Table
+
+from compozy_memory._model.keys import InstanceKeys, validate_project
+from compozy_memory._model.policy import MemoryPolicy
+from compozy_memory._model.tokens import HeuristicCounter
+from compozy_memory._store.instance import MemoryInstance
+from compozy_memory._wire.connection import connect
+from compozy_memory._wire.retry import NO_RETRY
+from compozy_memory._wire.translate import RedisClient, backend_errors
+from compozy_memory.errors import (
+    BackendPermissionError,
+    BackendTimeoutError,
+    BackendUnavailableError,
+    CompozyMemoryError,
+    ConfigFileError,
+    ConfigurationError,
+    MemoryNotFoundError,
+    UsageError,
+)
+
+__all__ = [
+    "EXIT_ABORTED",
+    "EXIT_AUTH",
+    "EXIT_FAILED",
+    "EXIT_NOT_FOUND",
+    "EXIT_PERMISSION",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "CliError",
+    "Out",
+    "Settings",
+    "exit_code",
+    "fail",
+    "format_ms",
+    "format_ttl",
+    "memory_keys",
+    "open_client",
+    "open_memory",
+    "redact",
+    "require_memory",
+    "settings",
+]
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_AUTH = 4
+EXIT_NOT_FOUND = 5
+EXIT_ABORTED = 6
+EXIT_PERMISSION = 7
+
+_AUTH = re.compile(
+    r"WRONGPASS|NOAUTH|invalid username-password|Authentication required|invalid password",
+    re.IGNORECASE,
+)
+# An encoded key as `ls` shows it: the key alphabet, '#' for a shortened one.
+_STORED_KEY = re.compile(r"[a-zA-Z0-9\-_.:#]{1,512}")
+
+
+class CliError(Exception):
+    """A failure the CLI reports as one line on stderr and exits with ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> CliError:
+    return CliError(message, code)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code for an error that reached the top of a command."""
+    if isinstance(exc, CliError):
+        return exc.code
+    if isinstance(exc, BackendPermissionError):
+        return EXIT_AUTH if _AUTH.search(str(exc)) or _auth_cause(exc) else EXIT_PERMISSION
+    if isinstance(exc, (BackendUnavailableError, BackendTimeoutError)):
+        return EXIT_UNREACHABLE
+    if isinstance(exc, redis_errors.AuthenticationError):
+        return EXIT_AUTH
+    if isinstance(exc, (redis_errors.ConnectionError, redis_errors.RedisClusterException)):
+        return EXIT_AUTH if _AUTH.search(str(exc)) else EXIT_UNREACHABLE
+    if isinstance(exc, MemoryNotFoundError):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, ConfigFileError):
+        return EXIT_FAILED
+    if isinstance(exc, (UsageError, ConfigurationError)):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+def _auth_cause(exc: BaseException) -> bool:
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None:
+        if isinstance(cause, redis_errors.AuthenticationError) or _AUTH.search(str(cause)):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The global options: which server, and whether it is a Cluster."""
+
+    url: str
+    cluster: bool
+
+
+def settings(ctx: typer.Context) -> Settings:
+    obj = ctx.find_root().obj
+    if isinstance(obj, Settings):
+        return obj
+    return Settings("redis://localhost:6379/0", False)  # pragma: no cover - the callback sets it
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages."""
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+@asynccontextmanager
+async def open_client(options: Settings) -> AsyncIterator[RedisClient]:
+    """A client for the server, checked with a PING so that an unreachable server or a wrong
+    password is reported before any work starts."""
+    where = redact(options.url)
+    try:
+        client = connect(options.url, cluster=options.cluster)
+    except ValueError as exc:
+        raise fail(f"{where} is not a Redis URL: {exc}", EXIT_USAGE) from exc
+    try:
+        try:
+            with backend_errors("connect", where):
+                await client.ping()
+        except redis_errors.RedisClusterException as exc:
+            code = exit_code(exc)
+            raise fail(f"cannot reach the Cluster at {where}: {exc}", code) from exc
+        except CompozyMemoryError as exc:
+            code = exit_code(exc)
+            what = "authentication failed at" if code == EXIT_AUTH else "cannot reach"
+            detail = exc.args[0] if exc.args else exc
+            raise fail(f"{what} {where}: {detail}", code) from exc
+        yield client
+    finally:
+        with suppress(redis_errors.RedisError, OSError, redis_errors.RedisClusterException):
+            await client.aclose()
+
+
+def memory_keys(project: str, key: str, *, text: bool = False) -> InstanceKeys:
+    """The keys of a memory named as ``ls`` shows it (its stored key), or by its text."""
+    validate_project(project)
+    if text:
+        return InstanceKeys.build(project, key)
+    if not _STORED_KEY.fullmatch(key):
+        raise fail(
+            f"{key!r} is not a stored key (as `ls` shows them: letters, digits, - _ . : #); "
+            "to name a memory by its text, add --text",
+            EXIT_USAGE,
+        )
+    return InstanceKeys(project, key)
+
+
+def open_memory(
+    client: RedisClient, keys: InstanceKeys, *, read_only: bool, policy: MemoryPolicy | None = None
+) -> MemoryInstance:
+    """A handle that never retries (the CLI reports an unreachable server at once) and never
+    loads a tokenizer (the CLI stores no message)."""
+    return MemoryInstance(
+        client,
+        keys,
+        policy=policy,
+        read_only=read_only,
+        batching=False,
+        retry=NO_RETRY,
+        counter=HeuristicCounter(),
+        memory_id="cli",
+    )
+
+
+async def require_memory(client: RedisClient, keys: InstanceKeys) -> None:
+    """Raise exit code 5 unless the memory has keys (meta or messages)."""
+    with backend_errors("exists", keys.prefix):
+        found = int(await client.exists(keys.meta)) or int(await client.exists(keys.msgs))
+    if not found:
+        raise fail(f"no memory {keys.key!r} in project {keys.project!r}", EXIT_NOT_FOUND)
+
+
+def format_ms(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_ttl(ttl_ms: int | None, exists: bool = True) -> str:
+    if not exists:
+        return "gone"
+    if ttl_ms is None:
+        return "none"
+    seconds = ttl_ms // 1000
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class Out:
+    """Where a command prints: JSON (stable keys, one document or one object a line), a rich
+    table with colour on a terminal, plain aligned columns otherwise."""
+
+    #: Past this many rows a terminal gets plain columns too (a rich table is slow to lay out).
+    RICH_ROWS = 2000
+
+    def __init__(self, json_mode: bool = False) -> None:
+        self.json = json_mode
+        self.console = Console(file=sys.stdout, soft_wrap=True)
+        self.stderr = Console(file=sys.stderr, soft_wrap=True)
+
+    @property
+    def tty(self) -> bool:
+        return self.console.is_terminal
+
+    def data(self, payload: Any) -> None:
+        sys.stdout.write(json.dumps(payload, ensure_ascii=False, sort_keys=True) + "\n")
+
+    def line(self, text: str, style: str | None = None) -> None:
+        if self.tty and style:
+            self.console.print(text, style=style, markup=False, highlight=False)
+        else:
+            sys.stdout.write(text + "\n")
+
+    def note(self, text: str) -> None:
+        """A message for the operator (stderr), not data."""
+        if self.stderr.is_terminal:
+            self.stderr.print(text, style="dim", markup=False, highlight=False)
+        else:
+            sys.stderr.write(text + "\n")
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "") -> None:
+        if self.tty and len(rows) <= self.RICH_ROWS:
+            table = Table(*headers, title=title or None, header_style="bold cyan")
+            for row in rows:
+                table.add_row(*row)
+            self.console.print(table)
+            return
+        widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+        write = sys.stdout.write
+        write("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip() + "\n")
+        for row in rows:
+            write("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n")

@@ -1,0 +1,258 @@
+"""The commands that change a memory: ``flush``, ``clear`` and ``purge``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import typer
+from rich.progress import Progress
+
+from compozy_memory._config.registry import MemoryRegistry
+from compozy_memory._flush.flusher import Flusher
+from compozy_memory._flush.settings import FlushSettings
+from compozy_memory._flush.summarizers import RuleBasedSummarizer
+from compozy_memory._manager import build_summarizer, flush_settings
+from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.results import FlushResult
+from compozy_memory._model.tokens import default_counter
+from compozy_memory._ops.common import (
+    EXIT_ABORTED,
+    EXIT_FAILED,
+    EXIT_USAGE,
+    Out,
+    fail,
+    memory_keys,
+    open_client,
+    open_memory,
+    require_memory,
+    settings,
+)
+from compozy_memory._ops.inspect_cmds import Json, KeyArgument, ProjectOption, TextOption
+from compozy_memory._store.sessions import SessionIndex
+from compozy_memory._wire.translate import RedisClient, backend_errors
+
+__all__ = ["clear", "flush", "purge"]
+
+_CHUNK = 10_000
+
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
+
+
+def flush(
+    ctx: typer.Context,
+    project: ProjectOption,
+    key: KeyArgument,
+    config: Annotated[
+        str,
+        typer.Option(help="the project folder (or compozy.yaml) declaring the memory's resource"),
+    ] = "",
+    memory: Annotated[
+        str, typer.Option(help="with --config: the resource id (default: KEY up to ':')")
+    ] = "",
+    max_tokens: Annotated[
+        int, typer.Option(min=0, help="without --config: the budget to flush towards")
+    ] = 0,
+    text: TextOption = False,
+    json_mode: Json = False,
+) -> None:
+    """Flush one memory now, as its resource says (--config) or towards --max-tokens with the
+    rule-based summary; prints the FlushResult. Exit 1 when another replica holds the lock."""
+    out = Out(json_mode)
+    keys = memory_keys(project, key, text=text)
+    if bool(config) == bool(max_tokens):
+        raise fail("give either --config (the memory's resource) or --max-tokens", EXIT_USAGE)
+    result = asyncio.run(_flush(ctx, keys, config or None, memory or None, max_tokens or None))
+    plan = result.plan
+    report: dict[str, Any] = {
+        "outcome": result.outcome,
+        "committed": result.committed,
+        "summarized_count": result.summarized_count,
+        "evicted_count": len(plan.evict_ids) if plan and result.committed else 0,
+        "tokens_saved": result.tokens_saved,
+        "removed_tokens": result.removed_tokens,
+        "context_tokens": result.context_tokens,
+        "summary_id": result.summary_id,
+        "epoch": result.epoch,
+        "rounds": result.rounds,
+        "tier": plan.tier if plan else None,
+        "blocked": plan.blocked if plan else None,
+    }
+    if json_mode:
+        out.data({"project": keys.project, "key": keys.key, **report})
+    else:
+        rows = [(name, "-" if value is None else str(value)) for name, value in report.items()]
+        out.table(("FIELD", "VALUE"), rows, title=f"flush of {keys.key}")
+    if result.outcome == "skipped":
+        raise typer.Exit(EXIT_FAILED)
+
+
+async def _flush(
+    ctx: typer.Context,
+    keys: InstanceKeys,
+    config: str | None,
+    memory_id: str | None,
+    max_tokens: int | None,
+) -> FlushResult:
+    if config is not None:
+        registry = MemoryRegistry.load(config)
+        if registry.project != keys.project:
+            raise fail(
+                f"{config} is project {registry.project!r}, not {keys.project!r}", EXIT_USAGE
+            )
+        resource = registry.get(memory_id or keys.key.partition(":")[0])
+        counter = default_counter()
+        settings_ = flush_settings(resource)
+        summarizer = build_summarizer(resource.summarizer, counter)
+        lock_ttl, policy = resource.locking.flush_ttl, resource.policy()
+    else:
+        assert max_tokens is not None
+        counter = default_counter()
+        settings_ = FlushSettings(max_tokens=max_tokens)
+        summarizer, lock_ttl, policy = RuleBasedSummarizer(counter), None, None
+    async with open_client(settings(ctx)) as client:
+        await require_memory(client, keys)
+        handle = open_memory(client, keys, read_only=False, policy=policy)
+        options: dict[str, Any] = {} if lock_ttl is None else {"lock_ttl": lock_ttl}
+        flusher = Flusher(
+            handle.gateway, settings_, summarizer, counter, background=False, **options
+        )
+        handle.attach_flusher(flusher)
+        try:
+            return await handle.flush()
+        finally:
+            close = getattr(summarizer, "aclose", None)
+            if close is not None:
+                await close()
+
+
+def _confirm(out: Out, question: str, yes: bool) -> None:
+    if yes:
+        return
+    try:
+        agreed = typer.confirm(question, default=False, err=True)
+    except typer.Abort:
+        agreed = False
+    if not agreed:
+        raise fail("not confirmed: nothing was changed", EXIT_ABORTED)
+
+
+def clear(
+    ctx: typer.Context,
+    project: ProjectOption,
+    key: KeyArgument,
+    yes: YesOption = False,
+    text: TextOption = False,
+    json_mode: Json = False,
+) -> None:
+    """Remove a memory's messages, summaries, archive, index and facts (ids stay monotonic;
+    meta stays). Asks first unless --yes."""
+    out = Out(json_mode)
+    keys = memory_keys(project, key, text=text)
+    removed = asyncio.run(_clear(ctx, keys, out, yes))
+    if json_mode:
+        out.data({"project": keys.project, "key": keys.key, "cleared_messages": removed})
+    else:
+        out.line(f"cleared {keys.key}: {removed} live messages removed", "green")
+
+
+async def _clear(ctx: typer.Context, keys: InstanceKeys, out: Out, yes: bool) -> int:
+    async with open_client(settings(ctx)) as client:
+        await require_memory(client, keys)
+        _confirm(out, f"Clear every message of {keys.key} in {keys.project}?", yes)
+        return await open_memory(client, keys, read_only=False).clear()
+
+
+def purge(
+    ctx: typer.Context,
+    project: ProjectOption,
+    key: KeyArgument,
+    yes: YesOption = False,
+    text: TextOption = False,
+    json_mode: Json = False,
+) -> None:
+    """Delete every key of a memory, meta and lock included, and its session-index entry.
+    Big lists and sets go in chunks (the server never blocks on one huge DEL). Asks first
+    unless --yes."""
+    out = Out(json_mode)
+    keys = memory_keys(project, key, text=text)
+    deleted, items = asyncio.run(_purge(ctx, keys, out, yes))
+    if json_mode:
+        out.data(
+            {"project": keys.project, "key": keys.key, "deleted_keys": deleted, "items": items}
+        )
+    else:
+        out.line(f"purged {keys.key}: {deleted} keys, {items} items", "green")
+
+
+async def _purge(ctx: typer.Context, keys: InstanceKeys, out: Out, yes: bool) -> tuple[int, int]:
+    async with open_client(settings(ctx)) as client:
+        await require_memory(client, keys)
+        _confirm(out, f"Delete every key of {keys.key} in {keys.project}, meta included?", yes)
+        names = [*keys.data, keys.lock]
+        with backend_errors("purge", keys.prefix):
+            found = await _sizes(client, names)
+            total = sum(size for _, _, size in found)
+            if out.stderr.is_terminal and total > _CHUNK:
+                with Progress(console=out.stderr, transient=True) as bar:
+                    task = bar.add_task(f"purging {keys.key}", total=total)
+                    for name, kind, size in found:
+                        await _empty(client, name, kind, size)
+                        bar.advance(task, size)
+            else:
+                for name, kind, size in found:
+                    await _empty(client, name, kind, size)
+            await client.unlink(*names)
+            await _unindex(client, keys)
+        return len(found), total
+
+
+async def _sizes(client: RedisClient, names: list[str]) -> list[tuple[str, str, int]]:
+    """(key, type, items) of each key that exists; items are 0 but for lists, sorted sets
+    and hashes."""
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.type(name)
+    kinds = [k.decode() if isinstance(k, bytes) else str(k) for k in await pipe.execute()]
+    found = [(n, k) for n, k in zip(names, kinds, strict=True) if k != "none"]
+    pipe = client.pipeline(transaction=False)
+    for name, kind in found:
+        {"list": pipe.llen, "zset": pipe.zcard, "hash": pipe.hlen}.get(kind, pipe.exists)(name)
+    counts = await pipe.execute()
+    return [
+        (name, kind, int(n) if kind in ("list", "zset", "hash") else 0)
+        for (name, kind), n in zip(found, counts, strict=True)
+    ]
+
+
+async def _empty(client: RedisClient, name: str, kind: str, size: int) -> None:
+    """Remove a big key's items ``_CHUNK`` at a time, so no one command holds the server
+    (the UNLINK after it frees the rest)."""
+    left = size
+    while left > _CHUNK:
+        if kind == "list":
+            await client.ltrim(name, _CHUNK, -1)
+        elif kind == "zset":
+            await client.zremrangebyrank(name, 0, _CHUNK - 1)
+        elif kind == "hash":
+            _, fields = await client.hscan(name, 0, count=_CHUNK)
+            if not fields:
+                return
+            await client.hdel(name, *fields)
+        else:
+            return
+        left -= _CHUNK
+
+
+async def _unindex(client: RedisClient, keys: InstanceKeys) -> None:
+    """Drop the memory from its project's session index (if it is there)."""
+    index = SessionIndex(client, keys.project)
+    info = await client.hget(index.info_key, keys.key)
+    if info is None:
+        return
+    text = info.decode("utf-8", "surrogatepass") if isinstance(info, bytes) else str(info)
+    agent = text.split("\t", 5)[-1]
+    await client.zrem(index.all_key, keys.key)
+    if agent:
+        await client.zrem(index.agent_key(agent), keys.key)
+    await client.hdel(index.info_key, keys.key)

@@ -1,0 +1,188 @@
+"""The set-up commands: ``validate``, ``acl``, ``install`` and ``serve-metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import threading
+from typing import Annotated, Any
+
+import typer
+
+from compozy_memory._config.loader import Project, load_project
+from compozy_memory._ops.acl import acl_setuser
+from compozy_memory._ops.common import EXIT_USAGE, Out, Settings, fail, open_client, settings
+from compozy_memory._wire.delivery import install
+from compozy_memory._wire.scripts import library
+from compozy_memory.errors import ConfigFileError, UsageError
+
+__all__ = ["acl", "install_library", "serve_metrics", "validate"]
+
+JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+def validate(
+    path: Annotated[str, typer.Argument(help="a project folder or its compozy.yaml")],
+    json_mode: JsonOption = False,
+) -> None:
+    """Check a project's memory configuration: print its memories and agents, or every
+    problem with file, line and key path (exit 1)."""
+    out = Out(json_mode)
+    try:
+        project = load_project(path)
+    except ConfigFileError as exc:
+        if json_mode:
+            out.data({"valid": False, "path": path, "problems": [str(p) for p in exc.problems]})
+        else:
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
+            count = len(exc.problems)
+            print(
+                f"{count} problem{'s' if count > 1 else ''}: {path} is not valid", file=sys.stderr
+            )
+        raise typer.Exit(1) from None
+    if json_mode:
+        out.data(_project_json(project))
+        return
+    for warning in project.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    _print_project(project)
+
+
+def acl(
+    project: Annotated[str, typer.Option(help="the project id")],
+    user: Annotated[str, typer.Option(help="the ACL user name")],
+    read_only: Annotated[bool, typer.Option("--read-only", help="reads only")] = False,
+    cluster: Annotated[bool, typer.Option("--cluster", help="for a Redis Cluster")] = False,
+    password: Annotated[
+        str, typer.Option(help="put in the line as >password (default: a placeholder)")
+    ] = "<password>",  # noqa: S107 - a placeholder the operator replaces
+    json_mode: JsonOption = False,
+) -> None:
+    """Print the ACL SETUSER line for a user confined to one project's memories."""
+    try:
+        line = acl_setuser(user, project, read_only=read_only, password=password, cluster=cluster)
+    except UsageError as exc:
+        raise fail(str(exc), EXIT_USAGE) from exc
+    if json_mode:
+        Out(True).data({"user": user, "project": project, "command": line})
+    else:
+        print(" ".join(line))
+
+
+def install_library(
+    ctx: typer.Context,
+    url: Annotated[
+        str, typer.Option(help="the server (any node of a Cluster); default: --url")
+    ] = "",
+    cluster: Annotated[bool, typer.Option("--cluster", help="a Redis Cluster")] = False,
+    json_mode: JsonOption = False,
+) -> None:
+    """Load the scripts as a Redis Functions library (on every primary of a Cluster)."""
+    base = settings(ctx)
+    options = Settings(url or base.url, cluster or base.cluster)
+    loaded = asyncio.run(_install(options))
+    name = library().name
+    if json_mode:
+        Out(True).data({"library": name, "loaded_on": loaded})
+    elif loaded:
+        print(f"loaded {name} on {', '.join(loaded)}")
+    else:
+        print(f"{name} was already installed")
+
+
+async def _install(options: Settings) -> list[str]:
+    async with open_client(options) as client:
+        return list(await install(client))
+
+
+def serve_metrics(
+    port: Annotated[int, typer.Option(help="the port (0: any free one)")],
+    addr: Annotated[str, typer.Option(help="the address")] = "127.0.0.1",
+    multiprocess_dir: Annotated[
+        str,
+        typer.Option(
+            envvar="PROMETHEUS_MULTIPROC_DIR",
+            help="serve the metrics an application's processes write there "
+            "(prometheus-client multiprocess mode)",
+        ),
+    ] = "",
+) -> None:
+    """Serve /metrics for Prometheus until SIGTERM or Ctrl-C."""
+    from prometheus_client import REGISTRY, CollectorRegistry
+
+    from compozy_memory._metrics import default_metrics
+    from compozy_memory._ops.exporter import start_metrics_server
+
+    if multiprocess_dir:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        if not os.path.isdir(multiprocess_dir):
+            raise fail(f"--multiprocess-dir {multiprocess_dir!r} is not a directory")
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]
+        what = f"the metrics written to {multiprocess_dir}"
+    else:
+        default_metrics()  # the families, so a scrape shows what there will be
+        registry = REGISTRY
+        what = "this process's registry (no memory is used here: see --help)"
+    try:
+        server = start_metrics_server(port, addr, registry)
+    except OSError as exc:
+        raise fail(f"cannot serve on {addr}:{port}: {exc}") from exc
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    print(f"serving {what} on {server.url}", flush=True)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        server.stop()
+
+
+def _project_json(project: Project) -> dict[str, Any]:
+    memories = {
+        memory_id: {"file": entry.file, "line": entry.line, **entry.resource.summary()}
+        for memory_id, entry in sorted(project.resources.items())
+    }
+    agents = {
+        agent_id: {
+            "file": agent.file,
+            "line": agent.line,
+            "level": agent.level,
+            "memories": [
+                {"id": ref.id, "mode": ref.mode, "key": ref.key} for ref in agent.memories
+            ],
+        }
+        for agent_id, agent in sorted(project.agents.items())
+    }
+    return {
+        "valid": True,
+        "project": project.id,
+        "root": str(project.root),
+        "memories": memories,
+        "agents": agents,
+        "warnings": [str(w) for w in project.warnings],
+    }
+
+
+def _print_project(project: Project) -> None:
+    print(f"project {project.id} ({project.root})")
+    print(f"memories ({len(project.resources)}):")
+    for memory_id in sorted(project.resources):
+        entry = project.resources[memory_id]
+        print(f"  {memory_id}  [{entry.file}:{entry.line}]")
+        for name, value in entry.resource.summary().items():
+            print(f"      {name}: {value}")
+    print(f"agents ({len(project.agents)}):")
+    for agent_id in sorted(project.agents):
+        agent = project.agents[agent_id]
+        level = f"level {agent.level}" if agent.level else "stateless"
+        print(f"  {agent_id}  ({level}) [{agent.file}:{agent.line}]")
+        for ref in agent.memories:
+            key = ref.key or f"{project.resources[ref.id].resource.default_key_template} (default)"
+            print(f"      {ref.id}: {ref.mode}, key {key}")
+    print(f"OK: {len(project.resources)} memories, {len(project.agents)} agents")

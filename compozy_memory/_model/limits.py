@@ -51,8 +51,8 @@ QUERY_POSTINGS = 1_000
 #: And at most this many postings in all, its rarest terms first. The terms left over (common
 #: ones) are not read: they are scored on the best RESCORE_POOL candidates (4 x the limit when
 #: that is more) from those documents' own terms.
-QUERY_BUDGET = 600
-RESCORE_POOL = 320
+QUERY_BUDGET = 300
+RESCORE_POOL = 240
 
 #: Bytes of a session fact's key and of its value (UTF-8).
 MAX_FACT_KEY = 256

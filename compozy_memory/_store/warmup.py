@@ -12,14 +12,19 @@ without it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 
 from redis import exceptions as redis_errors
 
-from compozy_memory._model.tokens import TokenCounter, default_counter
+from compozy_memory._model.policy import MemoryPolicy
+from compozy_memory._model.tokens import HeuristicCounter, TokenCounter, default_counter
 from compozy_memory._search.analysis import analyze
+from compozy_memory._store.encoding import encode_messages
+from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._wire.delivery import delivery_for
 from compozy_memory._wire.translate import RedisClient, translate
+from compozy_memory.errors import CompozyMemoryError
 
 __all__ = ["warm"]
 
@@ -38,9 +43,28 @@ async def warm(client: RedisClient, *, counters: Iterable[TokenCounter] | None =
         except redis_errors.RedisError as exc:
             raise translate(exc, "warm", "warm") from exc
         await delivery_for(client).warm("warm")
+        # One read through the whole path an append takes (handle, gateway, transport,
+        # batcher, delivery, reply), on keys nothing writes; a user confined to other keys
+        # is refused, which warms the same path.
+        probe = MemoryInstance.open(client, project=_PROBE_PROJECT, key="probe", read_only=True)
+        with contextlib.suppress(CompozyMemoryError):
+            await probe.health()
     finally:
         await loading
     analyze("warm the stemmer and the stop words")
+    # The first message a process validates, serialises and counts on the loop's own thread
+    # pays for lazily built state (validators, tiktoken's per-thread regex): pay it here.
+    # (append passes a tuple and append_many the caller's list: the first isinstance check of
+    # each against the Mapping ABC walks its registry)
+    for batch in ([{"role": "user", "content": "warm"}], ({"role": "user", "content": "warm"},)):
+        await encode_messages(batch, MemoryPolicy(), _LOCAL, "warm")
+    for counter in chosen:
+        if getattr(counter, "thread_safe", False) is True:  # local encoders, no API calls
+            counter.count("warm up the encoder on this thread")
+
+
+_PROBE_PROJECT = "compozy-warm"
+_LOCAL = HeuristicCounter()
 
 
 def _warm_counter(counter: TokenCounter) -> None:

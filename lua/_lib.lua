@@ -638,7 +638,7 @@ local function dedupe_record(meta, key, token, first_id, last_id)
   end
   if math.floor(last_id / DEDUPE_SWEEP) ~= math.floor((first_id - 1) / DEDUPE_SWEEP) then
     local cut = '(' .. (last_id - DEDUPE_WINDOW)
-    dedupe_forget(meta, redis.call('ZRANGEBYSCORE', key, '-inf', cut))
+    dedupe_forget(meta, redis.call('ZRANGE', key, '-inf', cut, 'BYSCORE'))
     redis.call('ZREMRANGEBYSCORE', key, '-inf', cut)
   end
   local size = redis.call('ZCARD', key)

@@ -63,8 +63,8 @@ class TiktokenCounter:
     """Exact counts from a tiktoken encoding available on this machine.
 
     ``cl100k_base`` and ``o200k_base`` name the copies that ship with the dependencies.
-    tiktoken counts without holding the GIL, so appends count in a worker thread
-    (``thread_safe``) while the event loop goes on."""
+    Safe in a thread (``thread_safe``): appends count in a worker thread while the event
+    loop goes on."""
 
     thread_safe = True
 

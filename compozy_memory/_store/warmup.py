@@ -31,8 +31,9 @@ __all__ = ["warm"]
 
 async def warm(client: RedisClient, *, counters: Iterable[TokenCounter] | None = None) -> None:
     """Load the encoders of ``counters`` (default: the default counter) in a thread, the
-    scripts on every primary of ``client``'s server, and the search analyser. Idempotent and
-    cheap once done. An unreachable server raises :class:`~compozy_memory.BackendError`; a
+    scripts on every primary of ``client``'s server, and the search analyser. Idempotent,
+    but each call offers the server the library again: call it once, at start. An
+    unreachable server raises :class:`~compozy_memory.BackendError`; a
     user who may not load scripts is left for the first call to meet (an operator may have
     run ``compozy-memory install``)."""
     chosen = list(counters) if counters is not None else [default_counter()]

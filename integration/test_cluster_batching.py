@@ -56,6 +56,16 @@ def open_sessions(client: RedisCluster, prefix: str, count: int = SESSIONS) -> l
     ]
 
 
+async def converse(mem: MemoryInstance, s: int) -> list[tuple[str, int]]:
+    """Session s's TURNS appends, one at a time: (content, id) of each, as acknowledged."""
+    acknowledged = []
+    for turn in range(TURNS):
+        content = f"s{s}-t{turn}"
+        result = await mem.append({"role": "user", "content": content})
+        acknowledged.append((content, result.first_id))
+    return acknowledged
+
+
 async def stored(client: RedisCluster, mem: MemoryInstance) -> dict[str, int]:
     """content -> id of every message the memory holds."""
     out = {}
@@ -84,15 +94,7 @@ async def test_concurrent_callers_over_every_master_get_their_own_replies(
     mems = open_sessions(cluster_client, uuid.uuid4().hex)
     assert isinstance(batcher_for(cluster_client), ClusterBatcher)
 
-    async def converse(s: int) -> list[tuple[str, int]]:
-        acknowledged = []
-        for turn in range(TURNS):
-            content = f"s{s}-t{turn}"
-            result = await mems[s].append({"role": "user", "content": content})
-            acknowledged.append((content, result.first_id))
-        return acknowledged
-
-    results = await asyncio.gather(*(converse(s) for s in range(SESSIONS)))
+    results = await asyncio.gather(*(converse(mems[s], s) for s in range(SESSIONS)))
     per_master = Counter([await owner_port(cluster_client, m) for m in mems])
     assert len(per_master) == 3  # the memories really are spread over every master
     for s, acknowledged in enumerate(results):
@@ -162,7 +164,7 @@ async def test_scripts_flushed_on_one_node_are_loaded_again_there(
     on_victim = [m for m in mems if await owner_port(cluster_client, m) == victim_port]
     assert on_victim
 
-    async def converse(s: int) -> list[tuple[str, int]]:
+    async def converse_and_flush(s: int) -> list[tuple[str, int]]:
         acknowledged = []
         for turn in range(TURNS):
             content = f"s{s}-t{turn}"
@@ -176,7 +178,7 @@ async def test_scripts_flushed_on_one_node_are_loaded_again_there(
                     await victim.function_flush()
         return acknowledged
 
-    results = await asyncio.gather(*(converse(s) for s in range(SESSIONS)))
+    results = await asyncio.gather(*(converse_and_flush(s) for s in range(SESSIONS)))
     for s, acknowledged in enumerate(results):
         stored_ids = await stored(cluster_client, mems[s])
         assert dict(acknowledged) == {c: i for c, i in stored_ids.items() if c != "warm"}
@@ -226,7 +228,7 @@ async def test_slots_moved_mid_run_lose_no_append_and_raise_nothing(
     slots = sorted({cluster_client.keyslot(m.keys.msgs) for m in moving})
     halfway = asyncio.Event()
 
-    async def converse(s: int) -> list[tuple[str, int]]:
+    async def converse_slowly(s: int) -> list[tuple[str, int]]:
         acknowledged = []
         for turn in range(TURNS * 2):
             content = f"s{s}-t{turn}"
@@ -242,7 +244,7 @@ async def test_slots_moved_mid_run_lose_no_append_and_raise_nothing(
         for slot in slots:
             await _migrate(slot, source, target, nodes)
 
-    writers = asyncio.gather(*(converse(s) for s in range(SESSIONS)))
+    writers = asyncio.gather(*(converse_slowly(s) for s in range(SESSIONS)))
     await reshard()
     results = await writers  # raises whatever any caller met
     for s, acknowledged in enumerate(results):
@@ -276,14 +278,6 @@ async def test_connections_cut_on_one_node_lose_and_duplicate_nothing(
     stop = asyncio.Event()
     killed = 0
 
-    async def converse(s: int) -> list[tuple[str, int]]:
-        acknowledged = []
-        for turn in range(TURNS):
-            content = f"s{s}-t{turn}"
-            result = await mems[s].append({"role": "user", "content": content})
-            acknowledged.append((content, result.first_id))
-        return acknowledged
-
     async def cut() -> None:
         nonlocal killed
         while not stop.is_set():
@@ -292,7 +286,7 @@ async def test_connections_cut_on_one_node_lose_and_duplicate_nothing(
 
     cutter = asyncio.create_task(cut())
     try:
-        results = await asyncio.gather(*(converse(s) for s in range(SESSIONS)))
+        results = await asyncio.gather(*(converse(mems[s], s) for s in range(SESSIONS)))
     finally:
         stop.set()
         await cutter

@@ -134,3 +134,43 @@ async def test_every_client_has_one_shared_batcher(client: RedisClient) -> None:
     else:
         assert batcher is not None
         assert not isinstance(batcher, ClusterBatcher)
+
+
+async def test_callers_answered_by_one_pipeline_go_on_in_turns(
+    client: RedisClient, memory_key: str
+) -> None:
+    """Replies are handed out RESUME_GROUP at a time, with a loop turn between groups, so
+    the first callers' next calls leave while the rest are still being answered."""
+    from redis.asyncio import RedisCluster
+
+    from compozy_memory._wire.pipelining import RESUME_GROUP
+
+    if isinstance(client, RedisCluster):
+        pytest.skip("a Cluster client sends one pipeline per node, each under a group")
+    assert SESSIONS > RESUME_GROUP  # one pipeline must answer more than one group
+    mems = sessions(client, memory_key)
+    await asyncio.gather(*(m.append({"role": "user", "content": "warm"}) for m in mems))
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    ticking = asyncio.create_task(count_turns())
+    resumed_at: list[int] = []
+
+    async def converse(mem: MemoryInstance) -> int:
+        result = await mem.append({"role": "user", "content": "again"})
+        resumed_at.append(turns)
+        return result.last_id
+
+    try:
+        ids = await asyncio.gather(*(converse(m) for m in mems))
+    finally:
+        ticking.cancel()
+    assert ids == [2] * SESSIONS  # each caller got its own reply
+    by_turn = [resumed_at.count(turn) for turn in sorted(set(resumed_at))]
+    assert len(by_turn) >= -(-SESSIONS // RESUME_GROUP)
+    assert max(by_turn) <= RESUME_GROUP

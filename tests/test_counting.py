@@ -95,9 +95,48 @@ async def test_a_cancelled_caller_is_skipped() -> None:
         await first
 
 
+class Batching:
+    """A counter that holds the GIL and counts many texts at once (as rs-bpe does): it
+    records each batch it is given and the thread that counted it."""
+
+    thread_safe = False
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[str, int]] = []
+
+    def count(self, text: str) -> int:
+        return self.count_many([text])[0]
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        self.batches.append((threading.current_thread().name, len(texts)))
+        if any("refuse" in text for text in texts):
+            raise MissingTokenCountError("no count for this one")
+        return [len(text.split()) for text in texts]
+
+
+async def test_a_counter_that_holds_the_gil_counts_a_ticks_texts_together_on_the_loop() -> None:
+    counter = Batching()
+    texts = [[f"{BIG} caller {i}", f"name{i}"] for i in range(16)]
+    results = await asyncio.gather(*(count_texts(counter, t) for t in texts))
+    assert results == [[len(a.split()), 1] for a, _ in texts]
+    assert counter.batches == [(threading.current_thread().name, 32)]  # one call, no hop
+
+
+async def test_a_batch_error_reaches_only_the_caller_whose_text_raised_it() -> None:
+    counter = Batching()
+    good, bad, other = await asyncio.gather(
+        count_texts(counter, ["a b", "c"]),
+        count_texts(counter, ["refuse this"]),
+        count_texts(counter, ["d e f"]),
+    )
+    assert good == [2, 1]
+    assert isinstance(bad[0], MissingTokenCountError)
+    assert other == [3]
+
+
 async def test_exact_counts_and_remembered_texts_stay_on_the_loop() -> None:
-    exact = TiktokenCounter()
-    cached = CachedCounter(TiktokenCounter())
+    exact = TiktokenCounter(engine="tiktoken")
+    cached = CachedCounter(TiktokenCounter(engine="tiktoken"))
     texts = [f"{BIG} {i}" for i in range(4)]
     assert await count_texts(cached, texts) == [exact.count(t) for t in texts]
     assert cached.thread_safe

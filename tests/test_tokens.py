@@ -73,12 +73,12 @@ def test_o200k_agrees_with_an_independent_implementation() -> None:
 
 
 def test_o200k_data_is_checked_against_tiktokens_pinned_hash() -> None:
-    from compozy_memory._model import tokens
+    from compozy_memory._model import encodings
 
-    assert tokens.O200K_SHA256 == (
+    assert encodings.O200K_SHA256 == (
         "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
     )
-    assert tokens.o200k_encoding() is tokens.o200k_encoding()  # loaded once
+    assert encodings.o200k_encoding() is encodings.o200k_encoding()  # loaded once
 
 
 def test_models_map_to_their_encodings() -> None:

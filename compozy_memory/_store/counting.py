@@ -1,23 +1,29 @@
-"""Token counts for a tick's appends: counted together, off the event loop.
+"""Token counts for a tick's appends: counted together, at the end of the tick.
 
-Exact counting (tiktoken) costs more per message than the write itself. A replica serving
-many conversations makes many appends in one event-loop iteration; counting each on the loop
-would stall every other conversation's I/O meanwhile. Instead the texts that one iteration
-asks for are gathered and counted in one job on a worker thread, so the loop goes on
-sending and reading other calls, and a thread hop is paid once per iteration, not per
-message. tiktoken holds the GIL for much of an encode, so the two overlap only in part
-(``benchmarks/bench_append.py``: 0.46x raw RPUSH against 0.39x counting on the loop).
+Exact counting costs about as much per message as the write itself. A replica serving many
+conversations makes many appends in one event-loop iteration, and their texts are gathered
+and counted in one go when the iteration ends, by one of two roads:
 
-Only counters that say they are safe in a thread (``thread_safe = True``: the tiktoken
-counters, and a :class:`CachedCounter` around one) go to the thread; any other counter, and
-texts a :class:`CachedCounter` remembers, are counted on the loop, where a small batch is
-counted too (a hop would cost more than the count). A counter's error reaches only the caller
-whose text raised it, and a caller cancelled while waiting is skipped.
+- **On the loop**, for a counter that counts many texts at once but holds the GIL (the
+  default ``rs-bpe`` engine, ``count_many``): a thread would add hops and save nothing,
+  while counting a tick's texts back to back keeps the encoder's tables in the CPU cache
+  (``benchmarks/bench_append.py``: 0.59x raw RPUSH against 0.52x counting each text as its
+  append asks).
+- **On a worker thread**, for counters that are safe there (``thread_safe = True``: the
+  ``tiktoken`` engine, and a :class:`CachedCounter` around it): tiktoken gives up the GIL
+  while it encodes, so the loop goes on sending and reading other calls. The texts go in
+  jobs of about ``CHUNK_CHARS`` characters, each counted in one encode, so the first callers
+  go on to write while the rest are counted; a small tick (under ``INLINE_CHARS``) and texts
+  a :class:`CachedCounter` remembers are counted on the loop (a hop would cost more).
+
+Any other counter (the heuristic, supplied counts) counts at once. A counter's error reaches
+only the caller whose text raised it, and a caller cancelled while waiting is skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import weakref
@@ -38,8 +44,11 @@ async def count_texts(counter: TokenCounter, texts: Sequence[str]) -> list[Count
     """Each text's count, or the exception counting it raised, in order."""
     if not texts:
         return []
-    if getattr(counter, "thread_safe", False) is not True:
-        return _count_all(counter, texts)
+    in_thread = getattr(counter, "thread_safe", False) is True
+    if not in_thread:
+        if not callable(getattr(counter, "count_many", None)):
+            return _count_all(counter, texts)  # microseconds: no reason to wait for the tick
+        return await _tick_batcher(asyncio.get_running_loop()).submit(counter, list(texts))
     out: list[Counted | None] = [None] * len(texts)
     missing: list[int] = []
     cached = getattr(counter, "cached", None)
@@ -58,6 +67,15 @@ async def count_texts(counter: TokenCounter, texts: Sequence[str]) -> list[Count
 
 
 def _count_all(counter: TokenCounter, texts: Sequence[str]) -> list[Counted]:
+    count_many = getattr(counter, "count_many", None)
+    if callable(count_many) and len(texts) > 1:
+        counted: list[Counted] | None
+        try:
+            counted = list(count_many(texts))
+        except Exception:  # one text raised: count one by one, so only its caller hears it
+            counted = None
+        if counted is not None and len(counted) == len(texts):
+            return counted
     out: list[Counted] = []
     for text in texts:
         try:
@@ -89,17 +107,43 @@ class _TickBatcher:
         live = [request for request in batch if not request[2].done()]
         if not live:
             return
-        if sum(len(text) for _, texts, _ in live for text in texts) < INLINE_CHARS:
-            _deliver(live, [_count_all(counter, texts) for counter, texts, _ in live])
-            return
-        job = self.loop.run_in_executor(
-            _executor(), _count_requests, [(counter, texts) for counter, texts, _ in live]
-        )
-        job.add_done_callback(lambda done: _finish(live, done))
+        here = [r for r in live if getattr(r[0], "thread_safe", False) is not True]
+        away = [r for r in live if getattr(r[0], "thread_safe", False) is True]
+        if sum(len(text) for _, texts, _ in away for text in texts) < INLINE_CHARS:
+            here, away = live, []
+        if here:
+            _deliver(here, _count_requests([(counter, texts) for counter, texts, _ in here]))
+        for chunk in _chunks(away) if away else ():
+            job = self.loop.run_in_executor(
+                _executor(), _count_requests, [(counter, texts) for counter, texts, _ in chunk]
+            )
+            job.add_done_callback(functools.partial(_finish, chunk))
+
+
+#: A worker job counts about this many characters, so the first callers go on to write
+#: while the rest are counted.
+CHUNK_CHARS = 12_000
+
+
+def _chunks(requests: list[_Request]) -> list[list[_Request]]:
+    out: list[list[_Request]] = [[]]
+    size = 0
+    for request in requests:
+        if size >= CHUNK_CHARS:
+            out.append([])
+            size = 0
+        out[-1].append(request)
+        size += sum(len(text) for text in request[1])
+    return out
 
 
 def _count_requests(requests: list[tuple[TokenCounter, list[str]]]) -> list[list[Counted]]:
-    return [_count_all(counter, texts) for counter, texts in requests]
+    """Every request's counts, each counter's texts counted in one call."""
+    by_counter: dict[int, tuple[TokenCounter, list[str]]] = {}
+    for counter, texts in requests:
+        by_counter.setdefault(id(counter), (counter, []))[1].extend(texts)
+    counted = {key: iter(_count_all(*request)) for key, request in by_counter.items()}
+    return [[next(counted[id(counter)]) for _ in texts] for counter, texts in requests]
 
 
 def _finish(requests: list[_Request], job: asyncio.Future[list[list[Counted]]]) -> None:

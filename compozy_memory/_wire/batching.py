@@ -34,6 +34,7 @@ from compozy_memory._wire.cluster_batching import CLUSTER_BATCHING, ClusterBatch
 from compozy_memory._wire.delivery import delivery_for
 from compozy_memory._wire.pipelining import (
     MAX_PIPELINE,
+    RESUME_GROUP,
     Batcher,
     Call,
     Queue,
@@ -79,19 +80,28 @@ class ScriptBatcher:
         except BaseException as exc:  # cancelled or broken: no caller may wait forever
             fail_all(calls, exc)
             raise
-        retries = []
-        for call, reply in zip(calls, replies, strict=True):
-            script, keys, args, key, future = call
-            if future.done():
-                continue
-            if self.delivery.needs_reload(reply):
-                retries.append(settle(future, self.delivery.run(script, keys, args, key)))
-            elif isinstance(reply, redis_errors.RedisError):
-                future.set_exception(translate(reply, script.name, key))
-            else:
-                future.set_result(reply)
+        retries: list[Call] = []
+        try:
+            for turn, (call, reply) in enumerate(zip(calls, replies, strict=True)):
+                if turn and turn % RESUME_GROUP == 0:
+                    await asyncio.sleep(0)  # the callers answered so far go on first
+                script, keys, args, key, future = call
+                if future.done():
+                    continue
+                if self.delivery.needs_reload(reply):
+                    retries.append(call)
+                elif isinstance(reply, redis_errors.RedisError):
+                    future.set_exception(translate(reply, script.name, key))
+                else:
+                    future.set_result(reply)
+        except BaseException as exc:  # cancelled between turns: no caller may wait forever
+            fail_all(calls, exc)
+            raise
         if retries:
-            await asyncio.gather(*retries)
+            run = self.delivery.run
+            await asyncio.gather(
+                *(settle(c.future, run(c.script, c.keys, c.args, c.key)) for c in retries)
+            )
 
     async def _pipeline(self, calls: list[Call]) -> list[Any]:
         """Send the calls on one pooled connection and read every reply in order."""

@@ -38,7 +38,15 @@ from redis.asyncio import RedisCluster
 from redis.asyncio.cluster import ClusterNode
 
 from compozy_memory._wire.delivery import delivery_for
-from compozy_memory._wire.pipelining import MAX_PIPELINE, Call, Queue, exchange, fail_all, settle
+from compozy_memory._wire.pipelining import (
+    MAX_PIPELINE,
+    RESUME_GROUP,
+    Call,
+    Queue,
+    exchange,
+    fail_all,
+    settle,
+)
 from compozy_memory._wire.scripts import Script, ScriptArg
 from compozy_memory._wire.translate import backend_errors, translate
 
@@ -166,20 +174,26 @@ class ClusterBatcher:
         except BaseException as exc:  # cancelled or broken: no caller may wait forever
             fail_all(calls, exc)
             raise
-        again = []
+        again: list[Call] = []
         needs_reload = self.delivery.needs_reload
-        for call, reply in zip(calls, replies, strict=True):
-            future = call.future
-            if future.done():
-                continue
-            if isinstance(reply, _REDIRECTS) or needs_reload(reply):
-                again.append(self._alone(call))
-            elif isinstance(reply, redis_errors.RedisError):
-                future.set_exception(translate(reply, call.script.name, call.key))
-            else:
-                future.set_result(reply)
+        try:
+            for turn, (call, reply) in enumerate(zip(calls, replies, strict=True)):
+                if turn and turn % RESUME_GROUP == 0:
+                    await asyncio.sleep(0)  # the callers answered so far go on first
+                future = call.future
+                if future.done():
+                    continue
+                if isinstance(reply, _REDIRECTS) or needs_reload(reply):
+                    again.append(call)
+                elif isinstance(reply, redis_errors.RedisError):
+                    future.set_exception(translate(reply, call.script.name, call.key))
+                else:
+                    future.set_result(reply)
+        except BaseException as exc:  # cancelled between turns: no caller may wait forever
+            fail_all(calls, exc)
+            raise
         if again:
-            await asyncio.gather(*again)
+            await asyncio.gather(*(self._alone(call) for call in again))
 
     async def _pipeline(self, node: ClusterNode, calls: list[Call]) -> list[Any]:
         """Send the calls on one connection of ``node`` and read every reply in order."""

@@ -17,10 +17,28 @@ from redis.asyncio.connection import AbstractConnection
 
 from compozy_memory._wire.scripts import Script, ScriptArg
 
-__all__ = ["MAX_PIPELINE", "Batcher", "Call", "Queue", "exchange", "fail_all", "settle"]
+__all__ = [
+    "MAX_PIPELINE",
+    "RESUME_GROUP",
+    "Batcher",
+    "Call",
+    "Queue",
+    "exchange",
+    "fail_all",
+    "settle",
+]
 
 #: The most calls one pipeline carries; a larger iteration goes out as several.
 MAX_PIPELINE = 256
+
+#: Callers answered by one pipeline go on this many at a time, with a turn of the event loop
+#: between groups. Handed out all at once, every conversation would run its next step in the
+#: same iteration and send it in the same next pipeline: the client would work while the
+#: server waited, then wait while the server worked. In turns, the first callers' next calls
+#: leave while the last ones are still being handed their replies, and client and server
+#: overlap (``benchmarks/bench_append.py``: appends with their counts supplied went from
+#: 0.76x to 0.94x raw RPUSH, medians of six interleaved rounds).
+RESUME_GROUP = 16
 
 # hiredis's stub types the command as a one-element tuple; it takes any length.
 _Packer = Callable[[tuple[Any, ...]], bytes]

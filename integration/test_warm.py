@@ -105,3 +105,18 @@ async def test_a_manager_warms_up_when_it_starts(engine: EngineSpec, client: Red
         handle = await manager.get("customer-support", {"workflow": {"input": {"user_id": "u1"}}})
         await handle.append({"role": "user", "content": "hello"})
         assert "cmdstat_function|load" not in await commands_since_reset(engine)
+
+
+async def test_warm_leaves_nothing_behind_but_a_key_about_to_expire(
+    engine: EngineSpec, client: RedisClient
+) -> None:
+    await warm(client)
+    found = 0
+    for node in engine.node_clients():
+        async for key in node.scan_iter(match="compozy:compozy-warm:*"):
+            found += 1
+            # The probe's messages are cleared at once; its meta (ids stay monotonic) expires.
+            assert key.endswith(b":meta"), key
+            assert 0 < await node.pttl(key) <= 10_000, key
+        await node.aclose()
+    assert found >= 1  # the probe did write, through the whole append path

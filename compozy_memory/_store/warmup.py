@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import Iterable
+from datetime import timedelta
 
 from redis import exceptions as redis_errors
 
@@ -31,8 +33,10 @@ __all__ = ["warm"]
 
 async def warm(client: RedisClient, *, counters: Iterable[TokenCounter] | None = None) -> None:
     """Load the encoders of ``counters`` (default: the default counter) in a thread, the
-    scripts on every primary of ``client``'s server, and the search analyser. Idempotent,
-    but each call offers the server the library again: call it once, at start. An
+    scripts on every primary of ``client``'s server, and the search analyser; then run one
+    append down the whole write path, to a probe memory of the process's own under the
+    ``compozy-warm`` project, cleared at once (its ``meta`` key expires within 10 s).
+    Idempotent, but each call offers the server the library again: call it once, at start. An
     unreachable server raises :class:`~compozy_memory.BackendError`; a
     user who may not load scripts is left for the first call to meet (an operator may have
     run ``compozy-memory install``)."""
@@ -54,17 +58,36 @@ async def warm(client: RedisClient, *, counters: Iterable[TokenCounter] | None =
         await loading
     analyze("warm the stemmer and the stop words")
     # The first message a process validates, serialises and counts on the loop's own thread
-    # pays for lazily built state (validators, tiktoken's per-thread regex): pay it here.
-    # (append passes a tuple and append_many the caller's list: the first isinstance check of
-    # each against the Mapping ABC walks its registry)
-    for batch in ([{"role": "user", "content": "warm"}], ({"role": "user", "content": "warm"},)):
-        await encode_messages(batch, MemoryPolicy(), _LOCAL, "warm")
-    for counter in chosen:
-        if getattr(counter, "thread_safe", False) is True:  # local encoders, no API calls
+    # pays for lazily built state (validators, tiktoken's per-thread regex, the tick's
+    # counting batch): pay it here. (append passes a tuple and append_many the caller's list:
+    # the first isinstance check of each against the Mapping ABC walks its registry)
+    local = [c for c in chosen if callable(getattr(c, "preload", None))]  # no API calls
+    for counter in [_LOCAL, *local]:
+        for batch in (
+            [{"role": "user", "content": "warm up the encoder"}],
+            ({"role": "user", "content": "warm"},),
+        ):
+            await encode_messages(batch, MemoryPolicy(), counter, "warm")
+    for counter in local:
+        if getattr(counter, "thread_safe", False) is True:
             counter.count("warm up the encoder on this thread")
+    # One append down the whole write path and back (the reply, the metrics), to a memory of
+    # this process's own that is cleared at once and whose last key expires within seconds.
+    # A user who may not write there (ACL, a replica) is refused, which warms most of it.
+    probe = MemoryInstance.open(
+        client,
+        project=_PROBE_PROJECT,
+        key=f"probe:{secrets.token_hex(8)}",
+        policy=MemoryPolicy(ttl=_PROBE_TTL),
+        counter=_LOCAL,
+    )
+    with contextlib.suppress(CompozyMemoryError):
+        await probe.append({"role": "user", "content": "warm"})
+        await probe.clear()
 
 
 _PROBE_PROJECT = "compozy-warm"
+_PROBE_TTL = timedelta(seconds=10)
 _LOCAL = HeuristicCounter()
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from benchmarks.report.common import MESSAGE_TOKENS, turn
-from compozy_memory import MemoryInstance, SuppliedCounter, TiktokenCounter
+from compozy_memory import CachedCounter, MemoryInstance, SuppliedCounter, TiktokenCounter
 from compozy_memory._wire.translate import RedisClient
 
 AsyncAppend = Callable[[int], Awaitable[None]]
@@ -59,6 +59,18 @@ def _compozy(client: RedisClient, run: str, s: int) -> AsyncAppend:
     return append
 
 
+_TIKTOKEN = CachedCounter(TiktokenCounter(engine="tiktoken"))
+
+
+def _compozy_tiktoken(client: RedisClient, run: str, s: int) -> AsyncAppend:
+    memory = MemoryInstance.open(client, project="bench", key=f"{run}:{s}", counter=_TIKTOKEN)
+
+    async def append(seq: int) -> None:
+        await memory.append(turn(s, seq))
+
+    return append
+
+
 def _compozy_supplied(client: RedisClient, run: str, s: int) -> AsyncAppend:
     memory = MemoryInstance.open(
         client, project="bench", key=f"{run}:{s}", counter=SuppliedCounter()
@@ -75,7 +87,7 @@ def _compozy_supplied(client: RedisClient, run: str, s: int) -> AsyncAppend:
 _RELEASE = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 )
-_SPEC_COUNTER = TiktokenCounter()
+_SPEC_COUNTER = TiktokenCounter(engine="tiktoken")
 
 
 def _spec(client: RedisClient, run: str, s: int) -> AsyncAppend:
@@ -197,8 +209,15 @@ RAW = Contender(
 COMPOZY = Contender(
     "compozy",
     "compozy-memory (default)",
-    "MemoryInstance.open(...).append(message): default counter (tiktoken), batching on",
+    "MemoryInstance.open(...).append(message): default counter (rs-bpe with the fast extra, "
+    "else tiktoken), batching on",
     open_async=_compozy,
+)
+COMPOZY_TIKTOKEN = Contender(
+    "compozy_tiktoken",
+    "compozy-memory (tiktoken engine)",
+    'the same counted by TiktokenCounter(engine="tiktoken"), as without the fast extra',
+    open_async=_compozy_tiktoken,
 )
 COMPOZY_SUPPLIED = Contender(
     "compozy_supplied",
@@ -240,7 +259,7 @@ _DISTRIBUTIONS = {
 
 def contenders() -> tuple[list[Contender], list[str]]:
     """Everything installed here, baseline first; and the names of those left out."""
-    present, missing = [RAW, COMPOZY, COMPOZY_SUPPLIED, SPEC], []
+    present, missing = [RAW, COMPOZY, COMPOZY_TIKTOKEN, COMPOZY_SUPPLIED, SPEC], []
     for contender in (LLAMA, OPENAI, LANGCHAIN):
         if _installed(contender.name):
             present.append(contender)

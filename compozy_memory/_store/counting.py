@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from compozy_memory._model.tokens import TokenCounter
 
-__all__ = ["INLINE_CHARS", "count_texts"]
+__all__ = ["CHUNK_CHARS", "INLINE_CHARS", "count_texts"]
 
 #: A batch with fewer characters than this is counted on the event loop (~1,000 tokens).
 INLINE_CHARS = 4_000

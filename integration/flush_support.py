@@ -231,10 +231,17 @@ class Audit:
 async def audit(client: RedisClient, key: str, acknowledged: Sequence[int] = ()) -> Audit:
     """Check the memory's invariants from Redis state alone; return what was found."""
     keys = InstanceKeys.build(PROJECT, key)
-    live_envs = [json.loads(e) for e in await client.lrange(keys.msgs, 0, -1)]
-    summary_envs = [json.loads(e) for e in await client.lrange(keys.summaries, 0, -1)]
-    archive_envs = [json.loads(e) for e in await client.lrange(keys.archive, 0, -1)]
-    raw_meta = await client.hgetall(keys.meta)
+    # The reads are not one snapshot: a background flush may commit between them. Every
+    # commit changes meta, so read until meta is the same before and after.
+    for _ in range(50):
+        before = await client.hgetall(keys.meta)
+        live_envs = [json.loads(e) for e in await client.lrange(keys.msgs, 0, -1)]
+        summary_envs = [json.loads(e) for e in await client.lrange(keys.summaries, 0, -1)]
+        archive_envs = [json.loads(e) for e in await client.lrange(keys.archive, 0, -1)]
+        raw_meta = await client.hgetall(keys.meta)
+        if raw_meta == before:
+            break
+        await asyncio.sleep(0.02)
     # (not the processes' dedupe records, w:<process>: text, not counts)
     meta = {_text(k): int(v) for k, v in raw_meta.items() if not _text(k).startswith("w:")}
 

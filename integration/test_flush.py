@@ -95,7 +95,9 @@ async def test_summaries_are_utf8_whatever_the_clients_encoding(
 ) -> None:
     client = engine.client(encoding="latin-1")
     try:
-        memory = open_memory(client, memory_key, budget=150)
+        # No background flush: the audit's reads are not one snapshot, and a flush the
+        # append set off could commit between them (seen under load).
+        memory = open_memory(client, memory_key, budget=150, background=False)
         result = await memory.append_many(
             {"role": "user", "content": f"東京 order #{i} ships on 2026-12-0{i % 9 + 1}."}
             for i in range(20)

@@ -113,10 +113,16 @@ class _TickBatcher:
             here, away = live, []
         if here:
             _deliver(here, _count_requests([(counter, texts) for counter, texts, _ in here]))
-        for chunk in _chunks(away) if away else ():
-            job = self.loop.run_in_executor(
-                _executor(), _count_requests, [(counter, texts) for counter, texts, _ in chunk]
-            )
+        chunks = _chunks(away) if away else []
+        for index, chunk in enumerate(chunks):
+            try:
+                job = self.loop.run_in_executor(
+                    _executor(), _count_requests, [(counter, texts) for counter, texts, _ in chunk]
+                )
+            except RuntimeError:  # the threads refuse work (the interpreter is exiting)
+                rest = [request for later in chunks[index:] for request in later]
+                _deliver(rest, _count_requests([(counter, texts) for counter, texts, _ in rest]))
+                return
             job.add_done_callback(functools.partial(_finish, chunk))
 
 

@@ -139,6 +139,8 @@ def test_bad_retry_policies(bad: dict[str, Any], fragment: str) -> None:
         (redis_errors.BusyLoadingError("LOADING"), BackendUnavailableError),
         (redis_errors.TryAgainError("TRYAGAIN"), BackendUnavailableError),
         (redis_errors.ClusterDownError("CLUSTERDOWN"), BackendUnavailableError),
+        (redis_errors.ClusterError("TTL exhausted."), BackendUnavailableError),
+        (redis_errors.ClusterError("something else"), BackendError),
         (redis_errors.AuthenticationError("invalid password"), BackendPermissionError),
         (redis_errors.NoPermissionError("no permissions"), BackendPermissionError),
         (redis_errors.ResponseError("NOPERM User x has no permissions"), BackendPermissionError),

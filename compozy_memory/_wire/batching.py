@@ -34,10 +34,10 @@ from compozy_memory._wire.cluster_batching import CLUSTER_BATCHING, ClusterBatch
 from compozy_memory._wire.delivery import delivery_for
 from compozy_memory._wire.pipelining import (
     MAX_PIPELINE,
-    RESUME_GROUP,
     Batcher,
     Call,
     Queue,
+    answer_in_turns,
     exchange,
     fail_all,
     settle,
@@ -81,22 +81,16 @@ class ScriptBatcher:
             fail_all(calls, exc)
             raise
         retries: list[Call] = []
-        try:
-            for turn, (call, reply) in enumerate(zip(calls, replies, strict=True)):
-                if turn and turn % RESUME_GROUP == 0:
-                    await asyncio.sleep(0)  # the callers answered so far go on first
-                script, keys, args, key, future = call
-                if future.done():
-                    continue
-                if self.delivery.needs_reload(reply):
-                    retries.append(call)
-                elif isinstance(reply, redis_errors.RedisError):
-                    future.set_exception(translate(reply, script.name, key))
-                else:
-                    future.set_result(reply)
-        except BaseException as exc:  # cancelled between turns: no caller may wait forever
-            fail_all(calls, exc)
-            raise
+
+        def answer(call: Call, reply: Any) -> None:
+            if self.delivery.needs_reload(reply):
+                retries.append(call)
+            elif isinstance(reply, redis_errors.RedisError):
+                call.future.set_exception(translate(reply, call.script.name, call.key))
+            else:
+                call.future.set_result(reply)
+
+        await answer_in_turns(calls, replies, answer)
         if retries:
             run = self.delivery.run
             await asyncio.gather(

@@ -40,9 +40,9 @@ from redis.asyncio.cluster import ClusterNode
 from compozy_memory._wire.delivery import delivery_for
 from compozy_memory._wire.pipelining import (
     MAX_PIPELINE,
-    RESUME_GROUP,
     Call,
     Queue,
+    answer_in_turns,
     exchange,
     fail_all,
     settle,
@@ -176,22 +176,16 @@ class ClusterBatcher:
             raise
         again: list[Call] = []
         needs_reload = self.delivery.needs_reload
-        try:
-            for turn, (call, reply) in enumerate(zip(calls, replies, strict=True)):
-                if turn and turn % RESUME_GROUP == 0:
-                    await asyncio.sleep(0)  # the callers answered so far go on first
-                future = call.future
-                if future.done():
-                    continue
-                if isinstance(reply, _REDIRECTS) or needs_reload(reply):
-                    again.append(call)
-                elif isinstance(reply, redis_errors.RedisError):
-                    future.set_exception(translate(reply, call.script.name, call.key))
-                else:
-                    future.set_result(reply)
-        except BaseException as exc:  # cancelled between turns: no caller may wait forever
-            fail_all(calls, exc)
-            raise
+
+        def answer(call: Call, reply: Any) -> None:
+            if isinstance(reply, _REDIRECTS) or needs_reload(reply):
+                again.append(call)
+            elif isinstance(reply, redis_errors.RedisError):
+                call.future.set_exception(translate(reply, call.script.name, call.key))
+            else:
+                call.future.set_result(reply)
+
+        await answer_in_turns(calls, replies, answer)
         if again:
             await asyncio.gather(*(self._alone(call) for call in again))
 

@@ -23,6 +23,7 @@ __all__ = [
     "Batcher",
     "Call",
     "Queue",
+    "answer_in_turns",
     "exchange",
     "fail_all",
     "settle",
@@ -132,6 +133,22 @@ async def exchange(connection: AbstractConnection, commands: list[tuple[Any, ...
         except redis_errors.ResponseError as exc:
             replies.append(exc)
     return replies
+
+
+async def answer_in_turns(
+    calls: Sequence[Call], replies: Sequence[Any], answer: Callable[[Call, Any], None]
+) -> None:
+    """``answer`` each call still waiting with its reply, RESUME_GROUP calls a turn of the
+    event loop; cancelled between turns, every call still waiting is cancelled too."""
+    try:
+        for turn, (call, reply) in enumerate(zip(calls, replies, strict=True)):
+            if turn and turn % RESUME_GROUP == 0:
+                await asyncio.sleep(0)  # the callers answered so far go on first
+            if not call.future.done():
+                answer(call, reply)
+    except BaseException as exc:  # no caller may wait forever
+        fail_all(calls, exc)
+        raise
 
 
 def fail_all(calls: Sequence[Call], exc: BaseException) -> None:

@@ -130,9 +130,10 @@ def translate(exc: redis_errors.RedisError, operation: str, key: str) -> Compozy
         return BackendPermissionError(f"{operation}: {exc}", key=key)
     if isinstance(exc, redis_errors.TimeoutError):
         return BackendTimeoutError(f"{operation}: {exc}", key=key)
-    if isinstance(exc, _TRANSIENT):
+    if isinstance(exc, _TRANSIENT) or _redirects_outlasted(exc):
         # TRYAGAIN (a slot half migrated) and CLUSTERDOWN (a failover) pass, like a dropped
-        # connection: the call is retried.
+        # connection: the call is retried. So does a call redis-py's Cluster client gave up on
+        # after redirect upon redirect (a slot moving back and forth while it asked).
         return BackendUnavailableError(f"{operation}: {exc}", key=key)
     if isinstance(exc, redis_errors.OutOfMemoryError):
         return BackendOutOfMemoryError(f"{operation}: {exc}", key=key)
@@ -145,6 +146,12 @@ def translate(exc: redis_errors.RedisError, operation: str, key: str) -> Compozy
             return typed(_SCRIPT_LOCATION.sub("", rest), key=key)
         return ScriptError(f"{operation}: {exc}", key=key)
     return BackendError(f"{operation}: {exc}", key=key)
+
+
+def _redirects_outlasted(exc: redis_errors.RedisError) -> bool:
+    """redis-py's Cluster client's own words when every try of a call was redirected
+    (MOVED, ASK) or failed over until its TTL ran out: the call never ran to its end."""
+    return type(exc) is redis_errors.ClusterError and str(exc) == "TTL exhausted."
 
 
 def error_cause(exc: redis_errors.RedisError) -> redis_errors.RedisError | None:

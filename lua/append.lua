@@ -1,5 +1,6 @@
 #!lua
 -- append.lua: store one or many messages at the end of a memory, atomically and at most once.
+-- USES: args batch dedupe meta
 -- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms max_tokens dedupe_key n messages...
 --   ttl_ms      TTL set on every key passed; 0 leaves TTLs alone

@@ -1,6 +1,7 @@
 #!lua
 -- clear.lua: remove a memory's messages, summaries, archive (and its index), recalled
 -- messages, session facts and dedupe keys.
+-- USES: args meta
 -- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms
 --   ttl_ms  TTL for the meta key that remains; 0 leaves it without one

@@ -1,5 +1,6 @@
 #!lua
 -- clear_recalled.lua: send every recalled message back to the archive (they never left it).
+-- USES: args meta
 -- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms
 --   ttl_ms  TTL set on every key; 0 leaves TTLs alone

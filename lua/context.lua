@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 -- context.lua: what to send an LLM, assembled in layers within a token budget, atomically.
+-- USES: archive args bm25 envelope
 -- KEYS: msgs meta archive summaries recalled ixpost ixdocs facts factord
 -- ARGV: budget facts_header summary_share recall_share backfill limit k1 b neighbour_weight terms...
 --   budget            tokens the context may take

@@ -1,5 +1,6 @@
 #!lua
 -- expire.lua: set or remove the TTL of every key of a memory.
+-- USES: args
 -- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms
 --   ttl_ms  the new TTL; 0 removes the TTL (PERSIST)

@@ -1,5 +1,6 @@
 #!lua
 -- facts_delete.lua: remove session facts by key.
+-- USES: args meta
 -- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms keys...
 --   ttl_ms  TTL set on every key of the memory; 0 leaves TTLs alone

@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 -- facts_items.lua: every session fact, oldest set first, in one consistent read.
+-- USES: (none)
 -- KEYS: facts factord
 -- ARGV: (none)
 -- Returns: a flat list of key, 'tokens<TAB>value' pairs, least recently set first.

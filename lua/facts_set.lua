@@ -1,5 +1,6 @@
 #!lua
 -- facts_set.lua: set one or many session facts (the kernel layer), capped, oldest out first.
+-- USES: args meta
 -- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms cap n facts...
 --   ttl_ms  TTL set on every key of the memory; 0 leaves TTLs alone

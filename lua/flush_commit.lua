@@ -1,5 +1,6 @@
 #!lua
 -- flush_commit.lua: apply a flush plan atomically, or refuse it whole.
+-- USES: archive args batch clock envelope meta
 -- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms archive_max epoch incarnation prefix_len n_remove n_fold summary_tokens summary_body ids...
 --   ttl_ms          TTL set on every key; 0 leaves TTLs alone

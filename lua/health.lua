@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 -- health.lua: the totals and sizes of a memory in one consistent read.
+-- USES: (none)
 -- KEYS: msgs meta archive summaries recalled
 -- ARGV: (none)
 -- Returns: a flat list of field, value pairs: every field of meta (tokens, count, last_id,

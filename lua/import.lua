@@ -1,6 +1,7 @@
 #!lua
 -- import.lua: write a transcript's envelopes, with their own ids and times, into a memory
 -- that holds none.
+-- USES: archive args envelope meta
 -- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms archive_max n_msgs n_summaries n_archive items...
 --   ttl_ms        TTL set on every key; 0 leaves TTLs alone

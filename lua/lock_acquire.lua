@@ -1,5 +1,6 @@
 #!lua
 -- lock_acquire.lua: take the flush lock of a memory and get a fencing epoch.
+-- USES: args meta
 -- KEYS: meta lock
 -- ARGV: token lease_ms ttl_ms
 --   token     a random owner token, unique to this acquisition (at least 16 characters)

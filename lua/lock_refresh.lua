@@ -1,5 +1,6 @@
 #!lua
 -- lock_refresh.lua: extend the lease, only for its owner.
+-- USES: args
 -- KEYS: lock
 -- ARGV: token lease_ms
 --   token     the owner token given at acquisition

@@ -1,5 +1,6 @@
 #!lua
 -- lock_release.lua: give the lock up, only for its owner.
+-- USES: (none)
 -- KEYS: lock
 -- ARGV: token
 --   token  the owner token given at acquisition

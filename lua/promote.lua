@@ -1,5 +1,6 @@
 #!lua
 -- promote.lua: bring archived messages back into context (the recall tools).
+-- USES: archive args envelope meta
 -- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms max_tokens ids...
 --   ttl_ms      TTL set on every key; 0 leaves TTLs alone

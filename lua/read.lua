@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 -- read.lua: live messages by index, with the totals, in one consistent read.
+-- USES: args meta
 -- KEYS: msgs meta
 -- ARGV: start stop
 --   start, stop  LRANGE indices (negative count from the newest)

@@ -1,5 +1,6 @@
 #!lua
 -- replace.lua: swap the whole conversation for new messages, optionally only if unchanged.
+-- USES: archive args batch dedupe envelope meta
 -- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms max_tokens archive_max if_last_id if_incarnation dedupe_key n_old n messages...
 --   ttl_ms          TTL set on every key; 0 leaves TTLs alone

@@ -1,5 +1,6 @@
 #!lua
 -- result_put.lua: store a result by its SHA-256 (content-addressed), optionally pinning it.
+-- USES: args
 -- KEYS: result
 -- ARGV: ttl_ms pin pin_ttl_ms size enc kind data
 --   ttl_ms      TTL of the result while nothing pins it; 0: none

@@ -1,5 +1,6 @@
 #!lua
 -- result_release.lua: one message fewer points at a result (refs - 1, never below 0).
+-- USES: (none)
 -- KEYS: result
 -- ARGV: (none)
 -- Returns: the reference count now, or -1 if the result does not exist. At 0 the result

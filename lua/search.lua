@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 -- search.lua: the archived messages that best match a query (BM25), with their neighbours.
+-- USES: archive args bm25
 -- KEYS: meta archive ixpost ixdocs
 -- ARGV: limit k1 b neighbour_weight since_id roles terms...
 --   limit             at most this many hits, 1..1000

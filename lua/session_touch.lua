@@ -1,5 +1,6 @@
 #!lua
 -- session_touch.lua: record a write to a session (a memory) in its project's session index.
+-- USES: args clock
 -- KEYS: sessions agent_sessions session_info
 -- ARGV: session agent last_id messages tokens
 --   session   the memory's encoded key

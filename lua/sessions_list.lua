@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 -- sessions_list.lua: a page of a session index, most recently active first.
+-- USES: args
 -- KEYS: sessions session_info
 -- ARGV: limit before_score before_session
 --   limit           sessions per page, 1..1000

@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 -- snapshot.lua: what a flush plans from, in one consistent read, bounded.
+-- USES: args envelope
 -- KEYS: msgs meta summaries
 -- ARGV: limit
 --   limit  read the oldest live messages until this many that are not pinned (priority 0)

@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 -- transcript.lua: every envelope of a memory, in one consistent read, for an export.
+-- USES: args
 -- KEYS: msgs archive summaries
 -- ARGV: include_archive
 --   include_archive  1: the archived originals too; 0: not

@@ -1,6 +1,7 @@
 #!lua
 -- trim.lua: move chosen messages among the oldest to the archive, if still where the caller
 -- saw them.
+-- USES: archive args batch envelope meta
 -- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
 -- ARGV: ttl_ms archive_max prefix_len n_remove ids...
 --   ttl_ms       TTL set on every key; 0 leaves TTLs alone

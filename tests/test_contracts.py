@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,11 +14,14 @@ from compozy_memory._model.limits import LUA_CONSTANTS
 from compozy_memory._model.results import Transcript
 from compozy_memory._store.results_store import ResultGateway
 from compozy_memory._store.sessions import SessionIndex
+from compozy_memory._wire import scripts as scripts_module
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import (
     KEY_ORDER,
     SCRIPT_NAMES,
     ScriptArg,
+    helpers,
+    library,
     lua_dir,
     parse_contract,
     script,
@@ -108,7 +112,7 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
 
 
 def test_every_script_file_is_known_and_every_known_script_exists() -> None:
-    files = {p.stem for p in lua_dir().glob("*.lua")} - {"_lib"}
+    files = {p.stem for p in lua_dir().glob("*.lua")}
     assert files == set(SCRIPT_NAMES) == set(CALLS)
 
 
@@ -157,11 +161,52 @@ async def test_the_gateway_sends_what_each_header_declares(name: str) -> None:
 
 
 def test_limits_are_injected_once_from_python() -> None:
-    lib = (lua_dir() / "_lib.lua").read_text()
+    for helper in helpers().values():
+        for name in LUA_CONSTANTS:
+            assert name not in helper.defines, f"lua/lib/{helper.name}.lua must not define {name}"
     for name, value in LUA_CONSTANTS.items():
-        assert not re.search(rf"\blocal {name}\b", lib), f"_lib.lua must not define {name}"
         for each in SCRIPT_NAMES:
             assert f"local {name} = {value}\n" in script(each).source
+
+
+def test_a_script_carries_only_the_helpers_it_uses_and_theirs() -> None:
+    release = script("lock_release")
+    assert release.uses == ()
+    assert not any(helper.text in release.source for helper in helpers().values())
+    append = script("append").source
+    for name, helper in helpers().items():
+        assert (helper.text in append) == (
+            name in {"args", "batch", "clock", "dedupe", "envelope", "meta"}
+        ), name
+    # The Functions library holds each helper file once, whatever the scripts share.
+    for helper in helpers().values():
+        assert library().source.count(helper.text) == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ("-- USES: args\nreturn envelope_head('x')\n", r"calls \['envelope_head'\] without"),
+        ("-- USES: args envelope\nreturn int_arg(1, 'n', 0, 2)\n", "calls none of it"),
+        ("-- USES: nothere\nreturn 1\n", "unknown"),
+        ("return 1\n", "one '-- USES:' line"),
+    ],
+)
+def test_a_script_may_call_only_the_helpers_it_declares(
+    body: str, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "lib").symlink_to(lua_dir() / "lib")
+    (tmp_path / "probe.lua").write_text(f"#!lua\n-- KEYS: meta\n-- ARGV: (none)\n{body}")
+    monkeypatch.setattr(scripts_module, "lua_dir", lambda: tmp_path)
+    with pytest.raises(ValueError, match=problem):
+        scripts_module.script.__wrapped__("probe")
+
+
+def test_a_local_of_the_same_name_is_not_a_call() -> None:
+    every = helpers()
+    scripts_module._check_calls("x", "local archive = 1\nreturn archive\n", (), every)
+    with pytest.raises(ValueError, match="archive"):
+        scripts_module._check_calls("x", "return archive(K, {}, {}, 0)\n", (), every)
 
 
 @pytest.mark.parametrize(

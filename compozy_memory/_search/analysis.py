@@ -412,7 +412,7 @@ def index_terms(message: Mapping[str, Any]) -> str:
     """The archive index's argument for one message: ``length\\tterm\\ttf\\tterm\\ttf...``.
 
     Terms never hold whitespace, so a tab separates them; see ``archive()`` in
-    ``lua/_lib.lua`` for how the scripts store them."""
+    ``lua/lib/index.lua`` for how the scripts store them."""
     tf, length = message_terms(message)
     return "\t".join([str(length), *(f"{term}\t{count}" for term, count in tf.items())])
 

@@ -126,7 +126,7 @@ class _Tokens:
     """Dedupe keys for calls that pass none: ``~<prefix>:<n>``, a random per-process prefix
     (96 bits, drawn again in a forked child) and a counter, cheaper than fresh randomness per
     call. The scripts know this form and keep one compact record per prefix
-    (``dedupe_record`` in ``lua/_lib.lua``)."""
+    (``dedupe_record`` in ``lua/lib/dedupe.lua``)."""
 
     def __init__(self) -> None:
         self.reset()

@@ -6,16 +6,22 @@ Each operation lives in ``lua/<name>.lua`` and opens with a header the loader re
     -- append.lua: store one or many messages ...
     -- KEYS: msgs meta archive summaries dedupe
     -- ARGV: ttl_ms max_tokens dedupe_key n messages...
+    -- USES: batch dedupe meta
 
 ``KEYS`` names the memory's keys the script touches, always in one order (:data:`KEY_ORDER`);
-``ARGV`` names its arguments, the last one variadic when it ends in ``...``. Redis scripts cannot
+``ARGV`` names its arguments, the last one variadic when it ends in ``...``; ``USES`` names
+the helper files of ``lua/lib/`` it calls (each of those names its own). Redis scripts cannot
 include one another, so the loader builds each script's source as: its shebang, the limits of
-:mod:`compozy_memory._model.limits` as ``local`` lines, ``lua/_lib.lua``, locals naming the
-declared keys (``k_msgs``, and ``K``, a table of them by name) and arguments (``a_ttl_ms``,
-and ``ARGS_FROM`` where the variadic part starts), then the body. A body that indexes
-``KEYS``/``ARGV`` by number, or a header that does not follow the one key order, is refused
-when the script loads, so a header cannot drift from the code, and :class:`Contract` checks
-every call the gateway makes against it.
+:mod:`compozy_memory._model.limits` as ``local`` lines, the helper files it uses and theirs
+(each once, dependencies first), locals naming the declared keys (``k_msgs``, and ``K``, a
+table of them by name) and arguments (``a_ttl_ms``, and ``ARGS_FROM`` where the variadic part
+starts), then the body. The Functions library holds every helper file once and every script
+as a function.
+
+A body that indexes ``KEYS``/``ARGV`` by number, a header that does not follow the one key
+order, or a script or helper that calls a helper it does not declare (or declares one it does
+not call) is refused when the script loads, so a header cannot drift from the code, and
+:class:`Contract` checks every call the gateway makes against it.
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ __all__ = [
     "SCRIPT_NAMES",
     "Args",
     "Contract",
+    "Helper",
     "Keys",
     "Library",
     "Script",
     "ScriptArg",
+    "helpers",
     "library",
     "lua_dir",
     "script",
@@ -99,6 +107,9 @@ SCRIPT_NAMES = (
     "import",
 )
 _HEADER_LINE = re.compile(r"^-- (KEYS|ARGV):(.*)$", re.MULTILINE)
+_USES_LINE = re.compile(r"^-- USES:(.*)$", re.MULTILINE)
+# A helper file's top-level definitions: 'local function name(' and 'local NAME ='.
+_DEFINED = re.compile(r"^local (?:function )?([A-Za-z_]\w*)\b", re.MULTILINE)
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _NUMBERED = re.compile(r"\b(KEYS|ARGV)\[\s*\d")
 
@@ -107,7 +118,7 @@ def lua_dir() -> Path:
     package = Path(__file__).resolve().parent.parent
     # An installed wheel carries lua/ inside the package; a source checkout has it beside.
     for candidate in (package / "lua", package.parent / "lua"):
-        if (candidate / "_lib.lua").is_file():
+        if (candidate / "lib").is_dir():
             return candidate
     raise FileNotFoundError(f"compozy-memory's lua/ scripts are missing beside {package}")
 
@@ -182,7 +193,8 @@ class Script:
 
     name: str
     contract: Contract
-    #: The whole EVAL source: shebang, limits, _lib.lua, named KEYS/ARGV locals, body.
+    #: The whole EVAL source: shebang, limits, the helpers it uses, named KEYS/ARGV locals,
+    #: body.
     source: str
     sha: str
     #: Declared ``flags=no-writes``: may go as EVALSHA_RO/EVAL_RO (and FCALL_RO).
@@ -190,6 +202,8 @@ class Script:
     #: The declared locals and the body, without the shared code: what a Functions library
     #: wraps in a function of its own.
     body: str
+    #: The ``lua/lib`` files the script declares it calls.
+    uses: tuple[str, ...] = ()
 
     @property
     def function(self) -> str:
@@ -210,15 +224,112 @@ def _locals(contract: Contract) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True, slots=True)
+class Helper:
+    """One file of ``lua/lib/``: helpers of one concern, and the files it calls into."""
+
+    name: str
+    uses: tuple[str, ...]
+    #: The names it defines at its top level (functions and constants).
+    defines: frozenset[str]
+    text: str
+
+
+def _uses(text: str, where: str) -> tuple[str, ...]:
+    found = _USES_LINE.findall(text)
+    if len(found) != 1:
+        raise ValueError(f"{where} needs one '-- USES:' line naming the lua/lib files it calls")
+    words = found[0].split()
+    return () if words == ["(none)"] else tuple(words)
+
+
 @cache
-def library_source() -> str:
-    """``lua/_lib.lua`` after the limits, as every script starts."""
-    return f"{_prelude()}\n{(lua_dir() / '_lib.lua').read_text(encoding='utf-8')}"
+def helpers() -> dict[str, Helper]:
+    """Every file of ``lua/lib/`` by name, dependencies first, each checked: it calls only
+    the helpers it and the files it declares define, and calls some of each it declares."""
+    found: dict[str, Helper] = {}
+    for path in sorted((lua_dir() / "lib").glob("*.lua")):
+        text = path.read_text(encoding="utf-8")
+        where = f"lua/lib/{path.name}"
+        found[path.stem] = Helper(
+            path.stem, _uses(text, where), frozenset(_DEFINED.findall(text)), text
+        )
+    owner: dict[str, str] = {}
+    for helper in found.values():
+        for name in helper.defines:
+            if name in owner:
+                raise ValueError(
+                    f"lua/lib/{owner[name]}.lua and {helper.name}.lua both define {name}"
+                )
+            owner[name] = helper.name
+        unknown = [u for u in helper.uses if u not in found]
+        if unknown:
+            raise ValueError(f"lua/lib/{helper.name}.lua uses unknown lua/lib files {unknown}")
+    ordered: dict[str, Helper] = {}
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in path:
+            raise ValueError(f"lua/lib files use one another in a circle: {' -> '.join(path)}")
+        if name in ordered:
+            return
+        for dependency in found[name].uses:
+            visit(dependency, (*path, name))
+        ordered[name] = found[name]
+
+    for name in found:
+        visit(name, ())
+    for helper in ordered.values():
+        _check_calls(f"lua/lib/{helper.name}.lua", helper.text, helper.uses, ordered, helper.name)
+    return ordered
+
+
+def _closure(uses: Sequence[str]) -> list[Helper]:
+    """The helper files ``uses`` names and theirs, each once, dependencies first."""
+    every = helpers()
+    needed: set[str] = set()
+    pending = list(uses)
+    while pending:
+        name = pending.pop()
+        if name not in needed:
+            needed.add(name)
+            pending += every[name].uses
+    return [helper for name, helper in every.items() if name in needed]
+
+
+# Comments and string literals, which may mention a helper without calling it.
+_NOT_CODE = re.compile(r"--[^\n]*|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"")
+_IDENTIFIER = re.compile(r"(?<![.:\w])[A-Za-z_]\w*")
+_LOCAL_NAMES = re.compile(r"\blocal\s+(?:function\s+)?([\w\s,]+?)(?:=|\(|$)", re.MULTILINE)
+_LOOP_NAMES = re.compile(r"\bfor\s+([\w\s,]+?)\s+(?:in\b|=)")
+_PARAMETERS = re.compile(r"\bfunction\b[\w\s.:]*\(([^)]*)\)")
+
+
+def _check_calls(
+    where: str, text: str, uses: Sequence[str], every: Mapping[str, Helper], own: str = ""
+) -> None:
+    code = _NOT_CODE.sub(" ", text)
+    shadowed: set[str] = set()
+    for pattern in (_LOCAL_NAMES, _LOOP_NAMES, _PARAMETERS):
+        for names in pattern.findall(code):
+            shadowed |= {n.strip() for n in names.split(",") if n.strip()}
+    declared = {name: every[name].defines for name in uses}
+    own_names = every[own].defines if own else frozenset()
+    reachable = set(own_names).union(*declared.values())
+    offered = {n: h.name for h in every.values() for n in h.defines}
+    called = {n for n in _IDENTIFIER.findall(code) if n in offered and n not in shadowed}
+    called |= own_names & set(_IDENTIFIER.findall(code))
+    missing = sorted(n for n in called if n not in reachable)
+    if missing:
+        files = sorted({offered[n] for n in missing})
+        raise ValueError(f"{where} calls {missing} without declaring '-- USES: {' '.join(files)}'")
+    idle = [name for name, names in declared.items() if not names & called]
+    if idle:
+        raise ValueError(f"{where} declares '-- USES: {' '.join(idle)}' but calls none of it")
 
 
 @cache
 def script(name: str) -> Script:
-    """The script ``lua/<name>.lua``, its header checked and the shared code spliced in."""
+    """The script ``lua/<name>.lua``, its header checked and its helpers spliced in."""
     text = (lua_dir() / f"{name}.lua").read_text(encoding="utf-8")
     shebang, newline, rest = text.partition("\n")
     if not shebang.startswith("#!lua"):
@@ -230,11 +341,17 @@ def script(name: str) -> Script:
             f"lua/{name}.lua indexes {numbered.group(1)} by number; use the names its header "
             "declares (k_<key>, a_<arg>, ARGS_FROM)"
         )
+    uses = _uses(rest, f"lua/{name}.lua")
+    unknown = [u for u in uses if u not in helpers()]
+    if unknown:
+        raise ValueError(f"lua/{name}.lua uses unknown lua/lib files {unknown}")
+    _check_calls(f"lua/{name}.lua", rest, uses, helpers())
     body = f"{_locals(contract)}\n{rest}"
-    source = f"{shebang}{newline}{library_source()}\n{body}"
+    shared = "".join(f"{helper.text}\n" for helper in _closure(uses))
+    source = f"{shebang}{newline}{_prelude()}\n{shared}{body}"
     read_only = "no-writes" in shebang
     sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
-    return Script(name, contract, source, sha, read_only, body)
+    return Script(name, contract, source, sha, read_only, body, uses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +373,8 @@ _VERSION_MARK = "@@VERSION@@"
 @cache
 def library() -> Library:
     """The Functions library holding every script, each wrapped in a function of its own."""
-    parts = [f"#!lua name=compozy_memory_{_VERSION_MARK}", library_source()]
+    parts = [f"#!lua name=compozy_memory_{_VERSION_MARK}", _prelude()]
+    parts += [helper.text for helper in helpers().values()]
     for name in SCRIPT_NAMES:
         code = script(name)
         # KEYS and ARGV are the callback's parameters: the body reads them as an EVAL

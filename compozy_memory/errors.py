@@ -15,17 +15,22 @@
     │   └── ContextOverflowError    the pinned messages alone exceed a context's budget
     ├── ReadOnlyMemoryError         a write through a read-only handle
     ├── ConflictError               a compare-and-swap lost to another writer
-    │   └── ConcurrentChangeError   the messages moved between a read and its write, retried
+    │   ├── ConcurrentChangeError   the messages moved between a read and its write, retried
+    │   ├── IndexLagError           a message to archive is not indexed yet; indexed, retried
+    │   └── StepRequiredError       a move too long for one call; done in bounded steps
     ├── LockError                   the fenced flush lock
     │   ├── LockBusyError           another holder kept it past the caller's retries
     │   └── LockLostError           the lease ended while the caller worked; nothing written
     └── BackendError                Redis refused or could not be reached
         ├── BackendUnavailableError connection refused or reset, server loading; retries spent
-        │   └── BackendTimeoutError no reply in time: the command may have run
+        │   ├── BackendTimeoutError no reply in time: the command may have run
+        │   └── ServerBusyError     the server was running another script (BUSY): not run
         ├── BackendPermissionError  wrong credentials, or the ACL user may not (NOPERM)
         ├── BackendOutOfMemoryError the server is at maxmemory; the write was refused whole
         ├── ReplicationError        written on the primary, too few replicas acknowledged
         ├── ResultCorruptError      a stored result's bytes do not hash to its reference
+        ├── MemoryEvictedError      keys of a memory were evicted or deleted: refused, not rebuilt
+        ├── DataFormatError         a memory written by a newer release, in a newer format
         └── ScriptError             a script failed in a way the library did not expect
 
 The tree is checked against the classes by tests/test_errors.py.
@@ -54,10 +59,13 @@ __all__ = [
     "ConfigurationError",
     "ConflictError",
     "ContextOverflowError",
+    "DataFormatError",
+    "IndexLagError",
     "InvalidMessageError",
     "LockBusyError",
     "LockError",
     "LockLostError",
+    "MemoryEvictedError",
     "MemoryNotFoundError",
     "MessageTooLargeError",
     "MissingTokenCountError",
@@ -65,7 +73,9 @@ __all__ = [
     "ReplicationError",
     "ResultCorruptError",
     "ScriptError",
+    "ServerBusyError",
     "StartupError",
+    "StepRequiredError",
     "TemplateError",
     "UsageError",
 ]
@@ -190,6 +200,19 @@ class ConcurrentChangeError(ConflictError):
     this reaches the caller only when the memory kept changing through every retry."""
 
 
+class IndexLagError(ConflictError):
+    """A message a trim, replace or flush would move to the archive is not indexed yet (a
+    message moves only once indexed, so the archive never holds what search cannot find).
+    The library runs the indexer and tries again; this reaches a caller of the scripts
+    themselves."""
+
+
+class StepRequiredError(ConflictError):
+    """A replace met more live messages than one call moves (``MOVE_STEP``): the library
+    moves the oldest to the archive in bounded steps first, then replaces. This reaches a
+    caller of the scripts themselves."""
+
+
 class LockError(CompozyMemoryError):
     """The fenced lock that makes one replica at a time flush a memory."""
 
@@ -218,6 +241,12 @@ class BackendTimeoutError(BackendUnavailableError):
     The command may or may not have run. Appends and replaces are idempotent (each carries a
     dedupe key, see :meth:`MemoryInstance.append_many`), so retrying with the same
     ``dedupe_key`` is safe."""
+
+
+class ServerBusyError(BackendUnavailableError):
+    """The server answered BUSY: it was running another client's script past its
+    ``busy-reply-threshold``. The call was not run; it is retried with backoff like a dropped
+    connection."""
 
 
 class BackendPermissionError(BackendError):
@@ -263,6 +292,20 @@ class BackendOutOfMemoryError(BackendError):
 class ResultCorruptError(BackendError):
     """A stored result read back does not hash (SHA-256) to the reference that names it, or
     cannot be decompressed: the bytes in Redis were changed or damaged. Never retried."""
+
+
+class MemoryEvictedError(BackendError):
+    """Keys of this memory are gone while its other keys remain: the server evicted them
+    (a ``maxmemory-policy`` other than ``noeviction``, or ``volatile-*`` on memories with a
+    TTL) or someone deleted them. The scripts refuse the memory rather than rebuild it
+    silently (ids would restart, totals go wrong). ``clear()`` removes what is left and the
+    memory starts again, keeping its ids increasing where its meta survived."""
+
+
+class DataFormatError(BackendError):
+    """The memory was written by a newer compozy-memory, in a data format this release does
+    not read (meta's ``fmt``): upgrade this replica. (A memory of an older format is migrated
+    in bounded steps instead.)"""
 
 
 class ScriptError(BackendError):

@@ -10,7 +10,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,12 +260,25 @@ async def tally(
     )
 
 
+#: meta's fields that are text, not counts: the version, the pinned ids, an import's token.
+TEXT_FIELDS = frozenset({"ver", "pins", "imp"})
+
+
+def meta_counts(raw: Mapping[Any, Any]) -> dict[str, int]:
+    """meta's counts by field (not the processes' dedupe records, ``w:<process>``, nor the
+    text fields)."""
+    return {
+        _text(k): int(v)
+        for k, v in raw.items()
+        if not _text(k).startswith("w:") and _text(k) not in TEXT_FIELDS
+    }
+
+
 async def consistency_problems(client: RedisClient, keys: InstanceKeys) -> list[str]:
     """Every invariant the scripts keep about one instance that does not hold, as text."""
     problems = []
     envelopes = [json.loads(e) for e in await client.lrange(keys.msgs, 0, -1)]
-    raw_meta = await client.hgetall(keys.meta)  # the dedupe records w:<process> are text
-    meta = {_text(k): int(v) for k, v in raw_meta.items() if not _text(k).startswith("w:")}
+    meta = meta_counts(await client.hgetall(keys.meta))
     ids = [e["id"] for e in envelopes]
     if ids != sorted(set(ids)):
         problems.append(f"ids not strictly increasing: {ids[:20]}")

@@ -32,6 +32,7 @@ from compozy_memory._metrics import FlushMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
+from integration.faults import meta_counts
 
 PROJECT = "flush"
 COUNTER = HeuristicCounter()
@@ -242,8 +243,7 @@ async def audit(client: RedisClient, key: str, acknowledged: Sequence[int] = ())
         if raw_meta == before:
             break
         await asyncio.sleep(0.02)
-    # (not the processes' dedupe records, w:<process>: text, not counts)
-    meta = {_text(k): int(v) for k, v in raw_meta.items() if not _text(k).startswith("w:")}
+    meta = meta_counts(raw_meta)
 
     live = [e["id"] for e in live_envs]
     covered = [i for s in summary_envs for a, b in s["covers"] for i in range(a, b + 1)]

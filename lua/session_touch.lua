@@ -9,7 +9,8 @@
 --             arriving late) never replace newer ones
 --   messages  live messages after the write
 --   tokens    live tokens after the write
--- Returns: the session's last-active time (server clock, ms).
+-- REPLY: active_ms
+-- The session's last-active time (server clock, ms).
 -- sessions and agent_sessions are ZSETs of session -> last active ms; session_info is a HASH
 -- of session -> 'created<TAB>last_active<TAB>last_id<TAB>messages<TAB>tokens<TAB>agent'.
 local last_id = int_arg(a_last_id, 'last_id', 0, nil)

@@ -38,11 +38,12 @@ from compozy_memory._model.results import (
     Summary,
 )
 from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, count_message
-from compozy_memory._search.analysis import message_index_terms
+from compozy_memory._store.indexer import Indexer
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory.errors import (
     CompozyMemoryError,
     ConflictError,
+    IndexLagError,
     LockLostError,
     ReadOnlyMemoryError,
     ReplicationError,
@@ -71,6 +72,7 @@ class Flusher:
         metrics: MemoryMetrics | None = None,
         name: str = "memory",
         background: bool = True,
+        indexer: Indexer | None = None,
     ) -> None:
         if gateway.read_only:
             raise ReadOnlyMemoryError(
@@ -83,6 +85,11 @@ class Flusher:
         self.metrics = metrics or default_metrics()
         self.name = name
         self.lock = FencedLock(gateway, lock_ttl, metrics=self.metrics, name=name)
+        #: What is archived must be indexed first: the flusher catches the index up before
+        #: it plans (the handle's own indexer, when the manager attaches one).
+        self.indexer = indexer or Indexer(
+            gateway, metrics=self.metrics, name=name, background=False
+        )
         self.debounce = debounce.total_seconds()
         self.max_conflicts = max_conflicts
         self.max_rounds = max_rounds
@@ -196,6 +203,7 @@ class Flusher:
 
     async def _round(self, lease: Lease) -> FlushResult:
         for _ in range(self.max_conflicts):
+            await self.indexer.catch_up()
             snapshot = await self.gateway.snapshot(self.settings.snapshot_limit)
             plan = plan_flush(snapshot, self.settings)
             if plan.empty:
@@ -206,9 +214,6 @@ class Flusher:
             # Bytes, like every envelope: UTF-8 whatever encoding the client is set up with.
             body = encode_body(message) if message is not None else b""
             tokens = count_message(message, self.counter) if message is not None else 0
-            # What leaves the context is indexed in the archive, so it can be searched.
-            by_id = {m.id: m for m in snapshot.messages}
-            terms = [message_index_terms(by_id[i]) for i in plan.remove_ids]
             lease.committing = True
             try:
                 commit = await self.gateway.flush_commit(
@@ -217,7 +222,6 @@ class Flusher:
                     plan=plan,
                     summary_body=body,
                     summary_tokens=tokens,
-                    terms=terms,
                 )
             except LockLostError:
                 lease.lost = True  # the script saw a newer epoch: another holder took over
@@ -232,8 +236,10 @@ class Flusher:
                     extra=self._log,
                 )
                 commit = cast(FlushCommit, exc.result)
-            except ConflictError:
+            except ConflictError as exc:
                 lease.committing = False
+                if isinstance(exc, IndexLagError):
+                    await self.indexer.catch_up()
                 # The memory changed under the plan: plan again, if the lease is still ours.
                 if not await lease.refresh():
                     raise LockLostError(

@@ -23,6 +23,7 @@ Two limits of that compare-and-set, both of ``replace`` itself:
 
 from __future__ import annotations
 
+from compozy_memory._model.limits import MOVE_STEP
 from compozy_memory._model.messages import Message
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory.errors import ConflictError
@@ -36,7 +37,7 @@ async def remove_at(memory: MemoryInstance, index: int) -> Message | None:
     """Remove the live message at ``index`` (negative counts from the newest); return it, or
     None if there is no such message."""
     for _ in range(_MAX_ATTEMPTS):
-        snap = await memory.snapshot(0)
+        snap = await memory.snapshot(MOVE_STEP)
         messages = list(snap.messages)
         if not -len(messages) <= index < len(messages):
             return None

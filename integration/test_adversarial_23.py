@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from compozy_memory import HeuristicCounter, MemoryInstance, MemoryPolicy, UsageError
+from compozy_memory import (
+    HeuristicCounter,
+    MemoryInstance,
+    MemoryPolicy,
+    MemoryTools,
+    Namespace,
+    ResultStore,
+    UsageError,
+    tool_definitions,
+)
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 
@@ -76,3 +86,125 @@ async def test_a_fact_value_cannot_add_lines_to_the_facts_message(
         observed=f"{len(FORGED_VALUES)} values stored as given and shown escaped, one line "
         "each; 14 sets with control characters in a key refused (UsageError), nothing stored",
     )
+
+
+# -- item 7: the tool handler -------------------------------------------------------------
+
+DEEP = 100_000  # far past the interpreter's recursion limit
+
+
+def anthropic_call(**fields: Any) -> dict[str, Any]:
+    return {"type": "tool_use", **fields}
+
+
+def openai_call(call_id: str | None, function: dict[str, Any]) -> dict[str, Any]:
+    call: dict[str, Any] = {"type": "function", "function": function}
+    if call_id is not None:
+        call["id"] = call_id
+    return call
+
+
+async def test_the_tool_handler_answers_every_bad_call_with_an_error_result(
+    client: RedisClient, memory_key: str, engine: EngineSpec, record: Any
+) -> None:
+    mem = MemoryInstance.open(
+        client,
+        project=PROJECT,
+        key=memory_key,
+        counter=COUNTER,
+        policy=MemoryPolicy(max_tokens=50_000),
+        results=ResultStore(client, PROJECT),
+    )
+    await mem.append_many(
+        [{"role": "user", "content": f"order {n} " + "detail " * 800} for n in range(60)]
+    )
+    await mem.trim(keep_messages=2)
+    tools = MemoryTools(mem)
+    deep_json = "[" * DEEP + "]" * DEEP
+    bad_calls: list[tuple[str, dict[str, Any]]] = [
+        ("anthropic, no id", anthropic_call(name="search_memory", input={"query": "order"})),
+        ("anthropic, no name", anthropic_call(id="toolu_1", input={"query": "order"})),
+        ("anthropic, nested input", anthropic_call(id="t", name="search_memory", input=nest())),
+        ("openai, no id", openai_call(None, {"name": "clear_recalled", "arguments": "{}"})),
+        ("openai, no name", openai_call("call_1", {"arguments": "{}"})),
+        ("openai, no function", {"id": "call_1", "type": "function"}),
+        (
+            "openai, deep arguments",
+            openai_call("c", {"name": "recall_memory", "arguments": deep_json}),
+        ),
+        (
+            "openai, deep value",
+            openai_call("c", {"name": "search_memory", "arguments": f'{{"query": {deep_json}}}'}),
+        ),
+        ("openai, bad JSON", openai_call("c", {"name": "search_memory", "arguments": "{query"})),
+        ("openai, not an object", openai_call("c", {"name": "search_memory", "arguments": "[1]"})),
+        (
+            "openai, huge number",
+            openai_call("c", {"name": "recall_memory", "arguments": "9" * 5_000}),
+        ),
+        ("too many ids", anthropic_call(id="t", name="recall_memory", input={"ids": [1] * 51})),
+        ("unknown tool", anthropic_call(id="t", name="drop_tables", input={})),
+    ]
+    for what, call in bad_calls:
+        answer = await tools.handle(call)
+        error = json.loads(answer["content"])["error"]
+        assert isinstance(error, str), what
+        assert error, what
+        if call.get("type") == "tool_use":
+            assert answer["type"] == "tool_result", what
+            assert answer["is_error"] is True, what
+            assert answer["tool_use_id"] == str(call.get("id", "")), what
+        else:
+            assert answer["role"] == "tool", what
+            assert answer["tool_call_id"] == str(call.get("id", "")), what
+    too_many = json.loads((await tools.handle(bad_calls[-2][1]))["content"])["error"]
+    assert "at most 50" in too_many
+    recall_schema = next(t for t in tool_definitions() if t["name"] == "recall_memory")
+    assert recall_schema["input_schema"]["properties"]["ids"]["maxItems"] == 50
+    assert await mem.len() == 2  # nothing a bad call did changed the memory
+
+    # Results over the limit are cut to valid JSON that says so, never mid-JSON.
+    found = await tools.call("search_memory", {"query": "order detail", "limit": 20})
+    assert len(found) <= 8_000
+    hits = json.loads(found)
+    assert hits
+    assert all(h["message"]["text"].endswith("…") for h in hits)
+    recalled = await tools.call("recall_memory", {"ids": [h["id"] for h in hits][:20]})
+    assert len(recalled) <= 8_000
+    assert json.loads(recalled)["recalled"]
+    payload = "".join(f'line {i:05d} éè"\n' for i in range(20_000))
+    ref = await mem.results.store_result(payload, namespace=Namespace.global_())
+    start, pieces = 0, []
+    while True:  # read it all back through the tool, a slice at a time
+        text = await tools.call(
+            "load_result", {"ref": ref.token, "start": start, "length": 100_000}
+        )
+        assert len(text) <= 8_000
+        piece = json.loads(text)
+        pieces.append(piece["text"])
+        if not piece.get("truncated"):
+            break
+        assert piece["next_start"] == start + piece["length"]
+        start = piece["next_start"]
+    assert "".join(pieces) == payload
+    record(
+        group="adversarial",
+        fault="tool calls without id or name, 100,000-deep arguments, bad JSON, 51 recall "
+        "ids; results far over 8,000 characters",
+        engine=engine.name,
+        promise="every call gets a tool result; a long result is cut to valid JSON",
+        operations=len(bad_calls) + 2 + len(pieces),
+        acknowledged=len(bad_calls) + 2 + len(pieces),
+        lost=0,
+        duplicated=0,
+        observed=f"{len(bad_calls)} bad calls answered with an error result, none raised; "
+        f"search, recall and {len(pieces)} load_result slices each at most 8,000 characters "
+        "of valid JSON; the slices put the result back together exactly",
+    )
+
+
+def nest(depth: int = DEEP) -> dict[str, Any]:
+    value: Any = "order"
+    for _ in range(depth):
+        value = [value]
+    return {"query": value}

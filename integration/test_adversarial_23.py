@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from compozy_memory import (
+    NO_RETRY,
+    BackendUnavailableError,
     HeuristicCounter,
     MemoryInstance,
     MemoryPolicy,
@@ -15,10 +19,15 @@ from compozy_memory import (
     Namespace,
     ResultStore,
     UsageError,
+    connect,
     tool_definitions,
 )
+from compozy_memory._store.warmup import warm
+from compozy_memory._wire.delivery import install
+from compozy_memory._wire.scripts import library
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
+from integration.faults import FaultProxy
 
 pytestmark = pytest.mark.faults
 
@@ -208,3 +217,79 @@ def nest(depth: int = DEEP) -> dict[str, Any]:
     for _ in range(depth):
         value = [value]
     return {"query": value}
+
+
+# -- item 12: a FUNCTION LOAD whose reply is lost -------------------------------------------
+
+
+@pytest.fixture
+def proxy(standalone: EngineSpec) -> Iterator[FaultProxy]:
+    port = int(standalone.url.rsplit(":", 1)[1].split("/")[0])
+    with FaultProxy(port) as p:
+        yield p
+
+
+async def loaded(direct: Redis) -> bool:
+    name = library().name
+    return bool(await direct.execute_command("FUNCTION", "LIST", "LIBRARYNAME", name))
+
+
+async def test_a_function_load_whose_reply_is_lost_is_typed_and_retried(
+    standalone: EngineSpec, proxy: FaultProxy, record: Any
+) -> None:
+    direct = Redis.from_url(standalone.url)
+    lost_before = proxy.lost_replies
+    outcomes: list[str] = []
+    try:
+        for batching in (True, False):  # a call's own load, alone and through the batcher
+            await direct.function_flush()
+            proxy.lose_replies(1, to=(b"FUNCTION",))
+            client = connect(proxy.url)
+            mem = MemoryInstance.open(
+                client, project=PROJECT, key=f"lost-load:{batching}", batching=batching
+            )
+            result = await mem.append({"role": "user", "content": "hello"})
+            assert not result.duplicate
+            assert await mem.len() == 1
+            outcomes.append(f"append ({'batched' if batching else 'direct'}) stored once")
+            await mem.clear()
+            await client.aclose()
+
+        # Without retries the caller gets the typed error, and the next call goes through.
+        await direct.function_flush()
+        proxy.lose_replies(1, to=(b"FUNCTION",))
+        client = connect(proxy.url)
+        mem = MemoryInstance.open(client, project=PROJECT, key="lost-load:once", retry=NO_RETRY)
+        with pytest.raises(BackendUnavailableError, match="FUNCTION LOAD"):
+            await mem.append({"role": "user", "content": "hello"})
+        assert await loaded(direct)  # the server did load it; only the reply was lost
+        await mem.append({"role": "user", "content": "again"})
+        await mem.clear()
+        await client.aclose()
+        outcomes.append("without retries BackendUnavailableError")
+
+        for name, run in (("install", install), ("warm", warm)):
+            await direct.function_flush()
+            proxy.lose_replies(1, to=(b"FUNCTION",))
+            client = connect(proxy.url)
+            reply = await run(client)
+            if name == "install":
+                assert reply == ["standalone"]  # loaded by this call, its reply lost
+            assert await loaded(direct)
+            await client.aclose()
+            outcomes.append(f"{name} loaded it")
+    finally:
+        await direct.aclose()
+    lost = proxy.lost_replies - lost_before
+    assert lost == 5
+    record(
+        group="faults",
+        fault="the reply to FUNCTION LOAD lost (the server loaded the library)",
+        engine=standalone.name,
+        promise="a typed error, and a retry that finds the library loaded",
+        operations=5,
+        acknowledged=4,
+        lost=0,
+        duplicated=0,
+        observed=f"{lost} replies dropped: " + "; ".join(outcomes),
+    )

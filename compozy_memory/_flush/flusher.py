@@ -22,13 +22,14 @@ import time
 from datetime import timedelta
 from typing import cast
 
+from compozy_memory._flush.coverage import summary_coverage
 from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._flush.lock import FencedLock, Lease
 from compozy_memory._flush.planner import plan_flush
 from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._flush.summarizers import Summarizer, fit_text
 from compozy_memory._metrics import MemoryMetrics, default_metrics
-from compozy_memory._model.messages import Message, encode_body, id_ranges
+from compozy_memory._model.messages import Message, encode_body
 from compozy_memory._model.results import (
     AppendResult,
     FlushCommit,
@@ -273,7 +274,7 @@ class Flusher:
         replaced = sum(m.tokens or 0 for m in [*covered, *folded])
         limit = max(1, min(self.settings.summary_tokens, replaced) - MESSAGE_OVERHEAD_TOKENS)
         summary = await self._summarize([*folded, *covered], limit)
-        return summary, _summary_message(summary, folded, plan)
+        return summary, _summary_message(summary, folded, *summary_coverage(snapshot, plan, folded))
 
     async def _summarize(self, messages: list[Message], limit: int) -> Summary:
         """The summarizer's output within its deadline, fitted to ``limit`` tokens; the
@@ -328,13 +329,16 @@ class Flusher:
 _FLUSH_TYPES = {"summarised": "summary", "evicted": "eviction"}
 
 
-def _summary_message(summary: Summary, folded: list[Message], plan: FlushPlan) -> Message:
-    covers = id_ranges([*(r for s in folded for r in s.covers or ()), *plan.summarize_ids])
+def _summary_message(
+    summary: Summary, folded: list[Message], covers: list[tuple[int, int]], exact: int | None
+) -> Message:
     metadata: dict[str, object] = {"method": summary.method}
     if summary.fallback:
         metadata["fallback"] = summary.fallback
     if folded:
         metadata["folded"] = [s.id for s in folded if s.id is not None]
+    if exact is not None:
+        metadata["covered"] = exact  # the ranges were merged to stay bounded
     return Message.model_validate(
         {
             "role": "system",

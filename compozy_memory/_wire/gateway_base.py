@@ -83,9 +83,11 @@ class GatewayBase:
         return await self.transport.run(code, keys, args, key=self.name, write=write)
 
 
-# Scripts that change the memory: with a WaitPolicy each is followed by WAIT or WAITAOF. The
-# lock's own scripts are not: a lease is short-lived and fenced by the epoch anyway. Index
-# steps are not either: the index is derived, and rebuilt where it was lost.
+# Scripts that change the memory: with a WaitPolicy each is followed by WAIT or WAITAOF, and
+# so is the lock's acquisition, whose fencing epoch must survive a failover (FencedLock hands
+# out no lease the replicas did not acknowledge). Refresh and release are not: a lease is
+# short-lived, and fenced by that epoch. Index steps are not either: the index is derived,
+# and rebuilt where it was lost.
 WAITED = frozenset(
     {
         "append",
@@ -94,6 +96,7 @@ WAITED = frozenset(
         "clear",
         "expire",
         "flush_commit",
+        "lock_acquire",
         "promote",
         "clear_recalled",
         "facts_set",

@@ -65,6 +65,7 @@ __all__ = [
     "ReplicationError",
     "ResultCorruptError",
     "ScriptError",
+    "SessionClosedError",
     "StartupError",
     "TemplateError",
     "UsageError",
@@ -86,6 +87,11 @@ class CompozyMemoryError(Exception):
 class UsageError(CompozyMemoryError, ValueError):
     """A call got arguments it cannot take (a negative limit, an unknown mode); nothing was
     sent to Redis."""
+
+
+class SessionClosedError(CompozyMemoryError, RuntimeError):
+    """A framework session was used after its ``close()``; nothing was sent to Redis. A
+    ``RuntimeError``, as the frameworks' own sessions raise."""
 
 
 class StartupError(CompozyMemoryError):

@@ -23,11 +23,14 @@ Two limits of that compare-and-set, both of ``replace`` itself:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from compozy_memory._model.messages import Message
-from compozy_memory._store.instance import MemoryInstance
+from compozy_memory._model.results import Snapshot
+from compozy_memory._store.instance import MemoryInstance, MessageInput
 from compozy_memory.errors import ConflictError
 
-__all__ = ["remove_at"]
+__all__ = ["remove_at", "replace_if_unchanged"]
 
 _MAX_ATTEMPTS = 100
 
@@ -41,20 +44,26 @@ async def remove_at(memory: MemoryInstance, index: int) -> Message | None:
         if not -len(messages) <= index < len(messages):
             return None
         removed = messages.pop(index)
-        try:
-            result = await memory.replace(
-                messages,
-                if_last_id=snap.last_id,
-                if_incarnation=snap.incarnation,
-                dedupe_key=(
-                    None if messages else f"compozy-adapter-edit:{snap.incarnation}:{snap.last_id}"
-                ),
-            )
-        except ConflictError:
-            continue
-        if messages or not result.duplicate:
+        if await replace_if_unchanged(memory, snap, messages):
             return removed
     raise ConflictError(
         f"could not remove message {index}: the memory changed on each of {_MAX_ATTEMPTS} tries",
         key=memory.key,
     )
+
+
+async def replace_if_unchanged(
+    memory: MemoryInstance, snap: Snapshot, kept: Sequence[MessageInput]
+) -> bool:
+    """Replace the live messages with ``kept`` if none was appended since ``snap`` was read
+    (in the same incarnation); False, changing nothing, if one was."""
+    try:
+        result = await memory.replace(
+            kept,
+            if_last_id=snap.last_id,
+            if_incarnation=snap.incarnation,
+            dedupe_key=None if kept else f"compozy-adapter-edit:{snap.incarnation}:{snap.last_id}",
+        )
+    except ConflictError:
+        return False
+    return bool(kept) or not result.duplicate

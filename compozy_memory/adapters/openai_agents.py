@@ -214,7 +214,10 @@ class CompozySession:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise SessionClosedError(f"session {self.session_id!r} is closed", key=self.memory.key)
+            raise SessionClosedError(
+                f"{type(self).__name__} is closed (session {self.session_id!r})",
+                key=self.memory.key,
+            )
 
 
 def from_item(item: TResponseInputItem | dict[str, Any]) -> dict[str, Any]:

@@ -61,9 +61,24 @@ def run_suite(
     junit, report = out / "junit.xml", out / "exercised.json"
     report.unlink(missing_ok=True)
     command = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:compozy_memory",
-        "--rootdir", str(root), "-c", str(root / "pyproject.toml"), "-o", "addopts=",
-        "--timeout", "120", "--junitxml", str(junit),
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:compozy_memory",
+        "--rootdir",
+        str(root),
+        "-c",
+        str(root / "pyproject.toml"),
+        "-o",
+        "addopts=",
+        "--timeout",
+        "120",
+        "--junitxml",
+        str(junit),
     ]
     if not baseline:
         command += ["-p", suite.plugin]

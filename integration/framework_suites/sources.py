@@ -29,8 +29,17 @@ def sdist_tree(package: str, cache: Path) -> Path:
     with tempfile.TemporaryDirectory() as download:
         subprocess.run(
             [
-                sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                "--no-binary", ":all:", "--dest", download, f"{package}=={installed}",
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--dest",
+                download,
+                f"{package}=={installed}",
             ],
             check=True,
         )

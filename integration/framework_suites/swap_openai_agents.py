@@ -145,7 +145,6 @@ def _engine_name(sql_engine: Any) -> str:
     return suite.store_name(sql_engine)
 
 
-
 SWAPS: list[tuple[Any, str, type[CompozySession]]] = [
     (agents, "SQLiteSession", SQLiteSession),
     (agents.memory, "SQLiteSession", SQLiteSession),

@@ -117,4 +117,5 @@ async def test_llama_index_store_shows_the_summary_first(manager: MemoryManager)
     # delete_message counts over what get_messages shows: the summaries come first.
     assert await store.adelete_message(key, 0) is None
     removed = await store.adelete_message(key, len(summaries))
-    assert removed is not None and removed.content == newest[0]
+    assert removed is not None
+    assert removed.content == newest[0]

@@ -50,7 +50,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from agents.memory.session import _CompactionSnapshot
-from agents.memory.session_settings import SessionSettings, coerce_session_settings
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
 
 from compozy_memory._config.agents import MemoryReference
 from compozy_memory._manager import MemoryManager
@@ -88,7 +92,7 @@ class CompozySession:
     ) -> None:
         self.memory = memory
         self.session_id = session_id if session_id is not None else _key_text(memory)
-        self.session_settings: SessionSettings = (
+        self.session_settings: SessionSettings | None = (
             SessionSettings()
             if session_settings is None
             else coerce_session_settings(cast("SessionSettings | dict[str, Any]", session_settings))
@@ -138,7 +142,7 @@ class CompozySession:
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The summaries, then every item, or the newest ``limit`` of those, oldest first."""
         self._check_open()
-        chosen = limit if limit is not None else self.session_settings.limit
+        chosen = resolve_session_limit(limit, self.session_settings)
         return [to_item(m) for m in await summaries_then_messages(self.memory, chosen)]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:

@@ -101,7 +101,8 @@ def read_junit(path: Path, root: Path) -> tuple[int, list[str], int]:
     if not path.exists():
         return 0, ["(pytest wrote no report)"], 0
     ran, skipped, failed = 0, 0, []
-    for case in ET.parse(path).getroot().iter("testcase"):
+    # The report is the one our own pytest run just wrote.
+    for case in ET.parse(path).getroot().iter("testcase"):  # noqa: S314
         ran += 1
         if case.find("skipped") is not None:
             skipped += 1

@@ -25,7 +25,7 @@ class InMemoryChatMessageHistory(CompozyChatMessageHistory):
 
 def pytest_configure(config: pytest.Config) -> None:
     del config
-    langchain_core.chat_history.InMemoryChatMessageHistory = InMemoryChatMessageHistory  # type: ignore[misc]
+    langchain_core.chat_history.InMemoryChatMessageHistory = InMemoryChatMessageHistory  # type: ignore[assignment,misc]
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

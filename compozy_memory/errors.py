@@ -2,6 +2,7 @@
 
     CompozyMemoryError
     ├── UsageError                  a call got arguments it cannot take (also a ValueError)
+    ├── SessionClosedError          a framework session used after close() (a RuntimeError)
     ├── StartupError                an embedded server could not be found or started
     ├── ConfigurationError          bad settings: a policy, a counter, an encoding
     │   ├── ConfigFileError         project YAML with problems, each with file, line, key path

@@ -2,6 +2,7 @@
 
     CompozyMemoryError
     ├── UsageError                  a call got arguments it cannot take (also a ValueError)
+    ├── SessionClosedError          a framework session used after close() (a RuntimeError)
     ├── StartupError                an embedded server could not be found or started
     ├── ConfigurationError          bad settings: a policy, a counter, an encoding
     │   ├── ConfigFileError         project YAML with problems, each with file, line, key path
@@ -75,6 +76,7 @@ __all__ = [
     "ResultCorruptError",
     "ScriptError",
     "ServerBusyError",
+    "SessionClosedError",
     "StartupError",
     "StepRequiredError",
     "TemplateError",
@@ -98,6 +100,11 @@ class CompozyMemoryError(Exception):
 class UsageError(CompozyMemoryError, ValueError):
     """A call got arguments it cannot take (a negative limit, an unknown mode); nothing was
     sent to Redis."""
+
+
+class SessionClosedError(CompozyMemoryError, RuntimeError):
+    """A framework session was used after its ``close()``; nothing was sent to Redis. A
+    ``RuntimeError``, as the frameworks' own sessions raise."""
 
 
 class StartupError(CompozyMemoryError):

@@ -59,7 +59,7 @@ if pinned_tokens > budget then
   fail('OVERFLOW', 'the pinned messages (priority 0) alone take ' .. pinned_tokens
     .. ' tokens, more than the budget of ' .. budget)
 end
-local out = {unindexed(m), m.inc or '', m.ver or ''}
+local out = {unindexed(m), m.inc or '', version_of(m)}
 local shown = {}
 local function put_list(list)
   out[#out + 1] = #list

@@ -16,7 +16,8 @@ local count = tonumber(m.count) or 0
 local first = start < 0 and math.max(count + start, 0) or start
 local last = stop < 0 and count + stop or math.min(stop, count - 1)
 last = math.min(last, first + MAX_READ - 1)
-local out = {tonumber(m.tokens) or 0, count, tonumber(m.last_id) or 0, m.inc or '', m.ver or ''}
+local out = {tonumber(m.tokens) or 0, count, tonumber(m.last_id) or 0, m.inc or '',
+  version_of(m)}
 if last >= first then
   local envelopes = redis.call('LRANGE', k_msgs, first, last)
   for i = 1, #envelopes do

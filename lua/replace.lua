@@ -38,7 +38,7 @@ end
 if a_if_incarnation ~= '' and a_if_incarnation ~= (m.inc or '') then
   fail('CONFLICT', 'the memory expired and was written again since it was read')
 end
-if a_if_version ~= '' and a_if_version ~= (m.ver or '') then
+if a_if_version ~= '' and a_if_version ~= version_of(m) then
   fail('CONFLICT', 'the memory was written since version ' .. a_if_version .. ' was read')
 end
 local count = tonumber(m.count) or 0

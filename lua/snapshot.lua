@@ -19,7 +19,7 @@ for i = 1, #meta, 2 do
 end
 local out = {tonumber(fields['epoch']) or 0, tonumber(fields['last_id']) or 0,
   tonumber(fields['tokens']) or 0, tonumber(fields['summary_tokens']) or 0,
-  tonumber(fields['count']) or 0, fields['inc'] or '', fields['ver'] or '',
+  tonumber(fields['count']) or 0, fields['inc'] or '', version_of(fields),
   tonumber(fields['ix_next']) or 0}
 local priorities = {}
 for name, value in pairs(fields) do

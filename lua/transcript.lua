@@ -18,8 +18,8 @@ local list = lists[a_part]
 if not list then
   fail('INVALID', "part is 'msgs', 'summaries' or 'archive'")
 end
-local m = guarded(K, {'msgs', 'archive', 'summaries'}, {'ver'})
-local out = {(m.ver or '') .. '|' .. (m.archived or 0) .. '|' .. (m.archive_base or 0),
+local m = guarded(K, {'msgs', 'archive', 'summaries'}, {'ver', 'last_id'})
+local out = {version_of(m) .. '|' .. (m.archived or 0) .. '|' .. (m.archive_base or 0),
   redis.call('LLEN', list)}
 for _, env in ipairs(redis.call('LRANGE', list, offset, offset + count - 1)) do
   out[#out + 1] = env

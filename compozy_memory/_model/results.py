@@ -15,6 +15,7 @@ from compozy_memory._model.messages import Message
 __all__ = [
     "AppendResult",
     "ContextLayers",
+    "Conversation",
     "FlushCommit",
     "FlushPlan",
     "FlushResult",
@@ -292,3 +293,15 @@ class Transcript:
     msgs: tuple[str, ...]
     summaries: tuple[str, ...]
     archive: tuple[str, ...]
+    #: The memory's version when it was read (see ``AppendResult.version``).
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """A memory's summaries and live messages, oldest first, from one state of it, and that
+    state's version: what ``replace(if_version=...)`` compares against."""
+
+    summaries: tuple[Message, ...]
+    messages: tuple[Message, ...]
+    version: str

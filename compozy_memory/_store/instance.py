@@ -14,6 +14,7 @@ from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     AppendResult,
+    Conversation,
     FlushResult,
     MemoryHealth,
     Snapshot,
@@ -308,6 +309,20 @@ class MemoryInstance(ContextReads):
                 return messages
         raise ConcurrentChangeError(
             f"read: the memory changed between pages {_READ_ATTEMPTS} times", key=self.key
+        )
+
+    async def conversation(self) -> Conversation:
+        """The summaries and every live message, from one state of the memory, with its
+        version: read a page (``MAX_READ``) a call, starting again if a write lands between
+        two pages. For a compare-and-set edit of the whole conversation:
+        ``replace(kept, if_version=conversation.version)``."""
+        from compozy_memory._store import transcripts
+
+        read = await transcripts.read_transcript(self, include_archived=False)
+        return Conversation(
+            tuple(Message.model_validate_json(e) for e in read.summaries),
+            tuple(Message.model_validate_json(e) for e in read.msgs),
+            read.version,
         )
 
     async def snapshot(self, limit: int = MOVE_STEP) -> Snapshot:

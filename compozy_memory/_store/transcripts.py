@@ -63,8 +63,13 @@ async def read_transcript(memory: Handle, *, include_archived: bool) -> Transcri
                     break
             parts[part] = items
         if len(stamps) <= 1:
+            # The stamp is '<version>|<archived>|<archive_base>' (lua/transcript.lua).
+            version = next(iter(stamps)).rsplit("|", 2)[0] if stamps else ""
             return Transcript(
-                tuple(parts["msgs"]), tuple(parts["summaries"]), tuple(parts["archive"])
+                tuple(parts["msgs"]),
+                tuple(parts["summaries"]),
+                tuple(parts["archive"]),
+                version,
             )
     raise ConcurrentChangeError(
         f"export: the memory changed while it was read, {EXPORT_ATTEMPTS} times", key=memory.key

@@ -107,6 +107,12 @@ local function guarded(k, which, extra, writing)
   return m
 end
 
+-- The memory's version as reported and compared: meta's 'ver' (lib/batch.lua), or, for a
+-- memory no write of this release has named yet, '<last_id>:' (a version no write makes).
+local function version_of(m)
+  return m.ver or (string.format('%d', tonumber(m.last_id) or 0) .. ':')
+end
+
 local function totals(meta)
   local t = redis.call('HMGET', meta, 'tokens', 'count', 'last_id')
   return tonumber(t[1]) or 0, tonumber(t[2]) or 0, tonumber(t[3]) or 0

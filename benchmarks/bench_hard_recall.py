@@ -5,6 +5,8 @@ would see them) are indexed in the reference BM25 ``Index`` and embedded with th
 ``StaticEmbedder`` (int8 vectors), and each question is scored four ways:
 
 * ``bm25``: BM25 with the neighbour boost (the library's defaults);
+* ``bm25/fusion``: the fusion below with no dense score (its rank transform and neighbour
+  boost alone: what the fusion's settings give without vectors);
 * ``dense``: cosine similarity over every message (what a server-side vector index gives);
 * ``fused``: BM25 and dense over every message, fused (``DEFAULT_FUSION``);
 * ``fused/rerank``: dense scores only for the bounded candidates a server without a vector
@@ -23,6 +25,7 @@ import argparse
 import asyncio
 import itertools
 import time
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -44,7 +47,7 @@ from compozy_memory._search.dense import (
 from compozy_memory._search.fusion import DEFAULT_FUSION, Fusion, candidate_ids, fuse
 from compozy_memory._search.static_model import StaticEmbedder
 
-METHODS = ("bm25", "dense", "fused", "fused/rerank")
+METHODS = ("bm25", "bm25/fusion", "dense", "fused", "fused/rerank")
 KS = (5, 10)
 
 
@@ -56,6 +59,8 @@ class Scored:
     bm25: dict[int, float]
     dense: dict[int, float]
     index: Index
+    query: tuple[float, array[int]]
+    docs: list[tuple[float, array[int]]]
 
 
 async def score_split(
@@ -74,7 +79,8 @@ async def score_split(
         for q, blob in zip(questions, queries, strict=True):
             query = unpack(blob)
             dense = {doc_id: cosine(query, doc) for doc_id, doc in enumerate(docs)}
-            out.append(Scored(q, index.scores(analyze_query(q.question)), dense, index))
+            bm25 = index.scores(analyze_query(q.question))
+            out.append(Scored(q, bm25, dense, index, query, docs))
     return out
 
 
@@ -83,6 +89,8 @@ def ranking(scored: Scored, method: str, fusion: Fusion) -> list[int]:
     exists = scored.index.__contains__
     if method == "bm25":
         scores = neighbour_boost(scored.bm25, DEFAULT_NEIGHBOUR_WEIGHT, exists)
+    elif method == "bm25/fusion":
+        scores = fuse(scored.bm25, {}, exists, replace(fusion, dense_weight=0.0))
     elif method == "dense":
         scores = scored.dense
     elif method == "fused":
@@ -115,6 +123,17 @@ def recall(
     return {k: counts[k] / n for k in KS}, by_kind
 
 
+def rerank_ms(scored: Sequence[Scored], fusion: Fusion) -> float:
+    """Mean milliseconds of the Python side of a rerank: the candidates, their cosines
+    (int8, pure Python) and the fusion, from BM25 scores and unpacked vectors in memory."""
+    started = time.perf_counter()
+    for s in scored:
+        keep = candidate_ids(s.bm25, fusion.candidates, s.index.__contains__)
+        dense = {doc_id: cosine(s.query, s.docs[doc_id]) for doc_id in keep}
+        top_k(fuse(s.bm25, dense, s.index.__contains__, fusion), max(KS))
+    return (time.perf_counter() - started) * 1000 / max(1, len(scored))
+
+
 def report(split: Split, scored: Sequence[Scored], fusion: Fusion) -> None:
     print(f"### {split} split: {len(scored)} questions, fusion {fusion}")
     print()
@@ -136,6 +155,12 @@ def report(split: Split, scored: Sequence[Scored], fusion: Fusion) -> None:
     for method in METHODS:
         cells = [sum(kinds[method][k]) / len(kinds[method][k]) for k in names]
         print(f"| {method} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+    print()
+    sizes = [len(candidate_ids(s.bm25, fusion.candidates, s.index.__contains__)) for s in scored]
+    print(
+        f"rerank: {sum(sizes) / max(1, len(sizes)):.0f} candidates a query on average, "
+        f"{rerank_ms(scored, fusion):.2f} ms a query in Python (candidates, cosines, fusion)"
+    )
     print()
 
 
@@ -166,9 +191,14 @@ def tune(scored: Sequence[Scored]) -> list[tuple[float, float, Fusion]]:
 async def run(args: Any) -> None:
     started = time.perf_counter()
     embedder = StaticEmbedder()
+    texts = [m["content"] for c in generate("tuning", 1) for m in c.messages]
+    begun = time.perf_counter()
+    embedder.embed_now(texts)
+    per_message = (time.perf_counter() - begun) * 1e6 / len(texts)
     print(
         f"embedder {embedder.model} ({embedder.dimensions} dimensions, int8: "
-        f"{embedder.dimensions + 4} bytes a message)\n"
+        f"{embedder.dimensions + 4} bytes a message); embedding: {per_message:.0f} us a "
+        "message\n"
     )
     fusion = replace(DEFAULT_FUSION, candidates=args.candidates or DEFAULT_FUSION.candidates)
     for split in args.split:

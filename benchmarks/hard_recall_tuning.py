@@ -146,7 +146,7 @@ TUNING = Bank(
                 "Lisbon",
                 "Kyoto",
                 "Oaxaca",
-                "Reykjavik",
+                "Valencia",
                 "Tallinn",
                 "Seville",
                 "Hanoi",
@@ -230,7 +230,7 @@ TUNING = Bank(
         ),
         Family(
             key="garden",
-            values=("tomatoes", "courgettes", "strawberries", "sunflowers", "chillies", "basil"),
+            values=("tomatoes", "courgettes", "beetroot", "sunflowers", "chillies", "basil"),
             says=("The allotment is finally producing, we're drowning in {value}.",),
             asks=("What is {who} growing?", "Which crop did {who} harvest?"),
             prompts=("What's coming up in the garden, {who}?",),
@@ -290,7 +290,7 @@ TUNING = Bank(
                 asks=("Which city is {who}'s {relation} moving to?",),
             ),
             HopAttribute(
-                values=("pharmacist", "surveyor", "pilot", "translator", "dentist"),
+                values=("glazier", "surveyor", "pilot", "optician", "dentist"),
                 says=("{person} qualified as a {value} last week, so proud.",),
                 asks=("What does {who}'s {relation} do for a living?",),
             ),

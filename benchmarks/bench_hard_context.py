@@ -3,15 +3,15 @@
 Against a real server (an embedded Valkey unless ``--url``): every message of each
 conversation of ``benchmarks.hard_recall_data`` is appended in order, one ``append`` each,
 to a ``MemoryManager`` memory with ``max_tokens: B``, the extractive summarizer and default
-flushing (background flushes, then the flusher awaited idle and a final ``flush()``); a
+flushing, the background flusher awaited idle after every append (so each flush cuts where
+the same appends always make it cut: runs repeat exactly), then a final ``flush()``; a
 question counts as kept when all its answer words are in ``context(B)`` (for "when"
 questions the answer is the day, which only a dated summary line can carry). The
 ``window`` column is the newest messages that fit ``B``.
 
 ``--setting share,tokens`` (repeatable) scores a memory whose ``context.summary_share`` is
 ``share`` and whose ``flushing_strategy.summary_tokens`` is ``tokens``; the default is the
-library's own. Flushes run in the background as appends go, so where they cut depends on
-timing: shares move by a point or two between runs on a busy machine.
+library's own.
 
 Run: ``python -m benchmarks.bench_hard_context [--split tuning] [--setting 0.5,1000]``.
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from benchmarks.bench_recall import answered, flushed_memory, joined, window_only
+from benchmarks.bench_recall import answered, joined, window_only
 from benchmarks.hard_recall_data import SPLITS, Split, generate
 from benchmarks.recall_data import Conversation
 from compozy_memory import MemoryManager, MemoryRegistry
@@ -71,7 +71,13 @@ async def measure(
 
     async def one(conv: Conversation, setting: tuple[float, int], res: MemoryResource) -> None:
         async with gate:
-            mem, _ = await flushed_memory(manager, res.id, conv, run)
+            mem = await manager.get(res.id, {"conv": f"{run}-{conv.conversation_id}"})
+            flusher = mem.flusher
+            assert flusher is not None
+            for message in conv.messages:
+                await mem.append(message)
+                await flusher.wait_idle()
+            await mem.flush()
             text = joined(await mem.context(budget))
             for q in conv.questions:
                 if answered(q, text):

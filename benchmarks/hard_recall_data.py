@@ -113,7 +113,7 @@ class _Writer:
         high = self.n_sessions - 1 if not correct else self.n_sessions - 3
         session = rng.randint(0, max(0, high))
         if dialogue:
-            prompt = self.fill(rng.choice(family.prompts), 1 - owner)
+            prompt = self.fill(rng.choice(family.prompts), owner)  # asked of the owner
             reply = self.fill(rng.choice(family.replies), owner, value=value)
             unit = _Unit([(1 - owner, prompt), (owner, reply)], session, answer_turn=1)
         else:

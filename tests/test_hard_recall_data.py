@@ -92,6 +92,7 @@ def test_each_kind_is_built_as_described(split: tuple[Split, list[Conversation]]
                 prompt = conv.messages[q.evidence_index - 1]
                 assert prompt["name"] != evidence["name"]
                 assert _text(conv, q.evidence_index - 1).endswith("?")
+                assert evidence["name"] in _text(conv, q.evidence_index - 1)  # asked of them
             if q.kind == "multihop":
                 first, second = q.evidence
                 assert first < second

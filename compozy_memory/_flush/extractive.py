@@ -26,7 +26,6 @@ from compozy_memory._flush.material import (
 from compozy_memory._flush.salience import (
     content_terms,
     is_phatic,
-    is_relative,
     near_duplicates,
     score,
     split_sentences,
@@ -58,11 +57,6 @@ class _Unit:
     folded: bool = False
     question: str = ""  # the question it answers, for a reply
     score: float = 0.0
-
-    @property
-    def dated(self) -> bool:
-        """Whether the line needs its date to be understood (it says when, relatively)."""
-        return self.day is not None and is_relative(self.text)
 
     @property
     def body(self) -> str:
@@ -111,14 +105,14 @@ class ExtractiveSummarizer:
         for unit in ranked:
             if budget - used < 4 or misses > 64:
                 break
-            extra = _DAY_MARK_TOKENS if unit.dated and unit.day not in days else 0
+            extra = _DAY_MARK_TOKENS if unit.day is not None and unit.day not in days else 0
             spend = cost(unit) + extra
             if used + spend > budget:
                 misses += 1
                 continue
             chosen.append(unit)
             used += spend
-            if unit.dated and unit.day:
+            if unit.day:
                 days.add(unit.day)
         return sorted(chosen, key=lambda u: u.order)
 
@@ -182,6 +176,7 @@ async def _units(messages: Sequence[Message]) -> list[_Unit]:
                 last = sentence
                 if part.kind == "text" and last.endswith("?") and _WH.search(last):
                     asked = (part.speaker, last)
+    units = _newest_sentences(units)
     # Terms that occur once in the batch make a sentence specific rather than chatter.
     frequency: dict[str, int] = {}
     for unit in units:
@@ -197,6 +192,29 @@ async def _units(messages: Sequence[Message]) -> list[_Unit]:
         if unit.question:
             value += 3.0 + 0.5 * max(0.0, score(unit.question, name_set, 0))
         unit.score = value
+        kept.append(unit)
+    return kept
+
+
+def _newest_sentences(units: list[_Unit]) -> list[_Unit]:
+    """The units with every sentence that is said again later in the batch taken out (and a
+    unit left empty dropped): a repeated sentence (boilerplate, a catchphrase, a restated
+    plan) is worth its newest occurrence only."""
+    pieces = [[u.text] if u.tool_output or u.folded else split_sentences(u.text) for u in units]
+    last: dict[str, int] = {}
+    for i, sentences in enumerate(pieces):
+        for sentence in sentences:
+            last[" ".join(sentence.casefold().split())] = i
+    kept: list[_Unit] = []
+    for i, (unit, sentences) in enumerate(zip(units, pieces, strict=True)):
+        fresh = [s for s in sentences if last[" ".join(s.casefold().split())] == i]
+        if not fresh:
+            continue
+        if len(fresh) < len(sentences):
+            unit.text = " ".join(fresh)
+            unit.terms = content_terms(unit.text) | (
+                content_terms(unit.question) if unit.question else frozenset()
+            )
         kept.append(unit)
     return kept
 
@@ -236,9 +254,10 @@ def _render(header: str, chosen: list[_Unit]) -> str:
         if same_line:
             rows[-1] += f" {unit.body}"
         else:
-            # A date only where the line needs one to be read ("last weekend", "on Monday");
-            # a fold reads a mark as the day of the lines after it, until the next mark.
-            with_day = unit.dated and unit.day is not None and unit.day != marked
+            # Who, what and when: a date mark wherever the day changes, so "when did ..." has
+            # an answer and "last weekend" a reference; a fold reads a mark as the day of the
+            # lines after it, until the next mark.
+            with_day = unit.day is not None and unit.day != marked
             rows.append(render_line(Line(unit.speaker, unit.body, unit.day), with_day))
             if with_day:
                 marked = unit.day

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from compozy_memory._search.bm25 import top_k
@@ -49,8 +51,9 @@ def test_fuse_applies_the_neighbour_boost_to_the_fused_score() -> None:
     bm25 = {5: 4.0, 9: 3.0}
     dense = {5: 0.8, 6: 0.2, 9: 0.1, 4: 0.0}
     present = set(range(1, 12))
-    plain = fuse(bm25, dense, present, Fusion(neighbour_weight=0.0))
-    boosted = fuse(bm25, dense, present, Fusion(neighbour_weight=1.0))
+    by_rank = Fusion(method="rank", dense_weight=0.7, rank_k=2)
+    plain = fuse(bm25, dense, present, replace(by_rank, neighbour_weight=0.0))
+    boosted = fuse(bm25, dense, present, replace(by_rank, neighbour_weight=1.0))
     assert [d for d, _ in top_k(plain, 2)] == [5, 9]
     # Rank fusion (k=2, dense 0.7): 5 -> 1.0, 9 -> 0.645, 6 -> 0.525, 4 -> 0.35; each
     # neighbour of 5 then gains all of 5's score, and the tie between 5 and 6 goes to the newer.

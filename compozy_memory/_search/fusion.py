@@ -8,11 +8,12 @@ neighbour boost to the fused score.
 
 The defaults (:data:`DEFAULT_FUSION`) were chosen on the tuning split of the project's hard
 recall benchmark (``python -m benchmarks.bench_hard_recall --tune``) and only then measured
-on its held-out split: rank fusion with a small ``rank_k`` (only the first few ranks of each
-list count), dense weighted 0.7, a strong neighbour boost (0.7: many answers are the reply
-to the turn that matched), 100 BM25 candidates. Settings within 0.02 of recall@10 of it
-form a broad plateau there (dense weight 0.5-0.9, rank_k 2-5, neighbour 0.5-1.0, 100-200
-candidates), so the choice is not a sharp optimum of the tuning data.
+on its held-out split: score fusion with the dense score weighted 0.7, a full neighbour boost
+(1.0: many answers are the reply to the turn that matched, which the dense score finds),
+100 BM25 candidates. The settings within 0.02 of its recall@10 form a broad plateau there
+(score fusion, dense weight 0.5-0.8, neighbour weight 0.7-1.0, 100-200 candidates; rank
+fusion with ``rank_k`` 2-5 about 0.02 lower), so the choice is not a sharp optimum of the
+tuning data.
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ class Fusion:
     ``neighbour_weight``: the boost a document gets from its better neighbour's fused score.
     """
 
-    method: Literal["score", "rank"] = "rank"
+    method: Literal["score", "rank"] = "score"
     dense_weight: float = 0.7
-    rank_k: int = 2
+    rank_k: int = 5
     candidates: int = 100
-    neighbour_weight: float = 0.7
+    neighbour_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.method not in ("score", "rank"):

@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import itertools
 import time
-from array import array
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -37,12 +36,11 @@ from benchmarks.recall_eval_offline import index_messages
 from compozy_memory._search.analysis import analyze_query
 from compozy_memory._search.bm25 import DEFAULT_NEIGHBOUR_WEIGHT, Index, neighbour_boost, top_k
 from compozy_memory._search.dense import (
-    cosine,
+    cosines,
     dense_text,
     embed_all,
     speaker_names,
     strip_names,
-    unpack,
 )
 from compozy_memory._search.fusion import DEFAULT_FUSION, Fusion, candidate_ids, fuse
 from compozy_memory._search.static_model import StaticEmbedder
@@ -59,8 +57,8 @@ class Scored:
     bm25: dict[int, float]
     dense: dict[int, float]
     index: Index
-    query: tuple[float, array[int]]
-    docs: list[tuple[float, array[int]]]
+    query: bytes
+    docs: list[bytes]
 
 
 async def score_split(
@@ -72,13 +70,12 @@ async def score_split(
         index = index_messages(conv.messages)
         names = speaker_names(conv.messages)
         texts = [dense_text(m, names) for m in conv.messages]
-        docs = [unpack(blob) for blob in await embed_all(embedder, texts)]
+        docs = await embed_all(embedder, texts)
         questions = [q for q in conv.questions if isinstance(q, HardQuestion)]
         asked = [strip_names(q.question, names) for q in questions]
         queries = await embed_all(embedder, asked, query=True)
-        for q, blob in zip(questions, queries, strict=True):
-            query = unpack(blob)
-            dense = {doc_id: cosine(query, doc) for doc_id, doc in enumerate(docs)}
+        for q, query in zip(questions, queries, strict=True):
+            dense = dict(enumerate(cosines(query, docs)))
             bm25 = index.scores(analyze_query(q.question))
             out.append(Scored(q, bm25, dense, index, query, docs))
     return out
@@ -125,11 +122,11 @@ def recall(
 
 def rerank_ms(scored: Sequence[Scored], fusion: Fusion) -> float:
     """Mean milliseconds of the Python side of a rerank: the candidates, their cosines
-    (int8, pure Python) and the fusion, from BM25 scores and unpacked vectors in memory."""
+    (int8, numpy) and the fusion, from BM25 scores and stored vectors in memory."""
     started = time.perf_counter()
     for s in scored:
-        keep = candidate_ids(s.bm25, fusion.candidates, s.index.__contains__)
-        dense = {doc_id: cosine(s.query, s.docs[doc_id]) for doc_id in keep}
+        keep = sorted(candidate_ids(s.bm25, fusion.candidates, s.index.__contains__))
+        dense = dict(zip(keep, cosines(s.query, [s.docs[i] for i in keep]), strict=True))
         top_k(fuse(s.bm25, dense, s.index.__contains__, fusion), max(KS))
     return (time.perf_counter() - started) * 1000 / max(1, len(scored))
 
@@ -159,7 +156,7 @@ def report(split: Split, scored: Sequence[Scored], fusion: Fusion) -> None:
     sizes = [len(candidate_ids(s.bm25, fusion.candidates, s.index.__contains__)) for s in scored]
     print(
         f"rerank: {sum(sizes) / max(1, len(sizes)):.0f} candidates a query on average, "
-        f"{rerank_ms(scored, fusion):.2f} ms a query in Python (candidates, cosines, fusion)"
+        f"{rerank_ms(scored, fusion):.2f} ms a query in Python (candidates, int8 cosines, fusion)"
     )
     print()
 

@@ -7,6 +7,7 @@ import asyncio
 import importlib.util
 import math
 import random
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from compozy_memory._search.dense import (
     Embedder,
     cosine,
+    cosines,
     dense_text,
     embed_all,
     quantize,
@@ -52,6 +54,24 @@ def test_scale_does_not_matter_and_zero_stays_zero() -> None:
     assert cosine(zero, unpack(quantize([1.0, 2.0]))) == 0.0
     # Vectors of two models (two lengths) never compare.
     assert cosine(unpack(quantize([1.0, 2.0])), unpack(quantize([1.0, 2.0, 3.0]))) == 0.0
+
+
+@pytest.mark.parametrize("numpy", [True, False])
+def test_cosines_score_many_candidates_at_once(
+    numpy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not numpy:
+        monkeypatch.setitem(sys.modules, "numpy", None)  # the pure-Python path
+    elif importlib.util.find_spec("numpy") is None:
+        pytest.skip("numpy is not installed")
+    rng = random.Random(3)
+    query = quantize([rng.gauss(0, 1) for _ in range(64)])
+    docs = [quantize([rng.gauss(0, 1) for _ in range(64)]) for _ in range(20)]
+    docs.insert(5, quantize([1.0, 2.0]))  # another model's vector: never compared
+    expected = [cosine(unpack(query), unpack(d)) for d in docs]
+    assert cosines(query, docs) == pytest.approx(expected, abs=1e-9)
+    assert cosines(query, docs)[5] == 0.0
+    assert cosines(query, []) == []
 
 
 @pytest.mark.parametrize("bad", [[], [float("nan"), 1.0], [float("inf")]])

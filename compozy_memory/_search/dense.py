@@ -24,6 +24,7 @@ __all__ = [
     "VECTOR_FORMAT",
     "Embedder",
     "cosine",
+    "cosines",
     "dense_text",
     "embed_all",
     "quantize",
@@ -133,6 +134,33 @@ def cosine(query: tuple[float, array[int]], doc: tuple[float, array[int]]) -> fl
     if len(ints) != len(other):
         return 0.0
     return scale * other_scale * sum(map(int.__mul__, ints, other))
+
+
+def cosines(query: bytes, docs: Sequence[bytes]) -> list[float]:
+    """:func:`cosine` of a stored query vector with each of ``docs``, in order.
+
+    With numpy installed (the ``embeddings`` extra brings it) one int8 matrix product, about
+    0.1 ms for 300 candidates of 256 dimensions; else the same sums in pure Python (about
+    40 us a candidate)."""
+    if not docs:
+        return []
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - exercised only without numpy
+        head = unpack(query)
+        return [cosine(head, unpack(doc)) for doc in docs]
+    scale, width = _HEADER.unpack_from(query)[0], quantized_dimensions(query)
+    same = [len(doc) == len(query) for doc in docs]
+    rows = [doc for doc, ok in zip(docs, same, strict=True) if ok]
+    out = [0.0] * len(docs)
+    if rows:
+        matrix = np.frombuffer(b"".join(d[_HEADER.size :] for d in rows), dtype=np.int8)
+        vector = np.frombuffer(query, dtype=np.int8, offset=_HEADER.size).astype(np.int32)
+        scales = np.array([_HEADER.unpack_from(d)[0] for d in rows], dtype=np.float64)
+        dots = matrix.reshape(len(rows), width).astype(np.int32) @ vector
+        values = iter((scales * dots * scale).tolist())
+        out = [next(values) if ok else 0.0 for ok in same]
+    return out
 
 
 async def embed_all(

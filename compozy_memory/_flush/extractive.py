@@ -1,9 +1,12 @@
-"""The extractive summarizer: the sentences that carry facts, each with its speaker, in order.
+"""The extractive summarizer: the sentences that carry facts, each with who said it and when.
 
-Phatic turns and near-duplicates (the older of two statements sharing most terms) are
-dropped; the rest is ranked by :func:`~compozy_memory._flush.salience.score` for its length
-and taken while it fits the budget, then written in conversation order, a line per message
-part with its speaker, and its date where the day changes.
+Phatic turns, near-duplicates (the older of two statements sharing most terms) and sentences
+said again later (all but the newest occurrence) are dropped; the rest is ranked by
+:func:`~compozy_memory._flush.salience.score` for its length and taken while it fits the
+budget, then written in conversation order, a line per message part with its speaker, and a
+date mark wherever the day changes (the day it was said: ``metadata.date``, else ``ts``), so
+"when did ..." keeps an answer. A short answer carries its question along, through every
+later fold too.
 """
 
 from __future__ import annotations
@@ -64,12 +67,13 @@ class _Unit:
 
 
 class ExtractiveSummarizer:
-    """The sentences that carry facts, each attributed to its speaker, in order.
+    """The sentences that carry facts, each attributed to its speaker and dated, in order.
 
-    Phatic turns and near-duplicates (the older of two statements sharing most terms) are
-    dropped; the rest is ranked by :func:`salience.score` for its length and taken while it
-    fits ``max_tokens``, then written in conversation order, a line per message part with
-    its speaker, and its date where the day changes."""
+    Phatic turns, near-duplicates (the older of two statements sharing most terms) and
+    repeated sentences (all but the newest) are dropped; the rest is ranked by
+    :func:`salience.score` for its length and taken while it fits ``max_tokens``, then written
+    in conversation order, a line per message part with its speaker, and a date mark where
+    the day changes."""
 
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
@@ -139,10 +143,14 @@ async def _units(messages: Sequence[Message]) -> list[_Unit]:
         if is_summary(message):
             for line in summary_lines(message):
                 group += 1
-                terms = content_terms(line.text)
-                units.append(
-                    _Unit(len(units), group, line.speaker, line.text, line.day, terms, folded=True)
-                )
+                # A kept answer keeps its question, and so its worth, through every fold.
+                text, asking = line.text, ""
+                if (found := _REPLY.fullmatch(text)) is not None:
+                    text, asking = found.group(1), found.group(2)
+                terms = content_terms(text) | (content_terms(asking) if asking else set())
+                unit = _Unit(len(units), group, line.speaker, text, line.day, frozenset(terms))
+                unit.folded, unit.question = True, asking
+                units.append(unit)
             asked = None
             continue
         day = message_date(message)
@@ -200,7 +208,7 @@ def _newest_sentences(units: list[_Unit]) -> list[_Unit]:
     """The units with every sentence that is said again later in the batch taken out (and a
     unit left empty dropped): a repeated sentence (boilerplate, a catchphrase, a restated
     plan) is worth its newest occurrence only."""
-    pieces = [[u.text] if u.tool_output or u.folded else split_sentences(u.text) for u in units]
+    pieces = [[u.text] if u.tool_output else split_sentences(u.text) for u in units]
     last: dict[str, int] = {}
     for i, sentences in enumerate(pieces):
         for sentence in sentences:
@@ -219,6 +227,8 @@ def _newest_sentences(units: list[_Unit]) -> list[_Unit]:
     return kept
 
 
+# A summary line that is a short answer with its question (see ``_Unit.body``).
+_REPLY = re.compile(r"(.+?) \(re: (.+)\)")
 # A question that wants a specific answer.
 _WH = re.compile(r"\b(?:what|which|who|whom|whose|where|when|how|why|remind me)\b", re.I)
 # A short message part is kept whole: its sentences lean on each other ("We adopted a dog!

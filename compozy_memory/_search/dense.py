@@ -4,8 +4,20 @@ Any embedding provider plugs in by implementing :class:`Embedder` (an ``async`` 
 a few lines wrap OpenAI, Voyage, fastembed or sentence-transformers. Vectors are stored
 quantized: unit-normalised, then int8 with one float32 scale, ``4 + dimensions`` bytes a
 message (260 for the 256-dimension default model, against 1,024 as float32), and cosine
-similarity is computed on the integers. Everything here is pure Python (no numpy), so the
-package imports without the ``embeddings`` extra.
+similarity is computed on the integers. Everything here runs without numpy (used when
+present), so the package imports without the ``embeddings`` extra.
+
+A provider in a few lines (OpenAI's async client)::
+
+    class OpenAIEmbedder:
+        model, dimensions = "text-embedding-3-small", 1536
+
+        def __init__(self, client: AsyncOpenAI) -> None:
+            self.client = client
+
+        async def embed(self, texts, *, query=False):
+            reply = await self.client.embeddings.create(model=self.model, input=list(texts))
+            return [item.embedding for item in reply.data]
 """
 
 from __future__ import annotations

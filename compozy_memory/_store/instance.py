@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
@@ -30,9 +31,10 @@ from compozy_memory._store.encoding import (
 )
 from compozy_memory._store.facts import Facts
 from compozy_memory._store.indexer import Indexer
-from compozy_memory._store.offload import clear_releasing_pins, offloaded
+from compozy_memory._store.offload import PinKeeper, clear_releasing_pins, offloaded
 from compozy_memory._store.reads import ContextReads
 from compozy_memory._store.results_store import Namespace, ResultStore
+from compozy_memory._wire.eviction import eviction_policy, eviction_warning
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import ScriptArg
@@ -130,6 +132,8 @@ class MemoryInstance(ContextReads):
         #: load them from. By default a store that sees only the project's global namespace:
         #: give one opened for your agent (``ResultStore(..., agent=...)``) to keep them apart.
         self.results = results or ResultStore(client, keys.project, transport=transport)
+        #: Renews the TTL of the results this memory's messages pin, as its writes renew its.
+        self.pins = PinKeeper(self)
         self._flusher: FlushHook | None = None
         self._index: IndexHook | None = None
 
@@ -188,6 +192,7 @@ class MemoryInstance(ContextReads):
             raise InvalidMessageError("append_many needs at least one message", key=self.key)
         result = await self.gateway.append(args, token)
         self.indexer.notice()
+        self.pins.notice()
         if self._flusher is not None:
             self._flusher.notice(result)
         if self._index is not None:
@@ -402,7 +407,15 @@ class MemoryInstance(ContextReads):
         return await self.gateway.token_count()
 
     async def health(self) -> MemoryHealth:
-        return await self.gateway.health()
+        """The memory's totals and sizes in one consistent read, what the indexer has still
+        to do, the parts whose keys are gone (``evicted``) and the server's eviction policy,
+        with a warning when it may evict part of this memory (logged too)."""
+        health = await self.gateway.health()
+        policy = await eviction_policy(self.client)
+        warning = eviction_warning(policy, ttl=health.ttl_ms is not None)
+        if warning:
+            _log.warning("%s: %s", self.key, warning)
+        return dataclasses.replace(health, eviction_policy=policy, eviction_warning=warning)
 
     # -- internals ----------------------------------------------------------------------
 

@@ -3,8 +3,10 @@ its content in the result store."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -15,9 +17,10 @@ from compozy_memory._model.tokens import count_message
 from compozy_memory._store.encoding import MessageInput
 from compozy_memory._store.handle import Handle
 from compozy_memory._store.results_store import Namespace
+from compozy_memory._wire.retry import no_retries
 from compozy_memory.errors import CompozyMemoryError, InvalidMessageError
 
-__all__ = ["clear_releasing_pins", "offloaded"]
+__all__ = ["PinKeeper", "clear_releasing_pins", "offloaded"]
 
 _log = logging.getLogger("compozy_memory")
 
@@ -123,3 +126,43 @@ async def clear_releasing_pins(memory: Handle) -> int:
                 _log.warning("result %s not released after clearing %s: %s", key, memory.key, exc)
                 break
     return removed
+
+
+class PinKeeper:
+    """Keeps the results a memory pins alive as long as the memory: a pinned result gets the
+    memory's TTL when stored, and the memory's writes keep renewing theirs, so at least every
+    half TTL a handle that writes gives each pinned result the memory's TTL again
+    (``lua/result_touch.lua``), in the background. Without it a result expired under a memory
+    still in use, and its stub pointed at nothing."""
+
+    def __init__(self, memory: Handle) -> None:
+        self._memory = memory
+        self._due = 0.0
+        self._task: asyncio.Task[int] | None = None
+
+    def notice(self) -> None:
+        """After a write of this handle: renew the pinned results if half a TTL went by."""
+        ttl_ms = self._memory.gateway.ttl_ms
+        if not ttl_ms or self._memory.read_only or time.monotonic() < self._due:
+            return
+        if self._task is not None and not self._task.done():
+            return
+        self._due = time.monotonic() + ttl_ms / 2000
+        try:
+            self._task = asyncio.get_running_loop().create_task(self.renew(ttl_ms))
+        except RuntimeError:
+            self._due = 0.0
+
+    async def renew(self, ttl_ms: int) -> int:
+        """Give every result this memory pins its TTL again; returns how many it renewed.
+        A failure is logged: the next write's renewal tries again."""
+        renewed = 0
+        try:
+            with no_retries():
+                for key in await self._memory.gateway.pins():
+                    if await self._memory.results.gateway.touch(key, ttl_ms) >= 0:
+                        renewed += 1
+        except CompozyMemoryError as exc:
+            self._due = 0.0
+            _log.warning("pinned results of %s not renewed: %s", self._memory.key, exc)
+        return renewed

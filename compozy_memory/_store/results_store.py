@@ -230,6 +230,12 @@ class ResultGateway:
         code = script("result_release")
         return int(await self.transport.run(code, [key], [], key=key, write=True))
 
+    async def touch(self, key: str, ttl_ms: int) -> int:
+        """Give a pinned result the pinning memory's TTL again; returns its TTL (ms)."""
+        code = script("result_touch")
+        args = code.contract.argv_for({"ttl_ms": ttl_ms})
+        return int(await self.transport.run(code, [key], args, key=key, write=True))
+
     async def fetch(self, key: str) -> list[Any]:
         """``[data, enc, size, kind]`` (a plain HMGET, never decoded: the payload is bytes
         whatever the client's ``decode_responses``); data None when there is no result."""

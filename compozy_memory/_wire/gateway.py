@@ -126,6 +126,12 @@ class MemoryGateway(MaintenanceCalls):
         """How many stored results this memory's messages pin."""
         return int(await self.transport.command("pin", "hlen", self.keys.respins, key=self.name))
 
+    async def pins(self) -> list[str]:
+        """The keys of the stored results this memory's messages pin (at most
+        MAX_RESULT_PINS)."""
+        keys = await self.transport.command("pin", "hkeys", self.keys.respins, key=self.name)
+        return [replies.text(k) for k in keys]
+
     async def expire(self, ttl_ms: int) -> int:
         """Set (ttl_ms > 0) or remove (0) the TTL of every key; later writes keep it."""
         existing = int(await self._write("expire", {"ttl_ms": ttl_ms}))

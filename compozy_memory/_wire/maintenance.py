@@ -18,7 +18,14 @@ class MaintenanceCalls(GatewayBase):
 
     async def index_pending(self, max_docs: int, max_bytes: int) -> IndexPending:
         """What the indexer has to do next (``lua/index_pending.lua``)."""
-        reply = await self._read("index_pending", {"max_docs": max_docs, "max_bytes": max_bytes})
+        reply = await self._read(
+            "index_pending",
+            {
+                "max_docs": max_docs,
+                "max_bytes": max_bytes,
+                "archive_max": self.policy.archive_max,
+            },
+        )
         return replies.index_pending(self._decode("index_pending", reply))
 
     async def index_apply(

@@ -46,6 +46,7 @@ async def test_a_version_read_before_writes_that_restored_the_count_is_refused(
     saved = {k: await client.dump(k) for k in (mem.keys.msgs, mem.keys.meta)}
     seen = await mem.append_many(turns(8, 2))  # last_id 10: what the editor read
     for k, dump in saved.items():  # the promoted replica never had ids 9 and 10
+        assert dump is not None
         await client.restore(k, 0, dump, replace=True)
     other = memory(client, memory_key)
     again = await other.append_many(turns(8, 2, who="assistant"))  # last_id 10 again

@@ -197,7 +197,7 @@ async def test_export_writes_markdown_and_jsonl_that_imports_back(
     assert "ann asks question 1" in markdown
     assert "answer 1 for ann" in markdown
     target = tmp_path / "ann.jsonl"
-    argv = ("export", "-p", fleet.project, "chat:user:ann", "-f", "jsonl", "-o", str(target))
+    argv = ("export", "-p", fleet.project, "chat:user:ann", "--format", "jsonl", "-o", str(target))
     assert await asyncio.to_thread(fleet.run, *argv) == 0
     argv = ("export", "-p", fleet.project, "chat:user:ann", "--json")
     assert await asyncio.to_thread(fleet.run, *argv) == 0

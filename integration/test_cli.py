@@ -62,6 +62,7 @@ class Fleet:
                     {"role": "assistant", "content": f"answer {turn} for {user}", "tokens": 5},
                 ]
             )
+        await self.manager.sessions.flushed()  # `ls` runs in another process
         return handle
 
     def run(self, *argv: str) -> int:

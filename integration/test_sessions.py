@@ -98,11 +98,13 @@ async def test_a_lost_index_update_leaves_the_write_and_repair_fixes_it(
     mgr = manager(client)
     sid, mem = await mgr.session("chat", agent="coder")
     await mem.append({"role": "user", "content": "one"})
+    await mgr.sessions.flushed()
     real = mgr.sessions.transport
     failing = Failing(real)
     mgr.sessions.transport = failing
     result = await mem.append({"role": "user", "content": "two"})  # the write still succeeds
     assert result.total_count == 2
+    await mgr.sessions.flushed()
     assert failing.calls == TOUCH_ATTEMPTS
     assert mgr.sessions.failures == 1
     mgr.sessions.transport = real

@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import cast
 
@@ -71,6 +72,7 @@ class Flusher:
         metrics: MemoryMetrics | None = None,
         name: str = "memory",
         background: bool = True,
+        on_commit: Callable[[FlushResult], None] | None = None,
     ) -> None:
         if gateway.read_only:
             raise ReadOnlyMemoryError(
@@ -89,6 +91,9 @@ class Flusher:
         self.skip_backoff = skip_backoff.total_seconds()
         #: False: appends never start a flush; only :meth:`flush` does.
         self.background = background
+        #: Called with every committed flush (the manager's session index reads the new
+        #: totals back); it must not wait or raise.
+        self.on_commit = on_commit
         self._fallback = ExtractiveSummarizer(counter)
         # Bound once: notice() runs on every append.
         self._hits = self.metrics.flush_optimization_hits.labels(memory=name)
@@ -160,7 +165,7 @@ class Flusher:
             self._quiet_until = time.monotonic() + self.skip_backoff
             return self._count(FlushResult("skipped"))
         try:
-            return self._count(await lease.hold(lambda: self._flush_with(lease)))
+            result = self._count(await lease.hold(lambda: self._flush_with(lease)))
         except LockLostError:
             self.metrics.flushes.labels(memory=self.name, type="lost").inc()
             raise
@@ -171,6 +176,9 @@ class Flusher:
                 log.warning(
                     "could not release the flush lock of %s", self.gateway.name, extra=self._log
                 )
+        if result.committed and self.on_commit is not None:
+            self.on_commit(result)
+        return result
 
     async def _flush_with(self, lease: Lease) -> FlushResult:
         """Rounds of bounded snapshot, plan, summary and commit, until the context fits or

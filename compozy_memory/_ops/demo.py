@@ -35,7 +35,7 @@ from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.messages import Message
 from compozy_memory._model.tokens import HeuristicCounter
 from compozy_memory._ops.common import EXIT_FAILED, Settings, open_client, settings
-from compozy_memory._ops.output import Out, key_column, number_column
+from compozy_memory._ops.output import Column, Out, key_column, number_column
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._wire.connection import connect
 from compozy_memory.embedded import start_server
@@ -92,15 +92,16 @@ def demo(
         fleet = [(str(n), str(r["appends"]), str(r["flushes"]), str(r["skipped"]))
                  for n, r in enumerate(stats)]  # fmt: skip
         if not out.stderr.is_terminal:  # on a terminal the live table showed them
-            columns = ("REPLICA", "APPENDS", "FLUSHES", "SKIPPED (LOCK HELD)")
-            out.table([number_column(c) for c in columns], fleet)
+            names = ("REPLICA", "APPENDS", "FLUSHES", "SKIPPED (LOCK HELD)")
+            out.table([number_column(c) for c in names], fleet)
         table = [
             (r["key"], str(r["last_id"]), str(r["messages"]), str(r["tokens"]),
              str(r["summaries"]), str(r["flushes"]), "yes" if r["complete"] else "NO")
             for r in rows
         ]  # fmt: skip
         numbers = ("LAST ID", "LIVE", "TOKENS", "SUMMARIES", "FLUSHES")
-        columns = [key_column("MEMORY"), *map(number_column, numbers), "COMPLETE"]
+        columns: list[Column | str] = [key_column("MEMORY"), *map(number_column, numbers)]
+        columns.append("COMPLETE")
         out.table(columns, table, title="memories, read back from Redis")
     if not complete:
         raise typer.Exit(EXIT_FAILED)

@@ -217,7 +217,7 @@ async def _purge(ctx: typer.Context, keys: InstanceKeys, out: Out) -> tuple[int,
                 for name, kind, size in found:
                     await _empty(client, name, kind, size)
             await client.unlink(*names)
-            await _unindex(client, keys)
+            await SessionIndex(client, keys.project).forget(keys.key)
         return len(found), total
 
 
@@ -256,17 +256,3 @@ async def _empty(client: RedisClient, name: str, kind: str, size: int) -> None:
         else:
             return
         left -= _CHUNK
-
-
-async def _unindex(client: RedisClient, keys: InstanceKeys) -> None:
-    """Drop the memory from its project's session index (if it is there)."""
-    index = SessionIndex(client, keys.project)
-    info = await client.hget(index.info_key, keys.key)
-    if info is None:
-        return
-    text = info.decode("utf-8", "surrogatepass") if isinstance(info, bytes) else str(info)
-    agent = text.split("\t", 5)[-1]
-    await client.zrem(index.all_key, keys.key)
-    if agent:
-        await client.zrem(index.agent_key(agent), keys.key)
-    await client.hdel(index.info_key, keys.key)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
@@ -45,7 +45,13 @@ __all__ = ["Facts", "FlushHook", "IndexHook", "MemoryInstance", "MessageInput"]
 
 _log = logging.getLogger("compozy_memory")
 
-IndexHook = Callable[["MemoryInstance", AppendResult], Awaitable[None]]
+
+class IndexHook(Protocol):
+    """What a handle tells its session index (the manager attaches one): never waits."""
+
+    def noticed(self, memory: MemoryInstance, result: AppendResult) -> None: ...
+
+    def changed(self, memory: MemoryInstance) -> None: ...
 
 
 class FlushHook(Protocol):
@@ -180,7 +186,7 @@ class MemoryInstance(ContextReads):
         if self._flusher is not None:
             self._flusher.notice(result)
         if self._index is not None:
-            await self._index(self, result)
+            self._index.noticed(self, result)
         return result
 
     async def replace(
@@ -211,7 +217,7 @@ class MemoryInstance(ContextReads):
             self.gateway, args, if_last_id=if_last_id, if_incarnation=incarnation, token=token
         )
         if self._index is not None:
-            await self._index(self, result)
+            self._index.noticed(self, result)
         return result
 
     async def trim(
@@ -229,7 +235,9 @@ class MemoryInstance(ContextReads):
                 raise UsageError(
                     f"{name} must be a non-negative integer, got {value!r}", key=self.key
                 )
-        return await trim_oldest(self.gateway, keep_messages, max_tokens)
+        result = await trim_oldest(self.gateway, keep_messages, max_tokens)
+        self._changed()
+        return result
 
     async def clear(self) -> int:
         """Remove every message, summary, archived original and session fact; return how
@@ -240,7 +248,9 @@ class MemoryInstance(ContextReads):
         the read and the clear keeps its pin (it ends with the memory's TTL), and a release
         that fails is logged, never raised: the clear has happened."""
         self._check_writable("clear")
-        return await clear_releasing_pins(self)
+        removed = await clear_releasing_pins(self)
+        self._changed()
+        return removed
 
     async def set_ttl(self, ttl: timedelta | float | None) -> int:
         """Set (seconds or timedelta) or remove (None) the TTL of every key of the instance.
@@ -299,9 +309,14 @@ class MemoryInstance(ContextReads):
         return await transcripts.import_transcript(self, text)
 
     def attach_index(self, hook: IndexHook | None) -> None:
-        """Called after every append and replace (the manager's session index); a hook
-        never raises: the write has happened."""
+        """Told of every append and replace (``noticed``), and of trims, clears and
+        flushes (``changed``): the manager's session index. A hook never waits and never
+        raises: the write has happened."""
         self._index = hook
+
+    def _changed(self) -> None:
+        if self._index is not None:
+            self._index.changed(self)
 
     @property
     def flusher(self) -> FlushHook | None:
@@ -315,7 +330,10 @@ class MemoryInstance(ContextReads):
                 "this memory has no flusher: open it through MemoryManager or attach one",
                 key=self.key,
             )
-        return await self._flusher.flush()
+        result = await self._flusher.flush()
+        if result.committed:
+            self._changed()
+        return result
 
     async def len(self) -> int:
         """Number of live messages."""

@@ -5,10 +5,12 @@
    with its default exact counter, rs-bpe where the ``fast`` extra is installed), against
    raw redis-py ``RPUSH`` of the same JSON from the same client, against the same appends
    counted by tiktoken (``engine="tiktoken"``, in the counting thread), with the counts
-   supplied, and through a ``MemoryManager`` (which also updates the project's session index
-   after each write). Every message's text is new (no cached count helps). Modes alternate
-   within a round; each ratio is the median over ``--rounds`` of that round's ratio to the
-   same round's raw RPUSH, which keeps a shared machine's swings out of the ratios.
+   supplied, and through a ``MemoryManager`` (which also keeps the project's session index:
+   off the append path, one call per tick; the round ends when its last entries are sent).
+   Every message's text is new (no cached count helps). Modes alternate within a round; each
+   ratio is the median over ``--rounds`` of that round's ratio to the same round's raw RPUSH,
+   which keeps a shared machine's swings out of the ratios; the manager's own cost is the
+   median of its rounds' ratios to the direct counted appends.
 2. Where an append's time goes on the event loop (``--profile``): cProfile of one counted
    round, grouped into counting, validation and serialisation, the script call, and the
    rest.
@@ -121,6 +123,7 @@ async def append_round(
         profiler.enable()
     started = time.perf_counter()
     await asyncio.gather(*(session(s) for s in range(SESSIONS)))
+    await manager.aclose()  # the session index's last entries are sent: timed too
     elapsed = time.perf_counter() - started
     if profiler is not None:
         profiler.disable()
@@ -277,6 +280,14 @@ async def main(args: argparse.Namespace) -> None:
         ):
             low, high = min(ratios[mode]), max(ratios[mode])
             print(f"| {label} | {rate[mode]:,.0f} | {ratio[mode]:.2f}x | {low:.2f}-{high:.2f} |")
+        # The manager's own cost: its appends against the same appends made directly on a
+        # MemoryInstance, round by round (the same counting, so only the manager differs).
+        direct = [m / c for m, c in zip(rates["manager"], rates["counted"], strict=True)]
+        print(
+            f"\nthrough MemoryManager / direct MemoryInstance (counted): "
+            f"{statistics.median(direct):.2f}x (median of rounds; "
+            f"{min(direct):.2f}-{max(direct):.2f})"
+        )
         if args.profile:
             await profile_round(client, args.appends)
         await bytes_per_message(client)

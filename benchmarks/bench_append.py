@@ -84,8 +84,9 @@ async def append_round(
 ) -> float:
     """Messages per second for SESSIONS sessions doing ``appends`` each: "raw" (RPUSH of
     the JSON), "counted" (the library counts, its default engine), "tiktoken" (counted by
-    tiktoken), "supplied" (counts given) or "manager" (counted, through a MemoryManager's
-    handles, which also keep the session index)."""
+    tiktoken), "supplied" (counts given), "manager" (counted, through a MemoryManager's
+    handles, which also keep the session index) or "policy" (counted, on a MemoryInstance
+    with the manager's resource policy: TTL, budget; the manager's baseline)."""
     rng = random.Random(seed)
     bodies = [texts(rng, appends) for _ in range(SESSIONS)]
     run = uuid.uuid4().hex
@@ -108,7 +109,10 @@ async def append_round(
                 body = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
                 await client.rpush(key, body.encode())
             return
-        if mode == "manager":
+        if mode == "policy":
+            policy = manager.registry.get("customer-support").policy()
+            mem = MemoryInstance.open(client, project="bench", key=f"{run}:{s}", policy=policy)
+        elif mode == "manager":
             mem = await manager.get(
                 "customer-support", {"workflow": {"input": {"user_id": f"{run}:{s}"}}}
             )
@@ -252,7 +256,7 @@ async def main(args: argparse.Namespace) -> None:
     url = args.url or server.url  # type: ignore[union-attr]
     client = Redis.from_url(url, max_connections=SESSIONS)
     try:
-        modes = ("raw", "counted", "tiktoken", "supplied", "manager")
+        modes = ("raw", "counted", "tiktoken", "supplied", "policy", "manager")
         for mode in modes:  # warm the pool, the scripts and the encoder
             await append_round(client, 10, mode, seed=0)
         rates: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -276,15 +280,16 @@ async def main(args: argparse.Namespace) -> None:
             ("counted", f"append, counted by the library (exact, default engine: {engine})"),
             ("tiktoken", "append, counted by tiktoken (exact, in the counting thread)"),
             ("supplied", "append, counts supplied"),
+            ("policy", "append, counted, with the manager's resource policy (TTL, budget)"),
             ("manager", "append through MemoryManager, counted (and the session index)"),
         ):
             low, high = min(ratios[mode]), max(ratios[mode])
             print(f"| {label} | {rate[mode]:,.0f} | {ratio[mode]:.2f}x | {low:.2f}-{high:.2f} |")
         # The manager's own cost: its appends against the same appends made directly on a
-        # MemoryInstance, round by round (the same counting, so only the manager differs).
-        direct = [m / c for m, c in zip(rates["manager"], rates["counted"], strict=True)]
+        # MemoryInstance with the same policy, round by round (only the manager differs).
+        direct = [m / c for m, c in zip(rates["manager"], rates["policy"], strict=True)]
         print(
-            f"\nthrough MemoryManager / direct MemoryInstance (counted): "
+            f"\nthrough MemoryManager / direct MemoryInstance, same policy: "
             f"{statistics.median(direct):.2f}x (median of rounds; "
             f"{min(direct):.2f}-{max(direct):.2f})"
         )

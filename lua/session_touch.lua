@@ -5,36 +5,40 @@
 -- KEYS: sessions agent_sessions session_info
 -- ARGV: agent entries...
 --   agent     the agent writing ('' for none: then agent_sessions is not touched)
---   entries   one or more quadruples:
+--   entries   one or more quintuples:
 --     session   the memory's encoded key
 --     last_id   the memory's last id after the write
 --     messages  live messages after the write
 --     tokens    live tokens after the write
--- Returns: the sessions' last-active time (server clock, ms).
+--     age_ms    how long before this call the write was seen (the caller's clock measures
+--               only this interval): its last-active time is the server's now minus it
+-- Returns: the server's now (ms).
 -- sessions and agent_sessions are ZSETs of session -> last active ms; session_info is a HASH
 -- of session -> 'created<TAB>last_active<TAB>last_id<TAB>messages<TAB>tokens<TAB>agent'.
 -- Counts from an older state never replace newer ones (a retry or another replica's update
 -- arriving late): messages arrive only with new ids, and leave (trim, flush, clear) without
 -- changing last_id, so a greater last_id is newer, and at the same last_id fewer messages
--- (then fewer tokens) are.
-local n = (#ARGV - ARGS_FROM + 1) / 4
+-- (then fewer tokens) are. Last-active times never go back either.
+local n = (#ARGV - ARGS_FROM + 1) / 5
 if n < 1 or n ~= math.floor(n) then
-  fail('INVALID', 'entries are (session, last_id, messages, tokens) quadruples, at least one')
+  fail('INVALID', 'entries are (session, last_id, messages, tokens, age_ms), at least one')
 end
 local now = now_ms()
-for i = ARGS_FROM, #ARGV, 4 do
+for i = ARGS_FROM, #ARGV, 5 do
   local session = ARGV[i]
   local last_id = int_arg(ARGV[i + 1], 'last_id', 0, nil)
   local messages = int_arg(ARGV[i + 2], 'messages', 0, nil)
   local tokens = int_arg(ARGV[i + 3], 'tokens', 0, nil)
+  local active = now - int_arg(ARGV[i + 4], 'age_ms', 0, 3600000)
   if #session == 0 or #session > 1024 or string.find(session, '\t', 1, true) then
     fail('INVALID', 'a session is 1 to 1024 bytes without tabs')
   end
-  local created, agent = now, a_agent
+  local created, agent = active, a_agent
   local old = redis.call('HGET', k_session_info, session)
   if old then
     local f = split_tabs(old)
-    created = tonumber(f[1]) or now
+    created = tonumber(f[1]) or active
+    active = math.max(active, tonumber(f[2]) or 0)
     local seen, seen_messages, seen_tokens = tonumber(f[3]) or -1, tonumber(f[4]) or 0,
       tonumber(f[5]) or 0
     if agent == '' then
@@ -47,10 +51,10 @@ for i = ARGS_FROM, #ARGV, 4 do
     end
   end
   redis.call('HSET', k_session_info, session, string.format('%d\t%d\t%d\t%d\t%d\t', created,
-    now, last_id, messages, tokens) .. agent)
-  redis.call('ZADD', k_sessions, now, session)
+    active, last_id, messages, tokens) .. agent)
+  redis.call('ZADD', k_sessions, active, session)
   if a_agent ~= '' then
-    redis.call('ZADD', k_agent_sessions, now, session)
+    redis.call('ZADD', k_agent_sessions, active, session)
   end
 end
 return now

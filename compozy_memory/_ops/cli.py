@@ -166,8 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:  # stored data this version cannot read
         print(f"error: {describe_invalid(exc)}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:  # Ctrl-C: at a prompt, or while a command waits
-        print("\naborted", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C outside a command (typer ends those with 130)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return _reader_gone()

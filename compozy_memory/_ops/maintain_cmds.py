@@ -131,13 +131,17 @@ async def _flush(
 
 def confirm(question: str, yes: bool) -> None:
     """Ask on stderr and read the answer from stdin: only y or yes goes on (no answer is
-    no, exit 6). Ctrl-C raises KeyboardInterrupt, which the CLI ends with exit 130. Called
+    no, exit 6). Ctrl-C aborts: exit 130, nothing changed. Called
     outside the event loop: asyncio.run() would hold Ctrl-C back until the answer came."""
     if yes:
         return
-    sys.stderr.write(f"{question} [y/N]: ")
-    sys.stderr.flush()
-    answer = sys.stdin.readline() if sys.stdin is not None else ""
+    try:
+        sys.stderr.write(f"{question} [y/N]: ")
+        sys.stderr.flush()
+        answer = sys.stdin.readline() if sys.stdin is not None else ""
+    except KeyboardInterrupt:
+        sys.stderr.write("\naborted\n")  # typer turns the interrupt into exit 130
+        raise
     if answer.strip().lower() not in ("y", "yes"):
         raise fail("not confirmed: nothing was changed", EXIT_ABORTED)
 

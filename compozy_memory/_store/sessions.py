@@ -7,14 +7,16 @@ Cluster as on one server. Every index write of a project lands on one node.
 
 **Off the append path.** An append never waits for the index: :meth:`SessionIndex.noticed`
 records the memory's totals in memory and returns. The entries noticed in one event-loop
-tick go out together, one ``session_touch`` call per agent, sent when the loop next runs;
-while a call is out, later entries wait and are coalesced (the newest totals of each
-session) into the next one. So there is at most one index call in flight per project and
-process, whatever the number of appends, and an entry is at most one round trip (plus the
-retries below) behind the write it follows. ``await manager.aclose()`` (or
-:meth:`SessionIndex.flushed`) waits for what is still pending; ``list_sessions`` does too, so a
-process reads its own writes. A process that ends without either loses at most the entries
-of its last round trip; the next write to those sessions brings them back.
+tick go out together, one ``session_touch`` call per agent, sent when the loop next runs.
+While writes keep coming, the next call waits for the one before it and then
+:data:`INTERVAL` (50 ms) more, and carries every entry noticed meanwhile (the newest totals
+of each session). So there is at most one index call in flight per project and process, and
+at most about 20 a second whatever the number of appends; an entry lags the write it follows
+by at most ``interval`` plus two round trips (plus the retries below).
+``await manager.aclose()`` (or :meth:`SessionIndex.flushed`) waits for what is still pending;
+``list_sessions`` does too, so a process reads its own writes. A process that ends without
+either loses at most the entries of its last ``interval``; the next write to those sessions
+brings them back.
 
 **After flushes, trims and clears.** Their new totals are read back (one ``health`` read, off
 the caller's path too) and recorded the same way, so ``ls`` shows the counts after a flush.
@@ -51,6 +53,7 @@ from compozy_memory._wire.transport import ScriptTransport, Transport
 from compozy_memory.errors import CompozyMemoryError, UsageError
 
 __all__ = [
+    "INTERVAL",
     "TOUCH_ATTEMPTS",
     "IndexEntry",
     "SessionIndex",
@@ -63,6 +66,8 @@ log = logging.getLogger("compozy_memory.sessions")
 
 #: How many times an index update is tried before its entries are left stale.
 TOUCH_ATTEMPTS = 3
+#: Seconds between two index calls of a project while writes keep coming.
+INTERVAL = 0.05
 
 
 def uuid7() -> str:
@@ -108,6 +113,7 @@ class SessionIndex:
         *,
         retry: RetryPolicy | None = None,
         transport: ScriptTransport | None = None,
+        interval: float = INTERVAL,
     ) -> None:
         if transport is None and client is not None:
             base = f"compozy:{project}:sessions:{{{project}}}"
@@ -117,6 +123,9 @@ class SessionIndex:
         self._gateway = None if transport is None else SessionGateway(transport, project)
         #: Index updates given up after every attempt (each leaves its entries stale).
         self.failures = 0
+        #: Seconds between two index calls while writes keep coming (see the module's
+        #: docstring): the bound on how far an entry lags, beyond one round trip.
+        self.interval = interval
         # agent -> session -> the newest totals noticed and not yet sent
         self._pending: dict[str | None, dict[str, Touch]] = {}
         # agent -> session -> a handle whose totals must be read back (flush, trim, clear)
@@ -156,17 +165,22 @@ class SessionIndex:
         self, session: str, *, agent: str | None, last_id: int, messages: int, tokens: int
     ) -> int:
         """Record a write to ``session`` now, in a call of its own; returns its last-active
-        time (ms)."""
+        time (server clock, ms)."""
         return await self.gateway.touch(agent, [Touch(session, last_id, messages, tokens)])
 
     def noticed(self, memory: Handle, result: AppendResult, agent: str | None) -> None:
         """After a write to ``memory``: record its totals with the next index call (never
         waits, never raises)."""
-        touch = Touch(memory.keys.key, result.last_id, result.total_count, result.total_tokens)
-        bucket = self._pending.setdefault(agent, {})
-        seen = bucket.get(touch.session)
-        if seen is None or _newer(touch, seen):
-            bucket[touch.session] = touch
+        self._record(
+            agent,
+            Touch(
+                memory.keys.key,
+                result.last_id,
+                result.total_count,
+                result.total_tokens,
+                time.monotonic(),
+            ),
+        )
         self._start()
 
     def changed(self, memory: Handle, agent: str | None) -> None:
@@ -180,18 +194,29 @@ class SessionIndex:
         while self._task is not None and not self._task.done():
             await asyncio.shield(self._task)
 
+    def _record(self, agent: str | None, touch: Touch) -> None:
+        bucket = self._pending.get(agent)
+        if bucket is None:
+            bucket = self._pending[agent] = {}
+        seen = bucket.get(touch.session)
+        if seen is None or _newer(touch, seen):
+            bucket[touch.session] = touch
+
     def _start(self) -> None:
-        if self._task is None or self._task.done():
+        task = self._task
+        if task is None or task.done():
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
-        """Send what is pending, one call per agent, until nothing is."""
-        while self._pending or self._reread:
+        """Send what is pending, one call per agent, until nothing is; between two calls,
+        wait ``interval`` for more entries to share the next one."""
+        while True:
             await self._reread_totals()
             pending, self._pending = self._pending, {}
-            await asyncio.gather(
-                *(self._send(agent, list(b.values())) for agent, b in pending.items())
-            )
+            await asyncio.gather(*(self._send(a, list(b.values())) for a, b in pending.items()))
+            if not (self._pending or self._reread):
+                return
+            await asyncio.sleep(self.interval)
 
     async def _reread_totals(self) -> None:
         reread, self._reread = self._reread, {}
@@ -203,13 +228,16 @@ class SessionIndex:
                     self.failures += 1
                     log.warning("session index not updated for %s: %s", memory.key, exc)
                     continue
-                touch = Touch(
-                    memory.keys.key, health.last_id, health.message_count, health.token_count
+                self._record(
+                    agent,
+                    Touch(
+                        memory.keys.key,
+                        health.last_id,
+                        health.message_count,
+                        health.token_count,
+                        time.monotonic(),
+                    ),
                 )
-                bucket = self._pending.setdefault(agent, {})
-                seen = bucket.get(touch.session)
-                if seen is None or _newer(touch, seen):
-                    bucket[touch.session] = touch
 
     async def _send(self, agent: str | None, touches: Sequence[Touch]) -> None:
         for attempt in range(TOUCH_ATTEMPTS):

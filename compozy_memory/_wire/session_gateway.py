@@ -14,6 +14,7 @@ speaks the scripts' contracts (``lua/session_touch.lua``, ``lua/sessions_list.lu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,8 @@ from compozy_memory._wire.scripts import ScriptArg, script
 from compozy_memory._wire.transport import ScriptTransport
 
 __all__ = ["SessionGateway", "SessionKeys", "Touch"]
+
+_MAX_AGE_MS = 3_600_000  # the script's bound: an entry older than that is recorded as 1 h old
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,9 @@ class Touch:
     last_id: int
     messages: int
     tokens: int
+    #: When the write was seen (``time.monotonic()``): the entry's last-active time is the
+    #: server's clock at the call less the time since (None: now).
+    at: float | None = None
 
 
 class SessionGateway:
@@ -66,11 +72,13 @@ class SessionGateway:
 
     async def touch(self, agent: str | None, touches: Sequence[Touch]) -> int:
         """Record ``touches`` (sessions of ``agent``, or of no agent) in one call; returns
-        their last-active time (server clock, ms)."""
+        the server's clock (ms)."""
         code = script("session_touch")
         entries: list[ScriptArg] = []
+        now = time.monotonic()
         for t in touches:
-            entries += [t.session.encode(), t.last_id, t.messages, t.tokens]
+            age = 0 if t.at is None else min(_MAX_AGE_MS, max(0, round((now - t.at) * 1000)))
+            entries += [t.session.encode(), t.last_id, t.messages, t.tokens, age]
         args = code.contract.argv_for(
             {"agent": (agent or "").encode("utf-8", "surrogatepass")}, entries
         )

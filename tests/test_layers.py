@@ -12,6 +12,7 @@ RANK = {
     "errors": 0,
     "_model": 1,
     "_metrics": 1,
+    "_telemetry": 1,
     "embedded": 1,
     "_search": 2,
     "_wire": 3,

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
+from compozy_memory import _telemetry
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.messages import Message
@@ -179,6 +180,13 @@ class MemoryInstance(ContextReads):
         token = self._dedupe_token(dedupe_key)
         if offload:
             messages = await offloaded(self, messages, namespace or Namespace.global_())
+        if _telemetry.capturing():  # opt-in: the messages go on the span
+            messages = list(messages)
+            with _telemetry.content(records=_records(messages)):
+                return await self._append(messages, token)
+        return await self._append(messages, token)
+
+    async def _append(self, messages: Iterable[MessageInput], token: str) -> AppendResult:
         args = await self._encode(messages)
         if not args:
             raise InvalidMessageError("append_many needs at least one message", key=self.key)
@@ -353,3 +361,9 @@ class MemoryInstance(ContextReads):
 
     async def _encode(self, messages: Iterable[MessageInput]) -> list[ScriptArg]:
         return await encode_messages(messages, self.policy, self.counter, self.key)
+
+
+def _records(messages: list[MessageInput]) -> list[tuple[str, str]]:
+    """(role, text) of each message, for a span that captures content."""
+    parsed = [Message.parse(m) if isinstance(m, dict | Message) else None for m in messages]
+    return [(m.role, m.text) for m in parsed if m is not None]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from compozy_memory import _telemetry
 from compozy_memory._model.limits import UNBOUNDED_TOKENS
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
@@ -140,6 +141,11 @@ class ContextReads:
         terms = query_terms(query, self.key)
         if not terms:
             return []
+        if _telemetry.capturing():  # opt-in: the query goes on the span
+            with _telemetry.content(query=query):
+                return await self.gateway.search(
+                    terms, limit=limit, since_id=since_id or 0, roles=wanted
+                )
         return await self.gateway.search(terms, limit=limit, since_id=since_id or 0, roles=wanted)
 
     async def recall_messages(self, ids: Iterable[int]) -> list[Message]:

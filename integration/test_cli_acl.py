@@ -22,20 +22,8 @@ from compozy_memory import HeuristicCounter, MemoryManager, MemoryRegistry
 from compozy_memory._ops.cli import main
 from compozy_memory._wire.delivery import install
 from integration.engines import EngineSpec, spec_for
+from integration.projects import chat_project
 
-PROJECT = """\
-project: {project}
-memories:
-  - id: chat
-    type: token_based
-    max_tokens: 400
-    persistence: {{type: redis, ttl: 1h}}
-    default_key_template: "user:{{{{ .user }}}}"
-agents:
-  - id: bot
-    memory: chat
-    memory_key: "user:{{{{ .user }}}}"
-"""
 READS: list[list[str]] = [
     ["ls"],
     ["ls", "--agent", "bot"],
@@ -125,7 +113,7 @@ async def tenant(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     name = {"cluster": "valkey_cluster"}.get(request.param, f"{request.param}_server")
     engine = spec_for(request.param, request.getfixturevalue(name))
     project = f"acl{uuid.uuid4().hex[:10]}"
-    (tmp_path / "compozy.yaml").write_text(PROJECT.format(project=project))
+    chat_project(tmp_path, project, max_tokens=400)
     await installed(engine)
     yield Tenant(engine, project, tmp_path)
     for node in engine.node_clients():

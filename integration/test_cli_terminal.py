@@ -27,19 +27,8 @@ import pytest
 from compozy_memory import HeuristicCounter, MemoryManager, MemoryRegistry, connect
 from compozy_memory._ops.cli import main
 from compozy_memory.embedded import EmbeddedServer
+from integration.projects import chat_project
 
-PROJECT = """\
-project: {project}
-memories:
-  - id: chat
-    type: token_based
-    max_tokens: 4000
-    persistence: {{type: redis, ttl: 1h}}
-    default_key_template: "customer-support:user:{{{{ .user }}}}"
-agents:
-  - id: bot
-    memory: chat
-"""
 HOSTILE_TEXT = "hi \x1b]0;PWNED\x07 \x1b]52;c;cm0gLXJm\x07 \x9b31m [red]x[/red] ticket:T-1: :smile:"
 HOSTILE_AGENT = "bot\x1b]2;PWNED\x07[b]"
 USERS = [
@@ -63,7 +52,7 @@ def tmux_binary() -> str:
 async def seeded(valkey_server: EmbeddedServer, tmp_path: Path) -> tuple[str, str]:
     """(project, URL) with three memories of long keys, hostile text and agent names."""
     project = f"term-{uuid.uuid4().hex[:8]}"
-    (tmp_path / "compozy.yaml").write_text(PROJECT.format(project=project))
+    chat_project(tmp_path, project, key="customer-support:user:{{ .user }}")
     client = connect(valkey_server.url)
     manager = MemoryManager(
         MemoryRegistry.load(tmp_path), client, counter=HeuristicCounter(), flushing=False

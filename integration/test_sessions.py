@@ -11,7 +11,7 @@ from typing import Any
 from compozy_memory import BackendUnavailableError, HeuristicCounter, MemoryManager, MemoryRegistry
 from compozy_memory._store.sessions import TOUCH_ATTEMPTS
 from compozy_memory._wire.gateway import ScriptTransport
-from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory._wire.scripts import Args, Script, ScriptArg
 from compozy_memory._wire.translate import RedisClient
 
 PROJECT_DIR = Path(__file__).resolve().parent / "sessions_project"
@@ -129,16 +129,10 @@ class Counting:
         self.most_out = 0
 
     async def run(
-        self,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[ScriptArg],
-        *,
-        key: str,
-        write: bool = False,
+        self, script: Script, keys: Sequence[str], args: Args, *, key: str, write: bool = False
     ) -> Any:
         self.calls += 1
-        self.sessions += (len(args) - 1) // 4
+        self.sessions += (len(args) - 1) // 5
         self.out += 1
         self.most_out = max(self.most_out, self.out)
         try:

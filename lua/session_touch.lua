@@ -1,7 +1,7 @@
 #!lua
 -- session_touch.lua: record writes to sessions (memories) in their project's session index,
--- USES: args clock
 -- one agent's sessions a call (the writes one process made in one event-loop tick).
+-- USES: args clock
 -- KEYS: sessions agent_sessions session_info
 -- ARGV: agent entries...
 --   agent     the agent writing ('' for none: then agent_sessions is not touched)

@@ -30,7 +30,7 @@ from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import UNBOUNDED_TOKENS
-from compozy_memory._model.results import FlushResult
+from compozy_memory._model.results import FlushCommit
 from compozy_memory._model.tokens import TokenCounter, counter_for_encoding, default_counter
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._store.sessions import IndexEntry, SessionIndex, SessionPage, uuid7
@@ -185,7 +185,7 @@ class MemoryManager:
                         lock_ttl=resource.locking.flush_ttl,
                         metrics=self.metrics,
                         name=resource.id,
-                        on_commit=None if entry is None else _reread(entry, handle),
+                        on_commit=None if entry is None else _committed(entry, handle),
                     )
                 )
             handle.attach_index(entry)
@@ -319,17 +319,19 @@ class MemoryManager:
         return len(self._handles)
 
 
-def _reread(entry: IndexEntry, handle: MemoryInstance) -> Callable[[FlushResult], None]:
-    """After a committed flush, have the index read ``handle``'s totals back (held weakly:
-    the flusher lives as long as the handle, which must stay free to go)."""
+def _committed(entry: IndexEntry, handle: MemoryInstance) -> Callable[[FlushCommit, int], None]:
+    """After a flush commit, record ``handle``'s totals in the index (held weakly: the flusher
+    lives as long as the handle, which must stay free to go)."""
     ref = weakref.ref(handle)
 
-    def changed(_: FlushResult) -> None:
+    def removed(commit: FlushCommit, last_id: int) -> None:
         memory = ref()
         if memory is not None:
-            entry.changed(memory)
+            entry.removed(
+                memory, last_id=last_id, messages=commit.total_count, tokens=commit.total_tokens
+            )
 
-    return changed
+    return removed
 
 
 def _agent_id(context: Mapping[str, Any], agent: str | None) -> str | None:

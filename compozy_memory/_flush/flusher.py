@@ -72,7 +72,7 @@ class Flusher:
         metrics: MemoryMetrics | None = None,
         name: str = "memory",
         background: bool = True,
-        on_commit: Callable[[FlushResult], None] | None = None,
+        on_commit: Callable[[FlushCommit, int], None] | None = None,
     ) -> None:
         if gateway.read_only:
             raise ReadOnlyMemoryError(
@@ -91,8 +91,8 @@ class Flusher:
         self.skip_backoff = skip_backoff.total_seconds()
         #: False: appends never start a flush; only :meth:`flush` does.
         self.background = background
-        #: Called with every committed flush (the manager's session index reads the new
-        #: totals back); it must not wait or raise.
+        #: Called with every commit and the last id of the snapshot it was planned from (the
+        #: manager's session index records the totals); it must not wait or raise.
         self.on_commit = on_commit
         self._fallback = ExtractiveSummarizer(counter)
         # Bound once: notice() runs on every append.
@@ -176,8 +176,6 @@ class Flusher:
                 log.warning(
                     "could not release the flush lock of %s", self.gateway.name, extra=self._log
                 )
-        if result.committed and self.on_commit is not None:
-            self.on_commit(result)
         return result
 
     async def _flush_with(self, lease: Lease) -> FlushResult:
@@ -250,6 +248,8 @@ class Flusher:
                     ) from None
                 continue
             lease.committing = False
+            if self.on_commit is not None:
+                self.on_commit(commit, snapshot.last_id)
             return FlushResult(
                 "summarised" if summary is not None else "evicted",
                 plan,

@@ -52,7 +52,9 @@ class IndexHook(Protocol):
 
     def noticed(self, memory: MemoryInstance, result: AppendResult) -> None: ...
 
-    def changed(self, memory: MemoryInstance) -> None: ...
+    def removed(
+        self, memory: MemoryInstance, *, last_id: int, messages: int, tokens: int
+    ) -> None: ...
 
 
 class FlushHook(Protocol):
@@ -129,6 +131,8 @@ class MemoryInstance(ContextReads):
         self.results = results or ResultStore(client, keys.project, transport=transport)
         self._flusher: FlushHook | None = None
         self._index: IndexHook | None = None
+        # The last id this handle's writes returned, for the index after a trim or clear.
+        self._last_id: int | None = None
 
     @classmethod
     def open(cls, client: RedisClient, *, project: str, key: str, **options: Any) -> MemoryInstance:
@@ -194,6 +198,7 @@ class MemoryInstance(ContextReads):
         if self._flusher is not None:
             self._flusher.notice(result)
         if self._index is not None:
+            self._last_id = result.last_id
             self._index.noticed(self, result)
         return result
 
@@ -225,6 +230,7 @@ class MemoryInstance(ContextReads):
             self.gateway, args, if_last_id=if_last_id, if_incarnation=incarnation, token=token
         )
         if self._index is not None:
+            self._last_id = result.last_id
             self._index.noticed(self, result)
         return result
 
@@ -244,7 +250,7 @@ class MemoryInstance(ContextReads):
                     f"{name} must be a non-negative integer, got {value!r}", key=self.key
                 )
         result = await trim_oldest(self.gateway, keep_messages, max_tokens)
-        self._changed()
+        self._removed(result.total_count, result.total_tokens)
         return result
 
     async def clear(self) -> int:
@@ -257,7 +263,7 @@ class MemoryInstance(ContextReads):
         that fails is logged, never raised: the clear has happened."""
         self._check_writable("clear")
         removed = await clear_releasing_pins(self)
-        self._changed()
+        self._removed(0, 0)
         return removed
 
     async def set_ttl(self, ttl: timedelta | float | None) -> int:
@@ -317,14 +323,16 @@ class MemoryInstance(ContextReads):
         return await transcripts.import_transcript(self, text)
 
     def attach_index(self, hook: IndexHook | None) -> None:
-        """Told of every append and replace (``noticed``), and of trims, clears and
-        flushes (``changed``): the manager's session index. A hook never waits and never
-        raises: the write has happened."""
+        """Told of every append and replace (``noticed``), and of trims and clears
+        (``removed``): the manager's session index (its flusher tells it of flushes). A hook
+        never waits and never raises: the write has happened."""
         self._index = hook
 
-    def _changed(self) -> None:
-        if self._index is not None:
-            self._index.changed(self)
+    def _removed(self, messages: int, tokens: int) -> None:
+        """Tell the index the totals after a trim or clear, under the last id this handle
+        wrote (a handle that never wrote leaves the entry as it is, until its next write)."""
+        if self._index is not None and self._last_id is not None:
+            self._index.removed(self, last_id=self._last_id, messages=messages, tokens=tokens)
 
     @property
     def flusher(self) -> FlushHook | None:
@@ -338,10 +346,7 @@ class MemoryInstance(ContextReads):
                 "this memory has no flusher: open it through MemoryManager or attach one",
                 key=self.key,
             )
-        result = await self._flusher.flush()
-        if result.committed:
-            self._changed()
-        return result
+        return await self._flusher.flush()
 
     async def len(self) -> int:
         """Number of live messages."""

@@ -18,8 +18,9 @@ by at most ``interval`` plus two round trips (plus the retries below).
 either loses at most the entries of its last ``interval``; the next write to those sessions
 brings them back.
 
-**After flushes, trims and clears.** Their new totals are read back (one ``health`` read, off
-the caller's path too) and recorded the same way, so ``ls`` shows the counts after a flush.
+**After flushes, trims and clears.** Their new totals, which their scripts return, are
+recorded the same way, under the last id the writer knew (a flush: its snapshot's; a trim or
+clear: the handle's last write), so ``ls`` shows the counts after a flush. No read is added.
 
 **Consistency.** The index cannot share the memory's slot, so it is updated by a second call.
 A failed call is retried (:data:`TOUCH_ATTEMPTS`); if every try fails, the writes stand and
@@ -128,8 +129,6 @@ class SessionIndex:
         self.interval = interval
         # agent -> session -> the newest totals noticed and not yet sent
         self._pending: dict[str | None, dict[str, Touch]] = {}
-        # agent -> session -> a handle whose totals must be read back (flush, trim, clear)
-        self._reread: dict[str | None, dict[str, Handle]] = {}
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -183,10 +182,14 @@ class SessionIndex:
         )
         self._start()
 
-    def changed(self, memory: Handle, agent: str | None) -> None:
-        """After a flush, trim or clear of ``memory``: read its totals back and record them
-        with the next index call (never waits, never raises)."""
-        self._reread.setdefault(agent, {})[memory.keys.key] = memory
+    def removed(
+        self, memory: Handle, agent: str | None, *, last_id: int, messages: int, tokens: int
+    ) -> None:
+        """After a flush, trim or clear of ``memory`` (its totals after it, and the last id
+        the caller knew): record them with the next index call (never waits, never raises).
+        If writes the caller did not see came since, their entries are newer and win, and
+        this one is dropped: the next write brings the counts back."""
+        self._record(agent, Touch(memory.keys.key, last_id, messages, tokens, time.monotonic()))
         self._start()
 
     async def flushed(self) -> None:
@@ -211,33 +214,11 @@ class SessionIndex:
         """Send what is pending, one call per agent, until nothing is; between two calls,
         wait ``interval`` for more entries to share the next one."""
         while True:
-            await self._reread_totals()
             pending, self._pending = self._pending, {}
             await asyncio.gather(*(self._send(a, list(b.values())) for a, b in pending.items()))
-            if not (self._pending or self._reread):
+            if not self._pending:
                 return
             await asyncio.sleep(self.interval)
-
-    async def _reread_totals(self) -> None:
-        reread, self._reread = self._reread, {}
-        for agent, handles in reread.items():
-            for memory in handles.values():
-                try:
-                    health = await memory.health()
-                except CompozyMemoryError as exc:
-                    self.failures += 1
-                    log.warning("session index not updated for %s: %s", memory.key, exc)
-                    continue
-                self._record(
-                    agent,
-                    Touch(
-                        memory.keys.key,
-                        health.last_id,
-                        health.message_count,
-                        health.token_count,
-                        time.monotonic(),
-                    ),
-                )
 
     async def _send(self, agent: str | None, touches: Sequence[Touch]) -> None:
         for attempt in range(TOUCH_ATTEMPTS):
@@ -358,5 +339,5 @@ class IndexEntry:
     def noticed(self, memory: Handle, result: AppendResult) -> None:
         self.index.noticed(memory, result, self.agent)
 
-    def changed(self, memory: Handle) -> None:
-        self.index.changed(memory, self.agent)
+    def removed(self, memory: Handle, *, last_id: int, messages: int, tokens: int) -> None:
+        self.index.removed(memory, self.agent, last_id=last_id, messages=messages, tokens=tokens)

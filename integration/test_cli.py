@@ -440,7 +440,7 @@ async def test_ctrl_c_at_a_confirmation_prompt_aborts_with_130(fleet: Fleet) -> 
         process = await asyncio.create_subprocess_exec(
             *command, "--url", fleet.url, verb, "-p", fleet.project, "chat:user:ann",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, preexec_fn=_interruptible,
         )  # fmt: skip
         assert process.stderr is not None
         asked = await asyncio.wait_for(process.stderr.readuntil(b"[y/N]: "), 60)
@@ -450,6 +450,12 @@ async def test_ctrl_c_at_a_confirmation_prompt_aborts_with_130(fleet: Fleet) -> 
         assert process.returncode == 130, err
         assert err.decode().strip() == "aborted"
     assert await memory.len() == 2  # nothing was cleared or purged
+
+
+def _interruptible() -> None:
+    """In the child: Ctrl-C as a terminal gives it, even when this test runs where SIGINT is
+    ignored (a background job), which the child would otherwise inherit."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_demo_against_an_unreachable_server_is_one_line_and_exit_3(

@@ -185,6 +185,7 @@ class MemoryManager:
                         lock_ttl=resource.locking.flush_ttl,
                         metrics=self.metrics,
                         name=resource.id,
+                        indexer=handle.indexer,
                         on_commit=None if entry is None else _committed(entry, handle),
                     )
                 )

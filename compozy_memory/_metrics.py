@@ -149,6 +149,20 @@ class MemoryMetrics:
             ["method"],
             registry=registry,
         )
+        self.index_lag = Histogram(
+            "compozy_memory_index_lag_seconds",
+            "How long the oldest message of each indexing step waited since it was appended "
+            "(search lags writes by this much)",
+            ["memory"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
+            registry=registry,
+        )
+        self.index_unindexed = Gauge(
+            "compozy_memory_index_unindexed",
+            "Messages not searchable yet, as this process last saw them",
+            ["memory"],
+            registry=registry,
+        )
         self._latency_children: dict[tuple[str, str, str], Any] = {}
         self._message_children: dict[tuple[str, Any], Any] = {}
         self._priorities_seen: dict[str, set[int]] = {}

@@ -2,6 +2,7 @@
 
     CompozyMemoryError
     ├── UsageError                  a call got arguments it cannot take (also a ValueError)
+    ├── SessionClosedError          a framework session used after close() (a RuntimeError)
     ├── StartupError                an embedded server could not be found or started
     ├── ConfigurationError          bad settings: a policy, a counter, an encoding
     │   ├── ConfigFileError         project YAML with problems, each with file, line, key path
@@ -15,18 +16,24 @@
     │   └── ContextOverflowError    the pinned messages alone exceed a context's budget
     ├── ReadOnlyMemoryError         a write through a read-only handle
     ├── ConflictError               a compare-and-swap lost to another writer
-    │   └── ConcurrentChangeError   the messages moved between a read and its write, retried
+    │   ├── ConcurrentChangeError   the messages moved between a read and its write, retried
+    │   ├── IndexLagError           a message to archive is not indexed yet; indexed, retried
+    │   └── StepRequiredError       a move too long for one call; done in bounded steps
     ├── LockError                   the fenced flush lock
     │   ├── LockBusyError           another holder kept it past the caller's retries
     │   └── LockLostError           the lease ended while the caller worked; nothing written
     └── BackendError                Redis refused or could not be reached
         ├── BackendUnavailableError connection refused or reset, server loading; retries spent
-        │   └── BackendTimeoutError no reply in time: the command may have run
+        │   ├── BackendTimeoutError no reply in time: the command may have run
+        │   └── ServerBusyError     the server was running another script (BUSY): not run
         ├── BackendPermissionError  wrong credentials, or the ACL user may not (NOPERM)
         ├── BackendOutOfMemoryError the server is at maxmemory; the write was refused whole
         ├── ReplicationError        written on the primary, too few replicas acknowledged
         ├── ResultCorruptError      a stored result's bytes do not hash to its reference
-        └── ScriptError             a script failed in a way the library did not expect
+        ├── MemoryEvictedError      keys of a memory were evicted or deleted: refused, not rebuilt
+        ├── DataFormatError         a memory written by a newer release, in a newer format
+        ├── ScriptError             a script failed in a way the library did not expect
+        └── UnsupportedServerError  older than Redis 7.0 / Valkey 7.2: refused before any write
 
 The tree is checked against the classes by tests/test_errors.py.
 
@@ -54,10 +61,13 @@ __all__ = [
     "ConfigurationError",
     "ConflictError",
     "ContextOverflowError",
+    "DataFormatError",
+    "IndexLagError",
     "InvalidMessageError",
     "LockBusyError",
     "LockError",
     "LockLostError",
+    "MemoryEvictedError",
     "MemoryNotFoundError",
     "MessageTooLargeError",
     "MissingTokenCountError",
@@ -65,8 +75,12 @@ __all__ = [
     "ReplicationError",
     "ResultCorruptError",
     "ScriptError",
+    "ServerBusyError",
+    "SessionClosedError",
     "StartupError",
+    "StepRequiredError",
     "TemplateError",
+    "UnsupportedServerError",
     "UsageError",
 ]
 
@@ -86,6 +100,11 @@ class CompozyMemoryError(Exception):
 class UsageError(CompozyMemoryError, ValueError):
     """A call got arguments it cannot take (a negative limit, an unknown mode); nothing was
     sent to Redis."""
+
+
+class SessionClosedError(CompozyMemoryError, RuntimeError):
+    """A framework session was used after its ``close()``; nothing was sent to Redis. A
+    ``RuntimeError``, as the frameworks' own sessions raise."""
 
 
 class StartupError(CompozyMemoryError):
@@ -190,6 +209,19 @@ class ConcurrentChangeError(ConflictError):
     this reaches the caller only when the memory kept changing through every retry."""
 
 
+class IndexLagError(ConflictError):
+    """A message a trim, replace or flush would move to the archive is not indexed yet (a
+    message moves only once indexed, so the archive never holds what search cannot find).
+    The library runs the indexer and tries again; this reaches a caller of the scripts
+    themselves."""
+
+
+class StepRequiredError(ConflictError):
+    """A replace met more live messages than one call moves (``MOVE_STEP``): the library
+    moves the oldest to the archive in bounded steps first, then replaces. This reaches a
+    caller of the scripts themselves."""
+
+
 class LockError(CompozyMemoryError):
     """The fenced lock that makes one replica at a time flush a memory."""
 
@@ -218,6 +250,12 @@ class BackendTimeoutError(BackendUnavailableError):
     The command may or may not have run. Appends and replaces are idempotent (each carries a
     dedupe key, see :meth:`MemoryInstance.append_many`), so retrying with the same
     ``dedupe_key`` is safe."""
+
+
+class ServerBusyError(BackendUnavailableError):
+    """The server answered BUSY: it was running another client's script past its
+    ``busy-reply-threshold``. The call was not run; it is retried with backoff like a dropped
+    connection."""
 
 
 class BackendPermissionError(BackendError):
@@ -265,5 +303,41 @@ class ResultCorruptError(BackendError):
     cannot be decompressed: the bytes in Redis were changed or damaged. Never retried."""
 
 
+class MemoryEvictedError(BackendError):
+    """Keys of this memory are gone while its other keys remain: the server evicted them
+    (a ``maxmemory-policy`` other than ``noeviction``, or ``volatile-*`` on memories with a
+    TTL) or someone deleted them. The scripts refuse the memory rather than rebuild it
+    silently (ids would restart, totals go wrong). ``clear()`` removes what is left and the
+    memory starts again, keeping its ids increasing where its meta survived."""
+
+
+class DataFormatError(BackendError):
+    """The memory was written by a newer compozy-memory, in a data format this release does
+    not read (meta's ``fmt``): upgrade this replica. (A memory of an older format is migrated
+    in bounded steps instead.)"""
+
+
 class ScriptError(BackendError):
     """A Lua script failed in a way the library does not map to a narrower error."""
+
+
+class UnsupportedServerError(BackendError):
+    """The server is older than compozy-memory needs (Redis 7.0+ or Valkey 7.2+: Functions,
+    ``EVALSHA_RO``, the Lua its scripts are written in). Raised before anything is written,
+    by the first call, ``warm()``, ``install`` and every CLI command; never retried."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        server: str = "",
+        version: str = "",
+        minimum: str = "",
+    ) -> None:
+        super().__init__(message, key=key)
+        #: What the server calls itself (``redis``, ``valkey``...) and its version.
+        self.server = server
+        self.version = version
+        #: The oldest servers compozy-memory runs on.
+        self.minimum = minimum

@@ -10,13 +10,16 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from compozy_memory import BackendUnavailableError, MemoryInstance
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._wire.translate import RedisClient
+
+#: What a script call holds: the replies ``lose_replies`` drops unless told otherwise.
+SCRIPT_CALLS = (b"EVAL", b"FCALL")
 
 
 class FaultProxy:
@@ -28,8 +31,12 @@ class FaultProxy:
     * ``stall()``/``resume()``: nothing is forwarded until resumed (a hung network);
     * ``cut()``: every open connection is reset (a dropped link, a restarted load balancer);
     * ``lose_replies(n)``: the next ``n`` replies to a script call (FCALL, EVAL/EVALSHA) are dropped
-      and their connection reset: the server ran the script, the client never hears of it;
+      and their connection reset: the server ran the script, the client never hears of it
+      (``lose_replies(n, to=(b"FUNCTION",))``: replies to other commands, by a word they hold);
     * ``reply_loss``: the same for each script reply with that probability (seeded).
+
+    A command is recognised by a word in the client's bytes since the last reply, so one sent
+    in several chunks (a FUNCTION LOAD of the whole library) is recognised too.
     """
 
     def __init__(self, target_port: int, *, host: str = "127.0.0.1") -> None:
@@ -39,6 +46,7 @@ class FaultProxy:
         self.cuts = 0
         self.lost_replies = 0
         self._lose = 0
+        self._lose_to: tuple[bytes, ...] = SCRIPT_CALLS
         self.reply_loss = 0.0
         self._rng = random.Random(7)
         self._loop = asyncio.new_event_loop()
@@ -65,8 +73,8 @@ class FaultProxy:
     def cut(self) -> None:
         self._call(self._cut)
 
-    def lose_replies(self, n: int = 1) -> None:
-        self._call(self._set_lose, n)
+    def lose_replies(self, n: int = 1, *, to: tuple[bytes, ...] = ()) -> None:
+        self._call(self._set_lose, n, to or SCRIPT_CALLS)
 
     def close(self) -> None:
         if not self._thread.is_alive():
@@ -121,8 +129,8 @@ class FaultProxy:
         else:
             self._flowing.clear()
 
-    def _set_lose(self, n: int) -> None:
-        self._lose = n
+    def _set_lose(self, n: int, to: tuple[bytes, ...]) -> None:
+        self._lose, self._lose_to = n, to
 
     def _cut(self) -> None:
         self.cuts += 1
@@ -143,7 +151,7 @@ class FaultProxy:
             return
         pair = {writer, up_writer}
         self._connections |= pair
-        script_sent = [False]  # the client's last chunk on this connection called a script
+        script_sent = [False]  # the client called a script (or _lose_to) since the last reply
         await asyncio.gather(
             self._pump(reader, up_writer, pair, script_sent, from_server=False),
             self._pump(up_reader, writer, pair, script_sent, from_server=True),
@@ -172,7 +180,9 @@ class FaultProxy:
                 await asyncio.sleep(self.delay)
                 await self._flowing.wait()
             if not from_server:
-                script_sent[0] = b"EVAL" in chunk.upper() or b"FCALL" in chunk.upper()
+                upper = chunk.upper()
+                words = self._lose_to if self._lose else SCRIPT_CALLS
+                script_sent[0] = script_sent[0] or any(w in upper for w in words)
             elif script_sent[0] and (
                 self._lose > 0 or (self.reply_loss and self._rng.random() < self.reply_loss)
             ):
@@ -181,6 +191,8 @@ class FaultProxy:
                 for w in pair:
                     w.transport.abort()
                 return
+            elif from_server:
+                script_sent[0] = False
             sink.write(chunk)
             await sink.drain()
         for w in pair:
@@ -260,12 +272,25 @@ async def tally(
     )
 
 
+#: meta's fields that are text, not counts: the version, the pinned ids, an import's token.
+TEXT_FIELDS = frozenset({"ver", "pins", "imp"})
+
+
+def meta_counts(raw: Mapping[Any, Any]) -> dict[str, int]:
+    """meta's counts by field (not the processes' dedupe records, ``w:<process>``, nor the
+    text fields)."""
+    return {
+        _text(k): int(v)
+        for k, v in raw.items()
+        if not _text(k).startswith("w:") and _text(k) not in TEXT_FIELDS
+    }
+
+
 async def consistency_problems(client: RedisClient, keys: InstanceKeys) -> list[str]:
     """Every invariant the scripts keep about one instance that does not hold, as text."""
     problems = []
     envelopes = [json.loads(e) for e in await client.lrange(keys.msgs, 0, -1)]
-    raw_meta = await client.hgetall(keys.meta)  # the dedupe records w:<process> are text
-    meta = {_text(k): int(v) for k, v in raw_meta.items() if not _text(k).startswith("w:")}
+    meta = meta_counts(await client.hgetall(keys.meta))
     ids = [e["id"] for e in envelopes]
     if ids != sorted(set(ids)):
         problems.append(f"ids not strictly increasing: {ids[:20]}")

@@ -78,7 +78,7 @@ async def test_it_is_an_sdk_session(memory: MemoryInstance) -> None:
     session = CompozySession(memory)
     assert isinstance(session, Session)
     assert session.session_id == memory.keys.key  # the key text, here plain
-    assert session.session_settings is None
+    assert session.session_settings == SessionSettings()
     assert await session.get_items() == []
     assert await session.pop_item() is None
 

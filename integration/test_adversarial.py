@@ -30,6 +30,7 @@ from compozy_memory import (
 from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._flush.planner import plan_flush
 from compozy_memory._metrics import FlushMetrics
+from compozy_memory._model.limits import MAX_BATCH, MAX_PINNED
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.flush_support import audit
@@ -70,11 +71,13 @@ def turn(n: int, tokens: int = 20, priority: int | None = None) -> dict[str, Any
     return message
 
 
-@pytest.mark.parametrize("size", [1_100, 5_000])
 async def test_a_large_batch_repeated_with_its_dedupe_key_is_stored_once(
-    client: RedisClient, memory_key: str, size: int, engine: EngineSpec, record: Any
+    client: RedisClient, memory_key: str, engine: EngineSpec, record: Any
 ) -> None:
+    size = MAX_BATCH  # the largest batch one call takes: one more is refused, typed
     mem = memory(client, memory_key)
+    with pytest.raises(InvalidMessageError, match=f"at most {MAX_BATCH}"):
+        await mem.append_many([turn(n, tokens=1) for n in range(size + 1)])
     batch = [turn(n, tokens=1) for n in range(size)]
     first = await mem.append_many(batch, dedupe_key="webhook-1")
     again = await mem.append_many(batch, dedupe_key="webhook-1")  # a retry after a lost reply
@@ -112,7 +115,7 @@ async def test_a_flusher_paused_across_expiry_cannot_commit_into_the_new_convers
     await old.append_many([turn(n) for n in range(30)])
     lease = await FencedLock(old.gateway).try_acquire()
     assert lease is not None
-    snapshot = await old.gateway.snapshot(0)
+    snapshot = await old.gateway.snapshot(1000)
     plan = plan_flush(snapshot, FlushSettings(max_tokens=300, summary_tokens=50))
     assert not plan.empty
     # The memory expires while the flusher is paused; a new conversation starts under the
@@ -131,7 +134,6 @@ async def test_a_flusher_paused_across_expiry_cannot_commit_into_the_new_convers
             plan=plan,
             summary_body=b'{"role":"system","content":"old news","type":"summary"}',
             summary_tokens=3,
-            terms=["1\tx\t1"] * len(plan.remove_ids),
         )
     assert await client.lrange(new.keys.msgs, 0, -1) == before
     await newer.release()
@@ -198,21 +200,26 @@ async def test_hundreds_of_pinned_messages_do_not_stall_flushing(
 ) -> None:
     mem = memory(client, memory_key)
     flush = flusher(mem, 3_000, snapshot_limit=64)
-    await mem.append_many([turn(n, tokens=1, priority=0) for n in range(300)])
-    await mem.append_many([turn(n, tokens=100) for n in range(200)])  # 20,300 tokens
+    await mem.append_many([turn(n, tokens=1, priority=0) for n in range(MAX_PINNED)])
+    await mem.append_many([turn(n, tokens=100) for n in range(200)])  # 20,100 tokens
+    # One pinned message more than a memory holds is refused whole, typed.
+    with pytest.raises(InvalidMessageError, match="pinned"):
+        await mem.append_many([turn(0, tokens=1), turn(1, tokens=1, priority=0)])
+    assert await mem.len() == MAX_PINNED + 200
     result = await flush.flush()
     assert result.outcome == "summarised"
     health = await mem.health()
     assert health.token_count + health.summary_tokens <= 3_000
-    assert health.priority_counts[0] == 300
+    assert health.priority_counts[0] == MAX_PINNED
     await audit(client, memory_key)
     record(
         group="adversarial",
-        fault="a memory whose 300 oldest messages are pinned (priority 0), 7x over budget",
+        fault=f"a memory whose {MAX_PINNED} oldest messages are pinned (priority 0, the most it "
+        "holds), 7x over budget",
         engine=engine.name,
         promise="a flush always finds what it may remove when the memory is over budget",
-        operations=500,
-        acknowledged=500,
+        operations=MAX_PINNED + 200,
+        acknowledged=MAX_PINNED + 200,
         lost=0,
         duplicated=0,
         observed=f"one flush of {result.rounds} rounds brought it to "
@@ -251,9 +258,13 @@ async def test_one_question_then_two_thousand_tool_messages_is_flushed(
     assert health.token_count + health.summary_tokens <= 3_000
     first = await mem.read(0, 0)
     assert first[0].text == "audit every order"  # the question stays
-    (summary,) = await client.lrange(mem.keys.summaries, 0, -1)
-    covers = json.loads(summary)["covers"]
-    assert len(covers) < 4  # a few ranges, not 1,900 ids
+    # At most one summary a round of 256 (the snapshot limit): a thousand identical "ok"
+    # results summarise to one line, too small to fold. Each covers a few ranges, not
+    # 1,900 ids.
+    summaries = await client.lrange(mem.keys.summaries, 0, -1)
+    assert 1 <= len(summaries) <= 2_001 // 256 + 1
+    covers = [json.loads(summary)["covers"] for summary in summaries]
+    assert all(len(ranges) < 4 for ranges in covers)
     await audit(client, memory_key)
     record(
         group="adversarial",
@@ -265,8 +276,9 @@ async def test_one_question_then_two_thousand_tool_messages_is_flushed(
         lost=0,
         duplicated=0,
         observed=f"flushed to {health.token_count + health.summary_tokens} tokens keeping the "
-        f"question; the summary covers {sum(b - a + 1 for a, b in covers):,} ids in "
-        f"{len(covers)} range(s), {len(summary):,} bytes",
+        f"question; {len(summaries)} summaries cover "
+        f"{sum(b - a + 1 for ranges in covers for a, b in ranges):,} ids in "
+        f"{sum(map(len, covers))} range(s), {sum(map(len, summaries)):,} bytes",
     )
 
 

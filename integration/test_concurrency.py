@@ -16,6 +16,7 @@ from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.messages import Message
 from compozy_memory._model.tokens import count_message
 from integration.engines import EngineSpec
+from integration.faults import meta_counts
 from integration.workers import WRITER_TTL_SECONDS, append_worker, tokens_for
 
 WRITERS = 8
@@ -78,10 +79,7 @@ async def test_concurrent_writers_lose_nothing_while_the_scripts_are_deleted(
     client = engine.client(decode_responses=True)
     try:
         envelopes = [json.loads(e) for e in await client.lrange(keys.msgs, 0, -1)]
-        raw_meta = await client.hgetall(keys.meta)
-        meta: dict[str, int] = {  # not the dedupe records w:<process>, which are text
-            str(k): int(v) for k, v in raw_meta.items() if not str(k).startswith("w:")
-        }
+        meta = meta_counts(await client.hgetall(keys.meta))
         ttls = [await client.pttl(k) for k in (keys.msgs, keys.meta)]
     finally:
         await client.aclose()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import uuid
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -20,13 +19,11 @@ from compozy_memory import (
     HeuristicCounter,
     MemoryInstance,
     MemoryPolicy,
-    Message,
 )
 from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._metrics import FlushMetrics
-from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._search.analysis import message_index_terms
 from compozy_memory._wire.translate import RedisClient
+from integration.index_state import built_from_scratch, stored_index
 
 PROJECT = "ctx"
 COUNTER = HeuristicCounter()
@@ -205,51 +202,17 @@ async def test_recalled_messages_join_the_context_until_cleared(
     assert (await mem.context_layers()).recalled == ()
 
 
-async def index_state(
-    client: RedisClient, keys: InstanceKeys
-) -> tuple[Counter[str], dict[str, str]]:
-    postings: Counter[str] = Counter(
-        p.decode() if isinstance(p, bytes) else str(p)
-        for p in await client.zrange(keys.ixpost, 0, -1)
-    )
-    docs = {
-        (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-        for k, v in (await client.hgetall(keys.ixdocs)).items()
-    }
-    return postings, docs
-
-
-async def expected_index(
-    client: RedisClient, keys: InstanceKeys
-) -> tuple[Counter[str], dict[str, int], int, int]:
-    """The index built from scratch over what the archive holds now."""
-    postings: Counter[str] = Counter()
-    df: dict[str, int] = {}
-    n_docs = total = 0
-    for raw in await client.lrange(keys.archive, 0, -1):
-        message = Message.model_validate_json(raw)
-        if message.content_type == "summary":
-            continue
-        fields = message_index_terms(message).split("\t")
-        length = int(fields[0])
-        n_docs += 1
-        total += length
-        for term, tf in zip(fields[1::2], fields[2::2], strict=True):
-            postings[f"{term}\t{message.id:012d}\t{tf}\t{length}\t{message.role}"] += 1
-            df[term] = df.get(term, 0) + 1
-    return postings, df, n_docs, total
-
-
 @pytest.mark.slow
 async def test_the_index_equals_one_built_from_scratch_after_random_operations(
     client: RedisClient, memory_key: str
 ) -> None:
     rng = random.Random(7)
     mem = memory(client, memory_key, max_tokens=1_500, archive_max=120)
+    mem.indexer.background = False  # the test decides when the indexer runs
     flusher = attach(mem, 1_500)
     n = 0
-    for step in range(60):
-        action = rng.choice(["append"] * 5 + ["flush", "trim", "replace", "clear"])
+    for step in range(80):
+        action = rng.choice(["append"] * 5 + ["flush", "trim", "replace", "clear", "index"])
         if action == "append":
             await mem.append_many([chat(n + i, tokens=rng.randint(5, 60)) for i in range(8)])
             n += 8
@@ -260,24 +223,27 @@ async def test_the_index_equals_one_built_from_scratch_after_random_operations(
         elif action == "replace":
             await mem.replace([chat(n, tokens=20)])
             n += 1
+        elif action == "index":
+            await mem.indexer.catch_up(max_steps=1)
         elif step % 20 == 19:
             await mem.clear()
     await flusher.wait_idle()
-    postings, df, n_docs, total = await expected_index(client, mem.keys)
-    got_postings, docs = await index_state(client, mem.keys)
-    assert got_postings == postings
-    assert {k[2:]: int(v) for k, v in docs.items() if k.startswith("f:")} == df
-    assert sum(1 for k in docs if k.startswith("d:")) == n_docs
-    meta = await client.hmget(mem.keys.meta, "ix_docs", "ix_len")
-    assert (int(meta[0] or 0), int(meta[1] or 0)) == (n_docs, total)
-    assert n_docs > 0
-    # Every indexed document is found where its sequence says, in the archive.
-    for key in docs:
-        if key.startswith("d:"):
-            (found,) = await mem.recall_messages([int(key[2:])])
-            assert found.id == int(key[2:])
-            await mem.clear_recalled()
-    assert json.loads((await client.lrange(mem.keys.archive, -1, -1))[0])["id"] > 0
+    await mem.indexer.catch_up()
+    expected = await built_from_scratch(client, mem.keys)
+    stored = await stored_index(client, mem.keys)
+    assert stored.postings == expected.postings
+    assert stored.doc_freqs == expected.doc_freqs
+    assert stored.docs == expected.docs
+    assert stored.seqs == expected.seqs
+    meta = await client.hmget(mem.keys.meta, "ix_docs", "ix_len", "archive_base")
+    total = sum(length for _, length in expected.docs.values())
+    assert (int(meta[0] or 0), int(meta[1] or 0)) == (len(expected.docs), total)
+    assert int(meta[2] or 0) > 0, "the archive's cap dropped documents on the way"
+    # Every indexed document is found where its record says.
+    for doc in list(expected.docs)[:40]:
+        (found,) = await mem.recall_messages([doc])
+        assert found.id == doc
+        await mem.clear_recalled()
 
 
 async def test_the_memory_tools_answer_calls_in_both_wire_formats(

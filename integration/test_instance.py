@@ -313,6 +313,7 @@ async def test_bad_input_is_a_typed_error_and_changes_nothing(
 ) -> None:
     mem = memory(client, memory_key, policy=MemoryPolicy(max_tokens=100, ttl=timedelta(hours=1)))
     await mem.append({"role": "user", "content": "before", "tokens": 5})
+    await mem.indexer.wait_idle()  # the background indexer's write is done before the state
     for key in mem.keys.data:  # any write would set the policy's hour again
         await client.pexpire(key, 30_000)
     before = await state(client, mem.keys)
@@ -361,18 +362,41 @@ async def test_scripts_validate_everything_before_their_first_write(
                 "archive_max": 0,
                 "if_last_id": 99,
                 "if_incarnation": "",
+                "if_version": "",
                 "dedupe_key": "",
-                "n_old": 1,
                 "n": 1,
             },
-            [1, "1\tbefor\t1", *good],
+            good,
+        )
+    with pytest.raises(ConflictError):
+        await run_raw(
+            client,
+            "replace",
+            keys,
+            {
+                "ttl_ms": 0,
+                "max_tokens": 0,
+                "archive_max": 0,
+                "if_last_id": -1,
+                "if_incarnation": "",
+                "if_version": "1:not-this-write",
+                "dedupe_key": "",
+                "n": 1,
+            },
+            good,
         )
     with pytest.raises(InvalidMessageError):
         await run_raw(
             client,
             "trim",
             keys,
-            {"ttl_ms": 0, "archive_max": 0, "prefix_len": "many", "n_remove": 0},
+            {
+                "ttl_ms": 0,
+                "archive_max": 0,
+                "keep_messages": "many",
+                "max_tokens": -1,
+                "everything": 0,
+            },
         )
     assert await state(client, keys) == before
 

@@ -127,9 +127,8 @@ async def test_a_workload_shows_in_every_one_of_the_twelve_metrics(client: Redis
     latency = "compozy_memory_operation_latency_seconds_count"
     expected = {
         ("append", "ok"): 5,
-        ("read", "ok"): 3,  # read(), and the reads replace() and trim() plan from
+        ("read", "ok"): 1,
         ("replace", "ConflictError"): 1,
-        ("trim", "ok"): 1,
         ("clear", "ok"): 1,
         ("lock_acquire", "ok"): 3,
         ("lock_refresh", "ok"): 1,
@@ -143,6 +142,11 @@ async def test_a_workload_shows_in_every_one_of_the_twelve_metrics(client: Redis
         for (name, labels), v in samples.items()
         if name == latency
     }
+    # A trim is one call a bounded step (one more after the indexer catches up, if it had
+    # not yet), and the indexer's steps run in the background: how many depends on timing.
+    assert seen.pop(("trim", "ok")) >= 1
+    assert seen.pop(("index_pending", "ok")) >= 1
+    seen.pop(("index_apply", "ok"), None)
     assert seen == expected
     assert all(dict(labels)["memory"] == "support" for (n, labels) in samples if n == latency)
     # 5-8. the lock

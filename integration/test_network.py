@@ -69,8 +69,11 @@ async def test_a_lost_reply_is_not_applied_twice(
     """The server runs the append, the reply never arrives, the call is retried: one copy."""
     client = through(proxy)
     mem = memory(client, new_key(), batching=batching, retry=PATIENT)
+    mem.indexer.background = False  # the lost replies are the appends', not the indexer's
     # Load the script first, so the lost replies are results, not NOSCRIPT.
-    await memory(client, new_key()).append({"role": "user", "content": "warm-up"})
+    warm = memory(client, new_key())
+    warm.indexer.background = False
+    await warm.append({"role": "user", "content": "warm-up"})
     rounds = 20
     results = []
     for i in range(rounds):

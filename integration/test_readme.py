@@ -419,7 +419,7 @@ def test_console_blocks_show_real_commands(block: Block) -> None:
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "lua"], ids=block_id)
 def test_lua_blocks_are_extracts_of_the_scripts(block: Block) -> None:
-    sources = [p.read_text() for p in (ROOT / "lua").glob("*.lua")]
+    sources = [p.read_text() for p in (ROOT / "lua").rglob("*.lua")]
     assert any(block.code in source for source in sources), f"line {block.line}: not in lua/"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -19,14 +19,17 @@ from compozy_memory import (
     AppendResult,
     ConfigurationError,
     ExtractiveSummarizer,
+    FencedLock,
     Flusher,
     FlushMetrics,
     FlushSettings,
     HeuristicCounter,
     MemoryInstance,
     MemoryPolicy,
+    Message,
     ReplicationError,
     ScriptError,
+    Summary,
     WaitPolicy,
     connect,
 )
@@ -188,31 +191,62 @@ async def test_a_missing_acknowledgement_is_a_typed_error_and_a_safe_retry(
     )
 
 
-async def test_a_flush_without_replica_acknowledgement_still_reports_its_commit(
-    pair: Pair, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The commit happened on the primary; the flusher says so instead of failing."""
-    primary = Redis.from_url(pair.primary.url)
+async def flushed_memory(primary: Redis, summarizer: ExtractiveSummarizer) -> MemoryInstance:
+    """A memory that waits for one replica, over its budget, with a flusher attached."""
     policy = MemoryPolicy(max_tokens=400, wait=ONE_REPLICA)
     mem = MemoryInstance.open(
-        primary, project=PROJECT, key="flushed", counter=COUNTER, policy=policy
+        primary, project=PROJECT, key=f"f:{uuid.uuid4().hex}", counter=COUNTER, policy=policy
     )
     mem.attach_flusher(
         Flusher(
             mem.gateway,
             FlushSettings(max_tokens=400, summary_tokens=60),
-            ExtractiveSummarizer(COUNTER),
+            summarizer,
             COUNTER,
             metrics=FlushMetrics(CollectorRegistry()),
         )
     )
     await mem.append_many([{"role": "user", "content": f"order {i} " * 20} for i in range(12)])
-    pair.pause_replica()
+    return mem
+
+
+class PausingSummarizer(ExtractiveSummarizer):
+    """Stalls the replication link while it summarises: after the lock, before the commit."""
+
+    def __init__(self, pair: Pair) -> None:
+        super().__init__(COUNTER)
+        self.pair = pair
+
+    async def summarize(self, messages: Sequence[Message], *, max_tokens: int) -> Summary:
+        self.pair.pause_replica()
+        return await super().summarize(messages, max_tokens=max_tokens)
+
+
+async def test_a_flush_without_replica_acknowledgement_still_reports_its_commit(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The commit happened on the primary; the flusher says so instead of failing. (The
+    replica stops after the lock was taken: a lock it does not acknowledge gives no lease.)"""
+    primary = Redis.from_url(pair.primary.url)
+    mem = await flushed_memory(primary, PausingSummarizer(pair))
     result = await mem.flush()
     assert result.outcome == "summarised"
     assert (await mem.health()).summaries == 1
     assert "committed without replica acknowledgement" in caplog.text
     pair.resume_replica()
+    await primary.aclose()
+
+
+async def test_a_flush_whose_lock_the_replica_misses_writes_nothing(pair: Pair) -> None:
+    primary = Redis.from_url(pair.primary.url)
+    mem = await flushed_memory(primary, ExtractiveSummarizer(COUNTER))
+    pair.pause_replica()
+    with pytest.raises(ReplicationError, match="no lease"):
+        await mem.flush()
+    assert (await mem.health()).summaries == 0
+    assert await primary.exists(mem.keys.lock) == 0
+    pair.resume_replica()
+    assert (await mem.flush()).outcome == "summarised"
     await primary.aclose()
 
 
@@ -287,6 +321,70 @@ async def test_failover_to_a_replica_that_missed_writes(
         duplicated=0,
         observed=f"{refused} writes raised ReplicationError; {lost} acknowledged writes "
         "missing after promotion",
+    )
+
+
+@pytest.mark.parametrize("aof", [False, True], ids=["wait", "waitaof"])
+async def test_a_lock_epoch_survives_failover_when_wait_is_set(
+    aof: bool, record: Callable[..., None]
+) -> None:
+    """A lease is handed out only once the replica has its epoch: after the replica is
+    promoted, the next holder gets a newer epoch, never one a holder on the old primary has
+    (before, the acquisition was not waited: 1, 2, then 2 again on the promoted replica)."""
+    wait = WaitPolicy(replicas=1, timeout=timedelta(seconds=2), aof=aof)
+    p = start_pair(find_binary("valkey-server"), aof=aof)
+    handed: list[int] = []
+    refused = 0
+    try:
+        primary = Redis.from_url(p.primary.url)
+        mem = memory(primary, wait)
+        lock = FencedLock(mem.gateway, ttl=timedelta(seconds=30))
+        first = await lock.try_acquire()
+        assert first is not None
+        handed.append(first.epoch)
+        await first.release()
+        await mem.append({"role": "user", "content": "the release is on the replica too"})
+        p.pause_replica()
+        missed: ReplicationError | None = None
+        try:
+            second = await lock.try_acquire()
+        except ReplicationError as exc:
+            missed = exc
+        else:
+            assert second is not None
+            handed.append(second.epoch)
+        if missed is not None:
+            refused += 1
+            assert "no lease" in str(missed)
+            assert missed.result == (2, first.incarnation)
+            assert await primary.exists(mem.keys.lock) == 0  # given back at once
+        await primary.aclose()
+        p.primary.process.kill()
+        p.primary.process.wait()
+        p.link.close()
+        promoted = Redis.from_url(p.replica.url)
+        await promoted.replicaof("NO", "ONE")
+        after = FencedLock(MemoryInstance(promoted, mem.keys, counter=COUNTER).gateway)
+        third = await after.try_acquire()
+        assert third is not None
+        handed.append(third.epoch)
+        await promoted.aclose()
+    finally:
+        p.stop()
+    assert len(handed) == len(set(handed)), f"two leases share an epoch: {handed}"
+    assert refused == 1
+    record(
+        group="replicas",
+        fault="failover after a flush lock was taken on a primary whose replica had stopped, "
+        + ("wait: replicas=1, aof" if aof else "wait: replicas=1"),
+        engine="valkey",
+        promise="no two flush leases share a fencing epoch across a failover",
+        operations=3,
+        acknowledged=len(handed),
+        lost=0,
+        duplicated=0,
+        observed=f"epochs handed out {handed}; the acquisition the replica missed raised "
+        "ReplicationError and gave its lock back",
     )
 
 

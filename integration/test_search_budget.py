@@ -22,7 +22,7 @@ from compozy_memory import (
     SearchPolicy,
 )
 from compozy_memory._model.limits import QUERY_BUDGET
-from compozy_memory._search.analysis import analyze_query, message_index_terms
+from compozy_memory._search.analysis import analyze_query, document_terms
 from compozy_memory._search.bm25 import Index
 from compozy_memory._wire.translate import RedisClient
 
@@ -46,10 +46,9 @@ async def reference(client: RedisClient, mem: MemoryInstance) -> Index:
     index = Index()
     for raw in await client.lrange(mem.keys.archive, 0, -1):
         message = Message.model_validate_json(raw)
-        fields = message_index_terms(message).split("\t")
-        tfs = {term: int(tf) for term, tf in zip(fields[1::2], fields[2::2], strict=True)}
+        tfs, length = document_terms(message)
         assert message.id is not None
-        index.add(message.id, tfs, int(fields[0]))
+        index.add(message.id, tfs, length)
     return index
 
 

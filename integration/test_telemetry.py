@@ -93,7 +93,7 @@ async def test_memory_operations_are_genai_memory_spans(
     assert not any("gen_ai.memory.records" in a or "gen_ai.memory.query.text" in a for a in every)
     assert "4242" not in json.dumps(every)
     names = [s.name for s in exported.spans.get_finished_spans()]
-    assert names.count("delete_memory") == 2  # trim, clear
+    assert names.count("delete_memory") >= 2  # trim (in steps), clear
     assert "search_memory" in names  # read, search (replace and trim read first too)
     points = exported.durations()
     operations = {p.attributes["gen_ai.operation.name"] for p in points}

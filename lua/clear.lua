@@ -1,39 +1,41 @@
 #!lua
 -- clear.lua: remove a memory's messages, summaries, archive (and its index), recalled
 -- messages, session facts and dedupe keys.
--- USES: args meta
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
+-- USES: args batch deltas
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone facts factord respins legacy_ixpost legacy_ixdocs
 -- ARGV: ttl_ms
---   ttl_ms  TTL for the meta key that remains; 0 leaves it without one
--- Returns: {removed, envelope...}: the number of live messages removed, and, when the memory
---          ever pinned stored results (meta 'pinned'), the live and archived envelopes that
---          refer to one, for the client to release.
--- meta keeps last_id, epoch and the incarnation, so ids stay monotonic, a fencing epoch never
--- goes back, and a compare-and-set taken before the clear still names this memory.
+--   ttl_ms  TTL for the meta key that remains; 0 keeps the TTL meta had
+-- REPLY: {removed pins[2]}
+--   removed  the number of live messages removed
+--   pins     (result key, pins) pairs: the stored results this memory's messages pinned, for
+--            the client to release, each as many times as it was pinned here
+-- meta keeps last_id, epoch, the incarnation and the format, so ids stay monotonic, a fencing
+-- epoch never goes back, and a compare-and-set taken before the clear still names this
+-- memory. Keys are removed with UNLINK: the server frees a large one in the background, so a
+-- clear of any size holds it for about as long as a clear of an empty memory. A clear is also
+-- the repair of a memory whose keys were partly evicted: it removes what is left.
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
-local _, count = totals(k_meta)
-local out = {count}
-if (tonumber(redis.call('HGET', k_meta, 'pinned')) or 0) > 0 then
-  for _, key in ipairs({k_msgs, k_archive}) do
-    for _, env in ipairs(redis.call('LRANGE', key, 0, -1)) do
-      if string.find(env, '"result_ref"', 1, true) then
-        out[#out + 1] = env
-      end
-    end
+local kept = redis.call('HMGET', k_meta, 'count', 'last_id', 'epoch', 'inc', 'fmt')
+local pins = redis.call('HGETALL', k_respins)
+local pttl = redis.call('PTTL', k_meta)
+redis.call('UNLINK', k_msgs, k_meta, k_archive, k_summaries, k_dedupe, k_recalled, k_ixpost,
+  k_ixdocs, k_ixgone, k_facts, k_factord, k_respins, k_legacy_ixpost, k_legacy_ixdocs)
+local last_id = tonumber(kept[2]) or 0
+if kept[4] then
+  local restore = {'last_id', last_id, 'ix_next', last_id + 1, 'inc', kept[4],
+    'fmt', DATA_FORMAT, 'ver', next_version(last_id, '')}
+  if kept[3] then
+    restore[#restore + 1] = 'epoch'
+    restore[#restore + 1] = kept[3]
   end
-end
-local kept = redis.call('HMGET', k_meta, 'last_id', 'epoch', 'inc')
-redis.call('DEL', k_msgs, k_meta, k_archive, k_summaries, k_dedupe, k_recalled, k_ixpost,
-  k_ixdocs, k_facts, k_factord)
-local restore = {}
-for i, field in ipairs({'last_id', 'epoch', 'inc'}) do
-  if kept[i] then
-    restore[#restore + 1] = field
-    restore[#restore + 1] = kept[i]
-  end
-end
-if #restore > 0 then
   redis.call('HSET', k_meta, unpack(restore))
 end
-apply_ttl(KEYS, ttl_ms)
+if ttl_ms == 0 and pttl > 0 then
+  ttl_ms = pttl
+end
+apply_ttl({k_meta}, ttl_ms)
+local out = {tonumber(kept[1]) or 0, #pins / 2}
+for i = 1, #pins do
+  out[#out + 1] = pins[i]
+end
 return out

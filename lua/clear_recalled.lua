@@ -1,10 +1,11 @@
 #!lua
 -- clear_recalled.lua: send every recalled message back to the archive (they never left it).
--- USES: args meta
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
+-- USES: args deltas
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone facts factord respins
 -- ARGV: ttl_ms
 --   ttl_ms  TTL set on every key; 0 leaves TTLs alone
--- Returns: how many recalled messages there were.
+-- REPLY: n
+-- How many recalled messages there were.
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local n = redis.call('LLEN', k_recalled)
 redis.call('DEL', k_recalled)

@@ -1,8 +1,8 @@
 #!lua flags=no-writes
 -- context.lua: what to send an LLM, assembled in layers within a token budget, atomically.
--- USES: archive args bm25 envelope
--- KEYS: msgs meta archive summaries recalled ixpost ixdocs facts factord
--- ARGV: budget facts_header summary_share recall_share backfill limit k1 b neighbour_weight terms...
+-- USES: args bm25 docs envelope meta query
+-- KEYS: msgs meta archive summaries recalled ixpost ixdocs ixgone facts factord
+-- ARGV: budget facts_header summary_share recall_share backfill max_messages limit k1 b neighbour_weight terms...
 --   budget            tokens the context may take
 --   facts_header      tokens of the facts message without its lines (its heading and the
 --                     per-message overhead, counted by the client's counter); -1: leave
@@ -11,19 +11,30 @@
 --   recall_share      likewise for recalled messages and the query's hits, 0..1
 --   backfill          1: when every live message fits, fill what is left from the archive,
 --                     newest first (what the summary condensed, in the original); 0: no
+--   max_messages      the window and the backfill hold at most this many messages together,
+--                     the newest; -1: MAX_CONTEXT_MESSAGES (always the most)
 --   limit, k1, b, neighbour_weight   search parameters, as for search.lua
 --   terms             the query's terms; none: no search
--- Returns: {n_pinned, pinned..., n_facts, (key, 'tokens<TAB>value')..., n_summaries, summaries..., n_recall, (score, envelope)...,
---          n_backfill, backfill..., n_window, window...}; every layer oldest first but
---          recalled messages and hits, best hits first, then recalled newest first; score is
---          '' for a recalled message.
--- Layers claim the budget in this order: pinned messages (priority 0, all of them, else the
--- error), session facts (newest set first, all that fit what pinned messages leave, the
--- oldest dropped first), summaries (newest first, up to their share of what is left), recalled messages and hits (up to
--- their share), the newest live messages (stopping at the first that does not fit: a
--- window is contiguous), then the backfill. A share a layer leaves unused goes to the
--- window.
--- Errors: COMPOZY_OVERFLOW when the pinned messages alone exceed the budget.
+-- REPLY: {unindexed incarnation version pinned[] facts[2] summaries[] recall[2] backfill[] window[]}
+--   unindexed  messages the query could not search yet (as for search.lua)
+--   incarnation, version  the memory's, as read (for a later compare-and-set)
+--   pinned     the pinned messages (priority 0), oldest first
+--   facts      (key, 'tokens<TAB>value') pairs, least recently set first
+--   summaries  oldest first
+--   recall     (score, envelope) pairs: the query's hits and their neighbours, best first,
+--              then recalled messages, newest first; score is '' for a recalled message
+--   backfill, window  oldest first
+-- Layers claim the budget in this order: pinned messages (all of them, else the error),
+-- session facts (newest set first, all that fit what pinned messages leave), summaries
+-- (newest first, up to their share of what is left), the window's share (the newest live
+-- messages that fit what the summaries and the recall share leave: a window is contiguous),
+-- recalled messages and hits that are not in that window (up to their share), then the
+-- window again with what the recall layer left (going no further back than a message the
+-- recall layer shows), then the backfill. Each message appears once, and the layers read
+-- in the conversation's order: what the recall layer shows of the live conversation is
+-- older than the window. A window never starts with a tool result whose call it left out.
+-- Errors: COMPOZY_OVERFLOW when the pinned messages alone exceed the budget;
+-- COMPOZY_INVALID, COMPOZY_FORMAT, COMPOZY_EVICTED
 local budget = int_arg(a_budget, 'budget', 0, nil)
 local facts_header = int_arg(a_facts_header, 'facts_header', -1, MAX_MESSAGE_TOKENS)
 local summary_share, recall_share = tonumber(a_summary_share), tonumber(a_recall_share)
@@ -32,118 +43,181 @@ if summary_share == nil or recall_share == nil or summary_share < 0 or recall_sh
   fail('INVALID', 'summary_share and recall_share are numbers >= 0 that sum to at most 1')
 end
 local backfill = int_arg(a_backfill, 'backfill', 0, 1)
-local limit = int_arg(a_limit, 'limit', 0, 1000)
-local k1, b, weight = tonumber(a_k1), tonumber(a_b), tonumber(a_neighbour_weight)
-if k1 == nil or b == nil or weight == nil then
-  fail('INVALID', 'k1, b and neighbour_weight are numbers')
+local max_messages = int_arg(a_max_messages, 'max_messages', -1, nil)
+if max_messages < 0 or max_messages > MAX_CONTEXT_MESSAGES then
+  max_messages = MAX_CONTEXT_MESSAGES
 end
-local state = redis.call('HMGET', k_meta, 'p:0:count', 'p:0:tokens', 'count')
-local n_pinned, pinned_tokens = tonumber(state[1]) or 0, tonumber(state[2]) or 0
-local live = tonumber(state[3]) or 0
+local limit = int_arg(a_limit, 'limit', 0, MAX_SEARCH_LIMIT)
+local terms = query_terms(ARGV, ARGS_FROM)
+local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
+  {'ix_next', 'ix_seq', 'ix_len', 'ix_maxdead', 'last_id', 'p:0:count', 'p:0:tokens', 'pins',
+  'ver'})
+local o = query_options(limit, a_k1, a_b, a_neighbour_weight, 0, nil, m)
+local n_pinned, pinned_tokens = tonumber(m['p:0:count']) or 0, tonumber(m['p:0:tokens']) or 0
+local live = tonumber(m.count) or 0
 if pinned_tokens > budget then
   fail('OVERFLOW', 'the pinned messages (priority 0) alone take ' .. pinned_tokens
     .. ' tokens, more than the budget of ' .. budget)
 end
-local out = {}
-
--- 1. Pinned messages, wherever they are in the list (usually first).
-local pinned = {}
-local scanned = 0
-while #pinned < n_pinned and scanned < live do
-  local chunk = redis.call('LRANGE', k_msgs, scanned, scanned + 63)
-  if #chunk == 0 then
-    break
+local out = {unindexed(m), m.inc or '', version_of(m)}
+local shown = {}
+local function put_list(list)
+  out[#out + 1] = #list
+  for i = 1, #list do
+    out[#out + 1] = list[i]
   end
-  for i = 1, #chunk do
-    local _, _, priority = envelope_head(chunk[i])
+end
+
+-- 1. Pinned messages: usually the oldest; else found by the ids meta lists (a memory of an
+-- older format, without that list, is looked through from its start, boundedly).
+local pinned = {}
+if n_pinned > 0 then
+  local front = redis.call('LRANGE', k_msgs, 0, n_pinned - 1)
+  for _, env in ipairs(front) do
+    local id, _, priority = envelope_head(env)
     if priority == 0 then
-      pinned[#pinned + 1] = chunk[i]
+      pinned[#pinned + 1] = env
+      shown[id] = true
     end
   end
-  scanned = scanned + #chunk
+  if #pinned < n_pinned and m.pins then
+    pinned, shown = {}, {}
+    for id in string.gmatch(m.pins, '%d+') do
+      local at = live_index(k_msgs, tonumber(id), live)
+      if at then
+        pinned[#pinned + 1] = redis.call('LINDEX', k_msgs, at)
+        shown[tonumber(id)] = true
+      end
+    end
+  elseif #pinned < n_pinned then
+    local scan = redis.call('LRANGE', k_msgs, n_pinned, MOVE_STEP + MAX_PINNED - 1)
+    for _, env in ipairs(scan) do
+      local id, _, priority = envelope_head(env)
+      if priority == 0 then
+        pinned[#pinned + 1] = env
+        shown[id] = true
+      end
+    end
+  end
 end
-out[#out + 1] = #pinned
-for i = 1, #pinned do
-  out[#out + 1] = pinned[i]
-end
+put_list(pinned)
 local rest = budget - pinned_tokens
 
--- 1b. Session facts (the kernel layer): the most recently set that fit, as one message.
+-- 2. Session facts (the kernel layer): the most recently set that fit, as one message.
 local facts = {}
-local order = {}
 if facts_header >= 0 then
-  order = redis.call('ZREVRANGE', k_factord, 0, -1)
-end
-if #order > 0 then
-  local values = redis.call('HMGET', k_facts, unpack(order))
-  local used_facts = facts_header
-  for i = 1, #order do
-    local value = values[i]
-    if value then
-      local t = tonumber(string.match(value, '^(%d+)\t')) or 0
-      if used_facts + t > rest then
-        break
+  local order = redis.call('ZREVRANGE', k_factord, 0, MAX_FACTS - 1)
+  if #order > 0 then
+    local values = redis.call('HMGET', k_facts, unpack(order))
+    local used_facts = facts_header
+    for i = 1, #order do
+      local value = values[i]
+      if value then
+        local t = tonumber(string.match(value, '^(%d+)\t')) or 0
+        if used_facts + t > rest then
+          break
+        end
+        used_facts = used_facts + t
+        facts[#facts + 1] = {order[i], value}
       end
-      used_facts = used_facts + t
-      table.insert(facts, 1, {order[i], value})
     end
-  end
-  if #facts > 0 then
-    rest = rest - used_facts
+    if #facts > 0 then
+      rest = rest - used_facts
+    end
   end
 end
 out[#out + 1] = #facts
-for i = 1, #facts do
+for i = #facts, 1, -1 do
   out[#out + 1] = facts[i][1]
   out[#out + 1] = facts[i][2]
 end
 local shared = rest
 
--- 2. Summaries: the rolling summary, newest first, within their share.
+-- 3. Summaries: the rolling summary, newest first, within their share.
 local summaries = redis.call('LRANGE', k_summaries, 0, -1)
 local cap = math.floor(rest * summary_share)
 local chosen, used = {}, 0
 for i = #summaries, 1, -1 do
-  local _, t = envelope_head(summaries[i])
+  local id, t = envelope_head(summaries[i])
   if used + t <= cap then
     used = used + t
+    shown[id] = true
     table.insert(chosen, 1, summaries[i])
   end
 end
-out[#out + 1] = #chosen
-for i = 1, #chosen do
-  out[#out + 1] = chosen[i]
-end
+put_list(chosen)
 rest = rest - used
 
--- 3. Hits for the query and recalled messages, within their share.
-cap = math.floor(shared * recall_share)
+-- 4. The window: the newest live messages that fit, skipping pinned ones (shown already).
+-- It is read newest first in growing chunks, and can go on where it stopped.
+local recall_cap = math.floor(shared * recall_share)
+local window, window_ids = {}, {}
+local offset, size, reached_oldest = 0, 16, false
+local pending, next_pending = {}, 1  -- the last chunk read, newest first, from next_pending
+local function extend(room)
+  while #window < max_messages do
+    if next_pending > #pending then
+      if reached_oldest then
+        return room
+      end
+      local chunk = redis.call('LRANGE', k_msgs, -(offset + size), -(offset + 1))
+      pending, next_pending = {}, 1
+      for i = #chunk, 1, -1 do
+        pending[#pending + 1] = chunk[i]
+      end
+      if #chunk < size then
+        reached_oldest = true
+      end
+      offset = offset + size
+      size = math.min(size * 2, 512)
+    else
+      local env = pending[next_pending]
+      local id, t, priority = envelope_head(env)
+      if priority ~= 0 then
+        -- The window is contiguous: it stops at the first message that does not fit, or
+        -- that the recall layer shows already (older than the window, as it should be).
+        if t > room or shown[id] then
+          return room
+        end
+        room = room - t
+        window[#window + 1] = env
+        window_ids[id] = true
+      end
+      next_pending = next_pending + 1
+    end
+  end
+  return room
+end
+rest = extend(rest - recall_cap) + recall_cap
+
+-- 5. Hits for the query, their neighbours, and recalled messages, within their share, each
+-- once and none the window shows already.
 used = 0
-local shown = {}
 local layer = {}
 local function offer(env, score)
   if env == nil or env == '' then
     return
   end
   local id, t = envelope_head(env)
-  if not shown[id] and used + t <= cap then
+  if not shown[id] and not window_ids[id] and used + t <= recall_cap then
     shown[id] = true
     used = used + t
     layer[#layer + 1] = score
     layer[#layer + 1] = env
   end
 end
-local terms = {unpack(ARGV, ARGS_FROM)}
-if #terms > 0 and limit > 0 then
-  for _, hit in ipairs(bm25_search(K, terms, limit, k1, b, weight, 0, nil)) do
+if #terms > 0 and limit > 0 and (tonumber(m.fmt) or 1) >= DATA_FORMAT then
+  local docs = doc_reader(k_ixdocs)
+  local state = {count = live, archive_base = tonumber(m.archive_base) or 0}
+  for _, hit in ipairs(bm25_search(K, terms, o)) do
     local id = hit[1]
     local score = string.format('%.6f', hit[2])
-    offer(archived_by_id(K, id), score)
-    offer(archived_by_id(K, id + 1), score)  -- the reply, then what led to it
-    offer(archived_by_id(K, id - 1), score)
+    offer((locate(K, docs, id, state)), score)
+    offer((locate(K, docs, id + 1, state)), score)  -- the reply, then what led to it
+    offer((locate(K, docs, id - 1, state)), score)
   end
 end
-local recalled = redis.call('LRANGE', k_recalled, 0, -1)
+local recalled = redis.call('LRANGE', k_recalled, -MAX_RECALLED, -1)
 for i = #recalled, 1, -1 do
   offer(recalled[i], '')
 end
@@ -153,46 +227,21 @@ for i = 1, #layer do
 end
 rest = rest - used
 
--- 4. The newest live messages that fit, skipping pinned ones (shown first already).
-local window = {}
-local offset, size, reached_oldest = 0, 16, false
-while true do
-  local chunk = redis.call('LRANGE', k_msgs, -(offset + size), -(offset + 1))
-  local stop = false
-  for i = #chunk, 1, -1 do
-    local _, t, priority = envelope_head(chunk[i])
-    if priority ~= 0 then
-      if t > rest then
-        stop = true
-        break
-      end
-      rest = rest - t
-      window[#window + 1] = chunk[i]
-    end
-  end
-  if stop then
-    break
-  end
-  if #chunk < size then
-    reached_oldest = true
-    break
-  end
-  offset = offset + size
-  size = math.min(size * 2, 512)
-end
+-- 6. The window again, with what the recall layer left.
+rest = extend(rest)
 
--- 5. Backfill: every live message fits; what is left shows the newest archived originals.
+-- 7. Backfill: every live message fits; what is left shows the newest archived originals.
 local filled = {}
-if backfill == 1 and reached_oldest and rest > 0 then
+if backfill == 1 and reached_oldest and next_pending > #pending and rest > 0 then
   offset, size = 0, 16
   local done = false
-  while not done do
+  while not done and #window + #filled < max_messages do
     local chunk = redis.call('LRANGE', k_archive, -(offset + size), -(offset + 1))
     for i = #chunk, 1, -1 do
       local env = chunk[i]
       local id, t = envelope_head(env)
       if not shown[id] and not string.find(env, '"type":"summary"', 1, true) then
-        if t > rest then
+        if t > rest or #window + #filled >= max_messages then
           done = true
           break
         end
@@ -207,12 +256,49 @@ if backfill == 1 and reached_oldest and rest > 0 then
     size = math.min(size * 2, 512)
   end
 end
-out[#out + 1] = #filled
+
+-- A tool result whose call was left out cannot start what the LLM reads: backfill and
+-- window are one run of the conversation, oldest first.
+local older = {}
 for i = #filled, 1, -1 do
-  out[#out + 1] = filled[i]
+  older[#older + 1] = {env = filled[i], backfill = true}
 end
-out[#out + 1] = #window
 for i = #window, 1, -1 do
-  out[#out + 1] = window[i]
+  older[#older + 1] = {env = window[i]}
 end
+local function tool_result(env)
+  if not string.find(env, '"tool_call_id":', 1, true)
+      and not string.find(env, '"type":"tool_result"', 1, true) then
+    return false
+  end
+  if #env > 65536 then
+    return true  -- too large to decode here: the compact JSON's own fields say it
+  end
+  local message = cjson.decode(env)
+  if message.tool_call_id ~= nil then
+    return true
+  end
+  if type(message.content) == 'table' then
+    for _, block in ipairs(message.content) do
+      if type(block) == 'table' and block.type == 'tool_result' then
+        return true
+      end
+    end
+  end
+  return false
+end
+local start = 1
+while start <= #older and tool_result(older[start].env) do
+  start = start + 1
+end
+local back, front = {}, {}
+for i = start, #older do
+  if older[i].backfill then
+    back[#back + 1] = older[i].env
+  else
+    front[#front + 1] = older[i].env
+  end
+end
+put_list(back)
+put_list(front)
 return out

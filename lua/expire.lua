@@ -1,10 +1,11 @@
 #!lua
 -- expire.lua: set or remove the TTL of every key of a memory.
 -- USES: args
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone facts factord respins
 -- ARGV: ttl_ms
 --   ttl_ms  the new TTL; 0 removes the TTL (PERSIST)
--- Returns: the number of keys of the instance that exist. The lock keeps its own lease.
+-- REPLY: existing
+-- The number of keys of the instance that exist. The lock keeps its own lease.
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local existing = 0
 for i = 1, #KEYS do

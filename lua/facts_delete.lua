@@ -1,12 +1,16 @@
 #!lua
 -- facts_delete.lua: remove session facts by key.
--- USES: args meta
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
+-- USES: args deltas
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone facts factord respins
 -- ARGV: ttl_ms keys...
 --   ttl_ms  TTL set on every key of the memory; 0 leaves TTLs alone
---   keys    the fact keys to remove; unknown ones are skipped
--- Returns: the number of facts removed.
+--   keys    the fact keys to remove (at most MAX_FACTS_PER_CALL); unknown ones are skipped
+-- REPLY: removed
+-- The number of facts removed.
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
+if #ARGV - ARGS_FROM + 1 > MAX_FACTS_PER_CALL then
+  fail('INVALID', 'at most ' .. MAX_FACTS_PER_CALL .. ' facts go in one call')
+end
 local removed = 0
 for i = ARGS_FROM, #ARGV do
   removed = removed + redis.call('HDEL', k_facts, ARGV[i])

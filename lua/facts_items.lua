@@ -3,8 +3,9 @@
 -- USES: (none)
 -- KEYS: facts factord
 -- ARGV: (none)
--- Returns: a flat list of key, 'tokens<TAB>value' pairs, least recently set first.
-local order = redis.call('ZRANGE', k_factord, 0, -1)
+-- REPLY: {facts...}
+-- A flat list of key, 'tokens<TAB>value' pairs, least recently set first.
+local order = redis.call('ZRANGE', k_factord, -MAX_FACTS, -1)
 if #order == 0 then
   return {}
 end

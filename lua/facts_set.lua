@@ -1,22 +1,23 @@
 #!lua
 -- facts_set.lua: set one or many session facts (the kernel layer), capped, oldest out first.
--- USES: args meta
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
+-- USES: args deltas
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone facts factord respins
 -- ARGV: ttl_ms cap n facts...
 --   ttl_ms  TTL set on every key of the memory; 0 leaves TTLs alone
 --   cap     the most facts kept, 1..MAX_FACTS: past it the least recently set go
---   n       number of facts, 1..MAX_FACTS
+--   n       number of facts, 1..MAX_FACTS_PER_CALL
 --   facts   n triples: key, tokens, value. tokens is what the fact's line ('- key: value')
 --           counts with the memory's counter, so context.lua can budget facts without a
 --           tokenizer. A key set again takes its new value and moves to the newest end.
--- Returns: {count, evicted key...}: the number of facts kept, then the keys the cap removed.
+-- REPLY: {count evicted...}
+-- The number of facts kept, then the keys the cap removed.
 -- Storage: facts HASH key -> 'tokens<TAB>value'; factord ZSET key scored by meta's
 -- 'facts_seq' when it was last set (ZPOPMIN finds the oldest in O(log n), and moving a key
 -- to the end is one ZADD, where a LIST would need an O(n) LREM).
 -- Errors (nothing written): COMPOZY_INVALID
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local cap = int_arg(a_cap, 'cap', 1, MAX_FACTS)
-local n = int_arg(a_n, 'n', 1, MAX_FACTS)
+local n = int_arg(a_n, 'n', 1, MAX_FACTS_PER_CALL)
 if #ARGV ~= ARGS_FROM - 1 + 3 * n then
   fail('INVALID', 'expected ' .. n .. ' fact triples, got ' .. (#ARGV - ARGS_FROM + 1)
     .. ' arguments')

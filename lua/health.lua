@@ -1,12 +1,16 @@
 #!lua flags=no-writes
 -- health.lua: the totals and sizes of a memory in one consistent read.
 -- USES: (none)
--- KEYS: msgs meta archive summaries recalled
+-- KEYS: msgs meta archive summaries recalled ixpost ixdocs ixgone facts factord
 -- ARGV: (none)
--- Returns: a flat list of field, value pairs: every field of meta (tokens, count, last_id,
--- p:<priority>:tokens, p:<priority>:count, archived, inc, ...) then '_msgs_len',
--- '_archive_len', '_summaries_len', '_recalled_len' and '_ttl_ms' (meta's PTTL: -1 none, -2 no such key).
--- (not the processes' dedupe lists, 'w:<process>': bookkeeping, and long)
+-- REPLY: {fields...}
+-- A flat list of field, value pairs: every field of meta (tokens, count, last_id,
+-- p:<priority>:tokens, p:<priority>:count, archived, inc, fmt, ix_next, ix_docs, ...), then
+-- '_msgs_len', '_archive_len', '_summaries_len', '_recalled_len', '_ixgone_len',
+-- '_facts_len', '_factord_len', '_ixpost' and '_ixdocs' (1 if the key exists) and '_ttl_ms'
+-- (meta's PTTL: -1 none, -2 no such key): enough for the client to tell a memory whose keys
+-- were partly evicted. (Not the processes' dedupe lists, 'w:<process>': bookkeeping, and
+-- long; meta holds at most one per recent writer.)
 local out = {}
 local meta = redis.call('HGETALL', k_meta)
 for i = 1, #meta, 2 do
@@ -15,14 +19,19 @@ for i = 1, #meta, 2 do
     out[#out + 1] = meta[i + 1]
   end
 end
-out[#out + 1] = '_msgs_len'
-out[#out + 1] = redis.call('LLEN', k_msgs)
-out[#out + 1] = '_archive_len'
-out[#out + 1] = redis.call('LLEN', k_archive)
-out[#out + 1] = '_summaries_len'
-out[#out + 1] = redis.call('LLEN', k_summaries)
-out[#out + 1] = '_recalled_len'
-out[#out + 1] = redis.call('LLEN', k_recalled)
-out[#out + 1] = '_ttl_ms'
-out[#out + 1] = redis.call('PTTL', k_meta)
+local sizes = {
+  '_msgs_len', redis.call('LLEN', k_msgs),
+  '_archive_len', redis.call('LLEN', k_archive),
+  '_summaries_len', redis.call('LLEN', k_summaries),
+  '_recalled_len', redis.call('LLEN', k_recalled),
+  '_ixgone_len', redis.call('LLEN', k_ixgone),
+  '_facts_len', redis.call('HLEN', k_facts),
+  '_factord_len', redis.call('ZCARD', k_factord),
+  '_ixpost', redis.call('EXISTS', k_ixpost),
+  '_ixdocs', redis.call('EXISTS', k_ixdocs),
+  '_ttl_ms', redis.call('PTTL', k_meta),
+}
+for i = 1, #sizes do
+  out[#out + 1] = sizes[i]
+end
 return out

@@ -1,12 +1,13 @@
 #!lua
 -- lock_acquire.lua: take the flush lock of a memory and get a fencing epoch.
--- USES: args meta
+-- USES: args deltas
 -- KEYS: meta lock
 -- ARGV: token lease_ms ttl_ms
 --   token     a random owner token, unique to this acquisition (at least 16 characters)
 --   lease_ms  how long the lock is held unless refreshed
 --   ttl_ms    the memory's TTL, set on meta if this creates it; 0 = none
--- Returns: {epoch, incarnation}: the new fencing epoch (meta 'epoch', incremented) if the
+-- REPLY: {epoch incarnation}
+-- The new fencing epoch (meta 'epoch', incremented) if the
 -- lock was free, else {0, incarnation}. A retry whose first attempt took the lock (its reply
 -- lost) finds its own token, and gets the epoch that attempt made.
 -- Every acquisition gets a larger epoch, and every flush commit names the epoch and the
@@ -14,8 +15,8 @@
 -- expired, is refused.
 local lease_ms = int_arg(a_lease_ms, 'lease_ms', 1, nil)
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
-if string.len(a_token) < 16 then
-  fail('INVALID', 'the lock token must be at least 16 characters')
+if string.len(a_token) < 16 or string.len(a_token) > 128 then
+  fail('INVALID', 'the lock token has 16 to 128 characters')
 end
 local created = redis.call('EXISTS', k_meta) == 0
 local inc = incarnation(k_meta)

@@ -5,7 +5,8 @@
 -- ARGV: token lease_ms
 --   token     the owner token given at acquisition
 --   lease_ms  the new lease
--- Returns: 1 if the caller still owned the lock and the lease was extended, else 0.
+-- REPLY: owned
+-- 1 if the caller still owned the lock and the lease was extended, else 0.
 local lease_ms = int_arg(a_lease_ms, 'lease_ms', 1, nil)
 if redis.call('GET', k_lock) ~= a_token then
   return 0

@@ -4,7 +4,8 @@
 -- KEYS: lock
 -- ARGV: token
 --   token  the owner token given at acquisition
--- Returns: 1 if the caller owned the lock and released it, else 0 (it had expired or moved on).
+-- REPLY: released
+-- 1 if the caller owned the lock and released it, else 0 (it had expired or moved on).
 if redis.call('GET', k_lock) ~= a_token then
   return 0
 end

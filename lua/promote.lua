@@ -1,20 +1,27 @@
 #!lua
--- promote.lua: bring archived messages back into context (the recall tools).
--- USES: archive args envelope meta
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
+-- promote.lua: bring messages back into context by id (the recall tools): archived ones, or
+-- live ones the window no longer reaches.
+-- USES: args deltas docs envelope meta
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone facts factord respins
 -- ARGV: ttl_ms max_tokens ids...
 --   ttl_ms      TTL set on every key; 0 leaves TTLs alone
 --   max_tokens  recalled messages keep at most this many tokens: the oldest recalled leave
---               first; 0 = no cap
---   ids         archived message ids to bring back; unknown ids and ids already recalled
---               are skipped
--- Returns: {n, envelope...}: the n messages brought back now, in the order asked.
+--               first; 0 = no token cap (the count cap, MAX_RECALLED, always holds)
+--   ids         at most MAX_RECALL_IDS message ids to bring back; ids not indexed (unknown,
+--               pinned, not indexed yet) and ids already recalled are skipped
+-- REPLY: {n envelope...}
+-- The n messages brought back now, in the order asked.
+-- Errors: COMPOZY_INVALID, COMPOZY_FORMAT, COMPOZY_EVICTED
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local max_tokens = int_arg(a_max_tokens, 'max_tokens', 0, nil)
+if #ARGV - ARGS_FROM + 1 > MAX_RECALL_IDS then
+  fail('INVALID', 'at most ' .. MAX_RECALL_IDS .. ' ids go in one recall')
+end
 local wanted = {}
 for i = ARGS_FROM, #ARGV do
-  wanted[#wanted + 1] = int_arg(ARGV[i], 'id', 1, nil)
+  wanted[#wanted + 1] = int_arg(ARGV[i], 'id', 1, 2 ^ 52)
 end
+local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'}, nil, true)
 local present = {}
 local recalled = redis.call('LRANGE', k_recalled, 0, -1)
 local total = 0
@@ -23,27 +30,32 @@ for i = 1, #recalled do
   present[id] = true
   total = total + t
 end
+local docs = doc_reader(k_ixdocs)
+local state = {count = tonumber(m.count) or 0, archive_base = tonumber(m.archive_base) or 0}
 local out = {0}
+local n = #recalled
 for _, id in ipairs(wanted) do
   if not present[id] then
-    local env = archived_by_id(K, id)
+    local env = locate(K, docs, id, state)
     if env then
       present[id] = true
       redis.call('RPUSH', k_recalled, env)
       local _, t = envelope_head(env)
       total = total + t
+      n = n + 1
       out[#out + 1] = env
     end
   end
 end
 out[1] = #out - 1
-while max_tokens > 0 and total > max_tokens do
+while n > MAX_RECALLED or (max_tokens > 0 and total > max_tokens) do
   local oldest = redis.call('LPOP', k_recalled)
   if not oldest then
     break
   end
   local _, t = envelope_head(oldest)
   total = total - t
+  n = n - 1
 end
 apply_ttl(KEYS, ttl_ms)
 return out

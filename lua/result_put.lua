@@ -12,7 +12,8 @@
 --   enc         'raw' or 'gzip': how data is stored
 --   kind        what the payload is ('text', 'json', 'bytes'...), at most 64 bytes
 --   data        the payload as stored
--- Returns: {refs, created}: the result's reference count now, and 1 if the key was new.
+-- REPLY: {refs created}
+-- The result's reference count now, and 1 if the key was new.
 -- The key is a HASH: data, enc, size, kind, ttl (the unpinned TTL), refs. A put of a result
 -- that exists writes its fields again (the same bytes, by its name), which also repairs a
 -- damaged copy.
@@ -21,6 +22,9 @@ local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local pin = int_arg(a_pin, 'pin', 0, 1)
 local pin_ttl_ms = int_arg(a_pin_ttl_ms, 'pin_ttl_ms', 0, nil)
 local size = int_arg(a_size, 'size', 0, MAX_RESULT_BYTES)
+if #a_data > MAX_RESULT_BYTES then
+  fail('INVALID', 'a stored result has at most ' .. MAX_RESULT_BYTES .. ' bytes')
+end
 if a_enc ~= 'raw' and a_enc ~= 'gzip' then
   fail('INVALID', "enc is 'raw' or 'gzip'")
 end

@@ -3,7 +3,8 @@
 -- USES: (none)
 -- KEYS: result
 -- ARGV: (none)
--- Returns: the reference count now, or -1 if the result does not exist. At 0 the result
+-- REPLY: refs
+-- The reference count now, or -1 if the result does not exist. At 0 the result
 -- gets back its unpinned TTL (its 'ttl' field; none: it stays until deleted).
 if redis.call('EXISTS', k_result) == 0 then
   return -1

@@ -12,7 +12,8 @@
 --     tokens    live tokens after the write
 --     age_ms    how long before this call the write was seen (the caller's clock measures
 --               only this interval): its last-active time is the server's now minus it
--- Returns: the server's now (ms).
+-- REPLY: now_ms
+-- The server's clock (ms) when the call ran.
 -- sessions and agent_sessions are ZSETs of session -> last active ms; session_info is a HASH
 -- of session -> 'created<TAB>last_active<TAB>last_id<TAB>messages<TAB>tokens<TAB>agent'.
 -- Counts from an older state never replace newer ones (a retry or another replica's update

@@ -7,7 +7,8 @@
 --   before_score    '' for the first page, else the cursor: the last-active time of the
 --                   last session of the previous page...
 --   before_session  ...and its key; the page starts right after it
--- Returns: a flat list of session, info pairs (info as session_touch.lua writes it); KEYS'
+-- REPLY: {sessions...}
+-- A flat list of session, info pairs (info as session_touch.lua writes it); KEYS'
 -- sessions may be the project's index or one agent's.
 local limit = int_arg(a_limit, 'limit', 1, 1000)
 local max = '+inf'
@@ -16,7 +17,9 @@ if a_before_score ~= '' then
 end
 local out = {}
 local skip = 0
-while #out < 2 * limit do
+-- At most about limit + MAX_READ sessions are looked at: ties on the cursor's time and
+-- sessions whose info is gone are skipped, boundedly; a short page says so by its length.
+while #out < 2 * limit and skip < limit + MAX_READ do
   local page = redis.call('ZRANGE', k_sessions, max, '-inf', 'BYSCORE', 'REV', 'WITHSCORES',
     'LIMIT', skip, limit + 1)
   if #page == 0 then

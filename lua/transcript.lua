@@ -1,25 +1,27 @@
 #!lua flags=no-writes
--- transcript.lua: every envelope of a memory, in one consistent read, for an export.
--- USES: args
--- KEYS: msgs archive summaries
--- ARGV: include_archive
---   include_archive  1: the archived originals too; 0: not
--- Returns: {n_msgs, envelope..., n_summaries, envelope..., n_archive, envelope...}, each
---          part oldest first (n_archive is 0 when not asked for).
-local include_archive = int_arg(a_include_archive, 'include_archive', 0, 1)
-local out = {}
-local parts = {k_msgs, k_summaries}
-if include_archive == 1 then
-  parts[3] = k_archive
+-- transcript.lua: a page of one part of a memory, for an export, with a stamp that changes
+-- whenever the memory does.
+-- USES: args meta
+-- KEYS: msgs meta archive summaries
+-- ARGV: part offset count
+--   part    'msgs', 'summaries' or 'archive'
+--   offset  the page's first index in that list; count: its length, 1..MAX_READ
+-- REPLY: {stamp length envelope...}
+--   stamp   meta's version, archived and archive_base: an export whose pages all carry the
+--           same stamp read one state of the memory
+--   length  the part's length now
+-- An export reads page after page, each bounded, and starts again if the stamp changed.
+local offset = int_arg(a_offset, 'offset', 0, nil)
+local count = int_arg(a_count, 'count', 1, MAX_READ)
+local lists = {msgs = k_msgs, summaries = k_summaries, archive = k_archive}
+local list = lists[a_part]
+if not list then
+  fail('INVALID', "part is 'msgs', 'summaries' or 'archive'")
 end
-for i = 1, 3 do
-  local items = {}
-  if parts[i] then
-    items = redis.call('LRANGE', parts[i], 0, -1)
-  end
-  out[#out + 1] = #items
-  for j = 1, #items do
-    out[#out + 1] = items[j]
-  end
+local m = guarded(K, {'msgs', 'archive', 'summaries'}, {'ver', 'last_id'})
+local out = {version_of(m) .. '|' .. (m.archived or 0) .. '|' .. (m.archive_base or 0),
+  redis.call('LLEN', list)}
+for _, env in ipairs(redis.call('LRANGE', list, offset, offset + count - 1)) do
+  out[#out + 1] = env
 end
 return out

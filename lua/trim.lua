@@ -1,42 +1,85 @@
 #!lua
--- trim.lua: move chosen messages among the oldest to the archive, if still where the caller
--- saw them.
--- USES: archive args batch envelope meta
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs facts factord
--- ARGV: ttl_ms archive_max prefix_len n_remove ids...
---   ttl_ms       TTL set on every key; 0 leaves TTLs alone
---   archive_max  the archive keeps at most this many originals; 0 = no cap
---   prefix_len   P: how many of the oldest live messages the caller read
---   n_remove     R: how many of those to remove
---   ids          the P ids as the caller read them, then the R ids to remove (among those P,
---                none pinned), then R index terms, one per id to remove, in the same order
--- Returns: {removed_count, removed_tokens, total_tokens, total_count}
--- Errors (nothing written): COMPOZY_MOVED when the messages moved since they were read
--- (read again and retry); COMPOZY_INVALID.
--- The client chooses what to remove (the oldest messages that are not pinned, until the
--- limits hold) because only it can analyse their text for the archive's index.
+-- trim.lua: one bounded step of moving the oldest messages to the archive until limits hold.
+-- USES: archive args batch deltas envelope meta
+-- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone facts factord respins
+-- ARGV: ttl_ms archive_max keep_messages max_tokens everything
+--   ttl_ms         TTL set on every key; 0 leaves TTLs alone
+--   archive_max    the archive keeps at most this many originals; 0 = no cap
+--   keep_messages  stop once at most this many live messages remain; -1 = no such limit
+--   max_tokens     stop once at most this many live tokens remain; -1 = no such limit
+--   everything     1: pinned messages (priority 0) move too (replace drains a long memory so);
+--                  0: they never move
+-- REPLY: {moved moved_tokens total_tokens total_count status}
+--   status  0: done (the limits hold, or only pinned messages are left);
+--           1: more to move: call again;
+--           2: the next message to move is not indexed yet: run the indexer, then call again
+-- One call moves at most MOVE_STEP messages, looking at most MOVE_STEP + MAX_PINNED deep, so
+-- a long trim is several calls, each leaving a consistent memory (what was moved is in the
+-- archive, with the totals to match): safe to interrupt between any two.
+-- Errors (nothing written): COMPOZY_INVALID, COMPOZY_FORMAT, COMPOZY_EVICTED
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local archive_max = int_arg(a_archive_max, 'archive_max', 0, nil)
-local prefix_len = int_arg(a_prefix_len, 'prefix_len', 0, nil)
-local n_remove = int_arg(a_n_remove, 'n_remove', 0, prefix_len)
-local ids = ARGS_FROM - 1
-if #ARGV ~= ids + prefix_len + 2 * n_remove then
-  fail('INVALID', 'expected ' .. (ids + prefix_len + 2 * n_remove) .. ' arguments, got '
-    .. #ARGV)
+local keep = int_arg(a_keep_messages, 'keep_messages', -1, nil)
+local max_tokens = int_arg(a_max_tokens, 'max_tokens', -1, nil)
+local everything = int_arg(a_everything, 'everything', 0, 1) == 1
+local m = guarded(K, {'msgs', 'archive', 'index', 'ixgone'}, {'tokens', 'ix_next', 'last_id',
+  'pins'}, true)
+local tokens, count = tonumber(m.tokens) or 0, tonumber(m.count) or 0
+local ix_next = tonumber(m.ix_next) or 0
+local function holds()
+  return (keep < 0 or count <= keep) and (max_tokens < 0 or tokens <= max_tokens)
 end
-local prefix, heads = checked_prefix(k_msgs, ARGV, ids, prefix_len)
-local remove = {}
-for i = 1, n_remove do
-  remove[ARGV[ids + prefix_len + i]] = ARGV[ids + prefix_len + n_remove + i]
+if holds() then
+  return {0, 0, tokens, count, 0}
 end
+local prefix = redis.call('LRANGE', k_msgs, 0, MOVE_STEP + MAX_PINNED - 1)
+local kept, moved = {}, {}
 local deltas = new_deltas()
-local kept, removed, terms, removed_tokens = split_prefix(prefix, heads, remove, deltas, false)
-
-if #removed > 0 then
-  rewrite_head(k_msgs, prefix_len, kept)
-  archive(K, removed, terms, archive_max)
-  deltas.trimmed = #removed
+local moved_tokens, scanned, status = 0, 0, 0
+for i = 1, #prefix do
+  if holds() then
+    break
+  end
+  local id, t, priority = envelope_head(prefix[i])
+  if priority == 0 and not everything then
+    kept[#kept + 1] = prefix[i]
+  elseif priority ~= 0 and id >= ix_next then
+    status = 2
+    break
+  elseif #moved == MOVE_STEP then
+    status = 1
+    break
+  else
+    moved[#moved + 1] = prefix[i]
+    account(deltas, -1, t, priority)
+    moved_tokens = moved_tokens + t
+    tokens, count = tokens - t, count - 1
+  end
+  scanned = i
 end
-local values = apply_deltas(k_meta, deltas)
+if status == 0 and not holds() and scanned == #prefix and #prefix < count + #moved then
+  status = 1  -- the step looked as deep as it may: more below
+end
+if #moved > 0 then
+  redis.call('LTRIM', k_msgs, scanned, -1)
+  for i = #kept, 1, -1 do
+    redis.call('LPUSH', k_msgs, kept[i])
+  end
+  deltas.trimmed = #moved
+  local updates = {'ver', next_version(tonumber(m.last_id) or 0, '')}
+  if everything and m.pins then
+    local pins = m.pins
+    for _, env in ipairs(moved) do
+      local id, _, priority = envelope_head(env)
+      if priority == 0 then
+        pins = string.gsub(pins, ',' .. id .. ',', ',', 1)
+      end
+    end
+    updates[3], updates[4] = 'pins', pins
+  end
+  local values = apply_deltas(k_meta, deltas, nil, function() return updates end)
+  archive_push(K, moved, archive_max)
+  tokens, count = values.tokens, values.count
+end
 apply_ttl(KEYS, ttl_ms)
-return {#removed, removed_tokens, values.tokens, values.count}
+return {#moved, moved_tokens, tokens, count, status}

@@ -42,12 +42,17 @@ class Call:
         return Message.model_validate_json(body)
 
 
+def pending_reply(*, ix_next: int = 1, last_id: int = 0) -> list[Any]:
+    """What index_pending.lua returns for an index with nothing to do."""
+    return [2, b"", ix_next, last_id, 0, 0, last_id, 0, 0]
+
+
 @dataclass
 class FakeTransport:
     replies: dict[str, deque[Reply]] = field(default_factory=lambda: defaultdict(deque))
     calls: list[Call] = field(default_factory=list)
-    #: Replies given when a script's queue is empty.
-    defaults: dict[str, Reply] = field(default_factory=dict)
+    #: Replies given when a script's queue is empty: by default, an index with nothing to do.
+    defaults: dict[str, Reply] = field(default_factory=lambda: {"index_pending": pending_reply()})
 
     def on(self, name: str, *replies: Reply) -> FakeTransport:
         self.replies[name].extend(replies)
@@ -111,6 +116,8 @@ def snapshot_reply(
     count: int | None = None,
     incarnation: str = "42",
     priority_tokens: dict[int, int] | None = None,
+    version: str = "7:v",
+    ix_next: int | None = None,
 ) -> list[Any]:
     """What snapshot.lua returns for these envelopes."""
     parsed = [Message.model_validate_json(m) for m in messages]
@@ -129,6 +136,8 @@ def snapshot_reply(
         summary_tokens,
         len(parsed) if count is None else count,
         incarnation.encode(),
+        version.encode(),
+        last_id + 1 if ix_next is None else ix_next,
         len(by_priority),
         *flat,
         len(summaries),

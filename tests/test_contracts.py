@@ -11,30 +11,23 @@ import pytest
 
 from compozy_memory import FlushPlan, ScriptError
 from compozy_memory._model.limits import LUA_CONSTANTS
-from compozy_memory._model.results import Transcript
 from compozy_memory._store.results_store import ResultGateway
 from compozy_memory._store.sessions import SessionIndex
+from compozy_memory._wire import replies
 from compozy_memory._wire import scripts as scripts_module
+from compozy_memory._wire.contracts import KEY_ORDER, ScriptArg, parse_contract
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory._wire.scripts import (
-    KEY_ORDER,
-    SCRIPT_NAMES,
-    ScriptArg,
-    helpers,
-    library,
-    lua_dir,
-    parse_contract,
-    script,
-)
-from tests.fakes import FakeTransport, commit_reply, gateway, snapshot_reply
+from compozy_memory._wire.scripts import SCRIPT_NAMES, helpers, library, lua_dir, script
+from tests.fakes import FakeTransport, commit_reply, gateway, pending_reply, snapshot_reply
 
 RESULT_KEY = "compozy:units:result:{agent:a}:" + "0" * 64
 
-APPEND_REPLY = [1, 1, 3, 1, 0, 0, b"42"]
+APPEND_REPLY = [1, 1, 3, 1, 0, 0, b"42", b"1:k"]
 HEALTH_REPLY = [b"tokens", b"3", b"_msgs_len", 1, b"_archive_len", 0, b"_summaries_len", 0]
-HEALTH_REPLY += [b"_recalled_len", 0, b"_ttl_ms", -1]
-READ_REPLY = [0, 0, 0]
-CONTEXT_REPLY = [0, 0, 0, 0, 0]
+HEALTH_REPLY += [b"_recalled_len", 0, b"_ixgone_len", 0, b"_facts_len", 0, b"_factord_len", 0]
+HEALTH_REPLY += [b"_ixpost", 0, b"_ixdocs", 0, b"_ttl_ms", -1]
+READ_REPLY = [0, 0, 0, b"42", b"1:k"]
+PENDING = pending_reply()
 TRIPLE: list[ScriptArg] = [3, 2, b'{"role":"user","content":"hi"}']
 
 # One call of every gateway method that runs a script, with a reply of the script's shape.
@@ -42,17 +35,12 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     "append": (lambda g: g.append(TRIPLE, "k"), APPEND_REPLY),
     "replace": (
         lambda g: g.replace(
-            TRIPLE,
-            old_ids=[1],
-            old_terms=["1\thi\t1"],
-            if_last_id=1,
-            if_incarnation="42",
-            dedupe_key="k",
+            TRIPLE, if_last_id=1, if_incarnation="42", if_version="1:k", dedupe_key="k"
         ),
         APPEND_REPLY,
     ),
-    "trim": (lambda g: g.trim([1, 2], [1], ["1\thi\t1"]), [1, 3, 0, 1]),
-    "clear": (lambda g: g.clear(), [0]),
+    "trim": (lambda g: g.trim_step(5, None), [1, 3, 0, 1, 0]),
+    "clear": (lambda g: g.clear(), [0, 0]),
     "expire": (lambda g: g.expire(1000), 2),
     "read": (lambda g: g.read_range(0, -1), READ_REPLY),
     "health": (lambda g: g.health(), HEALTH_REPLY),
@@ -64,17 +52,23 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
             plan=FlushPlan(prefix_ids=(1, 2), summarize_ids=(1,)),
             summary_body=b'{"role":"system","content":"s"}',
             summary_tokens=2,
-            terms=["1\thi\t1"],
         ),
         commit_reply(),
     ),
     "lock_acquire": (lambda g: g.lock_acquire("t" * 32, 1000), [1, b"42"]),
     "lock_refresh": (lambda g: g.lock_refresh("t" * 32, 1000), 1),
     "lock_release": (lambda g: g.lock_release("t" * 32), 1),
-    "search": (lambda g: g.search(["hi"], limit=5), [0]),
+    "search": (lambda g: g.search(["hi"], limit=5), [0, 0]),
     "context": (
-        lambda g: g.context(100, summary_share=0.3, recall_share=0.4, backfill=True, terms=["hi"]),
-        [0, 0, 0, 0, 0, 0],
+        lambda g: g.context(
+            100,
+            summary_share=0.3,
+            recall_share=0.4,
+            backfill=True,
+            max_messages=None,
+            terms=["hi"],
+        ),
+        [0, b"42", b"1:k", 0, 0, 0, 0, 0, 0],
     ),
     "facts_set": (lambda g: g.facts_set([b"name", 5, b"Ada"], 200), [1]),
     "facts_delete": (lambda g: g.facts_delete([b"name"]), 1),
@@ -92,13 +86,14 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
         ),
         1732250000123,
     ),
-    "transcript": (lambda g: g.transcript(True), [0, 0, 0]),
+    "transcript": (lambda g: g.transcript_page("msgs", 0), [b"1:k|0|0", 0]),
     "import": (
-        lambda g: g.import_envelopes(
-            Transcript(
-                ('{"id":1,"ts":1,"tokens":3,"priority":2,"role":"user","content":"hi"}',), (), ()
-            ),
-            [],
+        lambda g: g.import_step(
+            "t" * 16,
+            "msgs",
+            0,
+            1,
+            ['{"id":1,"ts":1,"tokens":3,"priority":2,"role":"user","content":"hi"}'],
         ),
         [1, 1],
     ),
@@ -108,6 +103,21 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     ),
     "promote": (lambda g: g.promote([3], 100), [0]),
     "clear_recalled": (lambda g: g.clear_recalled(), 0),
+    "index_pending": (lambda g: g.index_pending(8, 1000), PENDING),
+    "index_apply": (
+        lambda g: g.index_apply(
+            replies.index_pending(script("index_pending").contract.decode(PENDING)),
+            analyzer="1",
+            upto=0,
+            seq_upto=0,
+            documents=["1\t1\t2\t0\thi\t1"],
+            removed=[],
+            gone_first=0,
+        ),
+        [1, 2, 0, 1, 0, 1],
+    ),
+    "index_compact": (lambda g: g.index_compact(), [0, 0, 0, 1]),
+    "index_reset": (lambda g: g.index_reset(force=False), [0, 2]),
 }
 
 
@@ -121,7 +131,7 @@ def test_a_header_names_exactly_what_the_body_uses(name: str) -> None:
     code = script(name)  # loading parses the header and refuses numbered KEYS/ARGV
     body = (lua_dir() / f"{name}.lua").read_text().partition("\n")[2]
     header = "\n".join(line for line in body.splitlines() if line.startswith("--"))
-    assert "Returns:" in header, f"{name}.lua must say what it returns"
+    assert "-- REPLY:" in header, f"{name}.lua must say what it returns"
     code_lines = "\n".join(line for line in body.splitlines() if not line.startswith("--"))
     contract = code.contract
     used_keys = set(re.findall(r"\bk_(\w+)", code_lines))
@@ -176,7 +186,7 @@ def test_a_script_carries_only_the_helpers_it_uses_and_theirs() -> None:
     append = script("append").source
     for name, helper in helpers().items():
         assert (helper.text in append) == (
-            name in {"args", "batch", "clock", "dedupe", "envelope", "meta"}
+            name in {"args", "batch", "clock", "deltas", "dedupe", "envelope", "meta"}
         ), name
     # The Functions library holds each helper file once, whatever the scripts share.
     for helper in helpers().values():
@@ -196,7 +206,9 @@ def test_a_script_may_call_only_the_helpers_it_declares(
     body: str, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "lib").symlink_to(lua_dir() / "lib")
-    (tmp_path / "probe.lua").write_text(f"#!lua\n-- KEYS: meta\n-- ARGV: (none)\n{body}")
+    (tmp_path / "probe.lua").write_text(
+        f"#!lua\n-- KEYS: meta\n-- ARGV: (none)\n-- REPLY: n\n{body}"
+    )
     monkeypatch.setattr(scripts_module, "lua_dir", lambda: tmp_path)
     with pytest.raises(ValueError, match=problem):
         scripts_module.script.__wrapped__("probe")
@@ -204,19 +216,23 @@ def test_a_script_may_call_only_the_helpers_it_declares(
 
 def test_a_local_of_the_same_name_is_not_a_call() -> None:
     every = helpers()
-    scripts_module._check_calls("x", "local archive = 1\nreturn archive\n", (), every)
-    with pytest.raises(ValueError, match="archive"):
-        scripts_module._check_calls("x", "return archive(K, {}, {}, 0)\n", (), every)
+    scripts_module._check_calls("x", "local archive_push = 1\nreturn archive_push\n", (), every)
+    with pytest.raises(ValueError, match="archive_push"):
+        scripts_module._check_calls("x", "return archive_push(K, {}, 0)\n", (), every)
 
 
 @pytest.mark.parametrize(
     ("header", "problem"),
     [
-        ("-- KEYS: meta msgs\n-- ARGV: a\n", "order"),
-        ("-- KEYS: msgs bogus\n-- ARGV: a\n", "unknown keys"),
-        ("-- KEYS: msgs\n", "needs"),
-        ("-- KEYS: msgs\n-- ARGV: Bad\n", "lowercase"),
-        ("-- KEYS: msgs\n-- ARGV: a a\n", "twice"),
+        ("-- KEYS: meta msgs\n-- ARGV: a\n-- REPLY: n\n", "order"),
+        ("-- KEYS: msgs bogus\n-- ARGV: a\n-- REPLY: n\n", "unknown keys"),
+        ("-- KEYS: msgs\n-- REPLY: n\n", "needs"),
+        ("-- KEYS: msgs\n-- ARGV: a\n", "needs"),
+        ("-- KEYS: msgs\n-- ARGV: Bad\n-- REPLY: n\n", "lowercase"),
+        ("-- KEYS: msgs\n-- ARGV: a a\n-- REPLY: n\n", "twice"),
+        ("-- KEYS: msgs\n-- ARGV: a\n-- REPLY: {x... y}\n", "only the last"),
+        ("-- KEYS: msgs\n-- ARGV: a\n-- REPLY: {x x}\n", "twice"),
+        ("-- KEYS: msgs\n-- ARGV: a\n-- REPLY: {X}\n", "is not name"),
     ],
 )
 def test_bad_headers_are_refused(header: str, problem: str) -> None:
@@ -238,3 +254,24 @@ def test_a_call_that_disagrees_with_its_header_is_refused_before_redis() -> None
         contract.argv_for({"ttl_ms": 0, "archive_max": 0, "keep_messages": 1, "max_token": 1})
     with pytest.raises(ScriptError, match="keys sent"):
         contract.check_keys(["only-one"])
+
+
+def test_a_reply_is_read_by_the_names_its_header_gives() -> None:
+    contract = script("context").contract
+    reply = [3, b"42", b"9:k", 1, b"p", 1, b"name", b"2\tAda", 0, 1, b"1.5", b"e", 0, 2, b"a", b"b"]
+    fields = contract.decode(reply)
+    assert fields["unindexed"] == 3
+    assert fields["pinned"] == [b"p"]
+    assert fields["facts"] == [(b"name", b"2\tAda")]
+    assert fields["recall"] == [(b"1.5", b"e")]
+    assert fields["window"] == [b"a", b"b"]
+    assert script("expire").contract.decode(5) == {"existing": 5}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [[3, b"42", b"9:k", 2, b"p"], [3, b"42", b"9:k", 0, 0, 0, 0, 0, 0, b"extra"], b"scalar"],
+)
+def test_a_reply_of_another_shape_is_a_script_error(reply: Any) -> None:
+    with pytest.raises(ScriptError, match="context"):
+        script("context").contract.decode(reply)

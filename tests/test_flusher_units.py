@@ -92,18 +92,17 @@ async def test_a_flush_commits_exactly_the_plan_with_its_epoch_and_incarnation()
     assert commit.arg("incarnation") == b"42"  # text goes as UTF-8 bytes
     plan = result.plan
     assert plan is not None
-    # After the fixed arguments: the prefix ids, the ids to remove, then each one's index
-    # terms (the archive's index is kept by the same script).
+    # After the fixed arguments: the prefix ids, then the ids to remove (indexed already: the
+    # index is kept off the write path, and the flusher catches it up before it plans).
     n_fixed, n_remove = (
-        len(commit.args) - len(plan.prefix_ids) - 2 * len(plan.remove_ids),
+        len(commit.args) - len(plan.prefix_ids) - len(plan.remove_ids),
         len(plan.remove_ids),
     )
     ids_to_remove = commit.args[
         n_fixed + len(plan.prefix_ids) : n_fixed + len(plan.prefix_ids) + n_remove
     ]
     assert ids_to_remove == plan.remove_ids
-    terms = commit.args[len(commit.args) - n_remove :]
-    assert all(isinstance(t, bytes) and b"order" in t for t in terms)
+    assert transport.named("index_pending")
     body = commit.message("summary_body")
     assert body.covered_ids == list(plan.summarize_ids)
     assert transport.named("lock_release")
@@ -314,7 +313,6 @@ async def test_a_read_only_gateway_cannot_flush_or_lock() -> None:
             plan=FlushPlan(),
             summary_body=b"",
             summary_tokens=0,
-            terms=[],
         )
     assert transport.calls == []
 

@@ -162,10 +162,12 @@ def test_layout() -> None:
         "compozy:p:memory:{user:1}:summaries",
         "compozy:p:memory:{user:1}:dedupe",
         "compozy:p:memory:{user:1}:recalled",
-        "compozy:p:memory:{user:1}:ix:post",
-        "compozy:p:memory:{user:1}:ix:docs",
+        "compozy:p:memory:{user:1}:ix:p",
+        "compozy:p:memory:{user:1}:ix:d",
+        "compozy:p:memory:{user:1}:ix:gone",
         "compozy:p:memory:{user:1}:facts",
         "compozy:p:memory:{user:1}:factord",
+        "compozy:p:memory:{user:1}:respins",
     )
 
 

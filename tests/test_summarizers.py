@@ -350,6 +350,66 @@ async def test_a_short_answer_keeps_its_question_and_a_tool_result_its_tool() ->
     assert "lookup_order result: Order 9: UPS." in text
 
 
+def dated(
+    day: str, *turns: tuple[str, str], start: int = 1, ts: int | None = None
+) -> list[Message]:
+    return [
+        Message(role="user", name=n, content=t, id=start + i, ts=ts, metadata={"date": day})
+        for i, (n, t) in enumerate(turns)
+    ]
+
+
+async def test_every_day_of_the_summary_is_marked_from_the_day_it_was_said() -> None:
+    # Replayed a year later: ts is the day of the append, metadata.date the day it was said.
+    replayed = 1_732_000_000_000
+    messages = [
+        *dated("2023-05-08", ("Ana", "I signed the lease on a flat in Leith."), ts=replayed),
+        *dated("2023-05-08", ("Ben", "My cousin Teo moved to Porto."), start=2, ts=replayed),
+        *dated("2023-06-02", ("Ana", "Our cat Tofu had three kittens."), start=3, ts=replayed),
+    ]
+    text = (await ExtractiveSummarizer(COUNTER).summarize(messages, max_tokens=500)).text
+    assert text.splitlines()[1:] == [
+        "[2023-05-08] Ana: I signed the lease on a flat in Leith.",
+        "Ben: My cousin Teo moved to Porto.",
+        "[2023-06-02] Ana: Our cat Tofu had three kittens.",
+    ]
+    # Without a date of its own, a message is dated by its append.
+    plain = [Message(role="user", name="Ana", content="Order 1042 shipped to Leith.", id=1, ts=0)]
+    text = (await ExtractiveSummarizer(COUNTER).summarize(plain, max_tokens=500)).text
+    assert "[1970-01-01] Ana: Order 1042 shipped to Leith." in text
+
+
+async def test_a_sentence_said_again_counts_once_at_its_newest() -> None:
+    boilerplate = "The gym was empty at 6am on Monday, it felt like a secret club."
+    messages = chat(
+        1,
+        ("Ana", f"{boilerplate} I booked the Birch room for the launch."),
+        ("Ben", f"Our flight to Oaxaca leaves at 7:15. {boilerplate}"),
+        ("Ana", boilerplate),
+    )
+    text = (await ExtractiveSummarizer(COUNTER).summarize(messages, max_tokens=500)).text
+    assert text.count("secret club") == 1
+    assert "Ana: The gym was empty" in text.splitlines()[-1]
+    assert "I booked the Birch room" in text
+    assert "Our flight to Oaxaca leaves at 7:15." in text
+
+
+async def test_a_folded_answer_keeps_its_question_and_its_worth() -> None:
+    summarizer = ExtractiveSummarizer(COUNTER)
+    first = await summarizer.summarize(
+        chat(1, ("Ana", "Where did you go on holiday in the end?"), ("Ben", "Cusco!")),
+        max_tokens=500,
+    )
+    line = "Ben: Cusco! (re: Where did you go on holiday in the end?)"
+    assert line in first.text
+    # Chatter that outscores the bare line "Cusco! (re: ...)" but not an answer to a question.
+    chatter = chat(3, *((NAMES[i % 10], f"Took the dog out {i + 2} times.") for i in range(12)))
+    folded = await summarizer.summarize(
+        [summary_of(first.text, range(1, 3)), *chatter], max_tokens=40
+    )
+    assert line in folded.text
+
+
 async def test_extractive_never_exceeds_its_budget_on_long_conversations() -> None:
     from benchmarks.recall_data import generate
     from compozy_memory._model.tokens import default_counter

@@ -1,9 +1,12 @@
-"""The extractive summarizer: the sentences that carry facts, each with its speaker, in order.
+"""The extractive summarizer: the sentences that carry facts, each with who said it and when.
 
-Phatic turns and near-duplicates (the older of two statements sharing most terms) are
-dropped; the rest is ranked by :func:`~compozy_memory._flush.salience.score` for its length
-and taken while it fits the budget, then written in conversation order, a line per message
-part with its speaker, and its date where the day changes.
+Phatic turns, near-duplicates (the older of two statements sharing most terms) and sentences
+said again later (all but the newest occurrence) are dropped; the rest is ranked by
+:func:`~compozy_memory._flush.salience.score` for its length and taken while it fits the
+budget, then written in conversation order, a line per message part with its speaker, and a
+date mark wherever the day changes (the day it was said: ``metadata.date``, else ``ts``), so
+"when did ..." keeps an answer. A short answer carries its question along, through every
+later fold too.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ from compozy_memory._flush.material import (
 from compozy_memory._flush.salience import (
     content_terms,
     is_phatic,
-    is_relative,
     near_duplicates,
     score,
     split_sentences,
@@ -60,22 +62,18 @@ class _Unit:
     score: float = 0.0
 
     @property
-    def dated(self) -> bool:
-        """Whether the line needs its date to be understood (it says when, relatively)."""
-        return self.day is not None and is_relative(self.text)
-
-    @property
     def body(self) -> str:
         return f"{self.text} (re: {self.question})" if self.question else self.text
 
 
 class ExtractiveSummarizer:
-    """The sentences that carry facts, each attributed to its speaker, in order.
+    """The sentences that carry facts, each attributed to its speaker and dated, in order.
 
-    Phatic turns and near-duplicates (the older of two statements sharing most terms) are
-    dropped; the rest is ranked by :func:`salience.score` for its length and taken while it
-    fits ``max_tokens``, then written in conversation order, a line per message part with
-    its speaker, and its date where the day changes."""
+    Phatic turns, near-duplicates (the older of two statements sharing most terms) and
+    repeated sentences (all but the newest) are dropped; the rest is ranked by
+    :func:`salience.score` for its length and taken while it fits ``max_tokens``, then written
+    in conversation order, a line per message part with its speaker, and a date mark where
+    the day changes."""
 
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
@@ -111,14 +109,14 @@ class ExtractiveSummarizer:
         for unit in ranked:
             if budget - used < 4 or misses > 64:
                 break
-            extra = _DAY_MARK_TOKENS if unit.dated and unit.day not in days else 0
+            extra = _DAY_MARK_TOKENS if unit.day is not None and unit.day not in days else 0
             spend = cost(unit) + extra
             if used + spend > budget:
                 misses += 1
                 continue
             chosen.append(unit)
             used += spend
-            if unit.dated and unit.day:
+            if unit.day:
                 days.add(unit.day)
         return sorted(chosen, key=lambda u: u.order)
 
@@ -145,10 +143,14 @@ async def _units(messages: Sequence[Message]) -> list[_Unit]:
         if is_summary(message):
             for line in summary_lines(message):
                 group += 1
-                terms = content_terms(line.text)
-                units.append(
-                    _Unit(len(units), group, line.speaker, line.text, line.day, terms, folded=True)
-                )
+                # A kept answer keeps its question, and so its worth, through every fold.
+                text, asking = line.text, ""
+                if (found := _REPLY.fullmatch(text)) is not None:
+                    text, asking = found.group(1), found.group(2)
+                terms = content_terms(text) | (content_terms(asking) if asking else set())
+                unit = _Unit(len(units), group, line.speaker, text, line.day, frozenset(terms))
+                unit.folded, unit.question = True, asking
+                units.append(unit)
             asked = None
             continue
         day = message_date(message)
@@ -182,6 +184,7 @@ async def _units(messages: Sequence[Message]) -> list[_Unit]:
                 last = sentence
                 if part.kind == "text" and last.endswith("?") and _WH.search(last):
                     asked = (part.speaker, last)
+    units = _newest_sentences(units)
     # Terms that occur once in the batch make a sentence specific rather than chatter.
     frequency: dict[str, int] = {}
     for unit in units:
@@ -201,6 +204,31 @@ async def _units(messages: Sequence[Message]) -> list[_Unit]:
     return kept
 
 
+def _newest_sentences(units: list[_Unit]) -> list[_Unit]:
+    """The units with every sentence that is said again later in the batch taken out (and a
+    unit left empty dropped): a repeated sentence (boilerplate, a catchphrase, a restated
+    plan) is worth its newest occurrence only."""
+    pieces = [[u.text] if u.tool_output else split_sentences(u.text) for u in units]
+    last: dict[str, int] = {}
+    for i, sentences in enumerate(pieces):
+        for sentence in sentences:
+            last[" ".join(sentence.casefold().split())] = i
+    kept: list[_Unit] = []
+    for i, (unit, sentences) in enumerate(zip(units, pieces, strict=True)):
+        fresh = [s for s in sentences if last[" ".join(s.casefold().split())] == i]
+        if not fresh:
+            continue
+        if len(fresh) < len(sentences):
+            unit.text = " ".join(fresh)
+            unit.terms = content_terms(unit.text) | (
+                content_terms(unit.question) if unit.question else frozenset()
+            )
+        kept.append(unit)
+    return kept
+
+
+# A summary line that is a short answer with its question (see ``_Unit.body``).
+_REPLY = re.compile(r"(.+?) \(re: (.+)\)")
 # A question that wants a specific answer.
 _WH = re.compile(r"\b(?:what|which|who|whom|whose|where|when|how|why|remind me)\b", re.I)
 # A short message part is kept whole: its sentences lean on each other ("We adopted a dog!
@@ -236,9 +264,10 @@ def _render(header: str, chosen: list[_Unit]) -> str:
         if same_line:
             rows[-1] += f" {unit.body}"
         else:
-            # A date only where the line needs one to be read ("last weekend", "on Monday");
-            # a fold reads a mark as the day of the lines after it, until the next mark.
-            with_day = unit.dated and unit.day is not None and unit.day != marked
+            # Who, what and when: a date mark wherever the day changes, so "when did ..." has
+            # an answer and "last weekend" a reference; a fold reads a mark as the day of the
+            # lines after it, until the next mark.
+            with_day = unit.day is not None and unit.day != marked
             rows.append(render_line(Line(unit.speaker, unit.body, unit.day), with_day))
             if with_day:
                 marked = unit.day

@@ -23,13 +23,14 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import cast
 
+from compozy_memory._flush.coverage import summary_coverage
 from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._flush.lock import FencedLock, Lease
 from compozy_memory._flush.planner import plan_flush
 from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._flush.summarizers import Summarizer, fit_text
 from compozy_memory._metrics import MemoryMetrics, default_metrics
-from compozy_memory._model.messages import Message, encode_body, id_ranges
+from compozy_memory._model.messages import Message, encode_body
 from compozy_memory._model.results import (
     AppendResult,
     FlushCommit,
@@ -39,11 +40,12 @@ from compozy_memory._model.results import (
     Summary,
 )
 from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, count_message
-from compozy_memory._search.analysis import message_index_terms
+from compozy_memory._store.indexer import Indexer
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory.errors import (
     CompozyMemoryError,
     ConflictError,
+    IndexLagError,
     LockLostError,
     ReadOnlyMemoryError,
     ReplicationError,
@@ -72,6 +74,7 @@ class Flusher:
         metrics: MemoryMetrics | None = None,
         name: str = "memory",
         background: bool = True,
+        indexer: Indexer | None = None,
         on_commit: Callable[[FlushCommit, int], None] | None = None,
     ) -> None:
         if gateway.read_only:
@@ -85,6 +88,11 @@ class Flusher:
         self.metrics = metrics or default_metrics()
         self.name = name
         self.lock = FencedLock(gateway, lock_ttl, metrics=self.metrics, name=name)
+        #: What is archived must be indexed first: the flusher catches the index up before
+        #: it plans (the handle's own indexer, when the manager attaches one).
+        self.indexer = indexer or Indexer(
+            gateway, metrics=self.metrics, name=name, background=False
+        )
         self.debounce = debounce.total_seconds()
         self.max_conflicts = max_conflicts
         self.max_rounds = max_rounds
@@ -202,6 +210,7 @@ class Flusher:
 
     async def _round(self, lease: Lease) -> FlushResult:
         for _ in range(self.max_conflicts):
+            await self.indexer.catch_up()
             snapshot = await self.gateway.snapshot(self.settings.snapshot_limit)
             plan = plan_flush(snapshot, self.settings)
             if plan.empty:
@@ -212,9 +221,6 @@ class Flusher:
             # Bytes, like every envelope: UTF-8 whatever encoding the client is set up with.
             body = encode_body(message) if message is not None else b""
             tokens = count_message(message, self.counter) if message is not None else 0
-            # What leaves the context is indexed in the archive, so it can be searched.
-            by_id = {m.id: m for m in snapshot.messages}
-            terms = [message_index_terms(by_id[i]) for i in plan.remove_ids]
             lease.committing = True
             try:
                 commit = await self.gateway.flush_commit(
@@ -223,7 +229,6 @@ class Flusher:
                     plan=plan,
                     summary_body=body,
                     summary_tokens=tokens,
-                    terms=terms,
                 )
             except LockLostError:
                 lease.lost = True  # the script saw a newer epoch: another holder took over
@@ -238,8 +243,10 @@ class Flusher:
                     extra=self._log,
                 )
                 commit = cast(FlushCommit, exc.result)
-            except ConflictError:
+            except ConflictError as exc:
                 lease.committing = False
+                if isinstance(exc, IndexLagError):
+                    await self.indexer.catch_up()
                 # The memory changed under the plan: plan again, if the lease is still ours.
                 if not await lease.refresh():
                     raise LockLostError(
@@ -275,7 +282,7 @@ class Flusher:
         replaced = sum(m.tokens or 0 for m in [*covered, *folded])
         limit = max(1, min(self.settings.summary_tokens, replaced) - MESSAGE_OVERHEAD_TOKENS)
         summary = await self._summarize([*folded, *covered], limit)
-        return summary, _summary_message(summary, folded, plan)
+        return summary, _summary_message(summary, folded, *summary_coverage(snapshot, plan, folded))
 
     async def _summarize(self, messages: list[Message], limit: int) -> Summary:
         """The summarizer's output within its deadline, fitted to ``limit`` tokens; the
@@ -330,13 +337,16 @@ class Flusher:
 _FLUSH_TYPES = {"summarised": "summary", "evicted": "eviction"}
 
 
-def _summary_message(summary: Summary, folded: list[Message], plan: FlushPlan) -> Message:
-    covers = id_ranges([*(r for s in folded for r in s.covers or ()), *plan.summarize_ids])
+def _summary_message(
+    summary: Summary, folded: list[Message], covers: list[tuple[int, int]], exact: int | None
+) -> Message:
     metadata: dict[str, object] = {"method": summary.method}
     if summary.fallback:
         metadata["fallback"] = summary.fallback
     if folded:
         metadata["folded"] = [s.id for s in folded if s.id is not None]
+    if exact is not None:
+        metadata["covered"] = exact  # the ranges were merged to stay bounded
     return Message.model_validate(
         {
             "role": "system",

@@ -11,11 +11,17 @@ Exclusion holds only while the lease lasts. A holder that is paused past its lea
 pause, SIGSTOP, a slow network) may still try to commit; the commit script refuses any epoch
 but the newest, and any incarnation but the current one, so its work is dropped instead of
 overwriting a newer holder's, or landing in a conversation that started after it expired.
+
+Fencing holds across a failover only if the epoch does: with ``persistence.wait`` the
+acquisition is waited like any write (WAIT or WAITAOF), and one that the replicas did not
+acknowledge hands out no lease. Its lock is released again and ReplicationError raised, so
+a replica promoted without that epoch cannot give the same epoch to a second holder.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -27,7 +33,8 @@ from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_expo
 
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory.errors import BackendError, LockBusyError, LockLostError
+from compozy_memory._wire.replies import text
+from compozy_memory.errors import BackendError, LockBusyError, LockLostError, ReplicationError
 
 __all__ = ["FencedLock", "Lease"]
 
@@ -52,9 +59,29 @@ class FencedLock:
         self.name = name
 
     async def try_acquire(self) -> Lease | None:
-        """A lease if the lock was free, else None (flushers skip: someone else is on it)."""
+        """A lease if the lock was free, else None (flushers skip: someone else is on it).
+
+        With a WaitPolicy, an acquisition the replicas did not acknowledge in time is
+        released and raises ReplicationError: its epoch might not survive a failover."""
         token = secrets.token_hex(16)
-        epoch, incarnation = await self.gateway.lock_acquire(token, self.ttl_ms)
+        try:
+            epoch, incarnation = await self.gateway.lock_acquire(token, self.ttl_ms)
+        except ReplicationError as exc:
+            epoch, incarnation = _acquired(exc.result)
+            if not epoch:
+                return None  # taken by another holder: nothing of ours to wait for
+            with contextlib.suppress(BackendError):  # else the lease ends by itself
+                await self.gateway.lock_release(token)
+            raise ReplicationError(
+                f"the flush lock (epoch {epoch}) was taken on the primary but only "
+                f"{exc.acknowledged} of {exc.required} replicas acknowledged it in time: it was "
+                "given back and no lease is handed out, for a replica promoted without that "
+                "epoch could give it to another holder",
+                key=self.gateway.name,
+                required=exc.required,
+                acknowledged=exc.acknowledged,
+                reply=(epoch, incarnation),
+            ) from exc
         if self.metrics is not None:
             counter = self.metrics.lock_acquire if epoch else self.metrics.lock_contention
             counter.labels(memory=self.name).inc()
@@ -141,6 +168,13 @@ class Lease:
                 if not self.committing:
                     task.cancel()
                 return
+
+
+def _acquired(reply: object) -> tuple[int, str]:
+    """``lua/lock_acquire.lua``'s raw reply, as carried by a ReplicationError."""
+    if isinstance(reply, (list, tuple)) and len(reply) >= 2:
+        return int(reply[0]), text(reply[1])
+    return 0, ""
 
 
 def _cancelling_us() -> bool:

@@ -109,15 +109,17 @@ def speaker_of(message: Message) -> str:
 
 
 def message_date(message: Message) -> str | None:
-    """The message's day (ISO), from ``ts`` (milliseconds, UTC) or an ISO ``metadata.date``."""
-    if message.ts is not None:
-        return datetime.fromtimestamp(message.ts / 1000, UTC).date().isoformat()
+    """The message's day (ISO): its ISO ``metadata.date`` when it has one (the day it was
+    said, for a conversation imported or replayed later), else its ``ts`` (milliseconds,
+    UTC: when it was appended)."""
     raw = (message.metadata or {}).get("date")
     if isinstance(raw, str):
         try:
             return date.fromisoformat(raw[:10]).isoformat()
         except ValueError:
-            return None
+            pass
+    if message.ts is not None:
+        return datetime.fromtimestamp(message.ts / 1000, UTC).date().isoformat()
     return None
 
 

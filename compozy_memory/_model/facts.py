@@ -7,6 +7,11 @@ number. ``context()`` shows them as one system message right after the pinned me
     - name: Ada
     - goal: refund order 1042
 
+A fact is one line, whatever its value holds: line breaks and other control characters in a
+value are shown escaped (``\\n``, ``\\r``, ``\\x1b``, ``\\u2028``), so a value such as
+``"Ada\\n- role: administrator"`` cannot add a line of its own to a priority-0 message. Keys
+may hold no control character at all.
+
 Each fact's line is counted with the memory's counter when it is set and the count is stored
 beside the value, so ``lua/context.lua`` can fit the facts into the budget atomically with the
 other layers, dropping the least recently set first.
@@ -14,6 +19,7 @@ other layers, dropping the least recently set first.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from compozy_memory._model.limits import MAX_FACT_KEY, MAX_FACT_VALUE
@@ -34,8 +40,19 @@ __all__ = [
 FACTS_HEADING = "Known facts:"
 
 
+# Every character that breaks a line or steers a terminal: the C0 and C1 controls, DEL, and
+# Unicode's line and paragraph separators (str.splitlines() breaks on all of these).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(text: str) -> str:
+    return _CONTROL.sub(lambda m: _NAMED.get(m[0]) or ascii(m[0])[1:-1], text)
+
+
 def fact_line(key: str, value: str) -> str:
-    return f"- {key}: {value}"
+    """A fact's line: its key and value with every control character escaped."""
+    return f"- {_escaped(key)}: {_escaped(value)}"
 
 
 def check_fact(key: object, value: object, *, where: str | None = None) -> tuple[bytes, bytes]:
@@ -50,9 +67,11 @@ def check_fact(key: object, value: object, *, where: str | None = None) -> tuple
         raise InvalidMessageError(
             f"fact {key!r:.80} is not valid UTF-8 text (lone surrogate)", key=where
         ) from None
-    if len(raw_key) > MAX_FACT_KEY or "\n" in key:
+    if len(raw_key) > MAX_FACT_KEY or _CONTROL.search(key):
         raise UsageError(
-            f"a fact key is one line of at most {MAX_FACT_KEY} bytes, got {key!r:.80}", key=where
+            f"a fact key is one line of at most {MAX_FACT_KEY} bytes without control "
+            f"characters, got {key!r:.80}",
+            key=where,
         )
     if len(raw_value) > MAX_FACT_VALUE:
         raise InvalidMessageError(

@@ -151,12 +151,29 @@ class InstanceKeys:
 
     @property
     def ixpost(self) -> str:
-        """The archive index's postings: one sorted set, members ordered by term then id."""
-        return f"{self.prefix}:ix:post"
+        """The index's postings: a HASH of term -> packed postings (``lua/lib/postings.lua``)."""
+        return f"{self.prefix}:ix:p"
 
     @property
     def ixdocs(self) -> str:
-        """The archive index's documents (``d:<id>``) and document frequencies (``f:<term>``)."""
+        """The index's document records: a HASH of fixed-size record blocks by id
+        (``lua/lib/docs.lua``)."""
+        return f"{self.prefix}:ix:d"
+
+    @property
+    def ixgone(self) -> str:
+        """Envelopes the archive's cap dropped whose terms the indexer has yet to take out of
+        the document frequencies: a LIST."""
+        return f"{self.prefix}:ix:gone"
+
+    @property
+    def legacy_ixpost(self) -> str:
+        """The index postings of data format 1 (a ZSET): deleted when the index is rebuilt."""
+        return f"{self.prefix}:ix:post"
+
+    @property
+    def legacy_ixdocs(self) -> str:
+        """The index documents of data format 1 (a HASH): deleted when the index is rebuilt."""
         return f"{self.prefix}:ix:docs"
 
     @property
@@ -169,6 +186,12 @@ class InstanceKeys:
         """The facts' order: a ZSET of fact keys scored by when each was last set (a counter
         in meta), so the oldest is evicted first and setting a key moves it to the end."""
         return f"{self.prefix}:factord"
+
+    @property
+    def respins(self) -> str:
+        """The stored results this memory's messages pin: a HASH of result key -> pins, so a
+        clear releases exactly what this memory pinned, once."""
+        return f"{self.prefix}:respins"
 
     @property
     def lock(self) -> str:
@@ -186,6 +209,8 @@ class InstanceKeys:
             self.recalled,
             self.ixpost,
             self.ixdocs,
+            self.ixgone,
             self.facts,
             self.factord,
+            self.respins,
         )

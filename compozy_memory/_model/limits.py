@@ -7,24 +7,82 @@ at the top of every script, so a limit the client checks is the limit the server
 from __future__ import annotations
 
 __all__ = [
+    "ARCHIVE_DROP_STEP",
+    "COMPACT_FIELDS",
+    "DATA_FORMAT",
     "DEDUPE_SWEEP",
     "DEDUPE_WINDOW",
+    "INDEX_STEP_DOCS",
+    "INDEX_STEP_POSTINGS",
     "LUA_CONSTANTS",
     "MAX_BATCH",
+    "MAX_CALL_BYTES",
+    "MAX_CONTEXT_MESSAGES",
     "MAX_DEDUPE_KEY",
+    "MAX_DOC_TERMS",
     "MAX_FACTS",
+    "MAX_FACTS_PER_CALL",
     "MAX_FACT_KEY",
     "MAX_FACT_VALUE",
+    "MAX_MESSAGE_BYTES",
     "MAX_MESSAGE_TOKENS",
+    "MAX_PINNED",
     "MAX_PRIORITY",
+    "MAX_QUERY_TERMS",
+    "MAX_READ",
+    "MAX_RECALLED",
+    "MAX_RECALL_IDS",
     "MAX_RESULT_BYTES",
-    "POSTINGS_CAP",
+    "MAX_RESULT_PINS",
+    "MAX_SEARCH_LIMIT",
+    "MAX_SUMMARIES",
+    "MAX_TERM_BYTES",
+    "MOVE_STEP",
+    "POSTINGS_BLOCK",
+    "QUERY_BUDGET",
     "QUERY_POSTINGS",
+    "RESCORE_BLOCKS",
+    "RESCORE_POOL",
     "UNBOUNDED_TOKENS",
 ]
 
+#: The layout of a memory's data this release reads and writes (meta's ``fmt``). Format 2
+#: packs the index (``lua/lib/postings.lua``); a memory of format 1 has its index rebuilt in
+#: bounded steps, one of a newer format is refused (:class:`DataFormatError`).
+DATA_FORMAT = 2
+
+# Every script's work is bounded by the sizes below, checked in Lua (these constants are
+# injected into every script) and in Python before a call is sent: no call holds the server
+# for more than a few milliseconds at the largest input it accepts
+# (benchmarks/bench_server_time.py measures each at its maximum).
+
 #: Messages one append, append_many or replace may carry.
-MAX_BATCH = 10_000
+MAX_BATCH = 1_000
+#: Bytes of one message's JSON body, and of all the bodies of one call. Larger content goes
+#: to the result store (``append(..., offload=True)``).
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_CALL_BYTES = 8 * 1024 * 1024
+#: Messages one step of trim, replace or a flush commit moves to the archive; a longer move
+#: runs as several steps, each safe to interrupt.
+MOVE_STEP = 1_000
+#: Envelopes the archive's cap drops in one call (the rest on later calls).
+ARCHIVE_DROP_STEP = 1_000
+#: Pinned messages (priority 0) one memory holds: they lead every context.
+MAX_PINNED = 100
+#: Summaries one memory holds; a flush folds them into one before more.
+MAX_SUMMARIES = 32
+#: Messages context() and read_window() return (window and backfill together).
+MAX_CONTEXT_MESSAGES = 2_000
+#: Messages recalled into the context at once, and ids one recall call takes.
+MAX_RECALLED = 100
+MAX_RECALL_IDS = 100
+#: Hits one search returns.
+MAX_SEARCH_LIMIT = 100
+#: Stored results one memory's messages pin (``append(..., offload=True)``).
+MAX_RESULT_PINS = 1_000
+#: Messages one read returns; a longer read is paged.
+MAX_READ = 1_000
+
 #: Bytes of a caller's dedupe key.
 MAX_DEDUPE_KEY = 256
 #: Priorities run from 0 (critical, never evicted) to this.
@@ -42,40 +100,71 @@ DEDUPE_WINDOW = 1_000
 #: Keys older than the window are swept when the ids cross a multiple of this.
 DEDUPE_SWEEP = 64
 
-#: The archive index keeps at most this many postings per term, the newest; document
-#: frequencies stay exact.
-POSTINGS_CAP = 2_000
+#: The index: postings per packed block, the distinct terms one document may have, the
+#: documents and postings one indexing step writes, and the fields one compaction step reads.
+POSTINGS_BLOCK = 128
+MAX_DOC_TERMS = 1_024
+INDEX_STEP_DOCS = 256
+INDEX_STEP_POSTINGS = 4_096
+COMPACT_FIELDS = 32
+#: Bytes of one term (longer ones are cut with a hash), and terms in one query.
+MAX_TERM_BYTES = 64
+MAX_QUERY_TERMS = 32
 #: A search reads at most this many postings per query term (the newest), so its cost follows
 #: the query, not the history.
 QUERY_POSTINGS = 1_000
 #: And at most this many postings in all, its rarest terms first. The terms left over (common
 #: ones) are not read: they are scored on the best RESCORE_POOL candidates (4 x the limit when
-#: that is more) from those documents' own terms.
+#: that is more), reading at most RESCORE_BLOCKS of their blocks.
 QUERY_BUDGET = 300
 RESCORE_POOL = 240
+RESCORE_BLOCKS = 64
 
 #: Bytes of a session fact's key and of its value (UTF-8).
 MAX_FACT_KEY = 256
 MAX_FACT_VALUE = 4_096
-#: The most facts a memory's policy may keep (its ``facts_max``; 200 by default).
-MAX_FACTS = 10_000
+#: The most facts a memory's policy may keep (its ``facts_max``; 200 by default), and the
+#: facts one call sets.
+MAX_FACTS = 1_000
+MAX_FACTS_PER_CALL = 100
 
 #: Bytes of one stored result (before compression).
-MAX_RESULT_BYTES = 64 * 1024 * 1024
+MAX_RESULT_BYTES = 8 * 1024 * 1024
 
 LUA_CONSTANTS: dict[str, int] = {
-    "MAX_RESULT_BYTES": MAX_RESULT_BYTES,
-    "MAX_FACT_KEY": MAX_FACT_KEY,
-    "MAX_FACT_VALUE": MAX_FACT_VALUE,
-    "MAX_FACTS": MAX_FACTS,
-    "POSTINGS_CAP": POSTINGS_CAP,
-    "QUERY_POSTINGS": QUERY_POSTINGS,
-    "QUERY_BUDGET": QUERY_BUDGET,
-    "RESCORE_POOL": RESCORE_POOL,
+    "DATA_FORMAT": DATA_FORMAT,
     "MAX_BATCH": MAX_BATCH,
+    "MAX_MESSAGE_BYTES": MAX_MESSAGE_BYTES,
+    "MAX_CALL_BYTES": MAX_CALL_BYTES,
+    "MOVE_STEP": MOVE_STEP,
+    "ARCHIVE_DROP_STEP": ARCHIVE_DROP_STEP,
+    "MAX_PINNED": MAX_PINNED,
+    "MAX_SUMMARIES": MAX_SUMMARIES,
+    "MAX_CONTEXT_MESSAGES": MAX_CONTEXT_MESSAGES,
+    "MAX_RECALLED": MAX_RECALLED,
+    "MAX_RECALL_IDS": MAX_RECALL_IDS,
+    "MAX_SEARCH_LIMIT": MAX_SEARCH_LIMIT,
+    "MAX_RESULT_PINS": MAX_RESULT_PINS,
+    "MAX_READ": MAX_READ,
     "MAX_DEDUPE_KEY": MAX_DEDUPE_KEY,
     "MAX_PRIORITY": MAX_PRIORITY,
     "MAX_MESSAGE_TOKENS": MAX_MESSAGE_TOKENS,
     "DEDUPE_WINDOW": DEDUPE_WINDOW,
     "DEDUPE_SWEEP": DEDUPE_SWEEP,
+    "POSTINGS_BLOCK": POSTINGS_BLOCK,
+    "MAX_DOC_TERMS": MAX_DOC_TERMS,
+    "INDEX_STEP_DOCS": INDEX_STEP_DOCS,
+    "INDEX_STEP_POSTINGS": INDEX_STEP_POSTINGS,
+    "COMPACT_FIELDS": COMPACT_FIELDS,
+    "MAX_TERM_BYTES": MAX_TERM_BYTES,
+    "MAX_QUERY_TERMS": MAX_QUERY_TERMS,
+    "QUERY_POSTINGS": QUERY_POSTINGS,
+    "QUERY_BUDGET": QUERY_BUDGET,
+    "RESCORE_POOL": RESCORE_POOL,
+    "RESCORE_BLOCKS": RESCORE_BLOCKS,
+    "MAX_FACT_KEY": MAX_FACT_KEY,
+    "MAX_FACT_VALUE": MAX_FACT_VALUE,
+    "MAX_FACTS": MAX_FACTS,
+    "MAX_FACTS_PER_CALL": MAX_FACTS_PER_CALL,
+    "MAX_RESULT_BYTES": MAX_RESULT_BYTES,
 }

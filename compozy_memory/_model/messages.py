@@ -4,8 +4,9 @@ A message carries what agents really send: a role, text or a list of content blo
 (Anthropic ``text`` / ``tool_use`` / ``tool_result`` blocks, OpenAI ``tool_calls`` on an
 assistant message and ``tool_call_id`` on a tool message), a content type and priority used
 by eviction, a token count, and the id and timestamp Redis assigned when it was stored. A
-summary lists in ``covers`` the ids of the messages it replaced, as ``[first, last]`` ranges, so
-its size follows the gaps in what it covers, not the number of messages.
+summary lists in ``covers`` the ids of the messages it replaced, as at most 16 ``[first, last]``
+ranges (merged across gaps past that, with the exact count in ``metadata.covered``: see
+``compozy_memory._flush.coverage``), so its size is bounded, whatever it covers.
 
 On the wire the client sends the message as one compact JSON object without ``id``, ``ts``,
 ``tokens`` and ``priority``; the append script validates those four as separate arguments and
@@ -84,14 +85,19 @@ class Message(BaseModel):
 
     @property
     def covered_ids(self) -> list[int]:
-        """Every id this summary covers, ascending."""
+        """Every id in this summary's ranges, ascending (a summary whose ranges were merged to
+        stay bounded spans ids it did not replace too: see ``metadata.covered``)."""
         return [i for first, last in self.covers or () for i in range(first, last + 1)]
 
     @property
     def covered_count(self) -> int:
-        """How many messages this summary covers (1 for any other message)."""
+        """How many messages this summary covers (1 for any other message): the exact count
+        in ``metadata.covered`` when its ranges were merged, else what they span."""
         if not self.covers:
             return 1
+        exact = (self.metadata or {}).get("covered")
+        if isinstance(exact, int) and not isinstance(exact, bool) and exact > 0:
+            return exact
         return sum(last - first + 1 for first, last in self.covers)
 
     @field_validator("content")

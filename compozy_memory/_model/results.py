@@ -15,10 +15,12 @@ from compozy_memory._model.messages import Message
 __all__ = [
     "AppendResult",
     "ContextLayers",
+    "Conversation",
     "FlushCommit",
     "FlushPlan",
     "FlushResult",
     "Hit",
+    "Hits",
     "MemoryHealth",
     "Snapshot",
     "Summary",
@@ -47,6 +49,10 @@ class AppendResult:
     #: The memory's incarnation: it changes when the memory expires and is written again.
     #: Pass it to ``replace(if_last_id=..., if_incarnation=...)``.
     incarnation: str = ""
+    #: The memory's version after the write: it names the content, changing with every write
+    #: (``<last_id>:<mark>``). Pass it to ``replace(if_version=...)`` for a compare-and-set
+    #: that no other write, even one bringing ``last_id`` back to the same number, passes.
+    version: str = ""
 
     @property
     def ids(self) -> range:
@@ -87,6 +93,10 @@ class Snapshot:
     priority_tokens: Mapping[int, int] | None = None
     #: The memory's incarnation when the snapshot was read.
     incarnation: str = ""
+    #: Messages with a smaller id are indexed; only those may move to the archive.
+    ix_next: int = 0
+    #: The memory's version when the snapshot was read (see ``AppendResult.version``).
+    version: str = ""
 
     @property
     def context_tokens(self) -> int:
@@ -114,13 +124,21 @@ class MemoryHealth:
     trimmed: int
     #: Archived messages brought back into context by the recall tools.
     recalled: int
-    #: Archived messages in the search index.
+    #: Messages (live, archived, summaries) in the search index.
     indexed: int
     flush_count: int
     last_flush_ms: int | None
     ttl_ms: int | None
     strategy: str
     max_tokens: int | None
+    #: Messages not searchable yet: the indexer works them off in the background.
+    unindexed: int = 0
+    #: The memory's data format (meta's ``fmt``; 1 before formats were named).
+    data_format: int = 1
+    #: Parts of the memory whose keys are gone while meta says they hold something: evicted
+    #: or deleted. Every script refuses such a memory (:class:`MemoryEvictedError`);
+    #: ``clear()`` repairs it by removing what is left.
+    evicted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,14 +234,25 @@ class FlushResult:
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    """One search result: an archived message, its BM25 score (neighbours included), and the
-    archived messages next to it (the turn before and after), where there are some."""
+    """One search result: a message, its BM25 score (neighbours included), and the messages
+    next to it (the turn before and after), where there are some."""
 
     id: int
     score: float
     message: Message
     before: Message | None = None
     after: Message | None = None
+    #: Where the message is: ``"live"`` (in the conversation), ``"archive"`` (moved out by a
+    #: trim, replace or flush) or ``"summary"`` (a summary the conversation still holds).
+    where: str = "archive"
+
+
+class Hits(list[Hit]):
+    """Search results, best first, and how many messages search could not see yet."""
+
+    #: Messages not indexed yet (appended moments ago, or an index being rebuilt): the
+    #: indexer works them off within seconds; ``0`` when search saw everything.
+    unindexed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,3 +293,15 @@ class Transcript:
     msgs: tuple[str, ...]
     summaries: tuple[str, ...]
     archive: tuple[str, ...]
+    #: The memory's version when it was read (see ``AppendResult.version``).
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """A memory's summaries and live messages, oldest first, from one state of it, and that
+    state's version: what ``replace(if_version=...)`` compares against."""
+
+    summaries: tuple[Message, ...]
+    messages: tuple[Message, ...]
+    version: str

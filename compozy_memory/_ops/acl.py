@@ -54,11 +54,11 @@ READ_COMMANDS = (
     "hmget",
     "hgetall",
     "hexists",
+    "hlen",
+    "exists",
     "zrange",
     "zrevrange",
-    "zrangebylex",
-    "zrevrangebylex",
-    "zlexcount",
+    "zcard",
     "pttl",
     "time",
 )
@@ -73,13 +73,13 @@ WRITE_COMMANDS = (
     "hdel",
     "hkeys",
     "hincrby",
+    "hscan",
     "del",
-    "exists",
+    "unlink",
     "pexpire",
     "persist",
     "zadd",
     "zscore",
-    "zcard",
     "zremrangebyscore",
     "zremrangebyrank",
     "zrem",
@@ -87,11 +87,8 @@ WRITE_COMMANDS = (
     "lpop",
     "set",
     "get",
-    # `purge` empties a big memory in chunks before it unlinks its keys.
+    # `purge` asks each key's type to empty a big one in chunks before it unlinks it.
     "type",
-    "hlen",
-    "hscan",
-    "unlink",
 )
 
 

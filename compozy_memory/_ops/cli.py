@@ -7,7 +7,8 @@ that prints data takes ``--json``: one JSON document with stable keys (``tail --
 object a line). Tables and colour are for a terminal only; piped output is plain columns.
 
 Set-up: ``validate PATH``, ``acl --project ID --user NAME [--read-only]``, ``install``
-(the Functions library, on every primary of a Cluster), ``serve-metrics --port N``.
+(the Functions library, on every primary of a Cluster), ``serve-metrics --port N``,
+``mcp --project ID [--transport stdio|http]`` (read-only MCP tools on one project's memories).
 Memories (``--project/-p`` or ``$COMPOZY_PROJECT``; KEY is the stored key ``ls`` shows, or
 text to encode with ``--text``): ``ls``, ``show``, ``tail [-f]``, ``export``, ``flush``,
 ``clear``, ``purge``. Debugging: ``render-key PATH AGENT --set name=value``. ``demo``: a fleet
@@ -116,6 +117,7 @@ app.command("validate")(setup_cmds.validate)
 app.command("acl")(setup_cmds.acl)
 app.command("install")(setup_cmds.install_library)
 app.command("serve-metrics")(setup_cmds.serve_metrics)
+app.command("mcp")(setup_cmds.mcp)
 app.command("ls")(inspect_cmds.ls)
 app.command("show")(inspect_cmds.show)
 app.command("tail")(inspect_cmds.tail)

@@ -31,6 +31,7 @@ from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.tokens import HeuristicCounter
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._wire.connection import connect
+from compozy_memory._wire.delivery import require_supported
 from compozy_memory._wire.retry import NO_RETRY
 from compozy_memory._wire.translate import RedisClient, backend_errors
 from compozy_memory.errors import (
@@ -41,6 +42,7 @@ from compozy_memory.errors import (
     ConfigFileError,
     ConfigurationError,
     MemoryNotFoundError,
+    UnsupportedServerError,
     UsageError,
 )
 
@@ -149,7 +151,8 @@ def redact(url: str) -> str:
 @asynccontextmanager
 async def open_client(options: Settings) -> AsyncIterator[RedisClient]:
     """A client for the server, checked with a PING so that an unreachable server or a wrong
-    password is reported before any work starts."""
+    password is reported before any work starts, and with INFO server so that one older than
+    Redis 7.0 / Valkey 7.2 is (UnsupportedServerError, exit 1)."""
     where = redact(options.url)
     try:
         client = connect(options.url, cluster=options.cluster)
@@ -159,9 +162,12 @@ async def open_client(options: Settings) -> AsyncIterator[RedisClient]:
         try:
             with backend_errors("connect", where):
                 await client.ping()
+            await require_supported(client, where)  # before any command a server lacks
         except redis_errors.RedisClusterException as exc:
             code = exit_code(exc)
             raise fail(f"cannot reach the Cluster at {where}: {exc}", code) from exc
+        except UnsupportedServerError:
+            raise
         except CompozyMemoryError as exc:
             code = exit_code(exc)
             what = "authentication failed at" if code == EXIT_AUTH else "cannot reach"

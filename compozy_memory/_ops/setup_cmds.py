@@ -205,3 +205,34 @@ def _print_project(project: Project) -> None:
             key = ref.key or f"{project.resources[ref.id].resource.default_key_template} (default)"
             print(f"      {ref.id}: {ref.mode}, key {key}")
     print(f"OK: {len(project.resources)} memories, {len(project.agents)} agents")
+
+
+def mcp(
+    ctx: typer.Context,
+    project: Annotated[
+        str, typer.Option("--project", "-p", envvar="COMPOZY_PROJECT", help="the project")
+    ],
+    transport: Annotated[
+        str, typer.Option(help="stdio (a client starts this process) or http (streamable HTTP)")
+    ] = "stdio",
+    host: Annotated[str, typer.Option(help="the address, for http")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="the port, for http (served at /mcp)")] = 8000,
+) -> None:
+    """Serve one project's memories to MCP clients: search, recall, facts, context (read-only).
+
+    Connect as the project's ACL user (`acl --project P --read-only`, credentials in --url) to
+    confine the server to that project's keys. Needs the `mcp` extra."""
+    if transport not in ("stdio", "http"):
+        raise fail(f"--transport is stdio or http, got {transport!r}", EXIT_USAGE)
+    try:
+        from compozy_memory._ops import mcp_server
+    except ModuleNotFoundError as exc:
+        raise fail(
+            f"the MCP server needs the official MCP SDK: pip install 'compozy-memory[mcp]' ({exc})",
+            EXIT_USAGE,
+        ) from exc
+    asyncio.run(
+        mcp_server.run(
+            settings(ctx), project, "stdio" if transport == "stdio" else "http", host, port
+        )
+    )

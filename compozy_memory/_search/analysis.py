@@ -22,10 +22,13 @@ from typing import Any, NamedTuple, Protocol
 
 import stopwordsiso
 
+from compozy_memory._model.limits import MAX_DOC_TERMS, MAX_TERM_BYTES
 from compozy_memory._model.messages import Message
 
 __all__ = [
     "ANALYZER_VERSION",
+    "KINDS",
+    "MAX_INDEX_TEXT",
     "MAX_TERM_BYTES",
     "STOP_WORDS",
     "MessageTerms",
@@ -33,15 +36,21 @@ __all__ = [
     "analyze_query",
     "cap_term",
     "date_terms",
-    "index_terms",
-    "message_index_terms",
+    "document",
+    "document_terms",
+    "kind_of",
     "message_terms",
     "message_text",
     "stemmer",
 ]
 
 ANALYZER_VERSION = 1
-MAX_TERM_BYTES = 64
+#: Characters of a message's text the index analyses: the start of a huge tool result says
+#: what it is, and the analysis (here) and the indexing step (in Redis) stay bounded.
+MAX_INDEX_TEXT = 32_768
+#: A document's kind in the index (``lua/lib/docs.lua``), by role; summaries are their own.
+KINDS = {"user": 1, "assistant": 2, "system": 3, "tool": 4, "developer": 5, "summary": 6}
+OTHER_KIND = 7
 _HASH_HEX = 8
 
 
@@ -392,7 +401,7 @@ def _message_day_terms(message: Mapping[str, Any]) -> tuple[str, ...]:
     return ()
 
 
-def message_terms(message: Mapping[str, Any]) -> MessageTerms:
+def message_terms(message: Mapping[str, Any], *, limit: int | None = None) -> MessageTerms:
     """Index terms of one archived message: its text, its speaker and its date.
 
     The speaker is the ``name`` field, else the role, so "what did Caroline say about ..."
@@ -400,7 +409,8 @@ def message_terms(message: Mapping[str, Any]) -> MessageTerms:
     ISO ``metadata.date``, so "when ... in May 2023" can match. Returns term frequencies and
     the document length (the number of terms, repeats included).
     """
-    terms = analyze(message_text(message))
+    text = message_text(message)
+    terms = analyze(text if limit is None else text[:limit])
     speaker = message.get("name") or message.get("role")
     if isinstance(speaker, str):
         terms.extend(_speaker_terms(speaker))
@@ -408,15 +418,33 @@ def message_terms(message: Mapping[str, Any]) -> MessageTerms:
     return MessageTerms(Counter(terms), len(terms))
 
 
-def index_terms(message: Mapping[str, Any]) -> str:
-    """The archive index's argument for one message: ``length\\tterm\\ttf\\tterm\\ttf...``.
+def document_terms(message: Message) -> MessageTerms:
+    """What a stored message contributes to the index: :func:`message_terms` of at most
+    ``MAX_INDEX_TEXT`` characters of its text, keeping its ``MAX_DOC_TERMS`` most frequent
+    distinct terms (the earliest first among equals); the length counts every analysed term,
+    up to 65,535."""
+    data = message.model_dump(mode="json", by_alias=True, exclude_none=True)
+    tf, length = message_terms(data, limit=MAX_INDEX_TEXT)
+    if len(tf) > MAX_DOC_TERMS:
+        order = {term: i for i, term in enumerate(tf)}
+        kept = sorted(tf, key=lambda term: (-tf[term], order[term]))[:MAX_DOC_TERMS]
+        tf = Counter({term: tf[term] for term in sorted(kept, key=order.__getitem__)})
+    return MessageTerms(tf, min(length, 65_535))
 
-    Terms never hold whitespace, so a tab separates them; see ``archive()`` in
-    ``lua/lib/index.lua`` for how the scripts store them."""
-    tf, length = message_terms(message)
-    return "\t".join([str(length), *(f"{term}\t{count}" for term, count in tf.items())])
+
+def kind_of(message: Message) -> int:
+    """The message's kind in the index: its role's, or the summary kind."""
+    if message.content_type == "summary":
+        return KINDS["summary"]
+    return KINDS.get(message.role, OTHER_KIND)
 
 
-def message_index_terms(message: Message) -> str:
-    """:func:`index_terms` of a stored message."""
-    return index_terms(message.model_dump(mode="json", by_alias=True, exclude_none=True))
+def document(message: Message, *, seq: int = 0, summary: bool = False) -> str:
+    """The index's argument for one message (``lua/lib/index.lua``):
+    ``id<TAB>kind<TAB>length<TAB>seq<TAB>term<TAB>tf...``. Terms never hold whitespace, so a
+    tab separates them."""
+    assert message.id is not None, "messages read from Redis carry their id"
+    tf, length = document_terms(message)
+    kind = KINDS["summary"] if summary else kind_of(message)
+    head = f"{message.id}\t{kind}\t{length}\t{seq}"
+    return "\t".join([head, *(f"{term}\t{count}" for term, count in tf.items())])

@@ -1,71 +1,104 @@
-"""Trim and replace: read the live messages, then write if they are still the ones read.
+"""Trim and replace: moves to the archive, in bounded steps, each safe to interrupt.
 
-Both move messages to the archive, whose index needs their analysed text, which only the
-client can make; the scripts check that the live messages are still those the client read
-(``COMPOZY_MOVED`` otherwise), and a flush or another trim that moved them in between makes
-the call read and try again.
+A trim is a run of ``lua/trim.lua`` calls, each moving at most ``MOVE_STEP`` of the oldest
+messages that are not pinned, until the limits hold; between two of them the memory is
+consistent (what moved is archived, the totals match), so an interrupted trim has simply
+trimmed less. A message moves only once indexed: a step that reaches one the index has not
+seen stops there, the indexer catches up, and the trim goes on.
+
+A replace swaps the live messages for new ones in one call (``lua/replace.lua``) when they
+are at most ``MOVE_STEP``; a longer conversation first has its oldest messages archived in
+steps (pinned ones too: a replace removes everything), leaving half a step for the final
+swap. If the swap then fails its condition (``if_last_id``, ``if_version``), those steps
+stay done: the messages they moved are in the archive, none is lost.
 """
 
 from __future__ import annotations
 
+from compozy_memory._model.limits import MOVE_STEP
 from compozy_memory._model.results import AppendResult, TrimResult
-from compozy_memory._search.analysis import message_index_terms
-from compozy_memory._store.selection import message_id, to_trim
+from compozy_memory._store.indexer import Indexer
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import ScriptArg
-from compozy_memory.errors import ConcurrentChangeError
+from compozy_memory.errors import (
+    ConcurrentChangeError,
+    ConflictError,
+    IndexLagError,
+    StepRequiredError,
+)
 
-__all__ = ["MOVED_RETRIES", "replace_live", "trim_oldest"]
+__all__ = ["MOVE_RETRIES", "replace_live", "trim_oldest"]
 
-#: Attempts before ConcurrentChangeError reaches the caller.
-MOVED_RETRIES = 5
+#: Times a replace goes back to archiving or indexing before ConcurrentChangeError (writers
+#: kept adding live messages faster than it could move them).
+MOVE_RETRIES = 8
 
 
 async def trim_oldest(
-    gateway: MemoryGateway, keep_messages: int | None, max_tokens: int | None
+    gateway: MemoryGateway,
+    indexer: Indexer,
+    keep_messages: int | None,
+    max_tokens: int | None,
+    *,
+    everything: bool = False,
 ) -> TrimResult:
-    """Archive the oldest messages that are not pinned until the limits hold."""
-    for _ in range(MOVED_RETRIES):
-        live = await gateway.read_range(0, -1)
-        chosen = to_trim(live, keep_messages, max_tokens)
-        if not chosen:
-            return TrimResult(0, 0, sum(m.tokens or 0 for m in live), len(live))
-        last = message_id(chosen[-1])
-        prefix = [message_id(m) for m in live if message_id(m) <= last]
-        try:
-            return await gateway.trim(
-                prefix, [message_id(m) for m in chosen], [message_index_terms(m) for m in chosen]
-            )
-        except ConcurrentChangeError:
-            continue
-    raise ConcurrentChangeError(
-        f"trim: the messages kept changing through {MOVED_RETRIES} attempts", key=gateway.name
-    )
+    """Archive the oldest messages until the limits hold (pinned ones too if
+    ``everything``), a bounded step at a time."""
+    moved = moved_tokens = 0
+    stalled = 0
+    while True:
+        step = await gateway.trim_step(keep_messages, max_tokens, everything=everything)
+        moved += step.moved
+        moved_tokens += step.moved_tokens
+        if step.status == 0 or (step.status == 1 and step.moved == 0):
+            return TrimResult(moved, moved_tokens, step.total_tokens, step.total_count)
+        if step.status == 2:
+            progress = await indexer.catch_up()
+            stalled = stalled + 1 if progress.indexed == 0 else 0
+            if stalled >= MOVE_RETRIES:
+                raise ConcurrentChangeError(
+                    f"trim: the messages to move stayed unindexed through {MOVE_RETRIES} catch-ups",
+                    key=gateway.name,
+                )
 
 
 async def replace_live(
     gateway: MemoryGateway,
+    indexer: Indexer,
     messages: list[ScriptArg],
     *,
     if_last_id: int | None,
     if_incarnation: str,
+    if_version: str | None,
     token: str,
 ) -> AppendResult:
     """Swap the live messages for ``messages`` (encoded triples), archiving the old ones."""
-    for _ in range(MOVED_RETRIES):
-        live = await gateway.read_range(0, -1)
+    for _ in range(MOVE_RETRIES):
         try:
             return await gateway.replace(
                 messages,
-                old_ids=[message_id(m) for m in live],
-                old_terms=[message_index_terms(m) for m in live],
                 if_last_id=if_last_id,
                 if_incarnation=if_incarnation,
+                if_version=if_version,
                 dedupe_key=token,
             )
-        except ConcurrentChangeError:
-            continue
+        except StepRequiredError:
+            # Archive the oldest first, but not for a swap whose condition already fails.
+            await gateway.read_range(0, 0)
+            if if_version and gateway.version != if_version:
+                raise ConflictError(
+                    f"the memory was written since version {if_version} was read",
+                    key=gateway.name,
+                ) from None
+            if if_incarnation and gateway.incarnation != if_incarnation:
+                raise ConflictError(
+                    "the memory expired and was written again since it was read",
+                    key=gateway.name,
+                ) from None
+            await trim_oldest(gateway, indexer, MOVE_STEP // 2, None, everything=True)
+        except IndexLagError:
+            await indexer.catch_up()
     raise ConcurrentChangeError(
-        f"replace: the messages kept changing through {MOVED_RETRIES} attempts",
+        f"replace: the live messages kept growing or changing through {MOVE_RETRIES} attempts",
         key=gateway.name,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from compozy_memory._model.facts import check_fact, header_tokens, line_tokens
-from compozy_memory._model.limits import MAX_FACTS
+from compozy_memory._model.limits import MAX_FACTS_PER_CALL
 from compozy_memory._store.handle import Handle
 from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory.errors import InvalidMessageError, ReadOnlyMemoryError, UsageError
@@ -48,8 +48,8 @@ class Facts:
         pairs.update(more)
         if not pairs:
             raise UsageError("facts.set needs at least one fact", key=memory.key)
-        if len(pairs) > MAX_FACTS:
-            raise UsageError(f"at most {MAX_FACTS} facts go in one call", key=memory.key)
+        if len(pairs) > MAX_FACTS_PER_CALL:
+            raise UsageError(f"at most {MAX_FACTS_PER_CALL} facts go in one call", key=memory.key)
         args: list[ScriptArg] = []
         for k, v in pairs.items():
             raw_key, raw_value = check_fact(k, v, where=memory.key)

@@ -10,10 +10,12 @@ from typing import Any, Literal, Protocol
 from compozy_memory import _telemetry
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.limits import MOVE_STEP
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     AppendResult,
+    Conversation,
     FlushResult,
     MemoryHealth,
     Snapshot,
@@ -28,6 +30,7 @@ from compozy_memory._store.encoding import (
     ttl_millis,
 )
 from compozy_memory._store.facts import Facts
+from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.offload import clear_releasing_pins, offloaded
 from compozy_memory._store.reads import ContextReads
 from compozy_memory._store.results_store import Namespace, ResultStore
@@ -37,12 +40,16 @@ from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory._wire.transport import Transport
 from compozy_memory.errors import (
+    ConcurrentChangeError,
     ConfigurationError,
     InvalidMessageError,
     UsageError,
 )
 
-__all__ = ["Facts", "FlushHook", "IndexHook", "MemoryInstance", "MessageInput"]
+__all__ = ["Facts", "FlushHook", "IndexHook", "Indexer", "MemoryInstance", "MessageInput"]
+
+#: Times a paged read starts again because a write changed the memory between its pages.
+_READ_ATTEMPTS = 5
 
 _log = logging.getLogger("compozy_memory")
 
@@ -123,6 +130,9 @@ class MemoryInstance(ContextReads):
             memory=memory_id,
             metrics=transport.metrics,
         )
+        #: Keeps the search index caught up, in the background after this handle's writes
+        #: (``await memory.indexer.catch_up()`` to wait for it).
+        self.indexer = Indexer(self.gateway, metrics=transport.metrics, name=memory_id)
         #: Session facts (the kernel layer of :meth:`context`): ``await memory.facts.set(...)``.
         self.facts = Facts(self)
         #: Where ``append(..., offload=True)`` stores large results, and the recall tools
@@ -195,6 +205,7 @@ class MemoryInstance(ContextReads):
         if not args:
             raise InvalidMessageError("append_many needs at least one message", key=self.key)
         result = await self.gateway.append(args, token)
+        self.indexer.notice()
         if self._flusher is not None:
             self._flusher.notice(result)
         if self._index is not None:
@@ -208,15 +219,23 @@ class MemoryInstance(ContextReads):
         *,
         if_last_id: int | None = None,
         if_incarnation: str | None = None,
+        if_version: str | None = None,
         dedupe_key: str | None = None,
     ) -> AppendResult:
         """Swap the conversation for ``messages``; the old ones go to the archive.
 
-        With ``if_last_id`` the swap happens only if no message was appended since the caller
-        saw that id, in the same incarnation of the memory: ``if_incarnation`` (from an
-        :class:`AppendResult`), by default the one this handle last saw. Otherwise
-        :class:`ConflictError` is raised and nothing changes. ``dedupe_key`` works as for
-        :meth:`append_many`.
+        With ``if_version`` (an :class:`AppendResult`'s or a :class:`Snapshot`'s ``version``)
+        the swap happens only if nothing was written to the memory since: no append, trim,
+        flush, replace or clear, even one that brought the last id back to the same number.
+        With ``if_last_id`` only if no message was appended since the caller saw that id, in
+        the same incarnation of the memory: ``if_incarnation``, by default the one this
+        handle last saw (a read or a write through it); a handle that saw none refuses
+        (:class:`UsageError`) rather than guess. Otherwise :class:`ConflictError` is raised
+        and nothing changes. ``dedupe_key`` works as for :meth:`append_many`.
+
+        A conversation of more than ``MOVE_STEP`` (1,000) live messages is first archived in
+        bounded steps, its oldest first, then swapped: if the swap's condition then fails, the
+        messages those steps moved stay in the archive.
         """
         self._check_writable("replace")
         if if_last_id is not None and (not isinstance(if_last_id, int) or if_last_id < 0):
@@ -226,9 +245,22 @@ class MemoryInstance(ContextReads):
         token = self._dedupe_token(dedupe_key)
         args = await self._encode(messages)
         incarnation = if_incarnation if if_incarnation is not None else self.gateway.incarnation
+        if if_last_id is not None and not incarnation:
+            raise UsageError(
+                "replace(if_last_id=...) needs the incarnation that id was read in: read or "
+                "write through this handle first, or pass if_incarnation= (or use if_version=)",
+                key=self.key,
+            )
         result = await replace_live(
-            self.gateway, args, if_last_id=if_last_id, if_incarnation=incarnation, token=token
+            self.gateway,
+            self.indexer,
+            args,
+            if_last_id=if_last_id,
+            if_incarnation=incarnation if if_last_id is not None else "",
+            if_version=if_version,
+            token=token,
         )
+        self.indexer.notice()
         if self._index is not None:
             self._last_id = result.last_id
             self._index.noticed(self, result)
@@ -239,7 +271,9 @@ class MemoryInstance(ContextReads):
     ) -> TrimResult:
         """Remove the oldest messages until at most ``keep_messages`` and ``max_tokens`` remain.
 
-        Priority 0 messages are never removed. Removed originals go to the archive.
+        Priority 0 messages are never removed. Removed originals go to the archive, at most
+        ``MOVE_STEP`` (1,000) a call to Redis, so a long trim never holds the server; an
+        interrupted trim has trimmed less, and lost nothing.
         """
         self._check_writable("trim")
         for name, value in (("keep_messages", keep_messages), ("max_tokens", max_tokens)):
@@ -249,7 +283,8 @@ class MemoryInstance(ContextReads):
                 raise UsageError(
                     f"{name} must be a non-negative integer, got {value!r}", key=self.key
                 )
-        result = await trim_oldest(self.gateway, keep_messages, max_tokens)
+        result = await trim_oldest(self.gateway, self.indexer, keep_messages, max_tokens)
+        self.gateway.metrics.trims.labels(memory=self.memory_id, strategy="oldest").inc()
         self._removed(result.total_count, result.total_tokens)
         return result
 
@@ -277,14 +312,52 @@ class MemoryInstance(ContextReads):
     # -- reads --------------------------------------------------------------------------
 
     async def read(self, start: int = 0, stop: int = -1) -> list[Message]:
-        """Messages from index ``start`` to ``stop`` inclusive, oldest first (LRANGE rules)."""
-        return await self.gateway.read_range(start, stop)
+        """Messages from index ``start`` to ``stop`` inclusive, oldest first (LRANGE rules).
 
-    async def snapshot(self, limit: int = 0) -> Snapshot:
-        """Totals, summaries and the oldest ``limit`` live messages (0: all), read atomically.
+        A range of more than ``MAX_READ`` (1,000) messages is read a page a call, each call
+        bounded; if a write changes the memory between two pages the read starts again
+        (:class:`ConcurrentChangeError` after a few tries), so the result is one state of
+        the memory."""
+        for _ in range(_READ_ATTEMPTS):
+            page = await self.gateway.read_page(start, stop)
+            count, messages = page.count, list(page.messages)
+            first = max(count + start, 0) if start < 0 else start
+            last = count + stop if stop < 0 else min(stop, count - 1)
+            while first + len(messages) <= last:
+                more = await self.gateway.read_page(first + len(messages), last)
+                if more.version != page.version or not more.messages:
+                    break
+                messages += more.messages
+            else:
+                return messages
+        raise ConcurrentChangeError(
+            f"read: the memory changed between pages {_READ_ATTEMPTS} times", key=self.key
+        )
+
+    async def conversation(self) -> Conversation:
+        """The summaries and every live message, from one state of the memory, with its
+        version: read a page (``MAX_READ``) a call, starting again if a write lands between
+        two pages. For a compare-and-set edit of the whole conversation:
+        ``replace(kept, if_version=conversation.version)``."""
+        from compozy_memory._store import transcripts
+
+        read = await transcripts.read_transcript(self, include_archived=False)
+        return Conversation(
+            tuple(Message.model_validate_json(e) for e in read.summaries),
+            tuple(Message.model_validate_json(e) for e in read.msgs),
+            read.version,
+        )
+
+    async def snapshot(self, limit: int = MOVE_STEP) -> Snapshot:
+        """Totals, summaries and the oldest live messages until ``limit`` that are not pinned
+        (at most ``MOVE_STEP``, 1,000), read atomically.
 
         The totals always cover the whole memory, so a bounded snapshot is enough to plan
         a flush of a memory far larger than the limit."""
+        if not isinstance(limit, int) or not 1 <= limit <= MOVE_STEP:
+            raise UsageError(
+                f"snapshot limit must be in [1, {MOVE_STEP}], got {limit!r}", key=self.key
+            )
         return await self.gateway.snapshot(limit)
 
     async def recall(self, offset: int = 0, limit: int = 100) -> list[Message]:
@@ -320,7 +393,9 @@ class MemoryInstance(ContextReads):
         self._check_writable("import_transcript")
         from compozy_memory._store import transcripts
 
-        return await transcripts.import_transcript(self, text)
+        count = await transcripts.import_transcript(self, text)
+        self.indexer.notice()  # the import's messages are indexed from here on
+        return count
 
     def attach_index(self, hook: IndexHook | None) -> None:
         """Told of every append and replace (``noticed``), and of trims and clears

@@ -9,12 +9,13 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from compozy_memory._model.limits import MAX_RESULT_PINS
 from compozy_memory._model.messages import Message
 from compozy_memory._model.tokens import count_message
 from compozy_memory._store.encoding import MessageInput
 from compozy_memory._store.handle import Handle
-from compozy_memory._store.results_store import DataRef, Namespace
-from compozy_memory.errors import CompozyMemoryError, InvalidMessageError, UsageError
+from compozy_memory._store.results_store import Namespace
+from compozy_memory.errors import CompozyMemoryError, InvalidMessageError
 
 __all__ = ["clear_releasing_pins", "offloaded"]
 
@@ -39,7 +40,6 @@ async def offloaded(
             out.append(message)
             continue
         out.append(await _stub(memory, message, namespace))
-        await memory.gateway.note_pins(1)
     return out
 
 
@@ -56,13 +56,19 @@ async def _stub(memory: Handle, message: Message, namespace: Namespace) -> Messa
             for b in message.content
         )
     ttl = memory.gateway.ttl_ms
+    # A memory pins at most MAX_RESULT_PINS results (its clear releases them all at once):
+    # past that, a result lives by the memory's TTL alone.
+    pin = await memory.gateway.pinned_results() < MAX_RESULT_PINS
     ref = await memory.results.store_result(
         payload,
         namespace=namespace,
         kind=kind,
-        pin=True,
+        pin=pin,
         pin_ttl=timedelta(milliseconds=ttl) if ttl else None,
+        ttl=None if pin or not ttl else timedelta(milliseconds=ttl),
     )
+    if pin:
+        await memory.gateway.note_pin(memory.results.key_of(ref))
     lines = [line[:_STUB_LINE] for line in preview.splitlines()[:_STUB_LINES]]
     stub = (
         f"[stored result {ref.token}: {kind}, {ref.size} bytes, "
@@ -104,20 +110,16 @@ def _result_text(content: object) -> str:
 
 
 async def clear_releasing_pins(memory: Handle) -> int:
-    """Clear ``memory``, then release the results its live and archived messages pinned (the
-    clear script returns those messages). A release that fails is logged, never raised: the
-    clear has happened."""
-    removed, envelopes = await memory.gateway.clear()
-    for env in envelopes:
-        raw = (Message.model_validate_json(env).metadata or {}).get("result_ref")
-        try:
-            ref = DataRef.from_json(raw)
-        except UsageError:
-            continue
-        if not memory.results.visible(ref.namespace):
-            continue
-        try:
-            await memory.results.release(ref)
-        except CompozyMemoryError as exc:
-            _log.warning("result %s not released after clearing %s: %s", ref.token, memory.key, exc)
+    """Clear ``memory``, then release the results it pinned, each as many times as this
+    memory pinned it (the clear script returns them from the memory's own record, so only
+    the memory that pinned a result releases it, once per pin). A release that fails is
+    logged, never raised: the clear has happened."""
+    removed, pins = await memory.gateway.clear()
+    for key, count in pins:
+        for _ in range(count):
+            try:
+                await memory.results.gateway.release(key)
+            except CompozyMemoryError as exc:
+                _log.warning("result %s not released after clearing %s: %s", key, memory.key, exc)
+                break
     return removed

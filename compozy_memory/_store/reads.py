@@ -9,16 +9,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from compozy_memory import _telemetry
-from compozy_memory._model.limits import UNBOUNDED_TOKENS
+from compozy_memory._model.limits import (
+    MAX_RECALL_IDS,
+    MAX_SEARCH_LIMIT,
+    UNBOUNDED_TOKENS,
+)
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
-from compozy_memory._model.results import ContextLayers, Hit
+from compozy_memory._model.results import ContextLayers, Hits
+from compozy_memory._search.analysis import KINDS, OTHER_KIND
 from compozy_memory._store.facts import Facts
-from compozy_memory._store.selection import (
-    query_terms,
-    whole_tool_exchanges,
-    without_orphan_results,
-)
+from compozy_memory._store.indexer import Indexer
+from compozy_memory._store.selection import query_terms, whole_tool_exchanges
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory.errors import ReadOnlyMemoryError, UsageError
 
@@ -31,6 +33,7 @@ class ContextReads:
     gateway: MemoryGateway
     policy: MemoryPolicy
     facts: Facts
+    indexer: Indexer
     key: str
     read_only: bool
 
@@ -41,9 +44,10 @@ class ContextReads:
         ``max_tokens`` (default: the policy's budget, none for a memory limited by count
         only), and at most ``max_messages`` of them (default: the policy's).
 
-        The window is contiguous and ends at the newest message. A tool result whose call
-        fell outside the window is dropped from its start, so the window can be sent to an
-        LLM as it is. Raises ContextOverflowError if the pinned messages alone do not fit.
+        The window is contiguous and ends at the newest message, and holds at most 2,000
+        messages. A tool result whose call fell outside the window is dropped from its start,
+        so the window can be sent to an LLM as it is. Raises ContextOverflowError if the
+        pinned messages alone do not fit.
         """
         budget = self._budget("read_window", max_tokens)
         if max_messages is not None and (
@@ -55,12 +59,14 @@ class ContextReads:
         if max_messages is None:
             max_messages = self.policy.max_messages
         layers = await self.gateway.context(
-            budget, summary_share=0.0, recall_share=0.0, backfill=False, facts_header=-1
+            budget,
+            summary_share=0.0,
+            recall_share=0.0,
+            backfill=False,
+            max_messages=max_messages,
+            facts_header=-1,
         )
-        window = list(layers.window)
-        if max_messages is not None:
-            window = window[len(window) - max_messages :] if max_messages else []
-        return [*layers.pinned, *without_orphan_results(window)]
+        return [*layers.pinned, *layers.window]
 
     async def context(
         self,
@@ -99,24 +105,22 @@ class ContextReads:
                 f"reserve_output must be an integer in [0, {budget}], got {reserve_output!r}",
                 key=self.key,
             )
+        terms = query_terms(query, self.key)
+        if terms:
+            await self._fresh_index()
         shares = self.policy.context
         layers = await self.gateway.context(
             budget - reserve_output,
             summary_share=shares.summary_share,
             recall_share=shares.recall_share,
             backfill=shares.backfill and self._has_token_budget(max_tokens),
-            terms=query_terms(query, self.key),
+            max_messages=self.policy.max_messages,
+            terms=terms,
             facts_header=self.facts.header_tokens,
         )
         recalled = whole_tool_exchanges(layers.recalled)
-        older = without_orphan_results([*layers.backfill, *layers.window])
-        cap = self.policy.max_messages
-        if cap is not None and len(older) > cap:
-            older = without_orphan_results(older[len(older) - cap :])
-        backfill = tuple(older[: max(0, len(older) - len(layers.window))])
-        window = tuple(older[len(backfill) :])
         return ContextLayers(
-            layers.pinned, layers.summaries, recalled, backfill, window, layers.facts
+            layers.pinned, layers.summaries, recalled, layers.backfill, layers.window, layers.facts
         )
 
     async def search(
@@ -126,13 +130,20 @@ class ContextReads:
         *,
         roles: Iterable[str] | None = None,
         since_id: int | None = None,
-    ) -> list[Hit]:
-        """The archived messages that best match ``query`` (BM25 over the archive's index,
-        a turn's neighbours counting in its rank), best first, each with the turns before
-        and after it. ``roles`` keeps only messages of those roles; ``since_id`` only
-        messages with that id or newer."""
-        if not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise UsageError(f"limit must be in [1, 1000], got {limit!r}", key=self.key)
+    ) -> Hits:
+        """The messages that best match ``query`` (BM25 over the memory's index: live
+        messages, archived ones and summaries, a turn's neighbours counting in its rank),
+        best first, each with the turns before and after it and where it is
+        (:attr:`Hit.where`). ``roles`` keeps only messages of those roles (``"summary"`` for
+        summaries); ``since_id`` only messages with that id or newer.
+
+        Messages appended moments ago may not be indexed yet: what this handle wrote is
+        indexed before the search runs, and :attr:`Hits.unindexed` says how many messages
+        (other replicas' newest) search could not see."""
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
+            raise UsageError(
+                f"limit must be in [1, {MAX_SEARCH_LIMIT}], got {limit!r}", key=self.key
+            )
         if since_id is not None and (not isinstance(since_id, int) or since_id < 0):
             raise UsageError(f"since_id must be an integer >= 0, got {since_id!r}", key=self.key)
         wanted = tuple(roles or ())
@@ -140,13 +151,15 @@ class ContextReads:
             raise UsageError(f"roles are role names, got {wanted!r}", key=self.key)
         terms = query_terms(query, self.key)
         if not terms:
-            return []
+            return Hits()
+        await self._fresh_index()
+        kinds = sorted({KINDS.get(r, OTHER_KIND) for r in wanted})
         if _telemetry.capturing():  # opt-in: the query goes on the span
             with _telemetry.content(query=query):
                 return await self.gateway.search(
-                    terms, limit=limit, since_id=since_id or 0, roles=wanted
+                    terms, limit=limit, since_id=since_id or 0, kinds=kinds
                 )
-        return await self.gateway.search(terms, limit=limit, since_id=since_id or 0, roles=wanted)
+        return await self.gateway.search(terms, limit=limit, since_id=since_id or 0, kinds=kinds)
 
     async def recall_messages(self, ids: Iterable[int]) -> list[Message]:
         """Bring archived messages back into context (the recall share of :meth:`context`):
@@ -156,6 +169,10 @@ class ContextReads:
         wanted = list(ids)
         if any(not isinstance(i, int) or isinstance(i, bool) or i < 1 for i in wanted):
             raise UsageError(f"ids are message ids (integers >= 1), got {wanted!r}", key=self.key)
+        if len(wanted) > MAX_RECALL_IDS:
+            raise UsageError(
+                f"at most {MAX_RECALL_IDS} ids go in one recall, got {len(wanted)}", key=self.key
+            )
         if not wanted:
             return []
         budget = self.policy.max_tokens or 0
@@ -166,6 +183,12 @@ class ContextReads:
         """Drop every recalled message from the context (they stay in the archive)."""
         self._check_writable("clear_recalled")
         return await self.gateway.clear_recalled()
+
+    async def _fresh_index(self) -> None:
+        """Before a query: index what this handle wrote and the index has not seen (a few
+        bounded steps; the background indexer does the rest)."""
+        if self.indexer.dirty and not self.read_only:
+            await self.indexer.catch_up(max_steps=4)
 
     def _has_token_budget(self, max_tokens: int | None) -> bool:
         return max_tokens is not None or self.policy.max_tokens is not None

@@ -309,6 +309,10 @@ class ResultStore:
             raise UsageError("a slice needs start >= 0 and length >= 0")
         return (await self.load_result(ref))[start : start + length]
 
+    def key_of(self, ref: DataRef) -> str:
+        """The Redis key of the result ``ref`` names (in a namespace this viewer sees)."""
+        return self._key(ref.namespace, ref.sha256)
+
     async def release(self, ref: DataRef) -> int:
         """One message fewer points at ``ref``; returns the count left (-1: no such result)."""
         return await self.gateway.release(self._key(ref.namespace, ref.sha256))

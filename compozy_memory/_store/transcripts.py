@@ -8,11 +8,15 @@ the agent wrote), each tagged with the part it came from::
     {"part":"msgs","envelope":{"id":1,"ts":1732250000123,"tokens":12,"priority":2,...}}
 
 The envelope is embedded byte for byte, so export -> :func:`import_transcript` -> export
-gives the same text. Import writes the envelopes with their own ids and times
-(``lua/import.lua``) and refuses a memory that holds any messages, summaries or archived
-originals, or that has already given out ids at or past the transcript's first: ids never
-repeat within a memory. Archived originals are indexed again for search on import. Session
-facts, recalled messages and dedupe keys are not part of a transcript.
+gives the same text. An export reads each part a page (``MAX_READ`` envelopes) at a time,
+each page carrying a stamp of the memory's state, and starts again if a write changed the
+memory between two pages: a transcript is one state of the memory, and no call holds the
+server longer than a page. Import writes the envelopes with their own ids and times
+(``lua/import.lua``) in bounded steps, and refuses a memory that holds any messages,
+summaries or archived originals, or that has already given out ids at or past the
+transcript's first: ids never repeat within a memory. The first step claims the memory (other
+writes are refused until the last step); the indexer then builds the index. Session facts,
+recalled messages and dedupe keys are not part of a transcript.
 
 :func:`export_markdown` is for people: speaker and time per message, tool calls and tool
 results folded in ``<details>``, summaries marked, archived originals optionally included.
@@ -21,14 +25,15 @@ results folded in ``<details>``, summaries marked, archived originals optionally
 from __future__ import annotations
 
 import json
+import secrets
 from datetime import UTC, datetime
 from typing import Any
 
+from compozy_memory._model.limits import MAX_BATCH, MAX_CALL_BYTES
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import Transcript
-from compozy_memory._search.analysis import message_index_terms
 from compozy_memory._store.handle import Handle
-from compozy_memory.errors import InvalidMessageError, UsageError
+from compozy_memory.errors import ConcurrentChangeError, InvalidMessageError, UsageError
 
 __all__ = ["Transcript", "export_jsonl", "export_markdown", "import_transcript"]
 
@@ -36,8 +41,43 @@ HEADER = '{"compozy_transcript":1}'
 PARTS = ("msgs", "summaries", "archive")
 
 
+#: Times an export starts again because the memory changed while it read.
+EXPORT_ATTEMPTS = 5
+
+
+async def read_transcript(memory: Handle, *, include_archived: bool) -> Transcript:
+    """Every envelope of the memory, page by page, all pages from one state of it."""
+    for _ in range(EXPORT_ATTEMPTS):
+        stamps: set[str] = set()
+        parts: dict[str, list[str]] = {}
+        for part in PARTS:
+            if part == "archive" and not include_archived:
+                parts[part] = []
+                continue
+            items: list[str] = []
+            while True:
+                stamp, length, page = await memory.gateway.transcript_page(part, len(items))
+                stamps.add(stamp)
+                items += page
+                if not page or len(items) >= length or len(stamps) > 1:
+                    break
+            parts[part] = items
+        if len(stamps) <= 1:
+            # The stamp is '<version>|<archived>|<archive_base>' (lua/transcript.lua).
+            version = next(iter(stamps)).rsplit("|", 2)[0] if stamps else ""
+            return Transcript(
+                tuple(parts["msgs"]),
+                tuple(parts["summaries"]),
+                tuple(parts["archive"]),
+                version,
+            )
+    raise ConcurrentChangeError(
+        f"export: the memory changed while it was read, {EXPORT_ATTEMPTS} times", key=memory.key
+    )
+
+
 async def export_jsonl(memory: Handle, *, include_archived: bool = True) -> str:
-    transcript = await memory.gateway.transcript(include_archived)
+    transcript = await read_transcript(memory, include_archived=include_archived)
     lines = [HEADER]
     for part in PARTS:
         for env in getattr(transcript, part):
@@ -85,15 +125,34 @@ async def import_transcript(memory: Handle, text: str) -> int:
     if not isinstance(text, str):
         raise UsageError("a transcript is text (what export_transcript('jsonl') returned)")
     transcript = parse_jsonl(text)
-    terms = []
-    for env in transcript.archive:
-        message = Message.model_validate_json(env)
-        terms.append("" if message.content_type == "summary" else message_index_terms(message))
-    return await memory.gateway.import_envelopes(transcript, terms)
+    envelopes = [*transcript.msgs, *transcript.summaries, *transcript.archive]
+    last_id = max((Message.model_validate_json(e).id or 0 for e in envelopes), default=0)
+    token = "import:" + secrets.token_hex(12)
+    count = 0
+    for part in PARTS:
+        at = 0
+        for chunk in _chunks(getattr(transcript, part)):
+            count, _ = await memory.gateway.import_step(token, part, at, last_id, chunk)
+            at += len(chunk)
+    count, _ = await memory.gateway.import_step(token, "done", 0, last_id, [])
+    return count
+
+
+def _chunks(envelopes: tuple[str, ...]) -> list[list[str]]:
+    """``envelopes`` in runs that fit one import step."""
+    out: list[list[str]] = []
+    size = 0
+    for env in envelopes:
+        if not out or len(out[-1]) >= MAX_BATCH or size + len(env) > MAX_CALL_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(env)
+        size += len(env.encode())
+    return out
 
 
 async def export_markdown(memory: Handle, *, include_archived: bool = False) -> str:
-    transcript = await memory.gateway.transcript(include_archived)
+    transcript = await read_transcript(memory, include_archived=include_archived)
     out = [f"# Transcript of `{memory.keys.key}`", ""]
     summaries = [Message.model_validate_json(e) for e in transcript.summaries]
     if summaries:

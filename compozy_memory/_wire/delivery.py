@@ -15,6 +15,17 @@ On a Cluster, redis-py would ask the server for the keys of every FCALL (``COMMA
 so calls are sent to the node that owns the first key's slot directly; redirects after a
 resharding are followed by redis-py as for any command.
 
+A server that answers FCALL with "unknown command" is asked its version (``INFO server``)
+before anything falls back to EVALSHA: one older than Redis 7.0 or Valkey 7.2 is refused with
+:class:`~compozy_memory.UnsupportedServerError` (:mod:`compozy_memory._wire.server_version`),
+as it is by :func:`require_supported`, which ``warm()``, :func:`install` and the CLI call first.
+A user who may not run ``INFO`` (a tenant, see ``compozy-memory acl``) is not refused by it.
+
+Loading the library is idempotent (a second FUNCTION LOAD of the same library answers "already
+exists"), so a load whose reply was lost is simply sent again: by the handle's RetryPolicy,
+which repeats the whole call, or, for :func:`install` and ``warm()``, by a RetryPolicy of their
+own. Either way the caller sees a typed error, never redis-py's ConnectionError.
+
 Falling back to EVALSHA is logged once per client, at WARNING on ``compozy_memory.delivery``,
 with its cause (``extra``: ``key``, the instance whose call found out; the client serves
 every memory, so there is no one ``memory`` to name).
@@ -28,20 +39,28 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from redis import exceptions as redis_errors
-from redis.asyncio import RedisCluster
+from redis.asyncio import Redis, RedisCluster
 
+from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import SCRIPT_NAMES, Script, ScriptArg, library
 from compozy_memory._wire.scripts import script as script_named
+from compozy_memory._wire.server_version import check_server
 from compozy_memory._wire.translate import (
     RedisClient,
+    backend_errors,
     error_cause,
     eval_commands,
     run_script,
     translate,
 )
-from compozy_memory.errors import BackendPermissionError
+from compozy_memory.errors import (
+    BackendOutOfMemoryError,
+    BackendPermissionError,
+    BackendUnavailableError,
+    ScriptError,
+)
 
-__all__ = ["Delivery", "delivery_for", "install"]
+__all__ = ["Delivery", "delivery_for", "install", "require_supported"]
 
 Mode = Literal["unknown", "functions", "eval"]
 
@@ -75,6 +94,12 @@ class Delivery:
             extra={"key": key},
         )
 
+    async def _no_functions(self, reason: _NoFunctions, key: str) -> None:
+        """The server has no Functions: refuse it if it is too old, else go by EVALSHA."""
+        await require_supported(self.client, key)
+        self.mode = "eval"
+        self._fall_back(reason, key)
+
     def command(self, script: Script) -> tuple[str, str]:
         """The command and first argument that run ``script`` in a pipeline."""
         if self.mode == "eval":
@@ -95,8 +120,7 @@ class Delivery:
                 await self._load(None, key)
                 return self.command(script)
             except _NoFunctions as exc:
-                self.mode = "eval"
-                self._fall_back(exc, key)
+                await self._no_functions(exc, key)
             except _LoadRefused as exc:
                 # this user may not load the library; perhaps it may send the script
                 self._fall_back(exc, key)
@@ -110,8 +134,7 @@ class Delivery:
             try:
                 return await self._fcall(script, keys, args, key)
             except _NoFunctions as exc:
-                self.mode = "eval"
-                self._fall_back(exc, key)
+                await self._no_functions(exc, key)
             except _LoadRefused as exc:
                 self._fall_back(exc, key)
                 try:
@@ -147,35 +170,26 @@ class Delivery:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _load(self, node: Any, key: str) -> None:
-        try:
-            await self._send(node, "FUNCTION", "LOAD", library().source)
-        except redis_errors.ResponseError as exc:
-            if "already exists" in str(exc):
-                return  # another client loaded it meanwhile
-            error = translate(exc, "FUNCTION LOAD", key)
-            if isinstance(error, BackendPermissionError):
-                raise _LoadRefused from exc
-            raise error from exc
+        """Load the library on ``node`` once; a lost reply raises BackendUnavailableError,
+        which the handle's RetryPolicy answers by repeating the whole call."""
+        await _load_library(self.client, node, key=key)
 
     async def warm(self, key: str) -> None:
         """Make every script ready on every primary before the first call needs one: the
         Functions library where the server has Functions (loading it where this user may),
         else every script by SCRIPT LOAD. A refusal to load is left for the first call to
-        meet (an operator may have installed the library); an unreachable server raises."""
+        meet (an operator may have installed the library); an unreachable server raises, and
+        so does one older than Redis 7.0 / Valkey 7.2 (UnsupportedServerError)."""
+        await require_supported(self.client, key)
         for node in await _primaries(self.client):
             if self.mode != "eval":
                 try:
-                    await self._send(node, "FUNCTION", "LOAD", library().source)
-                except redis_errors.ResponseError as exc:
-                    text = str(exc).lower()
-                    if "unknown command" not in text:
-                        if "already exists" not in text:
-                            log.debug("warm: FUNCTION LOAD refused: %s", exc, extra={"key": key})
-                        continue
-                    self.mode = "eval"
-                    self._fall_back(_NoFunctions(exc), key)
-                except redis_errors.RedisError as exc:
-                    raise translate(exc, "warm", key) from exc
+                    await _load_library(self.client, node, key=key, retry=_SETUP_RETRY)
+                except _NoFunctions as exc:
+                    await self._no_functions(exc, key)
+                except (_LoadRefused, ScriptError, BackendOutOfMemoryError) as exc:
+                    log.debug("warm: FUNCTION LOAD refused: %s", exc, extra={"key": key})
+                    continue
                 else:
                     continue
             for name in SCRIPT_NAMES:
@@ -193,10 +207,58 @@ class Delivery:
         return None
 
     async def _send(self, node: Any, *command: Any) -> Any:
-        if node is not None:
-            return await self.client.execute_command(*command, target_nodes=node)
-        return await self.client.execute_command(*command)
+        return await _send(self.client, node, *command)
 
+
+async def _send(client: RedisClient, node: Any, *command: Any) -> Any:
+    if node is not None:
+        return await client.execute_command(*command, target_nodes=node)
+    return await client.execute_command(*command)
+
+
+async def _load_library(
+    client: RedisClient,
+    node: Any,
+    *,
+    key: str,
+    replace: bool = False,
+    retry: RetryPolicy | None = None,
+) -> bool:
+    """FUNCTION LOAD the library on ``node`` (None: the standalone server); True if this call
+    loaded it, False if it was there already. Errors come out typed (_NoFunctions: the server
+    has no Functions; _LoadRefused: this user may not load it). With ``retry``, a load whose
+    reply was lost (BackendUnavailableError) is sent again, and "already exists" then means
+    the lost attempt loaded it."""
+    command = ["FUNCTION", "LOAD", *(["REPLACE"] if replace else []), library().source]
+    lost = False
+
+    async def attempt() -> bool:
+        nonlocal lost
+        try:
+            await _send(client, node, *command)
+        except redis_errors.ResponseError as exc:
+            text = str(exc)
+            if "already exists" in text:
+                return lost  # loaded by our attempt whose reply was lost, or by another client
+            if "unknown command" in text.lower():
+                raise _NoFunctions(exc) from exc
+            error = translate(exc, "FUNCTION LOAD", key)
+            if isinstance(error, BackendPermissionError):
+                raise _LoadRefused(error) from exc
+            raise error from exc
+        except redis_errors.RedisError as exc:
+            error = translate(exc, "FUNCTION LOAD", key)
+            lost = lost or isinstance(error, BackendUnavailableError)
+            raise error from exc
+        return True
+
+    if retry is None:
+        return await attempt()
+    return await retry.call(attempt, what="FUNCTION LOAD", key=key)
+
+
+# install() and warm() load the library with no handle's RetryPolicy around them: their own.
+_SETUP_RETRY = RetryPolicy()
 
 # A call that finds no function loads the library and runs again; an operator's FUNCTION
 # FLUSH (or a failover to a node without it) between the two can repeat that, a few times.
@@ -228,6 +290,35 @@ def _unknown_command(exc: redis_errors.ResponseError) -> bool:
     return "unknown command" in text and "fcall" in text
 
 
+async def require_supported(client: RedisClient, key: str) -> None:
+    """Raise UnsupportedServerError if a server of ``client`` (every primary of a Cluster) is
+    older than Redis 7.0 / Valkey 7.2, from its ``INFO server``. Asked once per client while
+    the answer is yes; a user who may not run INFO, or a server whose INFO names no version,
+    passes (the first call meets what it must)."""
+    if client in _SUPPORTED:
+        return
+    for node in await _primaries(client):
+        try:
+            info = await _send(client, node, "INFO", "server")
+        except redis_errors.ResponseError as exc:
+            log.debug("INFO server refused, version not checked: %s", exc, extra={"key": key})
+            return
+        except redis_errors.RedisError as exc:
+            raise translate(exc, "INFO server", key) from exc
+        check_server(info, where=_address(client, node), key=key)
+    _SUPPORTED.add(client)
+
+
+def _address(client: RedisClient, node: Any) -> str:
+    if node is not None:
+        return str(node.name)
+    options = client.connection_pool.connection_kwargs if isinstance(client, Redis) else {}
+    if "path" in options:
+        return str(options["path"])
+    return f"{options.get('host', 'localhost')}:{options.get('port', 6379)}"
+
+
+_SUPPORTED: weakref.WeakSet[RedisClient] = weakref.WeakSet()
 _DELIVERIES: weakref.WeakKeyDictionary[RedisClient, Delivery] = weakref.WeakKeyDictionary()
 
 
@@ -244,24 +335,21 @@ async def install(client: RedisClient, *, replace: bool = False) -> list[str]:
 
     Idempotent: a node that has this version already is left alone. Run it again after adding
     a node to a Cluster."""
-    lib = library()
+    name = library().name
     loaded: list[str] = []
     if isinstance(client, RedisCluster):
-        await client.initialize()
-        # Ask again for the slot map: a node added since the client started must be found.
-        await client.nodes_manager.initialize()
+        with backend_errors("install", name):
+            await client.initialize()
+            # Ask again for the slot map: a node added since the client started must be found.
+            await client.nodes_manager.initialize()
+    await require_supported(client, name)
     for node in await _primaries(client):
-        command: list[Any] = ["FUNCTION", "LOAD", *(["REPLACE"] if replace else []), lib.source]
         try:
-            if node is None:
-                await client.execute_command(*command)
-            else:
-                await client.execute_command(*command, target_nodes=node)
-        except redis_errors.ResponseError as exc:
-            if "already exists" in str(exc):
-                continue
-            raise translate(exc, "install", lib.name) from exc
-        except redis_errors.RedisError as exc:
-            raise translate(exc, "install", lib.name) from exc
-        loaded.append("standalone" if node is None else node.name)
+            now = await _load_library(client, node, key=name, replace=replace, retry=_SETUP_RETRY)
+        except _NoFunctions as exc:
+            raise ScriptError(f"install: {exc.__cause__}", key=name) from exc
+        except _LoadRefused as exc:
+            raise exc.args[0] from exc
+        if now:
+            loaded.append("standalone" if node is None else node.name)
     return loaded

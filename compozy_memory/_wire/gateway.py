@@ -3,8 +3,9 @@
 A :class:`MemoryGateway` is bound to one memory (its keys, its policy, read-only or not) and
 one :class:`~compozy_memory._wire.transport.Transport`. Each method builds its script's KEYS
 from the names the script's header declares and its ARGV by name through the script's
-:class:`~compozy_memory._wire.scripts.Contract`, sends it, and decodes the reply into a result
-type. The handle (``MemoryInstance``), the fenced lock and the flusher all go through it, so a
+:class:`~compozy_memory._wire.contracts.Contract`, sends it, and decodes the reply by the
+names the header's ``REPLY`` line gives (:mod:`compozy_memory._wire.replies`). The handle
+(``MemoryInstance``), the indexer, the fenced lock and the flusher all go through it, so a
 script's contract is written down once, and each of them can be tested against a fake
 transport.
 """
@@ -15,26 +16,24 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.facts import parse_stored
-from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.limits import MAX_READ
 from compozy_memory._model.messages import Message
-from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     AppendResult,
     ContextLayers,
     FlushCommit,
     FlushPlan,
-    Hit,
+    Hits,
     MemoryHealth,
     Snapshot,
-    Transcript,
-    TrimResult,
 )
 from compozy_memory._wire import replies
-from compozy_memory._wire.scripts import ScriptArg, script
+from compozy_memory._wire.maintenance import MaintenanceCalls
+from compozy_memory._wire.replies import TrimStep
+from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.transport import ScriptTransport
-from compozy_memory.errors import ReadOnlyMemoryError, ReplicationError
+from compozy_memory.errors import ReplicationError
 
 __all__ = ["MemoryGateway", "ScriptTransport"]
 
@@ -42,34 +41,8 @@ __all__ = ["MemoryGateway", "ScriptTransport"]
 _PARSE_CHUNK = 64
 
 
-class MemoryGateway:
+class MemoryGateway(MaintenanceCalls):
     """Every script call of one memory, typed."""
-
-    def __init__(
-        self,
-        transport: ScriptTransport,
-        keys: InstanceKeys,
-        policy: MemoryPolicy,
-        *,
-        read_only: bool = False,
-        memory: str = "memory",
-        metrics: MemoryMetrics | None = None,
-    ) -> None:
-        self.transport = transport
-        self.keys = keys
-        self.policy = policy
-        self.read_only = read_only
-        #: The TTL every write sets, in milliseconds (0: none); ``expire`` changes it.
-        self.ttl_ms = policy.ttl_ms
-        #: The memory's key prefix, named in errors and logs.
-        self.name = keys.prefix
-        #: The incarnation the last reply named: what a compare-and-set without one expects.
-        self.incarnation = ""
-        #: The memory resource id metrics are labelled with (never the key: cardinality).
-        self.memory = memory
-        self.metrics = metrics or default_metrics()
-        # Each script's KEYS for this memory, built once: ten f-strings per call otherwise.
-        self._keys_of: dict[str, list[str]] = {}
 
     # -- writes -------------------------------------------------------------------------
 
@@ -90,14 +63,14 @@ class MemoryGateway:
         self,
         messages: Sequence[ScriptArg],
         *,
-        old_ids: Sequence[int],
-        old_terms: Sequence[str],
         if_last_id: int | None,
         if_incarnation: str | None,
+        if_version: str | None,
         dedupe_key: str,
     ) -> AppendResult:
-        """Swap the live messages the caller read (``old_ids``, with their index terms) for
-        ``messages``; ConcurrentChangeError if the live messages are not those any more."""
+        """Swap the live messages for ``messages``; ConflictError if a condition fails,
+        StepRequiredError past ``MOVE_STEP`` live messages, IndexLagError while one of them
+        is not indexed."""
         return await self._stored_counted(
             "replace",
             {
@@ -106,41 +79,52 @@ class MemoryGateway:
                 "archive_max": self.policy.archive_max,
                 "if_last_id": -1 if if_last_id is None else if_last_id,
                 "if_incarnation": if_incarnation or "",
+                "if_version": if_version or "",
                 "dedupe_key": dedupe_key,
-                "n_old": len(old_ids),
                 "n": len(messages) // 3,
             },
-            [*old_ids, *old_terms, *messages],
+            messages,
         )
 
-    async def trim(
-        self, prefix_ids: Sequence[int], remove_ids: Sequence[int], terms: Sequence[str]
-    ) -> TrimResult:
-        """Archive ``remove_ids`` (ascending, with their index terms) if the oldest live
-        messages are still ``prefix_ids``; ConcurrentChangeError otherwise."""
+    async def trim_step(
+        self, keep_messages: int | None, max_tokens: int | None, *, everything: bool = False
+    ) -> TrimStep:
+        """One bounded step of moving the oldest messages to the archive (``lua/trim.lua``)."""
         reply = await self._write(
             "trim",
             {
                 "ttl_ms": self.ttl_ms,
                 "archive_max": self.policy.archive_max,
-                "prefix_len": len(prefix_ids),
-                "n_remove": len(remove_ids),
+                "keep_messages": -1 if keep_messages is None else keep_messages,
+                "max_tokens": -1 if max_tokens is None else max_tokens,
+                "everything": int(everything),
             },
-            [*prefix_ids, *remove_ids, *terms],
         )
-        self.metrics.trims.labels(memory=self.memory, strategy="oldest").inc()
-        return TrimResult(*(int(v) for v in reply))
+        return replies.trim_step(self._decode("trim", reply))
 
-    async def clear(self) -> tuple[int, list[str]]:
-        """The live messages removed, and the envelopes that referred to stored results."""
-        reply = await self._write("clear", {"ttl_ms": self.ttl_ms})
-        return int(reply[0]), [replies.text(e) for e in reply[1:]]
+    async def clear(self) -> tuple[int, list[tuple[str, int]]]:
+        """The live messages removed, and the stored results this memory pinned, with how
+        many times each."""
+        reply = self._decode("clear", await self._write("clear", {"ttl_ms": self.ttl_ms}))
+        pins = [(replies.text(key), int(n)) for key, n in reply["pins"]]
+        return int(reply["removed"]), pins
 
-    async def note_pins(self, n: int) -> None:
-        """Count results pinned by this memory's messages, so a clear knows to look."""
+    async def note_pin(self, result_key: str) -> int:
+        """Record that a message of this memory pins ``result_key`` (once more); returns how
+        many results the memory pins."""
+        self._check_writable("note_pin")
         await self.transport.command(
-            "pinned", "hincrby", self.keys.meta, "pinned", n, key=self.name
+            "pin", "hincrby", self.keys.respins, result_key, 1, key=self.name
         )
+        if self.ttl_ms:
+            await self.transport.command(
+                "pin", "pexpire", self.keys.respins, self.ttl_ms, key=self.name
+            )
+        return int(await self.pinned_results())
+
+    async def pinned_results(self) -> int:
+        """How many stored results this memory's messages pin."""
+        return int(await self.transport.command("pin", "hlen", self.keys.respins, key=self.name))
 
     async def expire(self, ttl_ms: int) -> int:
         """Set (ttl_ms > 0) or remove (0) the TTL of every key; later writes keep it."""
@@ -156,11 +140,9 @@ class MemoryGateway:
         plan: FlushPlan,
         summary_body: bytes,
         summary_tokens: int,
-        terms: Sequence[str],
     ) -> FlushCommit:
-        """Apply ``plan`` (see ``lua/flush_commit.lua``); ``terms`` index each of
-        ``plan.remove_ids`` in the archive. A commit that was applied but not acknowledged by
-        replicas raises ReplicationError with its FlushCommit."""
+        """Apply ``plan`` (see ``lua/flush_commit.lua``). A commit that was applied but not
+        acknowledged by replicas raises ReplicationError with its FlushCommit."""
         try:
             reply = await self._write(
                 "flush_commit",
@@ -175,18 +157,21 @@ class MemoryGateway:
                     "summary_tokens": summary_tokens,
                     "summary_body": summary_body,
                 },
-                [*plan.prefix_ids, *plan.remove_ids, *plan.fold_summary_ids, *terms],
+                [*plan.prefix_ids, *plan.remove_ids, *plan.fold_summary_ids],
             )
         except ReplicationError as exc:
-            raise exc.with_result(replies.flush_commit(exc.result)) from exc
-        return replies.flush_commit(reply)
+            raise exc.with_result(self._flush_commit(exc.result)) from exc
+        return self._flush_commit(reply)
 
     async def lock_acquire(self, token: str, lease_ms: int) -> tuple[int, str]:
         """``(epoch, incarnation)``; epoch 0 when another holder has the lock."""
-        reply = await self._write(
-            "lock_acquire", {"token": token, "lease_ms": lease_ms, "ttl_ms": self.ttl_ms}
+        reply = self._decode(
+            "lock_acquire",
+            await self._write(
+                "lock_acquire", {"token": token, "lease_ms": lease_ms, "ttl_ms": self.ttl_ms}
+            ),
         )
-        return int(reply[0]), replies.text(reply[1])
+        return int(reply["epoch"]), replies.text(reply["incarnation"])
 
     async def lock_refresh(self, token: str, lease_ms: int) -> bool:
         return bool(await self._write("lock_refresh", {"token": token, "lease_ms": lease_ms}))
@@ -195,11 +180,11 @@ class MemoryGateway:
         return bool(await self._write("lock_release", {"token": token}))
 
     async def promote(self, ids: Sequence[int], max_tokens: int) -> list[Message]:
-        """Bring archived messages back into context; returns those brought back now."""
+        """Bring messages back into context by id; returns those brought back now."""
         reply = await self._write(
             "promote", {"ttl_ms": self.ttl_ms, "max_tokens": max_tokens}, list(ids)
         )
-        return [Message.model_validate_json(env) for env in reply[1:]]
+        return replies.messages(self._decode("promote", reply)["envelope"])
 
     async def clear_recalled(self) -> int:
         return int(await self._write("clear_recalled", {"ttl_ms": self.ttl_ms}))
@@ -207,59 +192,32 @@ class MemoryGateway:
     async def facts_set(self, facts: Sequence[ScriptArg], cap: int) -> tuple[int, list[str]]:
         """``facts``: (key, tokens, value) triples, flattened; returns the number of facts
         kept and the keys the cap evicted."""
-        reply = await self._write(
-            "facts_set", {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts) // 3}, facts
+        reply = self._decode(
+            "facts_set",
+            await self._write(
+                "facts_set", {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts) // 3}, facts
+            ),
         )
-        return int(reply[0]), [replies.text(k) for k in reply[1:]]
+        return int(reply["count"]), [replies.text(k) for k in reply["evicted"]]
 
     async def facts_delete(self, keys: Sequence[ScriptArg]) -> int:
         return int(await self._write("facts_delete", {"ttl_ms": self.ttl_ms}, keys))
 
-    async def facts_items(self) -> list[tuple[str, int, str]]:
-        """Every fact as (key, tokens, value), least recently set first."""
-        reply = await self._read("facts_items", {})
-        out = []
-        for i in range(0, len(reply), 2):
-            tokens, value = parse_stored(reply[i + 1])
-            out.append((replies.text(reply[i]), tokens, value))
-        return out
-
-    async def fact(self, key: bytes) -> str | None:
-        """One fact's value (a plain HGET), or None."""
-        stored = await self.transport.command(
-            "facts_get", "hget", self.keys.facts, key, key=self.name
-        )
-        return None if stored is None else parse_stored(stored)[1]
-
-    async def import_envelopes(self, transcript: Transcript, terms: Sequence[str]) -> int:
-        """Write a transcript's envelopes into an empty memory (``lua/import.lua``); returns
-        the live messages. ConflictError if the memory is not empty."""
-        items: list[ScriptArg] = [*transcript.msgs, *transcript.summaries]
-        for env, doc in zip(transcript.archive, terms, strict=True):
-            items += [env, doc]
-        reply = await self._write(
-            "import",
-            {
-                "ttl_ms": self.ttl_ms,
-                "archive_max": self.policy.archive_max,
-                "n_msgs": len(transcript.msgs),
-                "n_summaries": len(transcript.summaries),
-                "n_archive": len(transcript.archive),
-            },
-            items,
-        )
-        return int(reply[0])
-
     # -- reads --------------------------------------------------------------------------
 
-    async def transcript(self, include_archive: bool) -> Transcript:
-        """Every envelope of the memory as text, in one consistent read."""
-        reply = await self._read("transcript", {"include_archive": int(include_archive)})
-        return replies.transcript(reply)
-
     async def read_range(self, start: int, stop: int) -> list[Message]:
-        reply = await self._read("read", {"start": start, "stop": stop})
-        return [Message.model_validate_json(env) for env in reply[3:]]
+        """Live messages from index ``start`` to ``stop`` (at most MAX_READ of them)."""
+        return (await self.read_page(start, stop)).messages
+
+    async def read_page(self, start: int, stop: int) -> replies.Page:
+        """A page of live messages (at most MAX_READ from ``start``), with the memory's
+        length and version when it was read."""
+        reply = self._decode("read", await self._read("read", {"start": start, "stop": stop}))
+        self.incarnation = replies.text(reply["incarnation"])
+        self.version = replies.text(reply["version"])
+        return replies.Page(
+            replies.messages(reply["envelope"]), int(reply["total_count"]), self.version
+        )
 
     async def context(
         self,
@@ -268,6 +226,7 @@ class MemoryGateway:
         summary_share: float,
         recall_share: float,
         backfill: bool,
+        max_messages: int | None,
         terms: Sequence[str] = (),
         facts_header: int = 0,
     ) -> ContextLayers:
@@ -282,6 +241,7 @@ class MemoryGateway:
                 "summary_share": repr(float(summary_share)),
                 "recall_share": repr(float(recall_share)),
                 "backfill": int(backfill),
+                "max_messages": -1 if max_messages is None else max_messages,
                 "limit": search.limit,
                 "k1": repr(search.k1),
                 "b": repr(search.b),
@@ -289,7 +249,10 @@ class MemoryGateway:
             },
             terms,
         )
-        return replies.context_layers(reply, facts_header)
+        fields = self._decode("context", reply)
+        self.incarnation = replies.text(fields["incarnation"])
+        self.version = replies.text(fields["version"])
+        return replies.context_layers(fields, facts_header)
 
     async def search(
         self,
@@ -297,9 +260,9 @@ class MemoryGateway:
         *,
         limit: int,
         since_id: int = 0,
-        roles: Sequence[str] = (),
-    ) -> list[Hit]:
-        """The best ``limit`` archived messages for ``terms`` (analysed query terms)."""
+        kinds: Sequence[int] = (),
+    ) -> Hits:
+        """The best ``limit`` messages for ``terms`` (analysed query terms)."""
         search = self.policy.search
         reply = await self._read(
             "search",
@@ -309,25 +272,21 @@ class MemoryGateway:
                 "b": repr(search.b),
                 "neighbour_weight": repr(search.neighbour_weight),
                 "since_id": since_id,
-                "roles": ",".join(roles),
+                "kinds": ",".join(str(k) for k in kinds),
             },
             terms,
         )
-        return replies.hits(reply)
+        return replies.hits(self._decode("search", reply))
 
     async def snapshot(self, limit: int) -> Snapshot:
-        reply = await self._read("snapshot", {"limit": limit})
-        epoch, last_id, tokens, summary_tokens, count = (int(v) for v in reply[:5])
-        incarnation = replies.text(reply[5])
-        n_priorities = int(reply[6])
-        at = 7 + 2 * n_priorities
-        priority_tokens = {int(reply[i]): int(reply[i + 1]) for i in range(7, at, 2)}
-        n_summaries = int(reply[at])
+        reply = self._decode("snapshot", await self._read("snapshot", {"limit": limit}))
+        n_summaries = len(reply["summaries"])
         envelopes: list[Message] = []
-        for start in range(at + 1, len(reply), _PARSE_CHUNK):
-            chunk = reply[start : start + _PARSE_CHUNK]
-            envelopes += [Message.model_validate_json(e) for e in chunk]
-            await asyncio.sleep(0)  # a large memory must not stall other tasks' appends
+        raw = [*reply["summaries"], *reply["envelope"]]
+        for start in range(0, len(raw), _PARSE_CHUNK):
+            envelopes += replies.messages(raw[start : start + _PARSE_CHUNK])
+            await asyncio.sleep(0)  # a large snapshot must not stall other tasks' appends
+        count = int(reply["count"])
         if len(envelopes) - n_summaries == count:  # every live message seen: exact counts
             by_priority: dict[int, int] = {}
             for message in envelopes[n_summaries:]:
@@ -335,29 +294,53 @@ class MemoryGateway:
                     by_priority[message.priority] = by_priority.get(message.priority, 0) + 1
             self.metrics.set_priority_distribution(self.memory, by_priority)
         return Snapshot(
-            epoch,
-            last_id,
-            tokens,
-            summary_tokens,
+            int(reply["epoch"]),
+            int(reply["last_id"]),
+            int(reply["tokens"]),
+            int(reply["summary_tokens"]),
             tuple(envelopes[:n_summaries]),
             tuple(envelopes[n_summaries:]),
             count,
-            priority_tokens,
-            incarnation,
+            {int(p): int(t) for p, t in reply["priorities"]},
+            replies.text(reply["incarnation"]),
+            int(reply["ix_next"]),
+            replies.text(reply["version"]),
         )
 
     async def health(self) -> MemoryHealth:
         reply = await self._read("health", {})
-        health = replies.health(reply, self.policy)
+        health = replies.health(self._decode("health", reply)["fields"], self.policy)
         self.metrics.set_priority_distribution(self.memory, dict(health.priority_counts))
         return health
 
     async def archived(self, offset: int, limit: int) -> list[Message]:
-        """Archived originals from ``offset``, oldest first (a plain LRANGE)."""
+        """Archived originals from ``offset``, oldest first (a plain LRANGE, at most MAX_READ)."""
         envelopes = await self.transport.command(
-            "recall", "lrange", self.keys.archive, offset, offset + limit - 1, key=self.name
+            "recall",
+            "lrange",
+            self.keys.archive,
+            offset,
+            offset + min(limit, MAX_READ) - 1,
+            key=self.name,
         )
-        return [Message.model_validate_json(e) for e in envelopes]
+        return replies.messages(envelopes)
+
+    async def facts_items(self) -> list[tuple[str, int, str]]:
+        """Every fact as (key, tokens, value), least recently set first."""
+        reply = self._decode("facts_items", await self._read("facts_items", {}))
+        out = []
+        pairs = reply["facts"]
+        for i in range(0, len(pairs), 2):
+            tokens, value = parse_stored(pairs[i + 1])
+            out.append((replies.text(pairs[i]), tokens, value))
+        return out
+
+    async def fact(self, key: bytes) -> str | None:
+        """One fact's value (a plain HGET), or None."""
+        stored = await self.transport.command(
+            "facts_get", "hget", self.keys.facts, key, key=self.name
+        )
+        return None if stored is None else parse_stored(stored)[1]
 
     async def length(self) -> int:
         return int(await self.transport.command("len", "llen", self.keys.msgs, key=self.name))
@@ -370,83 +353,38 @@ class MemoryGateway:
 
     # -- internals ----------------------------------------------------------------------
 
+    def _flush_commit(self, reply: Any) -> FlushCommit:
+        return replies.flush_commit(self._decode("flush_commit", reply))
+
     async def _stored_counted(
         self, name: str, values: dict[str, ScriptArg], messages: Sequence[ScriptArg]
     ) -> AppendResult:
-        """``_stored``, then ``compozy_memory_messages_total`` by priority (not for a
-        duplicate, which stored nothing; a write not acknowledged by replicas was stored)."""
+        """Send an append or replace, then ``compozy_memory_messages_total`` by priority (not
+        for a duplicate, which stored nothing; a write not acknowledged by replicas was
+        stored)."""
         try:
-            result = await self._stored(name, values, messages)
+            result = self._append_result(name, await self._write(name, values, messages))
         except ReplicationError as exc:
-            if isinstance(exc.result, AppendResult) and not exc.result.duplicate:
+            stored = self._append_result(name, exc.result)
+            if not stored.duplicate:
                 self.metrics.count_messages(self.memory, messages[1::3])
-            raise
+            raise exc.with_result(stored) from exc
         if not result.duplicate:
             self.metrics.count_messages(self.memory, messages[1::3])
         return result
 
-    async def _stored(
-        self, name: str, values: dict[str, ScriptArg], messages: Sequence[ScriptArg]
-    ) -> AppendResult:
-        try:
-            reply = await self._write(name, values, messages)
-        except ReplicationError as exc:
-            raise exc.with_result(self._append_result(exc.result)) from exc
-        return self._append_result(reply)
-
-    async def _write(
-        self, name: str, values: dict[str, ScriptArg], rest: Sequence[ScriptArg] = ()
-    ) -> Any:
-        if self.read_only:
-            raise ReadOnlyMemoryError(f"{name} refused: this handle is read-only", key=self.name)
-        return await self._send(name, values, rest, write=name in _WAITED)
-
-    async def _read(
-        self, name: str, values: dict[str, ScriptArg], rest: Sequence[ScriptArg] = ()
-    ) -> Any:
-        return await self._send(name, values, rest, write=False)
-
-    async def _send(
-        self, name: str, values: dict[str, ScriptArg], rest: Sequence[ScriptArg], *, write: bool
-    ) -> Any:
-        code = script(name)
-        contract = code.contract
-        keys = self._keys_of.get(name)
-        if keys is None:
-            keys = self._keys_of[name] = [getattr(self.keys, part) for part in contract.keys]
-        # Text goes as UTF-8 whatever encoding the client is set up with, as bodies do.
-        args = [a.encode() if isinstance(a, str) else a for a in contract.argv_for(values, rest)]
-        return await self.transport.run(code, keys, args, key=self.name, write=write)
-
-    def _append_result(self, reply: Any) -> AppendResult:
-        first, last, tokens, count, summary_tokens, duplicate = (int(v) for v in reply[:6])
-        self.incarnation = replies.text(reply[6])
+    def _append_result(self, name: str, reply: Any) -> AppendResult:
+        fields = self._decode(name, reply)
+        self.incarnation = replies.text(fields["incarnation"])
+        self.version = replies.text(fields["version"])
         return AppendResult(
-            first,
-            last,
-            tokens,
-            count,
-            summary_tokens,
+            int(fields["first_id"]),
+            int(fields["last_id"]),
+            int(fields["total_tokens"]),
+            int(fields["total_count"]),
+            int(fields["summary_tokens"]),
             self.policy.max_tokens,
-            bool(duplicate),
+            bool(int(fields["duplicate"])),
             self.incarnation,
+            self.version,
         )
-
-
-# Scripts that change the memory: with a WaitPolicy each is followed by WAIT or WAITAOF. The
-# lock's own scripts are not: a lease is short-lived and fenced by the epoch anyway.
-_WAITED = frozenset(
-    {
-        "append",
-        "replace",
-        "trim",
-        "clear",
-        "expire",
-        "flush_commit",
-        "promote",
-        "clear_recalled",
-        "facts_set",
-        "facts_delete",
-        "import",
-    }
-)

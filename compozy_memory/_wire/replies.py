@@ -1,66 +1,174 @@
-"""Decoding the replies of the read scripts whose shape is more than a few numbers."""
+"""Decoding the scripts' replies, from the names their headers give (``-- REPLY:``), into
+result types."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from compozy_memory._model.facts import facts_message, parse_stored
+from compozy_memory._model.limits import DATA_FORMAT
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     ContextLayers,
     FlushCommit,
     Hit,
+    Hits,
     MemoryHealth,
-    Transcript,
 )
 
-__all__ = ["context_layers", "flush_commit", "health", "hits", "text", "transcript"]
+__all__ = [
+    "IndexApplied",
+    "IndexPending",
+    "Page",
+    "TrimStep",
+    "context_layers",
+    "flush_commit",
+    "health",
+    "hits",
+    "index_applied",
+    "index_pending",
+    "messages",
+    "text",
+    "trim_step",
+]
 
 
 def text(value: bytes | str | int) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def context_layers(reply: Sequence[Any], facts_header: int) -> ContextLayers:
-    """``lua/context.lua``'s reply: pinned, facts, summaries, (score, message) pairs,
-    backfill, window."""
-    n_pinned = int(reply[0])
-    at = 1 + n_pinned
-    n_facts = int(reply[at])
+def messages(envelopes: Iterable[Any]) -> list[Message]:
+    return [Message.model_validate_json(e) for e in envelopes]
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of live messages, the memory's length and its version when read."""
+
+    messages: list[Message]
+    count: int
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class TrimStep:
+    """One step of ``lua/trim.lua``."""
+
+    moved: int
+    moved_tokens: int
+    total_tokens: int
+    total_count: int
+    #: 0: done; 1: more to move; 2: the next message to move is not indexed yet.
+    status: int
+
+
+def trim_step(reply: Mapping[str, Any]) -> TrimStep:
+    return TrimStep(
+        int(reply["moved"]),
+        int(reply["moved_tokens"]),
+        int(reply["total_tokens"]),
+        int(reply["total_count"]),
+        int(reply["status"]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class IndexPending:
+    """What ``lua/index_pending.lua`` says the indexer has to do next."""
+
+    fmt: int
+    analyzer: str
+    ix_next: int
+    upto: int
+    seq_from: int
+    seq_upto: int
+    last_id: int
+    #: (where, seq, message): 'l' live, 's' summary, 'a' archived at seq; oldest first.
+    adds: tuple[tuple[str, int, Message], ...]
+    #: Envelopes the archive's cap dropped whose terms still count.
+    gones: tuple[Message, ...]
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to index and nothing to take out."""
+        return not self.adds and not self.gones and self.seq_from == 0 and self.ix_next > self.upto
+
+
+def index_pending(reply: Mapping[str, Any]) -> IndexPending:
+    return IndexPending(
+        int(reply["fmt"]),
+        text(reply["analyzer"]),
+        int(reply["ix_next"]),
+        int(reply["upto"]),
+        int(reply["seq_from"]),
+        int(reply["seq_upto"]),
+        int(reply["last_id"]),
+        tuple(
+            (text(where), int(seq), Message.model_validate_json(env))
+            for where, seq, env in reply["adds"]
+        ),
+        tuple(messages(reply["gones"])),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class IndexApplied:
+    """What one ``lua/index_apply.lua`` step did."""
+
+    applied: bool
+    ix_next: int
+    ix_seq: int
+    indexed: int
+    dead_postings: int
+    postings: int
+
+
+def index_applied(reply: Mapping[str, Any]) -> IndexApplied:
+    return IndexApplied(
+        bool(int(reply["applied"])),
+        int(reply["ix_next"]),
+        int(reply["ix_seq"]),
+        int(reply["indexed"]),
+        int(reply["dead_postings"]),
+        int(reply["postings"]),
+    )
+
+
+def context_layers(reply: Mapping[str, Any], facts_header: int) -> ContextLayers:
+    """``lua/context.lua``'s reply, layer by layer."""
     items = []
-    for i in range(at + 1, at + 1 + 2 * n_facts, 2):
-        tokens, value = parse_stored(reply[i + 1])
-        items.append((text(reply[i]), tokens, value))
+    for key, stored in reply["facts"]:
+        tokens, value = parse_stored(stored)
+        items.append((text(key), tokens, value))
     facts = (facts_message(items, facts_header),) if items else ()
-    rest = [*reply[: 1 + n_pinned], *reply[at + 1 + 2 * n_facts :]]
-    at = 0
-    layers: list[tuple[Message, ...]] = []
-    for step in (1, 1, 2, 1, 1):  # pinned, summaries, (score, message), backfill, window
-        n = int(rest[at])
-        envelopes = rest[at + 1 : at + 1 + step * n][step - 1 :: step]
-        layers.append(tuple(Message.model_validate_json(e) for e in envelopes))
-        at += 1 + step * n
-    pinned, summaries, recalled, backfill, window = layers
-    ordered = tuple(sorted(recalled, key=lambda m: m.id or 0))
-    return ContextLayers(pinned, summaries, ordered, backfill, window, facts)
+    recalled = messages(env for _, env in reply["recall"])
+    return ContextLayers(
+        tuple(messages(reply["pinned"])),
+        tuple(messages(reply["summaries"])),
+        tuple(sorted(recalled, key=lambda m: m.id or 0)),
+        tuple(messages(reply["backfill"])),
+        tuple(messages(reply["window"])),
+        facts,
+    )
 
 
-def hits(reply: Sequence[Any]) -> list[Hit]:
-    """``lua/search.lua``'s reply: n, then (id, score, message, before, after) per hit."""
-    out = []
-    for at in range(1, 1 + 5 * int(reply[0]), 5):
-        doc_id, score, env, before, after = reply[at : at + 5]
-        out.append(
-            Hit(
-                int(doc_id),
-                float(score),
-                Message.model_validate_json(env),
-                Message.model_validate_json(before) if before else None,
-                Message.model_validate_json(after) if after else None,
-            )
+def hits(reply: Mapping[str, Any]) -> Hits:
+    """``lua/search.lua``'s reply: (id, score, where, message, before, after) per hit."""
+    out = Hits(
+        Hit(
+            int(doc_id),
+            float(score),
+            Message.model_validate_json(env),
+            Message.model_validate_json(before) if before else None,
+            Message.model_validate_json(after) if after else None,
+            text(where),
         )
+        for doc_id, score, where, env, before, after in reply["hits"]
+    )
+    out.unindexed = int(reply["unindexed"])
     return out
 
 
@@ -77,9 +185,12 @@ def health(reply: Sequence[Any], policy: MemoryPolicy) -> MemoryHealth:
                 target[int(priority)] = int(value)
     ttl = int(fields["_ttl_ms"])
     last_flush = fields.get("last_flush")
+    fmt = int(fields.get("fmt", 1))
+    count = int(fields.get("count", 0))
+    archived = int(fields.get("archived", 0)) - int(fields.get("archive_base", 0))
     return MemoryHealth(
         token_count=int(fields.get("tokens", 0)),
-        message_count=int(fields.get("count", 0)),
+        message_count=count,
         last_id=int(fields.get("last_id", 0)),
         priority_tokens=tokens,
         priority_counts=counts,
@@ -95,20 +206,60 @@ def health(reply: Sequence[Any], policy: MemoryPolicy) -> MemoryHealth:
         ttl_ms=ttl if ttl >= 0 else None,
         strategy=policy.flush_strategy,
         max_tokens=policy.max_tokens,
+        unindexed=_unindexed(fields, fmt, count, archived),
+        data_format=fmt,
+        evicted=_evicted(fields, fmt, count, archived),
     )
 
 
-def transcript(reply: Sequence[Any]) -> Transcript:
-    """``lua/transcript.lua``'s reply: three counted lists of envelopes."""
-    parts: list[tuple[str, ...]] = []
-    at = 0
-    for _ in range(3):
-        n = int(reply[at])
-        parts.append(tuple(text(e) for e in reply[at + 1 : at + 1 + n]))
-        at += 1 + n
-    return Transcript(*parts)
+def _unindexed(fields: Mapping[str, str], fmt: int, count: int, archived: int) -> int:
+    """As ``unindexed()`` in ``lua/lib/query.lua`` counts it."""
+    if fmt < DATA_FORMAT:
+        return count + archived
+    live = max(0, int(fields.get("last_id", 0)) - int(fields.get("ix_next", 0)) + 1)
+    live = min(live, count + int(fields["_summaries_len"]))
+    seq = int(fields.get("ix_seq", 0))
+    rebuilding = max(0, int(fields.get("archived", 0)) - seq + 1) if seq > 0 else 0
+    return live + rebuilding
 
 
-def flush_commit(reply: Any) -> FlushCommit:
-    summary_id, removed, removed_tokens, tokens, count, summary_tokens = (int(v) for v in reply)
-    return FlushCommit(summary_id or None, removed, removed_tokens, tokens, count, summary_tokens)
+def _evicted(fields: Mapping[str, str], fmt: int, count: int, archived: int) -> tuple[str, ...]:
+    """The parts whose keys are gone while meta says they hold something (as the scripts'
+    ``check_parts`` in ``lua/lib/meta.lua`` tells them)."""
+    lengths = {
+        "msgs": int(fields["_msgs_len"]),
+        "archive": int(fields["_archive_len"]),
+        "summaries": int(fields["_summaries_len"]),
+    }
+    if "inc" not in fields:
+        # No meta: a new memory, unless other parts are still there.
+        present = [name for name, n in lengths.items() if n > 0]
+        if int(fields["_ixdocs"]) or int(fields["_facts_len"]):
+            present.append("index" if int(fields["_ixdocs"]) else "facts")
+        return ("meta",) if present else ()
+    gone = []
+    if lengths["msgs"] != count:
+        gone.append("msgs")
+    if lengths["archive"] != archived:
+        gone.append("archive")
+    if fmt >= 2:
+        if lengths["summaries"] != int(fields.get("summary_count", 0)):
+            gone.append("summaries")
+        if int(fields.get("ix_docs", 0)) > 0 and not int(fields["_ixdocs"]):
+            gone.append("index")
+        if int(fields["_ixgone_len"]) != int(fields.get("ix_gone", 0)):
+            gone.append("ixgone")
+    if int(fields["_facts_len"]) != int(fields["_factord_len"]):
+        gone.append("facts")
+    return tuple(gone)
+
+
+def flush_commit(reply: Mapping[str, Any]) -> FlushCommit:
+    return FlushCommit(
+        int(reply["summary_id"]) or None,
+        int(reply["removed_count"]),
+        int(reply["removed_tokens"]),
+        int(reply["tokens"]),
+        int(reply["count"]),
+        int(reply["summary_tokens"]),
+    )

@@ -24,9 +24,11 @@ recovers, at DEBUG.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -41,7 +43,7 @@ from tenacity import (
 
 from compozy_memory.errors import BackendUnavailableError, ConfigurationError
 
-__all__ = ["NO_RETRY", "RetryPolicy"]
+__all__ = ["NO_RETRY", "RetryPolicy", "no_retries"]
 
 T = TypeVar("T")
 
@@ -86,7 +88,7 @@ class RetryPolicy:
         try:
             return await operation()  # the common case, without building a retry loop
         except BackendUnavailableError as exc:
-            if self.attempts == 1 or self.deadline <= 0:
+            if self.attempts == 1 or self.deadline <= 0 or _ONE_ATTEMPT.get():
                 raise
             log.warning(
                 "%s of %s failed (%s: %s); retrying for up to %d attempts or %gs",
@@ -123,3 +125,19 @@ class RetryPolicy:
 
 #: One attempt: errors reach the caller at once.
 NO_RETRY = RetryPolicy(attempts=1)
+
+_ONE_ATTEMPT: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "compozy_memory_one_attempt", default=False
+)
+
+
+@contextlib.contextmanager
+def no_retries() -> Iterator[None]:
+    """Within the block (and the tasks it starts), every call makes one attempt: for work
+    that another call will redo anyway, such as a background catch-up of the index, which
+    must not keep a dead server's connection busy for the retry deadline."""
+    token = _ONE_ATTEMPT.set(True)
+    try:
+        yield
+    finally:
+        _ONE_ATTEMPT.reset(token)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from compozy_memory._model.limits import LUA_CONSTANTS
-from compozy_memory.errors import ScriptError
+from compozy_memory._wire.contracts import KEY_ORDER, Contract, ScriptArg, parse_contract
 
 __all__ = [
     "KEY_ORDER",
@@ -53,32 +53,10 @@ __all__ = [
     "script",
 ]
 
-ScriptArg: TypeAlias = "str | bytes | int"
 #: The keys and the arguments of one script call.
 Keys: TypeAlias = "Sequence[str]"
 Args: TypeAlias = "Sequence[ScriptArg]"
 
-#: Every script declares the keys it touches in this order.
-KEY_ORDER = (
-    "msgs",
-    "meta",
-    "archive",
-    "summaries",
-    "dedupe",
-    "recalled",
-    "ixpost",
-    "ixdocs",
-    "facts",
-    "factord",
-    "lock",
-    # Keys outside a memory's slot, each script touching one of them alone: a stored result
-    # (compozy_memory._store.results_store).
-    "result",
-    # A project's session index, in a slot of its own (compozy_memory._store.sessions).
-    "sessions",
-    "agent_sessions",
-    "session_info",
-)
 SCRIPT_NAMES = (
     "append",
     "read",
@@ -105,12 +83,14 @@ SCRIPT_NAMES = (
     "sessions_list",
     "transcript",
     "import",
+    "index_pending",
+    "index_apply",
+    "index_compact",
+    "index_reset",
 )
-_HEADER_LINE = re.compile(r"^-- (KEYS|ARGV):(.*)$", re.MULTILINE)
 _USES_LINE = re.compile(r"^-- USES:(.*)$", re.MULTILINE)
 # A helper file's top-level definitions: 'local function name(' and 'local NAME ='.
 _DEFINED = re.compile(r"^local (?:function )?([A-Za-z_]\w*)\b", re.MULTILINE)
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _NUMBERED = re.compile(r"\b(KEYS|ARGV)\[\s*\d")
 
 
@@ -121,70 +101,6 @@ def lua_dir() -> Path:
         if (candidate / "lib").is_dir():
             return candidate
     raise FileNotFoundError(f"compozy-memory's lua/ scripts are missing beside {package}")
-
-
-@dataclass(frozen=True, slots=True)
-class Contract:
-    """The KEYS and ARGV a script declares in its header."""
-
-    name: str
-    keys: tuple[str, ...]
-    argv: tuple[str, ...]
-    #: The name of the trailing variadic argument (declared ``name...``), or None.
-    variadic: str | None = None
-
-    def argv_for(
-        self, values: Mapping[str, ScriptArg], rest: Sequence[ScriptArg] = ()
-    ) -> list[ScriptArg]:
-        """ARGV in the declared order; raises ScriptError if the names differ from the header."""
-        if len(values) != len(self.argv) or (rest and self.variadic is None):
-            raise self._mismatch(sorted(values), rest)
-        try:
-            args = [values[name] for name in self.argv]
-        except KeyError:
-            raise self._mismatch(sorted(values), rest) from None
-        args += rest
-        return args
-
-    def check_keys(self, keys: Sequence[str]) -> None:
-        if len(keys) != len(self.keys):
-            raise ScriptError(
-                f"{self.name}: {len(keys)} keys sent, the script declares {len(self.keys)} "
-                f"({' '.join(self.keys)})"
-            )
-
-    def _mismatch(self, names: list[str], rest: Sequence[ScriptArg]) -> ScriptError:
-        declared = " ".join(self.argv) + (f" {self.variadic}..." if self.variadic else "")
-        sent = " ".join(names) + (f" +{len(rest)} more" if rest else "")
-        return ScriptError(f"{self.name}: arguments {sent} do not match the header: {declared}")
-
-
-def parse_contract(name: str, body: str) -> Contract:
-    """The contract in a script's header; raises ValueError describing what is wrong."""
-    declared: dict[str, list[str]] = {}
-    for kind, names in _HEADER_LINE.findall(body):
-        if kind in declared:
-            raise ValueError(f"lua/{name}.lua declares {kind} twice")
-        words = names.split()
-        declared[kind] = [] if words == ["(none)"] else words
-    if set(declared) != {"KEYS", "ARGV"}:
-        raise ValueError(f"lua/{name}.lua needs '-- KEYS:' and '-- ARGV:' header lines")
-    keys = declared["KEYS"]
-    unknown = [k for k in keys if k not in KEY_ORDER]
-    if unknown:
-        raise ValueError(f"lua/{name}.lua declares unknown keys {unknown}; known: {KEY_ORDER}")
-    if keys != sorted(keys, key=KEY_ORDER.index) or len(set(keys)) != len(keys):
-        raise ValueError(f"lua/{name}.lua must declare its keys in the order {KEY_ORDER}")
-    argv = declared["ARGV"]
-    variadic = None
-    if argv and argv[-1].endswith("..."):
-        variadic = argv.pop()[:-3]
-    for arg in [*argv, *([variadic] if variadic else [])]:
-        if not _NAME.match(arg):
-            raise ValueError(f"lua/{name}.lua: {arg!r} is not a lowercase argument name")
-    if len(set(argv)) != len(argv):
-        raise ValueError(f"lua/{name}.lua names an argument twice")
-    return Contract(name, tuple(keys), tuple(argv), variadic)
 
 
 @dataclass(frozen=True, slots=True)

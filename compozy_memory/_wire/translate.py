@@ -27,10 +27,15 @@ from compozy_memory.errors import (
     ConcurrentChangeError,
     ConflictError,
     ContextOverflowError,
+    DataFormatError,
+    IndexLagError,
     InvalidMessageError,
     LockLostError,
+    MemoryEvictedError,
     MessageTooLargeError,
     ScriptError,
+    ServerBusyError,
+    StepRequiredError,
 )
 
 __all__ = [
@@ -54,7 +59,7 @@ _TRANSIENT = (
 _PERMISSION = re.compile(
     r"^(NOPERM|WRONGPASS|NOAUTH)|^ACL failure in script|^The user executing the script can't"
 )
-_SCRIPT_LOCATION = re.compile(r"\s*script: [0-9a-f]+, on @\w+:\d+\.?$")
+_SCRIPT_LOCATION = re.compile(r"\s*script: \w+, on @\w+:\d+\.?$")
 _ERRORS: dict[str, type[CompozyMemoryError]] = {
     "COMPOZY_INVALID": InvalidMessageError,
     "COMPOZY_TOOLARGE": MessageTooLargeError,
@@ -62,6 +67,10 @@ _ERRORS: dict[str, type[CompozyMemoryError]] = {
     "COMPOZY_MOVED": ConcurrentChangeError,
     "COMPOZY_OVERFLOW": ContextOverflowError,
     "COMPOZY_STALE": LockLostError,
+    "COMPOZY_UNINDEXED": IndexLagError,
+    "COMPOZY_LONG": StepRequiredError,
+    "COMPOZY_EVICTED": MemoryEvictedError,
+    "COMPOZY_FORMAT": DataFormatError,
 }
 
 
@@ -135,6 +144,10 @@ def translate(exc: redis_errors.RedisError, operation: str, key: str) -> Compozy
         # connection: the call is retried. So does a call redis-py's Cluster client gave up on
         # after redirect upon redirect (a slot moving back and forth while it asked).
         return BackendUnavailableError(f"{operation}: {exc}", key=key)
+    if isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("BUSY "):
+        # Another client's script has held the server past busy-reply-threshold: this call
+        # was not run, so it is safe to send again, after a backoff.
+        return ServerBusyError(f"{operation}: {exc}", key=key)
     if isinstance(exc, redis_errors.OutOfMemoryError):
         return BackendOutOfMemoryError(f"{operation}: {exc}", key=key)
     if isinstance(exc, redis_errors.ResponseError):

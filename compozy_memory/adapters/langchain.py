@@ -8,9 +8,11 @@ What maps to what:
 * ``add_messages`` / ``aadd_messages``: one ``append_many`` of the whole batch, atomic and
   applied at most once (the handle's random dedupe key makes its own retries safe). Batches
   above the script's limit (10,000 messages) go in several appends.
-* ``messages`` / ``aget_messages``: ``read()`` (every live message, oldest first), or, when
-  the history was made with ``max_tokens``, ``context(max_tokens)``: the memory's summaries,
-  then the newest messages that fit.
+* ``messages`` / ``aget_messages``: the memory's summaries (as ``SystemMessage``), then every
+  live message, oldest first, in one atomic read; or, when the history was made with
+  ``max_tokens``, ``context(max_tokens)``: the summaries, then the newest messages that fit.
+  :meth:`CompozyChatMessageHistory.from_manager` opens a manager's memory, whose flushing
+  keeps the history summarised as it grows.
 * ``clear`` / ``aclear``: ``clear()`` (ids stay monotonic).
 
 A LangChain message is stored as a memory message: ``human`` becomes role ``user``, ``ai``
@@ -34,7 +36,7 @@ Sync methods run on a private event loop when no loop runs in the calling thread
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
@@ -47,9 +49,12 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
+from compozy_memory._config.agents import MemoryReference
+from compozy_memory._manager import MemoryManager
 from compozy_memory._model.limits import MAX_BATCH
 from compozy_memory._model.messages import Message
 from compozy_memory._store.instance import MemoryInstance
+from compozy_memory.adapters._reads import summaries_then_messages
 from compozy_memory.adapters._sync import run_sync
 
 __all__ = ["CompozyChatMessageHistory", "from_langchain", "to_langchain"]
@@ -71,6 +76,23 @@ class CompozyChatMessageHistory(BaseChatMessageHistory):
         self.memory = memory
         self.max_tokens = max_tokens
 
+    @classmethod
+    async def from_manager(
+        cls,
+        manager: MemoryManager,
+        memory_id: str,
+        session_id: str,
+        *,
+        context: Mapping[str, Any] | None = None,
+        max_tokens: int | None = None,
+    ) -> CompozyChatMessageHistory:
+        """The history ``session_id`` as instance ``<memory_id>:<session_id>`` of the
+        manager's memory ``memory_id`` (its policy, TTL and flushing apply). ``context`` adds
+        what else the memory's settings read; the id is passed as ``session_id``."""
+        reference = MemoryReference(memory_id, key="{{ session_id }}")
+        memory = await manager.get(reference, {**(context or {}), "session_id": session_id})
+        return cls(memory, max_tokens=max_tokens)
+
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # read-only, by design
         """Every message (or the context, with ``max_tokens``), oldest first."""
@@ -78,7 +100,7 @@ class CompozyChatMessageHistory(BaseChatMessageHistory):
 
     async def aget_messages(self) -> list[BaseMessage]:
         if self.max_tokens is None:
-            stored = await self.memory.read()
+            stored = await summaries_then_messages(self.memory)
         else:
             stored = await self.memory.context(self.max_tokens)
         return [to_langchain(m) for m in stored]

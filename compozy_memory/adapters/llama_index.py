@@ -11,7 +11,10 @@ What maps to what:
 
 * ``add_message`` / ``async_add_message``: ``append_many([message])``: atomic, at most once
   (the handle's random dedupe key; LlamaIndex gives the store no idempotency key).
-* ``get_messages`` / ``aget_messages``: ``read()``, every live message, oldest first.
+* ``get_messages`` / ``aget_messages``: the memory's summaries (``system`` messages marked
+  ``additional_kwargs["compozy_summary"]``), then every live message, oldest first, in one
+  atomic read. ``set_messages`` leaves marked summaries out (they stay the memory's), and
+  ``delete_message(key, idx)`` counts ``idx`` over that list (a summary is not deleted).
 * ``set_messages`` / ``aset_messages``: ``replace(messages)``, unconditionally (the old ones go
   to the archive). Lists above 10,000 messages are replaced, then appended, in several calls.
 * ``delete_messages`` / ``adelete_messages``: reads the messages, then ``clear()`` (which also
@@ -61,6 +64,7 @@ from compozy_memory._model.messages import Message
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.adapters._edits import remove_at
+from compozy_memory.adapters._reads import is_summary, summaries_then_messages
 from compozy_memory.adapters._sync import run_sync
 from compozy_memory.errors import ConfigurationError, UsageError
 
@@ -69,6 +73,8 @@ __all__ = ["ChatKeyListing", "CompozyChatStore", "from_llama_index", "to_llama_i
 MemoryFactory = Callable[[str], "MemoryInstance | Awaitable[MemoryInstance]"]
 
 _FIELD = "llama_index"
+#: ``additional_kwargs`` key of the summaries ``get_messages`` shows first.
+SUMMARY_MARK = "compozy_summary"
 _ROLES = {
     "system": "system",
     "developer": "developer",
@@ -184,14 +190,17 @@ class CompozyChatStore(BaseChatStore):
 
     async def aset_messages(self, key: str, messages: list[ChatMessage]) -> None:
         memory = await self.memory(key)
-        converted = [from_llama_index(m) for m in messages]
+        # Summaries read back by get_messages stay the memory's own: not stored as messages.
+        converted = [
+            from_llama_index(m) for m in messages if not m.additional_kwargs.get(SUMMARY_MARK)
+        ]
         await memory.replace(converted[:MAX_BATCH])
         for start in range(MAX_BATCH, len(converted), MAX_BATCH):
             await memory.append_many(converted[start : start + MAX_BATCH])
 
     async def aget_messages(self, key: str) -> list[ChatMessage]:
         memory = await self.memory(key)
-        return [to_llama_index(m) for m in await memory.read()]
+        return [to_llama_index(m) for m in await summaries_then_messages(memory)]
 
     async def async_add_message(self, key: str, message: ChatMessage) -> None:
         memory = await self.memory(key)
@@ -204,7 +213,12 @@ class CompozyChatStore(BaseChatStore):
         return [to_llama_index(m) for m in stored] or None
 
     async def adelete_message(self, key: str, idx: int) -> ChatMessage | None:
-        removed = await remove_at(await self.memory(key), idx)
+        memory = await self.memory(key)
+        if idx >= 0:  # idx counts over get_messages, summaries first; they cannot be deleted
+            idx -= len((await memory.snapshot(1)).summaries)
+            if idx < 0:
+                return None
+        removed = await remove_at(memory, idx)
         return None if removed is None else to_llama_index(removed)
 
     async def adelete_last_message(self, key: str) -> ChatMessage | None:
@@ -284,6 +298,10 @@ def to_llama_index(message: Message) -> ChatMessage:
     """The ``ChatMessage`` ``message`` stores: the one added, for messages this adapter wrote;
     else one made from its role and text."""
     kept: Any = (message.metadata or {}).get(_FIELD)
+    if is_summary(message):
+        return ChatMessage(
+            role="system", content=message.text, additional_kwargs={SUMMARY_MARK: True}
+        )
     if isinstance(kept, dict):
         data = dict(kept)
         if "blocks" not in data:

@@ -1,18 +1,29 @@
 """An OpenAI Agents SDK session kept in a compozy memory (extra ``openai-agents``).
 
 :class:`CompozySession` implements the SDK's ``Session`` protocol over one
-:class:`~compozy_memory.MemoryInstance`: one memory is one session.
+:class:`~compozy_memory.MemoryInstance`: one memory is one session. Build it on a memory, or
+with :meth:`CompozySession.from_manager` on a memory a :class:`~compozy_memory.MemoryManager`
+opens (its policy and flushing apply), or :meth:`CompozySession.from_url`.
 
 What maps to what:
 
 * ``add_items(items)``: one ``append_many`` of the whole list, atomic and applied at most once
   (the handle's random dedupe key; the SDK gives the session no idempotency key). Lists above
   the script's limit (10,000 items) go in several appends.
-* ``get_items(limit)``: ``read()``, or ``read(-limit, -1)`` for the newest ``limit`` items in
-  order; ``limit=None`` falls back to ``session_settings.limit`` as the SDK's sessions do.
+* ``get_items(limit)``: the memory's summaries, as ``system`` message items, then every live
+  item (one atomic read); with ``limit`` (or ``session_settings.limit``, as the SDK's
+  sessions do), the newest ``limit`` of that sequence, read with ``read(-limit, -1)``.
 * ``pop_item()``: removes the newest message by a compare-and-set ``replace`` (see
   :mod:`compozy_memory.adapters._edits`: O(items), the old messages go to the archive).
 * ``clear_session()``: ``clear()``.
+* ``session_settings``: a ``SessionSettings`` or a dict, coerced as the SDK's own sessions
+  coerce it (unknown keys raise); ``SessionSettings()`` when not given.
+* Responses compaction (``OpenAIResponsesCompactionSession`` over this session): the
+  snapshot hook reads the newest items and replaces a suffix of them with a compare-and-set
+  ``replace(if_last_id=, if_incarnation=)``, so a compaction that raced an append anywhere in
+  the fleet changes nothing and is retried by the SDK, never a clear followed by an add.
+* ``close()``: closes the client when the session opened it (:meth:`from_url`); a closed
+  session refuses further calls.
 
 Each input item is one memory message, and ``get_items`` returns exactly the dicts that were
 added (equal, key order included), as long as they are JSON:
@@ -31,26 +42,33 @@ The message's ``type`` is the item's ``type`` (``message`` when it has none), so
 ``MemoryPolicy.content_priorities`` can give item kinds their own priorities. The rest of the
 item is kept in ``metadata["openai_agents"]``. Items written by other code come back as
 ``{"role", "content"}`` messages, or ``function_call_output`` items for tool messages.
-
-Not supported: summaries made by a flusher are not items, and ``get_items`` does not return
-them: a flushed session has lost the items it summarised, so attach no flusher to a memory
-used as a session (or read ``memory.context()`` yourself).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from agents.memory.session import _CompactionSnapshot
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
+
+from compozy_memory._config.agents import MemoryReference
+from compozy_memory._manager import MemoryManager
 from compozy_memory._model.keys import decode_key
 from compozy_memory._model.limits import MAX_BATCH
 from compozy_memory._model.messages import Message
-from compozy_memory._store.instance import MemoryInstance
-from compozy_memory.adapters._edits import remove_at
-from compozy_memory.errors import ConfigurationError
+from compozy_memory._store.instance import MemoryInstance, MessageInput
+from compozy_memory._wire.connection import connect
+from compozy_memory.adapters._edits import remove_at, replace_if_unchanged
+from compozy_memory.adapters._reads import summaries_then_messages
+from compozy_memory.errors import ConfigurationError, SessionClosedError
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
-    from agents.memory import SessionSettings
 
 __all__ = ["CompozySession", "from_item", "to_item"]
 
@@ -61,7 +79,8 @@ _MESSAGE_ROLES = {"user", "assistant", "system", "developer"}
 class CompozySession:
     """The SDK's ``Session`` protocol over one compozy memory.
 
-    ``session_id`` defaults to the memory's key text.
+    ``session_id`` defaults to the memory's key text; ``session_settings`` is a
+    ``SessionSettings`` or a dict of its fields.
     """
 
     def __init__(
@@ -69,36 +88,140 @@ class CompozySession:
         memory: MemoryInstance,
         *,
         session_id: str | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> None:
         self.memory = memory
         self.session_id = session_id if session_id is not None else _key_text(memory)
-        self.session_settings = session_settings
+        self.session_settings: SessionSettings | None = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(cast("SessionSettings | dict[str, Any]", session_settings))
+        )
+        self._owns_client = False
+        self._closed = False
+
+    @classmethod
+    def from_url(
+        cls,
+        session_id: str,
+        *,
+        url: str,
+        project: str,
+        key_prefix: str = "openai-agents:",
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> CompozySession:
+        """A session on memory ``<key_prefix><session_id>`` of ``project`` at ``url``, on a
+        client of its own that :meth:`close` closes; ``options`` go to
+        :class:`MemoryInstance` (``policy``, ``counter``, ``retry``...)."""
+        memory = MemoryInstance.open(
+            connect(url), project=project, key=key_prefix + session_id, **options
+        )
+        session = cls(memory, session_id=session_id, session_settings=session_settings)
+        session._owns_client = True
+        return session
+
+    @classmethod
+    async def from_manager(
+        cls,
+        manager: MemoryManager,
+        memory_id: str,
+        session_id: str,
+        *,
+        context: Mapping[str, Any] | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+    ) -> CompozySession:
+        """The session ``session_id`` as instance ``<memory_id>:<session_id>`` of the
+        manager's memory ``memory_id``: its policy, TTL and flushing apply, so the session
+        is summarised as it grows. ``context`` adds what else the memory's settings read;
+        the session id is passed as ``session_id``."""
+        reference = MemoryReference(memory_id, key="{{ session_id }}")
+        memory = await manager.get(reference, {**(context or {}), "session_id": session_id})
+        return cls(memory, session_id=session_id, session_settings=session_settings)
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """Every item, or the newest ``limit`` ones, oldest first."""
-        chosen = limit
-        if chosen is None and self.session_settings is not None:
-            chosen = self.session_settings.limit
-        if chosen is None:
-            stored = await self.memory.read()
-        elif chosen <= 0:
-            return []
-        else:
-            stored = await self.memory.read(-chosen, -1)
-        return [to_item(m) for m in stored]
+        """The summaries, then every item, or the newest ``limit`` of those, oldest first."""
+        self._check_open()
+        chosen = resolve_session_limit(limit, self.session_settings)
+        return [to_item(m) for m in await summaries_then_messages(self.memory, chosen)]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
+        self._check_open()
         converted = [from_item(item) for item in items]
         for start in range(0, len(converted), MAX_BATCH):
             await self.memory.append_many(converted[start : start + MAX_BATCH])
 
     async def pop_item(self) -> TResponseInputItem | None:
+        self._check_open()
         removed = await remove_at(self.memory, -1)
         return None if removed is None else to_item(removed)
 
     async def clear_session(self) -> None:
+        self._check_open()
         await self.memory.clear()
+
+    async def close(self) -> None:
+        """Refuse further calls; close the client if :meth:`from_url` opened it."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            await self.memory.client.aclose()
+
+    async def _get_compaction_snapshot(
+        self,
+        limit: int,
+        *,
+        prune_prefix: Callable[[TResponseInputItem], bool] | None = None,
+    ) -> _CompactionSnapshot | None:
+        """The newest ``limit`` items, and a compare-and-set replacement of a suffix of them
+        (``OpenAIResponsesCompactionSession`` calls this). None for a subclass that changes
+        how items are read or written: the snapshot must not bypass it."""
+        self._check_open()
+        if self._items_overridden():
+            return None
+        snap = await self.memory.conversation()
+        live = list(snap.messages)
+        tail = live[max(0, len(live) - limit) :]
+        items = [to_item(m) for m in tail]
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            if not tail[start:]:
+                return False
+            before = live[: len(live) - len(tail) + start]
+            if prune_prefix is not None:
+                while before and prune_prefix(to_item(before[0])):
+                    before.pop(0)
+            kept: list[MessageInput] = [*before, *(from_item(item) for item in output)]
+            return await replace_if_unchanged(self.memory, snap, kept)
+
+        return _CompactionSnapshot(
+            items, not snap.summaries and len(tail) == len(live), replace_suffix
+        )
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """Replace every item in one atomic ``replace`` (the compaction session's fallback
+        when it has no snapshot to compare against). False, changing nothing, for a subclass
+        that changes how items are read or written."""
+        self._check_open()
+        if self._items_overridden():
+            return False
+        await self.memory.replace([from_item(item) for item in items])
+        return True
+
+    def _items_overridden(self) -> bool:
+        kind = type(self)
+        return any(
+            getattr(kind, name) is not getattr(CompozySession, name)
+            for name in ("get_items", "add_items", "pop_item", "clear_session")
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(
+                f"{type(self).__name__} is closed (session {self.session_id!r})",
+                key=self.memory.key,
+            )
 
 
 def from_item(item: TResponseInputItem | dict[str, Any]) -> dict[str, Any]:

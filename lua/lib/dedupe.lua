@@ -44,11 +44,13 @@ local function dedupe_seen(meta, key, token)
 end
 
 -- The reply of an append or replace whose dedupe key was already remembered: the ids the
--- first call got (n messages ending at last), the current totals, and duplicate = 1.
+-- first call got (n messages ending at last), the current totals, duplicate = 1, the
+-- incarnation and the current version.
 local function dedupe_reply(meta, last, n)
-  local t = redis.call('HMGET', meta, 'tokens', 'count', 'summary_tokens', 'inc')
+  local t = redis.call('HMGET', meta, 'tokens', 'count', 'summary_tokens', 'inc', 'ver',
+    'last_id')
   return {last - n + 1, last, tonumber(t[1]) or 0, tonumber(t[2]) or 0, tonumber(t[3]) or 0, 1,
-    t[4] or ''}
+    t[4] or '', t[5] or (string.format('%d', tonumber(t[6]) or 0) .. ':')}
 end
 
 -- Before members leave the dedupe set: drops the lists of the processes among them.

@@ -19,11 +19,3 @@ local function envelope_head(env)
   end
   return tonumber(id), tonumber(tokens), tonumber(priority)
 end
-
--- Replaces the first `scanned` messages of list `key` with `kept` (oldest first).
-local function rewrite_head(key, scanned, kept)
-  redis.call('LTRIM', key, scanned, -1)
-  for i = #kept, 1, -1 do
-    redis.call('LPUSH', key, kept[i])
-  end
-end

@@ -1,57 +1,116 @@
--- lib/meta.lua: meta: a memory's exact totals, changed through deltas, and its incarnation (set from
--- the server clock when meta is created, so a memory that expired and was written again is
--- told apart from the old one); the TTL every write sets.
--- USES: clock
+-- lib/meta.lua: reading a memory's meta: its data format, and the checks that the memory's
+-- other keys are all there (none evicted or deleted) before a script uses them.
+-- USES: args
 
--- Meta changes are gathered in a table of field -> delta and written with one HMGET and one
--- HSET, whatever the number of messages and priorities involved.
-local function new_deltas()
-  return {tokens = 0, count = 0}
+-- Reads meta's fields (names) with one HMGET: a table of name -> value (text; nil when the
+-- field is missing).
+local function meta_read(meta, names)
+  local values = redis.call('HMGET', meta, unpack(names))
+  local out = {}
+  for i, name in ipairs(names) do
+    out[name] = values[i] or nil  -- a missing field comes as false
+  end
+  return out
 end
 
-local function account(deltas, sign, tokens, priority)
-  local pt = 'p:' .. priority .. ':tokens'
-  local pc = 'p:' .. priority .. ':count'
-  deltas.tokens = deltas.tokens + sign * tokens
-  deltas.count = deltas.count + sign
-  deltas[pt] = (deltas[pt] or 0) + sign * tokens
-  deltas[pc] = (deltas[pc] or 0) + sign
+-- Refuses a memory written by a newer release, in a format this one cannot read (meta's fmt;
+-- none: DATA_FORMAT 1, before it was named).
+local function check_format(m)
+  local fmt = tonumber(m.fmt) or 1
+  if fmt > DATA_FORMAT then
+    fail('FORMAT', 'this memory is in data format ' .. fmt .. ', written by a newer '
+      .. 'compozy-memory; this release reads format ' .. DATA_FORMAT .. ' and older')
+  end
 end
 
--- Applies deltas to meta; returns the new values by field, and 'inc', the incarnation (a
--- meta created here gets a new one).
-local function apply_deltas(meta, deltas)
-  local fields = {'inc'}
-  for field in pairs(deltas) do
-    fields[#fields + 1] = field
+-- A memory whose keys were partly evicted or deleted is refused, never rebuilt silently:
+-- parts maps a part's name to {key, expected length or nil for 'must not exist'}.
+local function check_parts(m, k, parts)
+  if m.inc == nil then
+    -- No meta: a new memory, unless another part of it is still there.
+    local keys, names = {}, {}
+    for name, part in pairs(parts) do
+      keys[#keys + 1] = part[1]
+      names[#names + 1] = name
+    end
+    if #keys > 0 and redis.call('EXISTS', unpack(keys)) > 0 then
+      table.sort(names)
+      fail('EVICTED', 'meta is gone but other keys of this memory (' .. table.concat(names, ', ')
+        .. ') are not: they were evicted or deleted')
+    end
+    return
   end
-  local current = redis.call('HMGET', meta, unpack(fields))
-  local updates, values = {}, {}
-  for i = 2, #fields do
-    local field = fields[i]
-    local value = (tonumber(current[i]) or 0) + deltas[field]
-    values[field] = value
-    updates[#updates + 1] = field
-    updates[#updates + 1] = string.format('%d', value)
+  for name, part in pairs(parts) do
+    local expected = part[2]
+    if expected ~= nil then
+      local found
+      if part[3] == 'exists' then
+        -- Documents counted: the records are there (none counted: nothing to check).
+        found = expected > 0 and redis.call('EXISTS', part[1]) or 0
+        expected = expected > 0 and 1 or 0
+      else
+        found = redis.call('LLEN', part[1])
+      end
+      if found ~= expected then
+        fail('EVICTED', name .. ' holds ' .. found .. ' where meta says ' .. expected
+          .. ': keys of this memory were evicted or deleted')
+      end
+    end
   end
-  values.inc = current[1]
-  if not values.inc then
-    values.inc = string.format('%d', now_us())
-    updates[#updates + 1] = 'inc'
-    updates[#updates + 1] = values.inc
-  end
-  redis.call('HSET', meta, unpack(updates))
-  return values
 end
 
--- The memory's incarnation, creating meta with one if it does not exist yet.
-local function incarnation(meta)
-  local inc = redis.call('HGET', meta, 'inc')
-  if not inc then
-    inc = string.format('%d', now_us())
-    redis.call('HSET', meta, 'inc', inc)
+-- The parts of a memory its meta accounts for, with what meta says they hold.
+local function counted_parts(m, k, which)
+  local parts = {}
+  local fmt = tonumber(m.fmt) or 1
+  for _, name in ipairs(which) do
+    if name == 'msgs' then
+      parts.msgs = {k.msgs, tonumber(m.count) or 0}
+    elseif name == 'archive' then
+      parts.archive = {k.archive, (tonumber(m.archived) or 0) - (tonumber(m.archive_base) or 0)}
+    elseif name == 'summaries' then
+      -- Counted since format 2 (an import of format 1 did not count them).
+      parts.summaries = {k.summaries, fmt >= 2 and (tonumber(m.summary_count) or 0) or nil}
+    elseif name == 'index' then
+      parts.index = {k.ixdocs, fmt >= 2 and (tonumber(m.ix_docs) or 0) or nil, 'exists'}
+    elseif name == 'ixgone' then
+      parts.ixgone = {k.ixgone, fmt >= 2 and (tonumber(m.ix_gone) or 0) or nil}
+    end
   end
-  return inc
+  return parts
+end
+
+-- The fields every guarded read of meta takes.
+local GUARD_FIELDS = {'inc', 'fmt', 'imp', 'count', 'archived', 'archive_base',
+  'summary_count', 'ix_docs', 'ix_gone'}
+
+-- Refuses a write while an import fills the memory (import.lua).
+local function check_not_importing(m)
+  if m.imp then
+    fail('CONFLICT', 'an import is writing this memory (clear() one that was cut short)')
+  end
+end
+
+-- Reads meta (GUARD_FIELDS and extra) and checks the format and the parts in which; a
+-- writing caller is also refused while an import fills the memory.
+local function guarded(k, which, extra, writing)
+  local names = {unpack(GUARD_FIELDS)}
+  for _, name in ipairs(extra or {}) do
+    names[#names + 1] = name
+  end
+  local m = meta_read(k.meta, names)
+  check_format(m)
+  check_parts(m, k, counted_parts(m, k, which))
+  if writing then
+    check_not_importing(m)
+  end
+  return m
+end
+
+-- The memory's version as reported and compared: meta's 'ver' (lib/batch.lua), or, for a
+-- memory no write of this release has named yet, '<last_id>:' (a version no write makes).
+local function version_of(m)
+  return m.ver or (string.format('%d', tonumber(m.last_id) or 0) .. ':')
 end
 
 local function totals(meta)
@@ -59,11 +118,3 @@ local function totals(meta)
   return tonumber(t[1]) or 0, tonumber(t[2]) or 0, tonumber(t[3]) or 0
 end
 
--- Sets the instance TTL on every key in keys (PEXPIRE on a missing key is a no-op).
-local function apply_ttl(keys, ttl_ms)
-  if ttl_ms > 0 then
-    for i = 1, #keys do
-      redis.call('PEXPIRE', keys[i], ttl_ms)
-    end
-  end
-end

@@ -1,0 +1,117 @@
+-- lib/docs.lua: the index's document records, and where a message is by its id.
+-- USES: envelope
+--
+-- ixdocs is a HASH of blocks: field floor(id / DOC_BLOCK) holds DOC_BLOCK records of
+-- DOC_SIZE bytes, one per id of the block (the block's string stops after its last record):
+--   byte 1      kind: 0 = not indexed or removed, else the role (KINDS below)
+--   bytes 2-3   length in terms, big-endian (capped at 65535, as the postings hold it)
+--   bytes 4-8   seq: the message's place in the archive (1 = the first envelope ever
+--               archived), 0 while it is live or a live summary
+-- A document is alive while its kind is not 0. The archive holds envelope seq at list index
+-- seq - archive_base - 1 (meta's archive_base counts those its cap dropped).
+
+local DOC_BLOCK = 128
+local DOC_SIZE = 8
+local KINDS = {user = 1, assistant = 2, system = 3, tool = 4, developer = 5, summary = 6,
+  other = 7}
+
+-- A record as kind, length, seq (kind 0 when there is none).
+local function doc_decode(block, id)
+  if not block then
+    return 0, 0, 0
+  end
+  local at = (id % DOC_BLOCK) * DOC_SIZE + 1
+  local kind, l1, l2, s1, s2, s3, s4, s5 = string.byte(block, at, at + DOC_SIZE - 1)
+  if not kind then
+    return 0, 0, 0
+  end
+  return kind, l1 * 256 + l2, (((s1 * 256 + s2) * 256 + s3) * 256 + s4) * 256 + s5
+end
+
+-- A reader of records that reads each block once per call: docs.get(id) -> kind, length, seq.
+local function doc_reader(k_ixdocs)
+  local blocks = {}
+  local reader = {}
+  function reader.get(id)
+    local b = math.floor(id / DOC_BLOCK)
+    local block = blocks[b]
+    if block == nil then
+      block = redis.call('HGET', k_ixdocs, tostring(b)) or false
+      blocks[b] = block
+    end
+    return doc_decode(block or nil, id)
+  end
+  -- Reads the blocks of many ids with one HMGET.
+  function reader.prefetch(ids)
+    local wanted, fields = {}, {}
+    for _, id in ipairs(ids) do
+      local b = math.floor(id / DOC_BLOCK)
+      if blocks[b] == nil and not wanted[b] then
+        wanted[b] = true
+        fields[#fields + 1] = tostring(b)
+      end
+    end
+    for from = 1, #fields, 1000 do
+      local chunk = {unpack(fields, from, math.min(from + 999, #fields))}
+      local values = redis.call('HMGET', k_ixdocs, unpack(chunk))
+      for i, field in ipairs(chunk) do
+        blocks[tonumber(field)] = values[i] or false
+      end
+    end
+  end
+  return reader
+end
+
+-- The index in list msgs of live message id (ids increase along the list), or nil: a binary
+-- search of LINDEX reads, so about log2(count) of them.
+local function live_index(k_msgs, id, count)
+  local low, high = 0, count - 1
+  while low <= high do
+    local mid = math.floor((low + high) / 2)
+    local env = redis.call('LINDEX', k_msgs, mid)
+    if not env then
+      return nil
+    end
+    local at = envelope_head(env)
+    if at == id then
+      return mid
+    elseif at < id then
+      low = mid + 1
+    else
+      high = mid - 1
+    end
+  end
+  return nil, low
+end
+
+-- The envelope of message id wherever it is (live, a live summary, archived), or nil; where
+-- says which: 'live', 'summary' or 'archive'. state: {count = live messages, archive_base}.
+local function locate(k, docs, id, state)
+  local kind, _, seq = docs.get(id)
+  if seq > 0 then
+    local at = seq - state.archive_base - 1
+    if at >= 0 then
+      local env = redis.call('LINDEX', k.archive, at)
+      if env then
+        return env, 'archive'
+      end
+    end
+    return nil
+  end
+  if kind == KINDS.summary then
+    for _, env in ipairs(redis.call('LRANGE', k.summaries, 0, -1)) do
+      if envelope_head(env) == id then
+        return env, 'summary'
+      end
+    end
+    return nil
+  end
+  if kind == 0 then
+    return nil
+  end
+  local at = live_index(k.msgs, id, state.count)
+  if at then
+    return redis.call('LINDEX', k.msgs, at), 'live'
+  end
+  return nil
+end

@@ -43,6 +43,8 @@ from compozy_memory._store.indexer import Indexer, IndexProgress
 from compozy_memory._store.instance import Facts, MemoryInstance
 from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
 from compozy_memory._store.warmup import warm
+from compozy_memory._telemetry import instrument as instrument_opentelemetry
+from compozy_memory._telemetry import uninstrument as uninstrument_opentelemetry
 from compozy_memory._wire.connection import connect
 from compozy_memory._wire.retry import NO_RETRY, RetryPolicy
 from compozy_memory.errors import (
@@ -167,11 +169,13 @@ __all__ = [
     "WaitPolicy",
     "__version__",
     "connect",
+    "instrument_opentelemetry",
     "plan_flush",
     "sanitize_key",
     "start_metrics_server",
     "to_anthropic",
     "to_openai",
     "tool_definitions",
+    "uninstrument_opentelemetry",
     "warm",
 ]

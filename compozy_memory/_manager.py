@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from compozy_memory._config.agents import MemoryReference, configuration_level
@@ -31,9 +30,10 @@ from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import UNBOUNDED_TOKENS
+from compozy_memory._model.results import FlushCommit
 from compozy_memory._model.tokens import TokenCounter, counter_for_encoding, default_counter
 from compozy_memory._store.instance import MemoryInstance
-from compozy_memory._store.sessions import SessionIndex, SessionPage, uuid7
+from compozy_memory._store.sessions import IndexEntry, SessionIndex, SessionPage, uuid7
 from compozy_memory._store.warmup import warm
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.translate import RedisClient
@@ -141,7 +141,10 @@ class MemoryManager:
         return handle
 
     async def _get(
-        self, ref: str | MemoryReference, context: Mapping[str, Any] | None
+        self,
+        ref: str | MemoryReference,
+        context: Mapping[str, Any] | None,
+        agent: str | None = None,
     ) -> MemoryInstance:
         reference = MemoryReference(ref) if isinstance(ref, str) else ref
         resource = self.registry.get(reference.id)
@@ -170,6 +173,7 @@ class MemoryManager:
                 memory_id=resource.id,
                 metrics=self.metrics,
             )
+            entry = None if reference.read_only else self.sessions.entry(_agent_id(values, agent))
             limited = resource.effective_max_tokens is not None or resource.max_messages is not None
             if self.flushing and not reference.read_only and limited:
                 handle.attach_flusher(
@@ -182,17 +186,10 @@ class MemoryManager:
                         metrics=self.metrics,
                         name=resource.id,
                         indexer=handle.indexer,
+                        on_commit=None if entry is None else _committed(entry, handle),
                     )
                 )
-            if not reference.read_only:
-                agent = values.get("agent")
-                agent_id = agent.get("id") if isinstance(agent, Mapping) else agent
-                handle.attach_index(
-                    functools.partial(
-                        self.sessions.noticed,
-                        agent=agent_id if isinstance(agent_id, str) and agent_id else None,
-                    )
-                )
+            handle.attach_index(entry)
             self._handles[handle_key] = handle
         return handle
 
@@ -232,6 +229,7 @@ class MemoryManager:
         index = self.sessions
         if project is not None and project != index.project:
             index = SessionIndex(self.client, project, retry=self.retry)
+        await index.flushed()  # this process's own writes are listed
         return await index.page(agent=agent, limit=limit, cursor=cursor)
 
     async def for_agent(
@@ -251,7 +249,9 @@ class MemoryManager:
                     pattern = _PATTERNS.get(configuration_level(agent), "unknown")
                 refs = self.registry.resolve(agent)
             await self._start_once()
-            handles = [await self._get(ref, context) for ref in refs]
+            agent_id = agent if isinstance(agent, str) else agent.get("id")
+            named = agent_id if isinstance(agent_id, str) and agent_id else None
+            handles = [await self._get(ref, context, named) for ref in refs]
         except Exception as exc:
             self._resolved(pattern, type(exc).__name__)
             raise
@@ -301,8 +301,10 @@ class MemoryManager:
         return summarizer
 
     async def aclose(self) -> None:
-        """Close what the manager's summarizers and token counters opened (API clients);
-        the Redis client is the caller's to close."""
+        """Send the session-index entries still pending, and close what the manager's
+        summarizers and token counters opened (API clients); the Redis client is the
+        caller's to close."""
+        await self.sessions.flushed()
         for summarizer in self._summarizers.values():
             close = getattr(summarizer, "aclose", None)
             if close is not None:
@@ -316,6 +318,29 @@ class MemoryManager:
     def open_handles(self) -> int:
         """How many distinct handles are alive (for monitoring and tests)."""
         return len(self._handles)
+
+
+def _committed(entry: IndexEntry, handle: MemoryInstance) -> Callable[[FlushCommit, int], None]:
+    """After a flush commit, record ``handle``'s totals in the index (held weakly: the flusher
+    lives as long as the handle, which must stay free to go)."""
+    ref = weakref.ref(handle)
+
+    def removed(commit: FlushCommit, last_id: int) -> None:
+        memory = ref()
+        if memory is not None:
+            entry.removed(
+                memory, last_id=last_id, messages=commit.total_count, tokens=commit.total_tokens
+            )
+
+    return removed
+
+
+def _agent_id(context: Mapping[str, Any], agent: str | None) -> str | None:
+    """The agent a handle's writes are indexed under: ``agent`` in the context (an id, or a
+    mapping with an ``id``), else the agent ``for_agent`` was asked for."""
+    value = context.get("agent")
+    named = value.get("id") if isinstance(value, Mapping) else value
+    return named if isinstance(named, str) and named else agent
 
 
 # compozy_memory_config_resolution_total's ``pattern``: the spec's names of the three levels.

@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import cast
 
@@ -74,6 +75,7 @@ class Flusher:
         name: str = "memory",
         background: bool = True,
         indexer: Indexer | None = None,
+        on_commit: Callable[[FlushCommit, int], None] | None = None,
     ) -> None:
         if gateway.read_only:
             raise ReadOnlyMemoryError(
@@ -97,6 +99,9 @@ class Flusher:
         self.skip_backoff = skip_backoff.total_seconds()
         #: False: appends never start a flush; only :meth:`flush` does.
         self.background = background
+        #: Called with every commit and the last id of the snapshot it was planned from (the
+        #: manager's session index records the totals); it must not wait or raise.
+        self.on_commit = on_commit
         self._fallback = ExtractiveSummarizer(counter)
         # Bound once: notice() runs on every append.
         self._hits = self.metrics.flush_optimization_hits.labels(memory=name)
@@ -168,7 +173,7 @@ class Flusher:
             self._quiet_until = time.monotonic() + self.skip_backoff
             return self._count(FlushResult("skipped"))
         try:
-            return self._count(await lease.hold(lambda: self._flush_with(lease)))
+            result = self._count(await lease.hold(lambda: self._flush_with(lease)))
         except LockLostError:
             self.metrics.flushes.labels(memory=self.name, type="lost").inc()
             raise
@@ -179,6 +184,7 @@ class Flusher:
                 log.warning(
                     "could not release the flush lock of %s", self.gateway.name, extra=self._log
                 )
+        return result
 
     async def _flush_with(self, lease: Lease) -> FlushResult:
         """Rounds of bounded snapshot, plan, summary and commit, until the context fits or
@@ -249,6 +255,8 @@ class Flusher:
                     ) from None
                 continue
             lease.committing = False
+            if self.on_commit is not None:
+                self.on_commit(commit, snapshot.last_id)
             return FlushResult(
                 "summarised" if summary is not None else "evicted",
                 plan,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
+from compozy_memory import _telemetry
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import MOVE_STEP
@@ -15,7 +16,6 @@ from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     AppendResult,
-    Conversation,
     FlushResult,
     MemoryHealth,
     Snapshot,
@@ -41,7 +41,6 @@ from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory._wire.transport import Transport
 from compozy_memory.errors import (
-    ConcurrentChangeError,
     ConfigurationError,
     InvalidMessageError,
     UsageError,
@@ -49,12 +48,18 @@ from compozy_memory.errors import (
 
 __all__ = ["Facts", "FlushHook", "IndexHook", "Indexer", "MemoryInstance", "MessageInput"]
 
-#: Times a paged read starts again because a write changed the memory between its pages.
-_READ_ATTEMPTS = 5
 
 _log = logging.getLogger("compozy_memory")
 
-IndexHook = Callable[["MemoryInstance", AppendResult], Awaitable[None]]
+
+class IndexHook(Protocol):
+    """What a handle tells its session index (the manager attaches one): never waits."""
+
+    def noticed(self, memory: MemoryInstance, result: AppendResult) -> None: ...
+
+    def removed(
+        self, memory: MemoryInstance, *, last_id: int, messages: int, tokens: int
+    ) -> None: ...
 
 
 class FlushHook(Protocol):
@@ -136,6 +141,8 @@ class MemoryInstance(ContextReads):
         self.pins = PinKeeper(self)
         self._flusher: FlushHook | None = None
         self._index: IndexHook | None = None
+        # The last id this handle's writes returned, for the index after a trim or clear.
+        self._last_id: int | None = None
 
     @classmethod
     def open(cls, client: RedisClient, *, project: str, key: str, **options: Any) -> MemoryInstance:
@@ -187,6 +194,13 @@ class MemoryInstance(ContextReads):
         token = self._dedupe_token(dedupe_key)
         if offload:
             messages = await offloaded(self, messages, namespace or Namespace.global_())
+        if _telemetry.capturing():  # opt-in: the messages go on the span
+            messages = list(messages)
+            with _telemetry.content(records=_records(messages)):
+                return await self._append(messages, token)
+        return await self._append(messages, token)
+
+    async def _append(self, messages: Iterable[MessageInput], token: str) -> AppendResult:
         args = await self._encode(messages)
         if not args:
             raise InvalidMessageError("append_many needs at least one message", key=self.key)
@@ -196,7 +210,8 @@ class MemoryInstance(ContextReads):
         if self._flusher is not None:
             self._flusher.notice(result)
         if self._index is not None:
-            await self._index(self, result)
+            self._last_id = result.last_id
+            self._index.noticed(self, result)
         return result
 
     async def replace(
@@ -248,7 +263,8 @@ class MemoryInstance(ContextReads):
         )
         self.indexer.notice()
         if self._index is not None:
-            await self._index(self, result)
+            self._last_id = result.last_id
+            self._index.noticed(self, result)
         return result
 
     async def trim(
@@ -270,6 +286,7 @@ class MemoryInstance(ContextReads):
                 )
         result = await trim_oldest(self.gateway, self.indexer, keep_messages, max_tokens)
         self.gateway.metrics.trims.labels(memory=self.memory_id, strategy="oldest").inc()
+        self._removed(result.total_count, result.total_tokens)
         return result
 
     async def clear(self) -> int:
@@ -281,7 +298,9 @@ class MemoryInstance(ContextReads):
         the read and the clear keeps its pin (it ends with the memory's TTL), and a release
         that fails is logged, never raised: the clear has happened."""
         self._check_writable("clear")
-        return await clear_releasing_pins(self)
+        removed = await clear_releasing_pins(self)
+        self._removed(0, 0)
+        return removed
 
     async def set_ttl(self, ttl: timedelta | float | None) -> int:
         """Set (seconds or timedelta) or remove (None) the TTL of every key of the instance.
@@ -292,43 +311,6 @@ class MemoryInstance(ContextReads):
         return await self.gateway.expire(ttl_millis(ttl, self.key))
 
     # -- reads --------------------------------------------------------------------------
-
-    async def read(self, start: int = 0, stop: int = -1) -> list[Message]:
-        """Messages from index ``start`` to ``stop`` inclusive, oldest first (LRANGE rules).
-
-        A range of more than ``MAX_READ`` (1,000) messages is read a page a call, each call
-        bounded; if a write changes the memory between two pages the read starts again
-        (:class:`ConcurrentChangeError` after a few tries), so the result is one state of
-        the memory."""
-        for _ in range(_READ_ATTEMPTS):
-            page = await self.gateway.read_page(start, stop)
-            count, messages = page.count, list(page.messages)
-            first = max(count + start, 0) if start < 0 else start
-            last = count + stop if stop < 0 else min(stop, count - 1)
-            while first + len(messages) <= last:
-                more = await self.gateway.read_page(first + len(messages), last)
-                if more.version != page.version or not more.messages:
-                    break
-                messages += more.messages
-            else:
-                return messages
-        raise ConcurrentChangeError(
-            f"read: the memory changed between pages {_READ_ATTEMPTS} times", key=self.key
-        )
-
-    async def conversation(self) -> Conversation:
-        """The summaries and every live message, from one state of the memory, with its
-        version: read a page (``MAX_READ``) a call, starting again if a write lands between
-        two pages. For a compare-and-set edit of the whole conversation:
-        ``replace(kept, if_version=conversation.version)``."""
-        from compozy_memory._store import transcripts
-
-        read = await transcripts.read_transcript(self, include_archived=False)
-        return Conversation(
-            tuple(Message.model_validate_json(e) for e in read.summaries),
-            tuple(Message.model_validate_json(e) for e in read.msgs),
-            read.version,
-        )
 
     async def snapshot(self, limit: int = MOVE_STEP) -> Snapshot:
         """Totals, summaries and the oldest live messages until ``limit`` that are not pinned
@@ -380,9 +362,16 @@ class MemoryInstance(ContextReads):
         return count
 
     def attach_index(self, hook: IndexHook | None) -> None:
-        """Called after every append and replace (the manager's session index); a hook
-        never raises: the write has happened."""
+        """Told of every append and replace (``noticed``), and of trims and clears
+        (``removed``): the manager's session index (its flusher tells it of flushes). A hook
+        never waits and never raises: the write has happened."""
         self._index = hook
+
+    def _removed(self, messages: int, tokens: int) -> None:
+        """Tell the index the totals after a trim or clear, under the last id this handle
+        wrote (a handle that never wrote leaves the entry as it is, until its next write)."""
+        if self._index is not None and self._last_id is not None:
+            self._index.removed(self, last_id=self._last_id, messages=messages, tokens=tokens)
 
     @property
     def flusher(self) -> FlushHook | None:
@@ -424,3 +413,9 @@ class MemoryInstance(ContextReads):
 
     async def _encode(self, messages: Iterable[MessageInput]) -> list[ScriptArg]:
         return await encode_messages(messages, self.policy, self.counter, self.key)
+
+
+def _records(messages: list[MessageInput]) -> list[tuple[str, str]]:
+    """(role, text) of each message, for a span that captures content."""
+    parsed = [Message.parse(m) if isinstance(m, dict | Message) else None for m in messages]
+    return [(m.role, m.text) for m in parsed if m is not None]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from compozy_memory import _telemetry
 from compozy_memory._model.limits import (
     MAX_RECALL_IDS,
     MAX_SEARCH_LIMIT,
@@ -15,15 +16,19 @@ from compozy_memory._model.limits import (
 )
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
-from compozy_memory._model.results import ContextLayers, Hits
+from compozy_memory._model.results import ContextLayers, Conversation, Hits
 from compozy_memory._search.analysis import KINDS, OTHER_KIND
 from compozy_memory._store.facts import Facts
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.selection import query_terms, whole_tool_exchanges
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory.errors import ReadOnlyMemoryError, UsageError
+from compozy_memory.errors import ConcurrentChangeError, ReadOnlyMemoryError, UsageError
 
 __all__ = ["ContextReads"]
+
+
+#: Times a paged read starts again because a write changed the memory between its pages.
+_READ_ATTEMPTS = 5
 
 
 class ContextReads:
@@ -35,6 +40,43 @@ class ContextReads:
     indexer: Indexer
     key: str
     read_only: bool
+
+    async def read(self, start: int = 0, stop: int = -1) -> list[Message]:
+        """Messages from index ``start`` to ``stop`` inclusive, oldest first (LRANGE rules).
+
+        A range of more than ``MAX_READ`` (1,000) messages is read a page a call, each call
+        bounded; if a write changes the memory between two pages the read starts again
+        (:class:`ConcurrentChangeError` after a few tries), so the result is one state of
+        the memory."""
+        for _ in range(_READ_ATTEMPTS):
+            page = await self.gateway.read_page(start, stop)
+            count, messages = page.count, list(page.messages)
+            first = max(count + start, 0) if start < 0 else start
+            last = count + stop if stop < 0 else min(stop, count - 1)
+            while first + len(messages) <= last:
+                more = await self.gateway.read_page(first + len(messages), last)
+                if more.version != page.version or not more.messages:
+                    break
+                messages += more.messages
+            else:
+                return messages
+        raise ConcurrentChangeError(
+            f"read: the memory changed between pages {_READ_ATTEMPTS} times", key=self.key
+        )
+
+    async def conversation(self) -> Conversation:
+        """The summaries and every live message, from one state of the memory, with its
+        version: read a page (``MAX_READ``) a call, starting again if a write lands between
+        two pages. For a compare-and-set edit of the whole conversation:
+        ``replace(kept, if_version=conversation.version)``."""
+        from compozy_memory._store import transcripts
+
+        read = await transcripts.read_transcript(self.gateway, include_archived=False)
+        return Conversation(
+            tuple(Message.model_validate_json(e) for e in read.summaries),
+            tuple(Message.model_validate_json(e) for e in read.msgs),
+            read.version,
+        )
 
     async def read_window(
         self, max_tokens: int | None = None, *, max_messages: int | None = None
@@ -153,6 +195,11 @@ class ContextReads:
             return Hits()
         await self._fresh_index()
         kinds = sorted({KINDS.get(r, OTHER_KIND) for r in wanted})
+        if _telemetry.capturing():  # opt-in: the query goes on the span
+            with _telemetry.content(query=query):
+                return await self.gateway.search(
+                    terms, limit=limit, since_id=since_id or 0, kinds=kinds
+                )
         return await self.gateway.search(terms, limit=limit, since_id=since_id or 0, kinds=kinds)
 
     async def recall_messages(self, ids: Iterable[int]) -> list[Message]:

@@ -1,25 +1,33 @@
 """The session index: every session (memory) of a project, per agent, by last activity.
 
-A session is a memory. Its index entry is written after each write to it, in a slot of the
-project's own, so listing is one bounded range read whatever the number of sessions (no
-``KEYS``, no ``SCAN``), on Redis Cluster as on one server:
+A session is a memory. Its index entry is written after writes to it, in a slot of the
+project's own (keys and scripts: :mod:`compozy_memory._wire.session_gateway`), so listing is
+one bounded range read whatever the number of sessions (no ``KEYS``, no ``SCAN``), on Redis
+Cluster as on one server. Every index write of a project lands on one node.
 
-* ``compozy:<project>:sessions:{<project>}:all``    ZSET session -> last active (ms)
-* ``compozy:<project>:sessions:{<project>}:agent:<encoded agent>``   the same, one agent's
-* ``compozy:<project>:sessions:{<project>}:info``   HASH session -> created, last active,
-  last id, messages, tokens, agent
+**Off the append path.** An append never waits for the index: :meth:`SessionIndex.noticed`
+records the memory's totals in memory and returns. The entries noticed in one event-loop
+tick go out together, one ``session_touch`` call per agent, sent when the loop next runs.
+While writes keep coming, the next call waits for the one before it and then
+:data:`INTERVAL` (50 ms) more, and carries every entry noticed meanwhile (the newest totals
+of each session). So there is at most one index call in flight per project and process, and
+at most about 20 a second whatever the number of appends; an entry lags the write it follows
+by at most ``interval`` plus two round trips (plus the retries below).
+``await manager.aclose()`` (or :meth:`SessionIndex.flushed`) waits for what is still pending;
+``list_sessions`` does too, so a process reads its own writes. A process that ends without
+either loses at most the entries of its last ``interval``; the next write to those sessions
+brings them back.
 
-The braces put a project's index in one slot, so ``lua/session_touch.lua`` updates the three
-keys atomically; every index write of a project lands on one node (one ZADD and one HSET a
-write: cheap, but a project with very many writing agents concentrates there).
+**After flushes, trims and clears.** Their new totals, which their scripts return, are
+recorded the same way, under the last id the writer knew (a flush: its snapshot's; a trim or
+clear: the handle's last write), so ``ls`` shows the counts after a flush. No read is added.
 
-**Consistency.** The index is written by a second call after the memory's write, which
-cannot share the memory's slot. The manager retries that call a few times
-(:data:`TOUCH_ATTEMPTS`); if every try fails, the write stands and the index is stale for
-that session (its counts and last-active time lag) until its next write, or until
-:meth:`SessionIndex.repair` rewrites the entry from the memory's own totals. Counts from a
-late retry never replace newer ones: each carries the memory's ``last_id``. A session whose
-memory expired stays listed until :meth:`SessionIndex.prune` drops entries inactive for
+**Consistency.** The index cannot share the memory's slot, so it is updated by a second call.
+A failed call is retried (:data:`TOUCH_ATTEMPTS`); if every try fails, the writes stand and
+those entries are stale (their counts and last-active time lag) until the sessions' next
+write, or until :meth:`SessionIndex.repair` rewrites them from the memories' own totals.
+Counts from an older state never replace newer ones (``lua/session_touch.lua``). A session
+whose memory expired stays listed until :meth:`SessionIndex.prune` drops entries inactive for
 longer than the TTL.
 
 Session ids: :func:`uuid7` (RFC 9562 version 7, time-ordered), for callers that have none.
@@ -32,25 +40,35 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compozy_memory._model.keys import sanitize_key, validate_project
+from compozy_memory._model.keys import validate_project
 from compozy_memory._model.results import AppendResult
 from compozy_memory._store.handle import Handle
-from compozy_memory._wire.gateway import ScriptTransport
 from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.scripts import script
+from compozy_memory._wire.session_gateway import SessionGateway, Touch
 from compozy_memory._wire.translate import RedisClient
-from compozy_memory._wire.transport import Transport
+from compozy_memory._wire.transport import ScriptTransport, Transport
 from compozy_memory.errors import CompozyMemoryError, UsageError
 
-__all__ = ["TOUCH_ATTEMPTS", "SessionIndex", "SessionInfo", "SessionPage", "uuid7"]
+__all__ = [
+    "INTERVAL",
+    "TOUCH_ATTEMPTS",
+    "IndexEntry",
+    "SessionIndex",
+    "SessionInfo",
+    "SessionPage",
+    "uuid7",
+]
 
 log = logging.getLogger("compozy_memory.sessions")
 
-#: How many times an index update is tried after a write before it is left stale.
+#: How many times an index update is tried before its entries are left stale.
 TOUCH_ATTEMPTS = 3
+#: Seconds between two index calls of a project while writes keep coming.
+INTERVAL = 0.05
 
 
 def uuid7() -> str:
@@ -96,64 +114,126 @@ class SessionIndex:
         *,
         retry: RetryPolicy | None = None,
         transport: ScriptTransport | None = None,
+        interval: float = INTERVAL,
     ) -> None:
-        self.project = validate_project(project)
-        base = f"compozy:{project}:sessions:{{{project}}}"
-        self.all_key, self.info_key = f"{base}:all", f"{base}:info"
-        self._base = base
         if transport is None and client is not None:
+            base = f"compozy:{project}:sessions:{{{project}}}"
             transport = Transport(client, retry=retry, batching=True, key=base)
+        self.project = validate_project(project)
         self.client = client
-        self._transport = transport
-        #: Index updates given up after every attempt (each leaves one entry stale).
+        self._gateway = None if transport is None else SessionGateway(transport, project)
+        #: Index updates given up after every attempt (each leaves its entries stale).
         self.failures = 0
+        #: Seconds between two index calls while writes keep coming (see the module's
+        #: docstring): the bound on how far an entry lags, beyond one round trip.
+        self.interval = interval
+        # agent -> session -> the newest totals noticed and not yet sent
+        self._pending: dict[str | None, dict[str, Touch]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def gateway(self) -> SessionGateway:
+        if self._gateway is None:
+            raise UsageError("this session index has no client")
+        return self._gateway
 
     @property
     def transport(self) -> ScriptTransport:
-        if self._transport is None:
-            raise UsageError("this session index has no client")
-        return self._transport
+        return self.gateway.transport
 
     @transport.setter
     def transport(self, value: ScriptTransport) -> None:
-        self._transport = value
+        self._gateway = SessionGateway(value, self.project)
+
+    @property
+    def all_key(self) -> str:
+        return self.gateway.keys.all
+
+    @property
+    def info_key(self) -> str:
+        return self.gateway.keys.info
 
     def agent_key(self, agent: str) -> str:
-        return f"{self._base}:agent:{sanitize_key(agent)}"
+        return self.gateway.keys.agent(agent)
+
+    def entry(self, agent: str | None) -> IndexEntry:
+        """What a handle written by ``agent`` calls after its writes."""
+        return IndexEntry(self, agent)
 
     async def touch(
         self, session: str, *, agent: str | None, last_id: int, messages: int, tokens: int
     ) -> int:
-        """Record a write to ``session``; returns its last-active time (ms)."""
-        code = script("session_touch")
-        args = code.contract.argv_for(
-            {
-                "session": session.encode(),
-                "agent": (agent or "").encode("utf-8", "surrogatepass"),
-                "last_id": last_id,
-                "messages": messages,
-                "tokens": tokens,
-            }
-        )
-        keys = [self.all_key, self.agent_key(agent or "-"), self.info_key]
-        return int(await self.transport.run(code, keys, args, key=self.all_key, write=True))
+        """Record a write to ``session`` now, in a call of its own; returns its last-active
+        time (server clock, ms)."""
+        return await self.gateway.touch(agent, [Touch(session, last_id, messages, tokens)])
 
-    async def noticed(self, memory: Handle, result: AppendResult, agent: str | None) -> None:
-        """After a write to ``memory``: update its entry, retried; never raises."""
+    def noticed(self, memory: Handle, result: AppendResult, agent: str | None) -> None:
+        """After a write to ``memory``: record its totals with the next index call (never
+        waits, never raises)."""
+        self._record(
+            agent,
+            Touch(
+                memory.keys.key,
+                result.last_id,
+                result.total_count,
+                result.total_tokens,
+                time.monotonic(),
+            ),
+        )
+        self._start()
+
+    def removed(
+        self, memory: Handle, agent: str | None, *, last_id: int, messages: int, tokens: int
+    ) -> None:
+        """After a flush, trim or clear of ``memory`` (its totals after it, and the last id
+        the caller knew): record them with the next index call (never waits, never raises).
+        If writes the caller did not see came since, their entries are newer and win, and
+        this one is dropped: the next write brings the counts back."""
+        self._record(agent, Touch(memory.keys.key, last_id, messages, tokens, time.monotonic()))
+        self._start()
+
+    async def flushed(self) -> None:
+        """Wait until every entry noticed so far has been sent (or given up)."""
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+
+    def _record(self, agent: str | None, touch: Touch) -> None:
+        bucket = self._pending.get(agent)
+        if bucket is None:
+            bucket = self._pending[agent] = {}
+        seen = bucket.get(touch.session)
+        if seen is None or _newer(touch, seen):
+            bucket[touch.session] = touch
+
+    def _start(self) -> None:
+        task = self._task
+        if task is None or task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        """Send what is pending, one call per agent, until nothing is; between two calls,
+        wait ``interval`` for more entries to share the next one."""
+        while True:
+            pending, self._pending = self._pending, {}
+            await asyncio.gather(*(self._send(a, list(b.values())) for a, b in pending.items()))
+            if not self._pending:
+                return
+            await asyncio.sleep(self.interval)
+
+    async def _send(self, agent: str | None, touches: Sequence[Touch]) -> None:
         for attempt in range(TOUCH_ATTEMPTS):
             try:
-                await self.touch(
-                    memory.keys.key,
-                    agent=agent,
-                    last_id=result.last_id,
-                    messages=result.total_count,
-                    tokens=result.total_tokens,
-                )
+                await self.gateway.touch(agent, touches)
                 return
             except CompozyMemoryError as exc:
                 if attempt + 1 == TOUCH_ATTEMPTS:
                     self.failures += 1
-                    log.warning("session index not updated for %s: %s", memory.key, exc)
+                    log.warning(
+                        "session index not updated for %d session(s) of %s: %s",
+                        len(touches),
+                        self.project,
+                        exc,
+                    )
                     return
                 await asyncio.sleep(0.05 * 2**attempt)
 
@@ -168,13 +248,10 @@ class SessionIndex:
             score, sep, member = str(cursor).partition(":")
             if not sep or not score.isdigit():
                 raise UsageError(f"{cursor!r:.80} is not a cursor list_sessions returned")
-        code = script("sessions_list")
-        ranked = self.all_key if agent is None else self.agent_key(agent)
-        args = code.contract.argv_for(
-            {"limit": limit, "before_score": score, "before_session": member.encode()}
+        pairs = await self.gateway.page(
+            agent=agent, limit=limit, before_score=score, before_session=member
         )
-        reply = await self.transport.run(code, [ranked, self.info_key], args, key=ranked)
-        sessions = [_info(reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
+        sessions = [_info(session, info) for session, info in pairs]
         last = sessions[-1] if len(sessions) == limit else None
         return SessionPage(sessions, f"{last.last_active_ms}:{last.key}" if last else None)
 
@@ -191,6 +268,20 @@ class SessionIndex:
                 tokens=health.token_count,
             )
         return len(memories)
+
+    async def forget(self, session: str) -> None:
+        """Drop ``session`` from the index (its memory was purged), if it is there."""
+        client: Any = self.client
+        if client is None:
+            raise UsageError("forget needs a client")
+        info = await client.hget(self.info_key, session)
+        if info is None:
+            return
+        agent = _info(session, info).agent
+        await client.zrem(self.all_key, session)
+        if agent:
+            await client.zrem(self.agent_key(agent), session)
+        await client.hdel(self.info_key, session)
 
     async def prune(self, inactive_ms: int, *, agents: tuple[str, ...] = ()) -> int:
         """Drop sessions inactive for longer than ``inactive_ms`` (their memories expired)
@@ -224,3 +315,29 @@ def _info(session: bytes | str, raw: bytes | str) -> SessionInfo:
         int(tokens),
         int(last_id),
     )
+
+
+def _newer(touch: Touch, seen: Touch) -> bool:
+    """Whether ``touch`` is a later state of the memory than ``seen`` (the rule of
+    ``lua/session_touch.lua``: ids only grow; at the same last id, messages only leave)."""
+    return (touch.last_id, -touch.messages, -touch.tokens) >= (
+        seen.last_id,
+        -seen.messages,
+        -seen.tokens,
+    )
+
+
+class IndexEntry:
+    """A handle's link to its project's index, for the agent that opened it."""
+
+    __slots__ = ("agent", "index")
+
+    def __init__(self, index: SessionIndex, agent: str | None) -> None:
+        self.index = index
+        self.agent = agent
+
+    def noticed(self, memory: Handle, result: AppendResult) -> None:
+        self.index.noticed(memory, result, self.agent)
+
+    def removed(self, memory: Handle, *, last_id: int, messages: int, tokens: int) -> None:
+        self.index.removed(memory, self.agent, last_id=last_id, messages=messages, tokens=tokens)

@@ -33,6 +33,7 @@ from compozy_memory._model.limits import MAX_BATCH, MAX_CALL_BYTES
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import Transcript
 from compozy_memory._store.handle import Handle
+from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory.errors import ConcurrentChangeError, InvalidMessageError, UsageError
 
 __all__ = ["Transcript", "export_jsonl", "export_markdown", "import_transcript"]
@@ -45,7 +46,7 @@ PARTS = ("msgs", "summaries", "archive")
 EXPORT_ATTEMPTS = 5
 
 
-async def read_transcript(memory: Handle, *, include_archived: bool) -> Transcript:
+async def read_transcript(gateway: MemoryGateway, *, include_archived: bool) -> Transcript:
     """Every envelope of the memory, page by page, all pages from one state of it."""
     for _ in range(EXPORT_ATTEMPTS):
         stamps: set[str] = set()
@@ -56,7 +57,7 @@ async def read_transcript(memory: Handle, *, include_archived: bool) -> Transcri
                 continue
             items: list[str] = []
             while True:
-                stamp, length, page = await memory.gateway.transcript_page(part, len(items))
+                stamp, length, page = await gateway.transcript_page(part, len(items))
                 stamps.add(stamp)
                 items += page
                 if not page or len(items) >= length or len(stamps) > 1:
@@ -72,12 +73,12 @@ async def read_transcript(memory: Handle, *, include_archived: bool) -> Transcri
                 version,
             )
     raise ConcurrentChangeError(
-        f"export: the memory changed while it was read, {EXPORT_ATTEMPTS} times", key=memory.key
+        f"export: the memory changed while it was read, {EXPORT_ATTEMPTS} times", key=gateway.name
     )
 
 
 async def export_jsonl(memory: Handle, *, include_archived: bool = True) -> str:
-    transcript = await read_transcript(memory, include_archived=include_archived)
+    transcript = await read_transcript(memory.gateway, include_archived=include_archived)
     lines = [HEADER]
     for part in PARTS:
         for env in getattr(transcript, part):
@@ -152,7 +153,7 @@ def _chunks(envelopes: tuple[str, ...]) -> list[list[str]]:
 
 
 async def export_markdown(memory: Handle, *, include_archived: bool = False) -> str:
-    transcript = await read_transcript(memory, include_archived=include_archived)
+    transcript = await read_transcript(memory.gateway, include_archived=include_archived)
     out = [f"# Transcript of `{memory.keys.key}`", ""]
     summaries = [Message.model_validate_json(e) for e in transcript.summaries]
     if summaries:

@@ -14,7 +14,9 @@ Calls that meet an unreachable server are retried within the :class:`RetryPolicy
 
 Each call's latency, retries included, is observed once here in
 ``compozy_memory_operation_latency_seconds{memory, operation, outcome}``: the script's name
-says the operation (:data:`OPERATIONS`), the outcome is ``ok`` or the error's class.
+says the operation (:data:`OPERATIONS`), the outcome is ``ok`` or the error's class. Once
+OpenTelemetry is on (:func:`compozy_memory.instrument_opentelemetry`), each memory operation
+is also one span here (:mod:`compozy_memory._telemetry`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any, Protocol
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis, RedisCluster
 
+from compozy_memory import _telemetry
 from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.policy import WaitPolicy
 from compozy_memory._wire.batching import batcher_for
@@ -108,6 +111,8 @@ class Transport:
         self.metrics = metrics or default_metrics()
         # operation -> the latency child for (memory, operation, "ok"): one dict lookup a call
         self._ok: dict[str, Any] = {}
+        # The server's (address, port) for telemetry, looked up at its first span.
+        self._server: object = _UNKNOWN
 
     async def run(
         self, code: Script, keys: Keys, args: Args, *, key: str, write: bool = False
@@ -117,7 +122,12 @@ class Transport:
         the raw reply."""
         code.contract.check_keys(keys)
         operation = OPERATIONS.get(code.name, code.name)
-        return await self._timed(operation, self._run(code, keys, args, key, write, operation))
+        work: Awaitable[Any] = self._run(code, keys, args, key, write, operation)
+        telemetry = _telemetry.ACTIVE
+        if telemetry is not None and operation in _telemetry.GENAI_OPERATIONS:
+            records = _telemetry.record_count(code.contract.argv, args)
+            work = self._traced(telemetry, operation, work, key, records)
+        return await self._timed(operation, work)
 
     async def command(
         self, operation: str, method: str, *args: Any, key: str, **options: Any
@@ -133,7 +143,27 @@ class Transport:
             await self._ready(key)
             return await self.retry.call(attempt, what=operation, memory=self.memory, key=key)
 
-        return await self._timed(operation, call())
+        work: Awaitable[Any] = call()
+        telemetry = _telemetry.ACTIVE
+        if telemetry is not None and operation in _telemetry.GENAI_OPERATIONS:
+            work = self._traced(telemetry, operation, work, key, None)
+        return await self._timed(operation, work)
+
+    def _traced(
+        self,
+        telemetry: _telemetry.Telemetry,
+        operation: str,
+        work: Awaitable[Any],
+        key: str,
+        records: int | None,
+    ) -> Awaitable[Any]:
+        """``work`` inside its OpenTelemetry span (only when telemetry is on)."""
+        if self._server is _UNKNOWN:
+            self._server = _address(self.client)
+        server = self._server if isinstance(self._server, tuple) else None
+        return telemetry.trace(
+            operation, work, store=key, resource=self.memory, server=server, records=records
+        )
 
     async def _timed(self, operation: str, call: Awaitable[Any]) -> Any:
         """Await ``call``, observing its latency under ``operation`` and its outcome."""
@@ -238,6 +268,19 @@ class Transport:
         with backend_errors("connect", key):
             await self.client.initialize()
         self._cluster_ready = True
+
+
+_UNKNOWN = object()
+
+
+def _address(client: RedisClient) -> tuple[str, int] | None:
+    """The (host, port) a standalone client connects to; None for a Cluster (a call's node
+    is redis-py's choice) or a Unix socket."""
+    if not isinstance(client, Redis):
+        return None
+    options = client.connection_pool.connection_kwargs
+    host, port = options.get("host"), options.get("port")
+    return (str(host), int(port)) if host and port else None
 
 
 def _check_acks(name: str, wait: WaitPolicy, acks: Any, reply: Any, key: str) -> None:

@@ -83,6 +83,11 @@ class MemoryInstance(ContextReads):
 
     Calls that meet an unreachable server are retried within ``retry``; every call is safe to
     repeat, appends included.
+
+    The search index is kept off the write path: after this handle's writes its
+    :attr:`indexer` catches up in the background, in bounded steps (``background_index=False``
+    leaves that to the operations that need it: a search indexes this handle's writes first,
+    and trim, replace and flush the messages they move).
     """
 
     def __init__(
@@ -98,6 +103,7 @@ class MemoryInstance(ContextReads):
         memory_id: str = "memory",
         metrics: MemoryMetrics | None = None,
         results: ResultStore | None = None,
+        background_index: bool = True,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -130,7 +136,9 @@ class MemoryInstance(ContextReads):
         )
         #: Keeps the search index caught up, in the background after this handle's writes
         #: (``await memory.indexer.catch_up()`` to wait for it).
-        self.indexer = Indexer(self.gateway, metrics=transport.metrics, name=memory_id)
+        self.indexer = Indexer(
+            self.gateway, metrics=transport.metrics, name=memory_id, background=background_index
+        )
         #: Session facts (the kernel layer of :meth:`context`): ``await memory.facts.set(...)``.
         self.facts = Facts(self)
         #: Where ``append(..., offload=True)`` stores large results, and the recall tools

@@ -27,4 +27,3 @@ def test_replicas_demo_runs_on_the_embedded_engine() -> None:
         assert f"{key} " in done.stdout
     # the memories flushed while the replicas wrote, and alice's context shows a summary
     assert "summary of" in done.stdout, done.stdout + done.stderr
-

@@ -57,7 +57,7 @@ MARKER = re.compile(r"<!--\s*(not-run|runs-with|prints):?\s*(.*?)\s*-->\s*$")
 GIVEN = {"client", "memory", "manager", "system_prompt", "text"}
 # Programs from outside the repository that the README may name.
 EXTERNAL = {"apt-get", "git", "curl", "docker"}
-RUN_AND_COMPARE = {"validate", "acl"}  # offline, quick, and their output is shown
+RUN_AND_COMPARE = {"validate", "acl", "render-key"}  # offline, quick, and their output is shown
 SUPPORT_CLAUDE = """\
 resource: memory
 id: support-claude

@@ -191,6 +191,19 @@ def stub_env(stub: str) -> dict[str, str]:
     return {**os.environ, "ANTHROPIC_BASE_URL": stub, "ANTHROPIC_API_KEY": "stub"}
 
 
+def run_python(args: list[str], cwd: Path, stub: str) -> subprocess.CompletedProcess[str]:
+    """This Python on ``args``, its Anthropic client pointed at the stub."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=stub_env(stub),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "block", [b for b in BLOCKS if b.kind == "python"], ids=block_id
@@ -198,15 +211,7 @@ def stub_env(stub: str) -> dict[str, str]:
 def test_python_programs_run(block: Block, stub: str, tmp_path: Path) -> None:
     script = tmp_path / f"docs_{block.line}.py"
     script.write_text(block.code)
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=ROOT,
-        env=stub_env(stub),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_python([str(script)], ROOT, stub)
     assert done.returncode == 0, done.stdout + done.stderr
     if block.prints is not None:
         assert done.stdout == block.prints, f"{block.where} prints:\n{done.stdout}"
@@ -216,14 +221,9 @@ def test_python_programs_run(block: Block, stub: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "python pytest"], ids=block_id)
 def test_python_tests_pass_under_pytest(block: Block, stub: str, tmp_path: Path) -> None:
     (tmp_path / "test_readme_block.py").write_text(block.code)
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path,  # no project configuration: what a user with none gets
-        env=stub_env(stub),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    # cwd: no project configuration, what a user with none gets
+    done = run_python(
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)], tmp_path, stub
     )
     assert done.returncode == 0, done.stdout + done.stderr
     tests = len(re.findall(r"^(async )?def test_", block.code, re.M))

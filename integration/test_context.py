@@ -202,6 +202,23 @@ async def test_recalled_messages_join_the_context_until_cleared(
     assert (await mem.context_layers()).recalled == ()
 
 
+async def test_a_count_limit_bounds_the_recall_layer_too(
+    client: RedisClient, memory_key: str
+) -> None:
+    """A memory limited by count only: recalling a hundred messages (the most one call takes)
+    gives the recall layer its share of ``max_messages``, never a context past the limit."""
+    mem = memory(client, memory_key, max_messages=20)
+    await mem.append_many([chat(n) for n in range(300)])
+    await mem.trim(keep_messages=30)
+    assert len(await mem.recall_messages(range(1, 101))) == 100
+    layers = await mem.context_layers()
+    shown = [*layers.recalled, *layers.backfill, *layers.window]
+    assert len(shown) == 20
+    assert len(layers.recalled) == int(20 * mem.policy.context.recall_share)
+    assert [m.id for m in layers.window] == list(range(300 - len(layers.window) + 1, 301))
+    assert len(await mem.context()) == 20
+
+
 @pytest.mark.slow
 async def test_the_index_equals_one_built_from_scratch_after_random_operations(
     client: RedisClient, memory_key: str

@@ -8,8 +8,8 @@ of theirs could allocate past ``maxmemory`` or loop and stop the server for ever
 The library is loaded by an operator (``compozy-memory install``) or, where the user may run
 ``FUNCTION LOAD``, on first use: a call that finds no function loads the library on the node
 that answered and runs again (after several loads that another client's FUNCTION FLUSH undid,
-that one call is sent with its source by EVALSHA/EVAL instead). A server without Functions, or a user allowed ``EVALSHA`` but not
-``FUNCTION LOAD``, gets the scripts by EVALSHA instead (see
+that one call is sent with its source by EVALSHA/EVAL instead). A server without Functions,
+or a user allowed ``EVALSHA`` but not ``FUNCTION LOAD``, gets the scripts by EVALSHA instead (see
 :func:`~compozy_memory._wire.translate.run_script`). The choice is made once per client.
 
 On a Cluster, redis-py would ask the server for the keys of every FCALL (``COMMAND GETKEYS``),

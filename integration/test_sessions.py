@@ -183,9 +183,11 @@ async def test_counts_follow_flushes_trims_and_clears(client: RedisClient) -> No
     assert (entry.messages, entry.tokens) == (health.message_count, health.token_count)
     assert entry.agent == "writer"  # for_agent's agent, with none in the context
     await memory.trim(keep_messages=2)
+    await mgr.sessions.flushed()  # the index is touched off the write path
     (entry,) = (await mgr.list_sessions()).sessions
     assert entry.messages == 2
     await memory.clear()
+    await mgr.sessions.flushed()
     (entry,) = (await mgr.list_sessions()).sessions
     assert (entry.messages, entry.tokens) == (0, 0)
     await mgr.aclose()

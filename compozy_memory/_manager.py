@@ -181,7 +181,7 @@ class MemoryManager:
                         lock_ttl=resource.locking.flush_ttl,
                         metrics=self.metrics,
                         name=resource.id,
-                        indexer=handle.indexer,
+                        indexer=handle.index_ops,
                     )
                 )
             if not reference.read_only:

@@ -15,6 +15,7 @@ from compozy_memory._model.tokens import count_message
 from compozy_memory._store.encoding import MessageInput
 from compozy_memory._store.handle import Handle
 from compozy_memory._store.results_store import Namespace
+from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import CompozyMemoryError, InvalidMessageError
 
 __all__ = ["clear_releasing_pins", "offloaded"]
@@ -22,9 +23,9 @@ __all__ = ["clear_releasing_pins", "offloaded"]
 _log = logging.getLogger("compozy_memory")
 
 
-async def offloaded(
+def offloaded(
     memory: Handle, messages: Iterable[MessageInput], namespace: Namespace
-) -> list[MessageInput]:
+) -> Steps[list[MessageInput]]:
     """``messages`` with each one over the budget replaced by a stub and a reference."""
     if isinstance(messages, (Message, Mapping, str, bytes)):
         return [messages]  # _encode refuses it with the usual error
@@ -39,11 +40,11 @@ async def offloaded(
         if limit is None or count_message(message, memory.counter) <= limit:
             out.append(message)
             continue
-        out.append(await _stub(memory, message, namespace))
+        out.append((yield from _stub(memory, message, namespace)))
     return out
 
 
-async def _stub(memory: Handle, message: Message, namespace: Namespace) -> Message:
+def _stub(memory: Handle, message: Message, namespace: Namespace) -> Steps[Message]:
     if isinstance(message.content, str):
         payload, kind, preview = message.content, "text", message.content
     else:
@@ -58,8 +59,8 @@ async def _stub(memory: Handle, message: Message, namespace: Namespace) -> Messa
     ttl = memory.gateway.ttl_ms
     # A memory pins at most MAX_RESULT_PINS results (its clear releases them all at once):
     # past that, a result lives by the memory's TTL alone.
-    pin = await memory.gateway.pinned_results() < MAX_RESULT_PINS
-    ref = await memory.results.store_result(
+    pin = (yield from memory.gateway.pinned_results()) < MAX_RESULT_PINS
+    ref = yield from memory.result_ops.store_result(
         payload,
         namespace=namespace,
         kind=kind,
@@ -68,7 +69,7 @@ async def _stub(memory: Handle, message: Message, namespace: Namespace) -> Messa
         ttl=None if pin or not ttl else timedelta(milliseconds=ttl),
     )
     if pin:
-        await memory.gateway.note_pin(memory.results.key_of(ref))
+        yield from memory.gateway.note_pin(memory.result_ops.key_of(ref))
     lines = [line[:_STUB_LINE] for line in preview.splitlines()[:_STUB_LINES]]
     stub = (
         f"[stored result {ref.token}: {kind}, {ref.size} bytes, "
@@ -109,16 +110,16 @@ def _result_text(content: object) -> str:
     return "" if content is None else json.dumps(content)
 
 
-async def clear_releasing_pins(memory: Handle) -> int:
+def clear_releasing_pins(memory: Handle) -> Steps[int]:
     """Clear ``memory``, then release the results it pinned, each as many times as this
     memory pinned it (the clear script returns them from the memory's own record, so only
     the memory that pinned a result releases it, once per pin). A release that fails is
     logged, never raised: the clear has happened."""
-    removed, pins = await memory.gateway.clear()
+    removed, pins = yield from memory.gateway.clear()
     for key, count in pins:
         for _ in range(count):
             try:
-                await memory.results.gateway.release(key)
+                yield from memory.result_ops.gateway.release(key)
             except CompozyMemoryError as exc:
                 _log.warning("result %s not released after clearing %s: %s", key, memory.key, exc)
                 break

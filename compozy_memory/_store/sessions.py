@@ -27,7 +27,6 @@ Session ids: :func:`uuid7` (RFC 9562 version 7, time-ordered), for callers that 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -38,11 +37,10 @@ from typing import Any
 from compozy_memory._model.keys import sanitize_key, validate_project
 from compozy_memory._model.results import AppendResult
 from compozy_memory._store.handle import Handle
-from compozy_memory._wire.gateway import ScriptTransport
+from compozy_memory._wire.connection import transport_for
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import script
-from compozy_memory._wire.translate import RedisClient
-from compozy_memory._wire.transport import Transport
+from compozy_memory._wire.steps import CommandCall, ScriptCall, Sleep, Steps, op
 from compozy_memory.errors import CompozyMemoryError, UsageError
 
 __all__ = ["TOUCH_ATTEMPTS", "SessionIndex", "SessionInfo", "SessionPage", "uuid7"]
@@ -91,39 +89,40 @@ class SessionIndex:
 
     def __init__(
         self,
-        client: RedisClient | None,
+        client: Any,
         project: str,
         *,
         retry: RetryPolicy | None = None,
-        transport: ScriptTransport | None = None,
+        transport: Any = None,
     ) -> None:
         self.project = validate_project(project)
         base = f"compozy:{project}:sessions:{{{project}}}"
         self.all_key, self.info_key = f"{base}:all", f"{base}:info"
         self._base = base
         if transport is None and client is not None:
-            transport = Transport(client, retry=retry, batching=True, key=base)
+            transport = transport_for(client, retry=retry, batching=True, key=base)
         self.client = client
         self._transport = transport
         #: Index updates given up after every attempt (each leaves one entry stale).
         self.failures = 0
 
     @property
-    def transport(self) -> ScriptTransport:
+    def transport(self) -> Any:
         if self._transport is None:
             raise UsageError("this session index has no client")
         return self._transport
 
     @transport.setter
-    def transport(self, value: ScriptTransport) -> None:
+    def transport(self, value: Any) -> None:
         self._transport = value
 
     def agent_key(self, agent: str) -> str:
         return f"{self._base}:agent:{sanitize_key(agent)}"
 
-    async def touch(
+    @op
+    def touch(
         self, session: str, *, agent: str | None, last_id: int, messages: int, tokens: int
-    ) -> int:
+    ) -> Steps[int]:
         """Record a write to ``session``; returns its last-active time (ms)."""
         code = script("session_touch")
         args = code.contract.argv_for(
@@ -136,13 +135,14 @@ class SessionIndex:
             }
         )
         keys = [self.all_key, self.agent_key(agent or "-"), self.info_key]
-        return int(await self.transport.run(code, keys, args, key=self.all_key, write=True))
+        return int((yield ScriptCall(code, keys, args, self.all_key, write=True)))
 
-    async def noticed(self, memory: Handle, result: AppendResult, agent: str | None) -> None:
-        """After a write to ``memory``: update its entry, retried; never raises."""
+    def noticed(self, memory: Handle, result: AppendResult, agent: str | None) -> Steps[None]:
+        """After a write to ``memory``: update its entry, retried; never raises. Steps, run
+        by the handle that wrote (its calls go through this index's transport)."""
         for attempt in range(TOUCH_ATTEMPTS):
             try:
-                await self.touch(
+                yield self.touch(
                     memory.keys.key,
                     agent=agent,
                     last_id=result.last_id,
@@ -155,11 +155,12 @@ class SessionIndex:
                     self.failures += 1
                     log.warning("session index not updated for %s: %s", memory.key, exc)
                     return
-                await asyncio.sleep(0.05 * 2**attempt)
+                yield Sleep(0.05 * 2**attempt)
 
-    async def page(
+    @op
+    def page(
         self, *, agent: str | None = None, limit: int = 50, cursor: str | None = None
-    ) -> SessionPage:
+    ) -> Steps[SessionPage]:
         """Sessions, most recently active first, ``limit`` a page."""
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
             raise UsageError(f"limit must be in [1, 1000], got {limit!r}")
@@ -173,17 +174,18 @@ class SessionIndex:
         args = code.contract.argv_for(
             {"limit": limit, "before_score": score, "before_session": member.encode()}
         )
-        reply = await self.transport.run(code, [ranked, self.info_key], args, key=ranked)
+        reply = yield ScriptCall(code, [ranked, self.info_key], args, ranked)
         sessions = [_info(reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
         last = sessions[-1] if len(sessions) == limit else None
         return SessionPage(sessions, f"{last.last_active_ms}:{last.key}" if last else None)
 
-    async def repair(self, memories: list[Handle], *, agent: str | None = None) -> int:
+    @op
+    def repair(self, memories: list[Handle], *, agent: str | None = None) -> Steps[int]:
         """Rewrite the entries of ``memories`` from their own totals (after index updates
         were lost); returns how many were written."""
         for memory in memories:
-            health = await memory.health()
-            await self.touch(
+            health = yield from memory.gateway.health()
+            yield from self.touch(
                 memory.keys.key,
                 agent=agent,
                 last_id=health.last_id,
@@ -192,23 +194,25 @@ class SessionIndex:
             )
         return len(memories)
 
-    async def prune(self, inactive_ms: int, *, agents: tuple[str, ...] = ()) -> int:
+    @op
+    def prune(self, inactive_ms: int, *, agents: tuple[str, ...] = ()) -> Steps[int]:
         """Drop sessions inactive for longer than ``inactive_ms`` (their memories expired)
         from the project's index and ``agents``' indexes; returns how many left the project's.
         Not atomic: a session written while it is pruned loses its info until its next
         write (list_sessions skips entries without info)."""
         now = int(time.time() * 1000)
         cutoff = now - inactive_ms
-        client: Any = self.client
-        if client is None:
+        if self.client is None:
             raise UsageError("prune needs a client")
-        gone = await client.zrange(self.all_key, "-inf", cutoff, byscore=True)
+        key = self.all_key
+        gone = yield CommandCall("prune", "zrange", (key, "-inf", cutoff), key, {"byscore": True})
         if not gone:
             return 0
-        await client.zremrangebyscore(self.all_key, "-inf", cutoff)
+        yield CommandCall("prune", "zremrangebyscore", (key, "-inf", cutoff), key)
         for agent in agents:
-            await client.zremrangebyscore(self.agent_key(agent), "-inf", cutoff)
-        await client.hdel(self.info_key, *gone)
+            agent_key = self.agent_key(agent)
+            yield CommandCall("prune", "zremrangebyscore", (agent_key, "-inf", cutoff), key)
+        yield CommandCall("prune", "hdel", (self.info_key, *gone), key)
         return len(gone)
 
 

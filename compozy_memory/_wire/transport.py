@@ -12,6 +12,11 @@ Every call of a :class:`~compozy_memory._wire.gateway.MemoryGateway` goes throug
 
 Calls that meet an unreachable server are retried within the :class:`RetryPolicy`.
 
+:class:`Transport` runs on ``redis.asyncio``;
+:class:`~compozy_memory._wire.sync_transport.SyncTransport` is its twin on redis-py's blocking
+clients (no batching: a thread's calls go one by one). Both drive the same steps
+(:mod:`compozy_memory._wire.steps`): delivery, WAIT and the retry loop are written once.
+
 Each call's latency, retries included, is observed once here in
 ``compozy_memory_operation_latency_seconds{memory, operation, outcome}``: the script's name
 says the operation (:data:`OPERATIONS`), the outcome is ``ok`` or the error's class.
@@ -22,21 +27,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from redis import exceptions as redis_errors
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import RedisCluster
 
 from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.policy import WaitPolicy
 from compozy_memory._wire.batching import batcher_for
+from compozy_memory._wire.client_calls import Pipelined, is_standalone
 from compozy_memory._wire.delivery import delivery_for
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import Args, Keys, Script, ScriptArg
+from compozy_memory._wire.steps import Op, Steps, adrive
 from compozy_memory._wire.translate import RedisClient, backend_errors, translate
 from compozy_memory.errors import ConfigurationError, ReplicationError, ScriptError
 
-__all__ = ["OPERATIONS", "ScriptTransport", "Transport"]
+__all__ = ["OPERATIONS", "ScriptTransport", "Transport", "TransportBase"]
+
+T = TypeVar("T")
 
 
 class ScriptTransport(Protocol):
@@ -77,8 +86,86 @@ OPERATIONS: dict[str, str] = {
 _clock = time.perf_counter
 
 
-class Transport:
-    """The road every call of one memory handle takes to Redis."""
+class TransportBase:
+    """What both transports share: the client's delivery, the policies, the metrics, and
+    the steps of a write followed by WAIT."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        retry: RetryPolicy | None = None,
+        wait: WaitPolicy | None = None,
+        key: str = "",
+        memory: str = "memory",
+        metrics: MemoryMetrics | None = None,
+    ) -> None:
+        if wait is not None and not is_standalone(client):
+            raise ConfigurationError(
+                "persistence.wait needs a standalone client: WAIT and WAITAOF must follow the "
+                "write on its own connection, which redis-py's Cluster client cannot do",
+                key=key or None,
+            )
+        self.client = client
+        self.retry = retry or RetryPolicy()
+        self.wait = wait
+        self.delivery = delivery_for(client)
+        #: The memory resource id metrics and logs are labelled with.
+        self.memory = memory
+        self.metrics = metrics or default_metrics()
+        # operation -> the latency child for (memory, operation, "ok"): one dict lookup a call
+        self._ok: dict[str, Any] = {}
+
+    def _bind(self, operation: str) -> Any:
+        child = self.metrics.latency(self.memory, operation)
+        self._ok[operation] = child
+        return child
+
+    def _failed(self, operation: str, exc: BaseException, started: float) -> None:
+        # Errors are rare: the child is looked up (cached by the metrics) each time.
+        outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__
+        self.metrics.latency(self.memory, operation, outcome).observe(_clock() - started)
+
+    def _run_and_wait(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[ScriptArg],
+        wait: WaitPolicy,
+        key: str,
+    ) -> Steps[Any]:
+        """Run a write script and then WAIT/WAITAOF on the same connection (one pipeline).
+
+        WAIT counts the replicas that acknowledged this connection's writes, so it must follow
+        the write on the connection that made it; a pipeline guarantees that."""
+        reply: Any = None
+        acks: Any = None
+        delivery = self.delivery
+        command, body = delivery.command(script)
+        for attempt in range(3):
+            try:
+                reply, acks = yield Pipelined(
+                    [(command, body, len(keys), *keys, *args), wait.command()]
+                )
+            except redis_errors.RedisError as exc:
+                raise translate(exc, script.name, key) from exc
+            if attempt == 2 or not delivery.needs_reload(reply):
+                break
+            command, body = yield from delivery.reload(script, key)
+        if isinstance(reply, redis_errors.RedisError):
+            raise translate(reply, script.name, key) from reply
+        if isinstance(acks, redis_errors.RedisError):
+            hint = " (WAITAOF needs Redis or Valkey 7.2+ with appendonly yes)" if wait.aof else ""
+            raise ScriptError(
+                f"{script.name} was applied, but {wait.command()[0]} failed: {acks}{hint}",
+                key=key,
+            ) from acks
+        _check_acks(script.name, wait, acks, reply, key)
+        return reply
+
+
+class Transport(TransportBase):
+    """The road every call of one memory handle takes to Redis, on ``redis.asyncio``."""
 
     def __init__(
         self,
@@ -91,23 +178,14 @@ class Transport:
         memory: str = "memory",
         metrics: MemoryMetrics | None = None,
     ) -> None:
-        if wait is not None and not isinstance(client, Redis):
-            raise ConfigurationError(
-                "persistence.wait needs a standalone client: WAIT and WAITAOF must follow the "
-                "write on its own connection, which redis-py's Cluster client cannot do",
-                key=key or None,
-            )
-        self.client = client
-        self.retry = retry or RetryPolicy()
-        self.wait = wait
+        super().__init__(client, retry=retry, wait=wait, key=key, memory=memory, metrics=metrics)
+        self.client: RedisClient = client
         self._batcher = batcher_for(client) if batching else None
-        self._delivery = delivery_for(client)
         self._cluster_ready = not isinstance(client, RedisCluster)
-        #: The memory resource id metrics and logs are labelled with.
-        self.memory = memory
-        self.metrics = metrics or default_metrics()
-        # operation -> the latency child for (memory, operation, "ok"): one dict lookup a call
-        self._ok: dict[str, Any] = {}
+
+    async def drive(self, steps: Steps[T] | Op[T]) -> T:
+        """Run ``steps`` on this transport."""
+        return await adrive(steps, self)
 
     async def run(
         self, code: Script, keys: Keys, args: Args, *, key: str, write: bool = False
@@ -160,7 +238,7 @@ class Transport:
         wait = self.wait
         if wait is not None and write:
             return await retry.call(
-                lambda: self._run_and_wait(script, keys, args, wait, key),
+                lambda: adrive(self._run_and_wait(script, keys, args, wait, key), self),
                 what=operation,
                 memory=memory,
                 key=key,
@@ -174,58 +252,13 @@ class Transport:
                 key=key,
             )
         await self._ready(key)
-        delivery = self._delivery
+        delivery = self.delivery
         return await retry.call(
-            lambda: delivery.run(script, keys, args, key), what=operation, memory=memory, key=key
+            lambda: delivery.send(script, keys, args, key),
+            what=operation,
+            memory=memory,
+            key=key,
         )
-
-    def _bind(self, operation: str) -> Any:
-        child = self.metrics.latency(self.memory, operation)
-        self._ok[operation] = child
-        return child
-
-    def _failed(self, operation: str, exc: BaseException, started: float) -> None:
-        # Errors are rare: the child is looked up (cached by the metrics) each time.
-        outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__
-        self.metrics.latency(self.memory, operation, outcome).observe(_clock() - started)
-
-    async def _run_and_wait(
-        self,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[ScriptArg],
-        wait: WaitPolicy,
-        key: str,
-    ) -> Any:
-        """Run a write script and then WAIT/WAITAOF on the same connection (one pipeline).
-
-        WAIT counts the replicas that acknowledged this connection's writes, so it must follow
-        the write on the connection that made it; a pipeline guarantees that."""
-        assert isinstance(self.client, Redis)
-        reply: Any = None
-        acks: Any = None
-        command, body = self._delivery.command(script)
-        for attempt in range(3):
-            try:
-                async with self.client.pipeline(transaction=False) as pipe:
-                    pipe.execute_command(command, body, len(keys), *keys, *args)
-                    pipe.execute_command(*wait.command())
-                    reply, acks = await pipe.execute(raise_on_error=False)
-            except redis_errors.RedisError as exc:
-                raise translate(exc, script.name, key) from exc
-            if attempt == 2 or not self._delivery.needs_reload(reply):
-                break
-            command, body = await self._delivery.reload(script, key)
-        if isinstance(reply, redis_errors.RedisError):
-            raise translate(reply, script.name, key) from reply
-        if isinstance(acks, redis_errors.RedisError):
-            hint = " (WAITAOF needs Redis or Valkey 7.2+ with appendonly yes)" if wait.aof else ""
-            raise ScriptError(
-                f"{script.name} was applied, but {wait.command()[0]} failed: {acks}{hint}",
-                key=key,
-            ) from acks
-        _check_acks(script.name, wait, acks, reply, key)
-        return reply
 
     async def _ready(self, key: str) -> None:
         if self._cluster_ready:

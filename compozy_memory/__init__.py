@@ -42,8 +42,10 @@ from compozy_memory._ops.exporter import MetricsServer, start_metrics_server
 from compozy_memory._store.indexer import Indexer, IndexProgress
 from compozy_memory._store.instance import Facts, MemoryInstance
 from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
-from compozy_memory._store.warmup import warm
-from compozy_memory._wire.connection import connect
+from compozy_memory._store.sync_instance import SyncMemoryInstance
+from compozy_memory._store.warmup import warm, warm_sync
+from compozy_memory._sync_manager import SyncMemoryManager
+from compozy_memory._wire.connection import connect, connect_sync
 from compozy_memory._wire.retry import NO_RETRY, RetryPolicy
 from compozy_memory.errors import (
     BackendError,
@@ -158,6 +160,8 @@ __all__ = [
     "Summarizer",
     "Summary",
     "SuppliedCounter",
+    "SyncMemoryInstance",
+    "SyncMemoryManager",
     "TemplateError",
     "TiktokenCounter",
     "TokenCounter",
@@ -167,6 +171,7 @@ __all__ = [
     "WaitPolicy",
     "__version__",
     "connect",
+    "connect_sync",
     "plan_flush",
     "sanitize_key",
     "start_metrics_server",
@@ -174,4 +179,5 @@ __all__ = [
     "to_openai",
     "tool_definitions",
     "warm",
+    "warm_sync",
 ]

@@ -34,6 +34,7 @@ def test_public_surface_is_pinned() -> None:
             "tool_definitions", "to_anthropic", "to_openai", "warm",
             "MemoryMetrics", "MetricsServer", "start_metrics_server",
             "DataRef", "Facts", "Namespace", "ResultCorruptError", "ResultStore",
+            "SyncMemoryInstance", "SyncMemoryManager", "connect_sync", "warm_sync",
         ]
     )  # fmt: skip
     for name in compozy_memory.__all__:

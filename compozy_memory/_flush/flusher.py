@@ -122,6 +122,25 @@ class Flusher:
     def transport(self) -> Any:
         return self.gateway.transport
 
+    def twin(self, gateway: MemoryGateway, indexer: Indexer) -> Flusher:
+        """This flusher for another handle of the same memory (a handle's sync twin): the
+        same settings, summarizer and lock, through ``gateway``."""
+        return Flusher(
+            gateway,
+            self.settings,
+            self.summarizer,
+            self.counter,
+            lock_ttl=timedelta(milliseconds=self.lock.ttl_ms),
+            debounce=timedelta(seconds=self.debounce),
+            max_conflicts=self.max_conflicts,
+            max_rounds=self.max_rounds,
+            skip_backoff=timedelta(seconds=self.skip_backoff),
+            metrics=self.metrics,
+            name=self.name,
+            background=self.background,
+            indexer=indexer,
+        )
+
     # -- background trigger ---------------------------------------------------------------
 
     def notice(self, result: AppendResult) -> None:

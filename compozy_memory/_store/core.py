@@ -74,6 +74,8 @@ class FlushHook(Protocol):
 
     def wait_idle_sync(self, timeout: float | None = None) -> bool: ...
 
+    def twin(self, gateway: MemoryGateway, indexer: Indexer) -> FlushHook: ...
+
 
 class MemoryCore(ContextReads):
     """One memory's parts and operations, for a handle to run (async or sync)."""

@@ -26,6 +26,8 @@ from compozy_memory._store.core import FlushHook, IndexHook, MemoryCore, Message
 from compozy_memory._store.facts import Facts
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.results_store import Namespace, ResultStore
+from compozy_memory._store.sync_instance import SyncMemoryInstance
+from compozy_memory._wire.connection import sync_twin
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.steps import Steps
 from compozy_memory._wire.translate import RedisClient
@@ -96,11 +98,34 @@ class MemoryInstance(MemoryCore):
         #: load them from. By default a store that sees only the project's global namespace:
         #: give one opened for your agent (``ResultStore(..., agent=...)``) to keep them apart.
         self.results: ResultStore = self.result_ops
+        self._sync: SyncMemoryInstance | None = None
 
     @classmethod
     def open(cls, client: RedisClient, *, project: str, key: str, **options: Any) -> MemoryInstance:
         """A handle on ``key`` (encoded) in ``project``'s namespace."""
         return cls(client, InstanceKeys.build(project, key), **options)
+
+    def to_sync(self) -> SyncMemoryInstance:
+        """This memory on a blocking client of the same server(s), for calls that cannot
+        await (from a thread, or inside a running loop without awaiting): made on first use
+        from this client's settings (:func:`~compozy_memory._wire.connection.sync_twin`),
+        with this handle's policy, counter, mode, retries, flusher and session index."""
+        if self._sync is None:
+            twin = SyncMemoryInstance(
+                sync_twin(self.client),
+                self.keys,
+                policy=self.policy,
+                counter=self.counter,
+                read_only=self.read_only,
+                retry=self.retry,
+                memory_id=self.memory_id,
+                metrics=self.gateway.metrics,
+            )
+            if self._flusher is not None:
+                twin.attach_flusher(self._flusher.twin(twin.gateway, twin.index_ops))
+            twin.attach_index(self._index)
+            self._sync = twin
+        return self._sync
 
     async def _run(self, steps: Steps[T]) -> T:
         return await self.transport.drive(steps)

@@ -28,6 +28,7 @@ __all__ = [
     "Pipelined",
     "Primaries",
     "SyncRedisClient",
+    "is_blocking",
     "is_cluster",
     "is_standalone",
 ]
@@ -44,6 +45,11 @@ _STANDALONE = (Redis, redis.Redis)
 def is_cluster(client: object) -> bool:
     """Whether ``client`` is a Cluster client (async or sync)."""
     return isinstance(client, _CLUSTERS)
+
+
+def is_blocking(client: object) -> bool:
+    """Whether ``client`` is one of redis-py's blocking clients (the sync API's)."""
+    return isinstance(client, (redis.Redis, redis.cluster.RedisCluster))
 
 
 def is_standalone(client: object) -> bool:

@@ -13,14 +13,21 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry as SyncRetry
 
 from compozy_memory._metrics import MemoryMetrics
-from compozy_memory._wire.client_calls import SyncRedisClient, is_cluster
+from compozy_memory._wire.client_calls import SyncRedisClient, is_blocking, is_cluster
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.sync_transport import SyncTransport
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory._wire.transport import Transport
 from compozy_memory.errors import ConfigurationError
 
-__all__ = ["DEFAULT_TIMEOUTS", "connect", "connect_sync", "sync_twin", "transport_for"]
+__all__ = [
+    "DEFAULT_TIMEOUTS",
+    "close_twin",
+    "connect",
+    "connect_sync",
+    "sync_twin",
+    "transport_for",
+]
 
 #: Without a socket timeout a stalled network hangs a call forever; with one, it surfaces as
 #: BackendTimeoutError and the handle's RetryPolicy decides what happens next.
@@ -68,7 +75,7 @@ def transport_for(
     metrics: MemoryMetrics | None = None,
 ) -> Transport | SyncTransport:
     """The transport (without WAIT) that fits ``client``: async or blocking."""
-    if isinstance(client, (redis.Redis, redis.cluster.RedisCluster)):
+    if is_blocking(client):
         return SyncTransport(client, retry=retry, key=key, memory=memory, metrics=metrics)
     return Transport(
         client, retry=retry, batching=batching, key=key, memory=memory, metrics=metrics
@@ -128,6 +135,14 @@ def sync_twin(client: RedisClient) -> SyncRedisClient:
         raise ConfigurationError(f"no blocking twin for a {type(client).__name__}")
     _TWINS[client] = twin
     return twin
+
+
+def close_twin(client: RedisClient) -> None:
+    """Close the blocking twin of ``client``, if one was made (closing ``client`` is the
+    caller's)."""
+    twin = _TWINS.pop(client, None)
+    if twin is not None:
+        twin.close()
 
 
 def _settings(kwargs: dict[str, Any]) -> dict[str, Any]:

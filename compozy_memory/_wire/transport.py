@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -182,6 +183,24 @@ class Transport(TransportBase):
         self.client: RedisClient = client
         self._batcher = batcher_for(client) if batching else None
         self._cluster_ready = not isinstance(client, RedisCluster)
+        self._homed = False
+
+    def serves_running_loop(self, *, claim: bool = True) -> bool:
+        """Whether this transport's client belongs to the running event loop: the loop its
+        first call ran on (the client's connections are that loop's), or, if it has made
+        none yet and ``claim``, this one, which it then belongs to."""
+        loop = asyncio.get_running_loop()
+        home = _HOMES.get(self.client)
+        if home is None:
+            if not claim:
+                return False
+            self._home()
+            return True
+        return home() is loop
+
+    def _home(self) -> None:
+        _HOMES.setdefault(self.client, weakref.ref(asyncio.get_running_loop()))
+        self._homed = True
 
     async def drive(self, steps: Steps[T] | Op[T]) -> T:
         """Run ``steps`` on this transport."""
@@ -194,6 +213,8 @@ class Transport(TransportBase):
         the policy asks. A write not acknowledged in time raises ReplicationError carrying
         the raw reply."""
         code.contract.check_keys(keys)
+        if not self._homed:
+            self._home()
         operation = OPERATIONS.get(code.name, code.name)
         return await self._timed(operation, self._run(code, keys, args, key, write, operation))
 
@@ -208,6 +229,8 @@ class Transport(TransportBase):
                 return await getattr(self.client, method)(*args, **options)
 
         async def call() -> Any:
+            if not self._homed:
+                self._home()
             await self._ready(key)
             return await self.retry.call(attempt, what=operation, memory=self.memory, key=key)
 
@@ -271,6 +294,12 @@ class Transport(TransportBase):
         with backend_errors("connect", key):
             await self.client.initialize()
         self._cluster_ready = True
+
+
+# Each async client's event loop: the one its first call through a transport ran on.
+_HOMES: weakref.WeakKeyDictionary[Any, weakref.ref[asyncio.AbstractEventLoop]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _check_acks(name: str, wait: WaitPolicy, acks: Any, reply: Any, key: str) -> None:

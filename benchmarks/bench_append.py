@@ -5,10 +5,13 @@
    with its default exact counter, rs-bpe where the ``fast`` extra is installed), against
    raw redis-py ``RPUSH`` of the same JSON from the same client, against the same appends
    counted by tiktoken (``engine="tiktoken"``, in the counting thread), with the counts
-   supplied, and through a ``MemoryManager`` (which also updates the project's session index
-   after each write). Every message's text is new (no cached count helps). Modes alternate
-   within a round; each ratio is the median over ``--rounds`` of that round's ratio to the
-   same round's raw RPUSH, which keeps a shared machine's swings out of the ratios.
+   supplied, and through a ``MemoryManager`` (which also keeps the project's session index:
+   off the append path; its last call is sent between rounds, untimed, as no append waits
+   for it), against a ``MemoryInstance`` with the same resource policy. Every message's text
+   is new, in every mode (no cached count helps). Modes alternate within a round, in reverse
+   order every other round; each ratio is the median over ``--rounds`` of that round's ratio
+   to the same round's raw RPUSH, which keeps a shared machine's swings out of the ratios;
+   the manager's own cost is the median of its rounds' ratios to the same-policy appends.
 2. Where an append's time goes on the event loop (``--profile``): cProfile of one counted
    round, grouped into counting, validation and serialisation, the script call, and the
    rest.
@@ -82,8 +85,9 @@ async def append_round(
 ) -> float:
     """Messages per second for SESSIONS sessions doing ``appends`` each: "raw" (RPUSH of
     the JSON), "counted" (the library counts, its default engine), "tiktoken" (counted by
-    tiktoken), "supplied" (counts given) or "manager" (counted, through a MemoryManager's
-    handles, which also keep the session index)."""
+    tiktoken), "supplied" (counts given), "manager" (counted, through a MemoryManager's
+    handles, which also keep the session index) or "policy" (counted, on a MemoryInstance
+    with the manager's resource policy: TTL, budget; the manager's baseline)."""
     rng = random.Random(seed)
     bodies = [texts(rng, appends) for _ in range(SESSIONS)]
     run = uuid.uuid4().hex
@@ -106,7 +110,10 @@ async def append_round(
                 body = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
                 await client.rpush(key, body.encode())
             return
-        if mode == "manager":
+        if mode == "policy":
+            policy = manager.registry.get("customer-support").policy()
+            mem = MemoryInstance.open(client, project="bench", key=f"{run}:{s}", policy=policy)
+        elif mode == "manager":
             mem = await manager.get(
                 "customer-support", {"workflow": {"input": {"user_id": f"{run}:{s}"}}}
             )
@@ -117,11 +124,16 @@ async def append_round(
                 message["tokens"] = counts[message["content"]]
             await mem.append(message)
 
+    if mode == "manager":  # warmed once, as an application's manager is: not timed
+        await manager.start()
     if profiler is not None:  # the appends only, not the texts' making above
         profiler.enable()
     started = time.perf_counter()
     await asyncio.gather(*(session(s) for s in range(SESSIONS)))
     elapsed = time.perf_counter() - started
+    # The session index's last entries (one call, which no append waited for) go out before
+    # the next round starts.
+    await manager.aclose()
     if profiler is not None:
         profiler.disable()
     return SESSIONS * appends / elapsed
@@ -249,14 +261,18 @@ async def main(args: argparse.Namespace) -> None:
     url = args.url or server.url  # type: ignore[union-attr]
     client = Redis.from_url(url, max_connections=SESSIONS)
     try:
-        modes = ("raw", "counted", "tiktoken", "supplied", "manager")
+        modes = tuple(args.modes.split(","))
+        if "raw" not in modes:
+            modes = ("raw", *modes)
         for mode in modes:  # warm the pool, the scripts and the encoder
             await append_round(client, 10, mode, seed=0)
         rates: dict[str, list[float]] = {mode: [] for mode in modes}
         ratios: dict[str, list[float]] = {mode: [] for mode in modes}
         for r in range(args.rounds):
-            for mode in modes:
-                rates[mode].append(await append_round(client, args.appends, mode, seed=r + 1))
+            # Every other round in reverse order, so no mode always runs after another.
+            for mode in modes if r % 2 == 0 else modes[::-1]:
+                seed = 100 * (r + 1) + modes.index(mode)  # texts of its own: no count cached
+                rates[mode].append(await append_round(client, args.appends, mode, seed=seed))
             for mode in modes:
                 ratios[mode].append(rates[mode][-1] / rates["raw"][-1])
         rate = {mode: statistics.median(values) for mode, values in rates.items()}
@@ -268,15 +284,27 @@ async def main(args: argparse.Namespace) -> None:
             "| x raw RPUSH (median of rounds) | range |"
         )
         print("| --- | ---: | ---: | --- |")
-        for mode, label in (
+        for mode, label in (  # in the order of the table, those measured
             ("raw", "raw RPUSH of the JSON"),
             ("counted", f"append, counted by the library (exact, default engine: {engine})"),
             ("tiktoken", "append, counted by tiktoken (exact, in the counting thread)"),
             ("supplied", "append, counts supplied"),
+            ("policy", "append, counted, with the manager's resource policy (TTL, budget)"),
             ("manager", "append through MemoryManager, counted (and the session index)"),
         ):
+            if mode not in modes:
+                continue
             low, high = min(ratios[mode]), max(ratios[mode])
             print(f"| {label} | {rate[mode]:,.0f} | {ratio[mode]:.2f}x | {low:.2f}-{high:.2f} |")
+        # The manager's own cost: its appends against the same appends made directly on a
+        # MemoryInstance with the same policy, round by round (only the manager differs).
+        if "manager" in modes and "policy" in modes:
+            direct = [m / c for m, c in zip(rates["manager"], rates["policy"], strict=True)]
+            print(
+                f"\nthrough MemoryManager / direct MemoryInstance, same policy: "
+                f"{statistics.median(direct):.2f}x (median of rounds; "
+                f"{min(direct):.2f}-{max(direct):.2f})"
+            )
         if args.profile:
             await profile_round(client, args.appends)
         await bytes_per_message(client)
@@ -297,4 +325,9 @@ if __name__ == "__main__":
     parser.add_argument("--appends", type=int, default=200, help="appends per session per round")
     parser.add_argument("--profile", action="store_true", help="where the loop's time goes")
     parser.add_argument("--cold", type=int, default=5, help="fresh processes per kind (0: none)")
+    parser.add_argument(
+        "--modes",
+        default="raw,counted,tiktoken,supplied,policy,manager",
+        help="the append modes to measure, comma-separated (raw always is)",
+    )
     asyncio.run(main(parser.parse_args()))

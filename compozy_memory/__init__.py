@@ -45,6 +45,8 @@ from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
 from compozy_memory._store.sync_instance import SyncMemoryInstance
 from compozy_memory._store.warmup import warm, warm_sync
 from compozy_memory._sync_manager import SyncMemoryManager
+from compozy_memory._telemetry import instrument as instrument_opentelemetry
+from compozy_memory._telemetry import uninstrument as uninstrument_opentelemetry
 from compozy_memory._wire.connection import connect, connect_sync
 from compozy_memory._wire.retry import NO_RETRY, RetryPolicy
 from compozy_memory.errors import (
@@ -172,12 +174,14 @@ __all__ = [
     "__version__",
     "connect",
     "connect_sync",
+    "instrument_opentelemetry",
     "plan_flush",
     "sanitize_key",
     "start_metrics_server",
     "to_anthropic",
     "to_openai",
     "tool_definitions",
+    "uninstrument_opentelemetry",
     "warm",
     "warm_sync",
 ]

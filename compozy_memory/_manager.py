@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import weakref
 from collections.abc import Coroutine, Mapping, Sequence
@@ -30,7 +29,7 @@ from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.tokens import TokenCounter, counter_for_encoding, default_counter
-from compozy_memory._store.core import MemoryCore
+from compozy_memory._store.core import MemoryCore, committed
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._store.sessions import SessionIndex, SessionPage, uuid7
 from compozy_memory._store.warmup import warm
@@ -101,7 +100,12 @@ class ManagerBase(Generic[H]):
     ) -> H:
         raise NotImplementedError
 
-    def _handle(self, ref: str | MemoryReference, context: Mapping[str, Any] | None) -> H:
+    def _handle(
+        self,
+        ref: str | MemoryReference,
+        context: Mapping[str, Any] | None,
+        agent: str | None = None,
+    ) -> H:
         """The shared handle of ``ref`` in ``context``, made (with its flusher and session
         index hook) if nobody holds one."""
         reference = MemoryReference(ref) if isinstance(ref, str) else ref
@@ -121,6 +125,7 @@ class ManagerBase(Generic[H]):
         if handle is None:
             counter = self.counter_for(resource)
             handle = self._open(keys, resource, counter, reference.read_only)
+            entry = None if reference.read_only else self.sessions.entry(_agent_id(values, agent))
             limited = resource.effective_max_tokens is not None or resource.max_messages is not None
             if self.flushing and not reference.read_only and limited:
                 handle.attach_flusher(
@@ -133,17 +138,10 @@ class ManagerBase(Generic[H]):
                         metrics=self.metrics,
                         name=resource.id,
                         indexer=handle.index_ops,
+                        on_commit=None if entry is None else committed(handle),
                     )
                 )
-            if not reference.read_only:
-                agent = values.get("agent")
-                agent_id = agent.get("id") if isinstance(agent, Mapping) else agent
-                handle.attach_index(
-                    functools.partial(
-                        self.sessions.noticed,
-                        agent=agent_id if isinstance(agent_id, str) and agent_id else None,
-                    )
-                )
+            handle.attach_index(entry)
             self._handles[handle_key] = handle
         return handle
 
@@ -173,12 +171,15 @@ class ManagerBase(Generic[H]):
 
     def _handles_for(
         self,
+        agent: str | Mapping[str, Any],
         pattern: str,
         refs: Sequence[MemoryReference],
         context: Mapping[str, Any] | None,
     ) -> list[H]:
+        agent_id = agent if isinstance(agent, str) else agent.get("id")
+        named = agent_id if isinstance(agent_id, str) and agent_id else None
         try:
-            handles = [self._handle(ref, context) for ref in refs]
+            handles = [self._handle(ref, context, named) for ref in refs]
         except Exception as exc:
             self._resolved(pattern, type(exc).__name__)
             raise
@@ -396,7 +397,9 @@ class MemoryManager(ManagerBase[MemoryInstance]):
         created and last-active times, message and token counts; ``cursor`` from the last
         page gives the next. One bounded read of the index, whatever the number of sessions.
         A handle shared by several agents is indexed under the agent that opened it first."""
-        return await self._index_of(project).page(agent=agent, limit=limit, cursor=cursor)
+        index = self._index_of(project)
+        await index.flushed()  # this process's own writes are listed
+        return await index.page(agent=agent, limit=limit, cursor=cursor)
 
     async def for_agent(
         self, agent: str | Mapping[str, Any], context: Mapping[str, Any] | None = None
@@ -407,13 +410,23 @@ class MemoryManager(ManagerBase[MemoryInstance]):
         settings use (``simple``, ``multi``, ``advanced``, or ``stateless``)."""
         pattern, refs = self._references(agent)
         await self._start_once()
-        return self._handles_for(pattern, refs, context)
+        return self._handles_for(agent, pattern, refs, context)
 
     async def aclose(self) -> None:
-        """Close what the manager's summarizers and token counters opened (API clients);
-        the Redis client is the caller's to close."""
+        """Send the session-index entries still pending, and close what the manager's
+        summarizers and token counters opened (API clients); the Redis client is the
+        caller's to close."""
+        await self.sessions.flushed()
         for closing in self._closing():
             await closing
+
+
+def _agent_id(context: Mapping[str, Any], agent: str | None) -> str | None:
+    """The agent a handle's writes are indexed under: ``agent`` in the context (an id, or a
+    mapping with an ``id``), else the agent ``for_agent`` was asked for."""
+    value = context.get("agent")
+    named = value.get("id") if isinstance(value, Mapping) else value
+    return named if isinstance(named, str) and named else agent
 
 
 # compozy_memory_config_resolution_total's ``pattern``: the spec's names of the three levels.

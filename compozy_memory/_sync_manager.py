@@ -119,6 +119,7 @@ class SyncMemoryManager(ManagerBase[SyncMemoryInstance]):
         """The project's sessions, most recently active first
         (:meth:`MemoryManager.list_sessions`)."""
         index = self._index_of(project)
+        index.flushed_sync()  # this process's own writes are listed
         return index.transport.drive(index.page(agent=agent, limit=limit, cursor=cursor))  # type: ignore[no-any-return]
 
     def for_agent(
@@ -126,10 +127,12 @@ class SyncMemoryManager(ManagerBase[SyncMemoryInstance]):
     ) -> list[SyncMemoryInstance]:
         """Handles for every memory of an agent (:meth:`MemoryManager.for_agent`)."""
         pattern, refs = self._references(agent)
-        return self._handles_for(pattern, refs, context)
+        return self._handles_for(agent, pattern, refs, context)
 
     def close(self) -> None:
-        """Close what the manager's summarizers and token counters opened (API clients, on
-        the summarizers' loop); the Redis client is the caller's to close."""
+        """Send the session-index entries still pending, and close what the manager's
+        summarizers and token counters opened (API clients, on the summarizers' loop); the
+        Redis client is the caller's to close."""
+        self.sessions.flushed_sync()
         for closing in self._closing():
             run_coroutine(closing)

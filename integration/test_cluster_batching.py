@@ -51,7 +51,10 @@ async def nodes(valkey_cluster: EmbeddedCluster) -> AsyncIterator[list[Redis]]:
 
 def open_sessions(client: RedisCluster, prefix: str, count: int = SESSIONS) -> list[MemoryInstance]:
     return [
-        MemoryInstance.open(client, project="cbatch", key=f"{prefix}:{s}", counter=COUNTER)
+        # The appends alone: the indexer's background steps would add calls of their own.
+        MemoryInstance.open(
+            client, project="cbatch", key=f"{prefix}:{s}", counter=COUNTER, background_index=False
+        )
         for s in range(count)
     ]
 

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -28,3 +33,60 @@ def test_a_taken_port_is_a_clear_error() -> None:
 def test_a_missing_binary_is_a_clear_error() -> None:
     with pytest.raises(StartupError, match="not found"):
         find_binary("no-such-server")
+
+
+OWNER = """
+import sys, time
+from compozy_memory.embedded import start_server
+server = start_server()
+print(server.process.pid, server.port, server.directory, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_the_server_does_not_outlive_its_process(signum: int) -> None:
+    """atexit does not run when the owner is killed: the watchdog stops the server."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert owner.stdout is not None
+        pid, port, directory = owner.stdout.readline().split()
+        assert _alive(int(pid))
+        owner.send_signal(signum)
+        owner.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(int(pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(int(pid)), f"server {pid} outlived its process"
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
+        deadline = time.monotonic() + 10
+        while Path(directory).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(directory).exists()
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        if owner.stdout is not None:
+            owner.stdout.close()
+
+
+def test_a_stopped_server_leaves_no_watchdog_behind() -> None:
+    server = start_server()
+    watchdog = server._watchdog
+    assert watchdog is not None
+    assert watchdog.poll() is None
+    server.stop()
+    assert watchdog.poll() == 0  # stood down, did not kill anything
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -11,10 +11,11 @@ from typing import Any
 from compozy_memory import BackendUnavailableError, HeuristicCounter, MemoryManager, MemoryRegistry
 from compozy_memory._store.sessions import TOUCH_ATTEMPTS
 from compozy_memory._wire.gateway import ScriptTransport
-from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory._wire.scripts import Args, Script, ScriptArg
 from compozy_memory._wire.translate import RedisClient
 
 PROJECT_DIR = Path(__file__).resolve().parent / "sessions_project"
+FLUSHING_DIR = Path(__file__).resolve().parent / "sessions_flushing"
 
 
 def manager(client: RedisClient) -> MemoryManager:
@@ -58,7 +59,10 @@ async def test_sessions_are_listed_per_project_and_agent(client: RedisClient) ->
         await mem.append_many([{"role": "user", "content": f"hello {i}"} for i in range(n + 1)])
         opened.append((sid, mem, agent, n + 1))
     # The first session is written again: it becomes the most recently active (a few ms
-    # later: activity is kept in milliseconds, and ties list the greater key first).
+    # later: activity is kept in milliseconds, and ties list the greater key first). The
+    # others' entries are sent first: an entry's time is when it was noticed, give or take
+    # how long its call waited, which a loaded machine can stretch past a few ms.
+    await mgr.sessions.flushed()
     await asyncio.sleep(0.005)
     await opened[0][1].append({"role": "assistant", "content": "back again"})
 
@@ -98,11 +102,13 @@ async def test_a_lost_index_update_leaves_the_write_and_repair_fixes_it(
     mgr = manager(client)
     sid, mem = await mgr.session("chat", agent="coder")
     await mem.append({"role": "user", "content": "one"})
+    await mgr.sessions.flushed()
     real = mgr.sessions.transport
     failing = Failing(real)
     mgr.sessions.transport = failing
     result = await mem.append({"role": "user", "content": "two"})  # the write still succeeds
     assert result.total_count == 2
+    await mgr.sessions.flushed()
     assert failing.calls == TOUCH_ATTEMPTS
     assert mgr.sessions.failures == 1
     mgr.sessions.transport = real
@@ -113,3 +119,90 @@ async def test_a_lost_index_update_leaves_the_write_and_repair_fixes_it(
     assert fixed.messages == 2
     assert fixed.key == mem.keys.key
     assert sid in mem.key
+
+
+class Counting:
+    """A transport that counts the index calls, and how many were out at once."""
+
+    def __init__(self, real: ScriptTransport) -> None:
+        self.real = real
+        self.calls = 0
+        self.sessions = 0
+        self.out = 0
+        self.most_out = 0
+
+    async def run(
+        self, script: Script, keys: Sequence[str], args: Args, *, key: str, write: bool = False
+    ) -> Any:
+        self.calls += 1
+        self.sessions += (len(args) - 1) // 5
+        self.out += 1
+        self.most_out = max(self.most_out, self.out)
+        try:
+            return await self.real.run(script, keys, args, key=key, write=write)
+        finally:
+            self.out -= 1
+
+    async def command(self, operation: str, method: str, *args: Any, key: str, **o: Any) -> Any:
+        return await self.real.command(operation, method, *args, key=key, **o)
+
+
+async def test_appends_never_wait_for_the_index_and_share_its_calls(client: RedisClient) -> None:
+    """200 appends to 20 sessions from 20 tasks: the index is written by a few calls, one out
+    at a time, each carrying many sessions; every session's entry ends exact."""
+    mgr = manager(client)
+    counting = Counting(mgr.sessions.transport)
+    mgr.sessions.transport = counting
+    handles = [(await mgr.session("chat", agent="coder"))[1] for _ in range(20)]
+
+    async def writer(memory: Any) -> None:
+        for i in range(10):
+            await memory.append({"role": "user", "content": f"m {i}", "tokens": 2})
+
+    await asyncio.gather(*(writer(m) for m in handles))
+    await mgr.sessions.flushed()
+    assert counting.most_out == 1
+    assert counting.calls <= 12  # ~one a round trip, never one an append (200)
+    assert counting.sessions < 200
+    page = await mgr.list_sessions(limit=50)
+    assert {s.key: (s.messages, s.tokens) for s in page.sessions} == {
+        m.keys.key: (10, 20) for m in handles
+    }
+    assert {s.agent for s in page.sessions} == {"coder"}
+
+
+async def test_counts_follow_flushes_trims_and_clears(client: RedisClient) -> None:
+    registry = MemoryRegistry.load(FLUSHING_DIR)
+    mgr = MemoryManager(registry, client, counter=HeuristicCounter())
+    mgr.sessions.__init__(client, f"sessions-{uuid.uuid4().hex[:12]}")  # type: ignore[misc]
+    (memory,) = await mgr.for_agent("writer", {"user": "ann"})
+    for i in range(30):  # 10 tokens each: passes the 80% threshold of 200 tokens
+        await memory.append({"role": "user", "content": f"turn {i}", "tokens": 10})
+    assert memory.flusher is not None
+    await memory.flusher.wait_idle()
+    health = await memory.health()
+    assert health.flush_count >= 1
+    (entry,) = (await mgr.list_sessions()).sessions
+    assert (entry.messages, entry.tokens) == (health.message_count, health.token_count)
+    assert entry.agent == "writer"  # for_agent's agent, with none in the context
+    await memory.trim(keep_messages=2)
+    (entry,) = (await mgr.list_sessions()).sessions
+    assert entry.messages == 2
+    await memory.clear()
+    (entry,) = (await mgr.list_sessions()).sessions
+    assert (entry.messages, entry.tokens) == (0, 0)
+    await mgr.aclose()
+
+
+async def test_a_late_older_entry_never_replaces_a_newer_one(client: RedisClient) -> None:
+    mgr = manager(client)
+    index = mgr.sessions
+    await index.touch("s", agent="a", last_id=5, messages=5, tokens=50)
+    await index.touch("s", agent="a", last_id=5, messages=2, tokens=20)  # a flush
+    await index.touch("s", agent="a", last_id=5, messages=5, tokens=50)  # late, older
+    await index.touch("s", agent="a", last_id=4, messages=4, tokens=40)  # later, older still
+    (entry,) = (await index.page()).sessions
+    assert (entry.last_id, entry.messages, entry.tokens) == (5, 2, 20)
+    await index.touch("s", agent="a", last_id=6, messages=3, tokens=30)  # an append after it
+    (entry,) = (await index.page()).sessions
+    assert (entry.last_id, entry.messages, entry.tokens) == (6, 3, 30)

@@ -106,6 +106,7 @@ local rest = budget - pinned_tokens
 -- 2. Session facts (the kernel layer): the most recently set that fit, as one message.
 local facts = {}
 if facts_header >= 0 then
+  check_facts(k_facts, k_factord)
   local order = redis.call('ZREVRANGE', k_factord, 0, MAX_FACTS - 1)
   if #order > 0 then
     local values = redis.call('HMGET', k_facts, unpack(order))

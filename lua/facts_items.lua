@@ -1,10 +1,11 @@
 #!lua flags=no-writes
 -- facts_items.lua: every session fact, oldest set first, in one consistent read.
--- USES: (none)
+-- USES: meta
 -- KEYS: facts factord
 -- ARGV: (none)
 -- REPLY: {facts...}
 -- A flat list of key, 'tokens<TAB>value' pairs, least recently set first.
+check_facts(k_facts, k_factord)
 local order = redis.call('ZRANGE', k_factord, -MAX_FACTS, -1)
 if #order == 0 then
   return {}

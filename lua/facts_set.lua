@@ -1,6 +1,6 @@
 #!lua
 -- facts_set.lua: set one or many session facts (the kernel layer), capped, oldest out first.
--- USES: args deltas
+-- USES: args deltas meta
 -- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone facts factord respins
 -- ARGV: ttl_ms cap n facts...
 --   ttl_ms  TTL set on every key of the memory; 0 leaves TTLs alone
@@ -33,6 +33,7 @@ for i = 1, n do
   end
   int_arg(ARGV[at + 1], 'fact ' .. i .. ' tokens', 0, MAX_MESSAGE_TOKENS)
 end
+check_facts(k_facts, k_factord)
 incarnation(k_meta)
 local seq = redis.call('HINCRBY', k_meta, 'facts_seq', n) - n
 for i = 1, n do

@@ -3,10 +3,11 @@
 -- documents whose terms still count.
 -- USES: args docs envelope meta
 -- KEYS: msgs meta archive summaries ixdocs ixgone
--- ARGV: max_docs max_bytes
+-- ARGV: max_docs max_bytes archive_max
 --   max_docs   at most this many documents of each kind, 1..INDEX_STEP_DOCS
 --   max_bytes  and envelopes of at most about this many bytes in all (at least one)
--- REPLY: {fmt analyzer ix_next upto seq_from seq_upto last_id adds[3] gones[]}
+--   archive_max  the archive's cap (0: none): over it, index_apply.lua drops the excess
+-- REPLY: {fmt analyzer ix_next upto seq_from seq_upto last_id over_cap adds[3] gones[]}
 --   fmt       meta's data format: below DATA_FORMAT, the index must be rebuilt first
 --             (index_reset.lua) and nothing else is returned
 --   analyzer  the analyser version the index was built with ('' before any)
@@ -16,17 +17,20 @@
 --   seq_from, seq_upto while an index is rebuilt (seq_from > 0), the archive envelopes from
 --                      seq_from to seq_upto not indexed yet are returned too
 --   last_id   meta's last id: how far the live part has to go
+--   over_cap  archived envelopes past archive_max (a step drops some even with nothing to
+--             index: the cap may have shrunk)
 --   adds      (where, seq, envelope) triples: where is 'l' (live), 's' (a summary) or 'a'
 --             (archived, at seq), oldest first
 --   gones     envelopes the archive's cap dropped, oldest first (ixgone's head)
 local max_docs = int_arg(a_max_docs, 'max_docs', 1, INDEX_STEP_DOCS)
 local max_bytes = int_arg(a_max_bytes, 'max_bytes', 1, MAX_CALL_BYTES)
+local archive_max = int_arg(a_archive_max, 'archive_max', 0, nil)
 local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
   {'ix_next', 'ix_seq', 'ix_an', 'last_id'})
 local fmt = tonumber(m.fmt) or 1
 local last_id = tonumber(m.last_id) or 0
 if fmt < DATA_FORMAT then
-  return {fmt, '', 0, 0, 0, 0, last_id, 0, 0}
+  return {fmt, '', 0, 0, 0, 0, last_id, 0, 0, 0}
 end
 local ix_next = tonumber(m.ix_next) or 0
 local count = tonumber(m.count) or 0
@@ -84,7 +88,7 @@ if seq_from > 0 then
   seq_upto = seq_from - 1
   local chunk = redis.call('LRANGE', k_archive, seq_from - base - 1, seq_from - base + max_docs - 2)
   local docs = doc_reader(k_ixdocs)
-  local n = 0
+  local n = taken  -- the live part comes first; one step holds max_docs documents in all
   for i, env in ipairs(chunk) do
     if not room(n, env) then
       break
@@ -117,7 +121,13 @@ if (tonumber(m.ix_gone) or 0) > 0 then
   end
 end
 
-local out = {fmt, m.ix_an or '', ix_next, upto, seq_from, seq_upto, last_id, #adds / 3}
+local over_cap = 0
+if archive_max > 0 then
+  over_cap = math.max(0, (tonumber(m.archived) or 0) - (tonumber(m.archive_base) or 0)
+    - archive_max)
+end
+local out = {fmt, m.ix_an or '', ix_next, upto, seq_from, seq_upto, last_id, over_cap,
+  #adds / 3}
 for i = 1, #adds do
   out[#out + 1] = adds[i]
 end

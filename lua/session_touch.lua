@@ -1,41 +1,61 @@
 #!lua
--- session_touch.lua: record a write to a session (a memory) in its project's session index.
+-- session_touch.lua: record writes to sessions (memories) in their project's session index,
+-- one agent's sessions a call (the writes one process made in one event-loop tick).
 -- USES: args clock
 -- KEYS: sessions agent_sessions session_info
--- ARGV: session agent last_id messages tokens
---   session   the memory's encoded key
+-- ARGV: agent entries...
 --   agent     the agent writing ('' for none: then agent_sessions is not touched)
---   last_id   the memory's last id after the write: counts from an older write (a retry
---             arriving late) never replace newer ones
---   messages  live messages after the write
---   tokens    live tokens after the write
--- REPLY: active_ms
--- The session's last-active time (server clock, ms).
+--   entries   one or more quintuples:
+--     session   the memory's encoded key
+--     last_id   the memory's last id after the write
+--     messages  live messages after the write
+--     tokens    live tokens after the write
+--     age_ms    how long before this call the write was seen (the caller's clock measures
+--               only this interval): its last-active time is the server's now minus it
+-- REPLY: now_ms
+-- The server's clock (ms) when the call ran.
 -- sessions and agent_sessions are ZSETs of session -> last active ms; session_info is a HASH
 -- of session -> 'created<TAB>last_active<TAB>last_id<TAB>messages<TAB>tokens<TAB>agent'.
-local last_id = int_arg(a_last_id, 'last_id', 0, nil)
-local messages = int_arg(a_messages, 'messages', 0, nil)
-local tokens = int_arg(a_tokens, 'tokens', 0, nil)
-if #a_session == 0 or #a_session > 1024 or string.find(a_session, '\t', 1, true) then
-  fail('INVALID', 'a session is 1 to 1024 bytes without tabs')
+-- Counts from an older state never replace newer ones (a retry or another replica's update
+-- arriving late): messages arrive only with new ids, and leave (trim, flush, clear) without
+-- changing last_id, so a greater last_id is newer, and at the same last_id fewer messages
+-- (then fewer tokens) are. Last-active times never go back either.
+local n = (#ARGV - ARGS_FROM + 1) / 5
+if n < 1 or n ~= math.floor(n) then
+  fail('INVALID', 'entries are (session, last_id, messages, tokens, age_ms), at least one')
 end
 local now = now_ms()
-local created, seen, agent = now, -1, a_agent
-local old = redis.call('HGET', k_session_info, a_session)
-if old then
-  local f = split_tabs(old)
-  created, seen = tonumber(f[1]) or now, tonumber(f[3]) or -1
-  if agent == '' then
-    agent = f[6] or ''
+for i = ARGS_FROM, #ARGV, 5 do
+  local session = ARGV[i]
+  local last_id = int_arg(ARGV[i + 1], 'last_id', 0, nil)
+  local messages = int_arg(ARGV[i + 2], 'messages', 0, nil)
+  local tokens = int_arg(ARGV[i + 3], 'tokens', 0, nil)
+  local active = now - int_arg(ARGV[i + 4], 'age_ms', 0, 3600000)
+  if #session == 0 or #session > 1024 or string.find(session, '\t', 1, true) then
+    fail('INVALID', 'a session is 1 to 1024 bytes without tabs')
   end
-  if last_id < seen then
-    messages, tokens, last_id = tonumber(f[4]) or 0, tonumber(f[5]) or 0, seen
+  local created, agent = active, a_agent
+  local old = redis.call('HGET', k_session_info, session)
+  if old then
+    local f = split_tabs(old)
+    created = tonumber(f[1]) or active
+    active = math.max(active, tonumber(f[2]) or 0)
+    local seen, seen_messages, seen_tokens = tonumber(f[3]) or -1, tonumber(f[4]) or 0,
+      tonumber(f[5]) or 0
+    if agent == '' then
+      agent = f[6] or ''
+    end
+    local older = last_id < seen or (last_id == seen and (messages > seen_messages
+      or (messages == seen_messages and tokens > seen_tokens)))
+    if older then
+      messages, tokens, last_id = seen_messages, seen_tokens, seen
+    end
   end
-end
-redis.call('HSET', k_session_info, a_session, string.format('%d\t%d\t%d\t%d\t%d\t', created,
-  now, last_id, messages, tokens) .. agent)
-redis.call('ZADD', k_sessions, now, a_session)
-if a_agent ~= '' then
-  redis.call('ZADD', k_agent_sessions, now, a_session)
+  redis.call('HSET', k_session_info, session, string.format('%d\t%d\t%d\t%d\t%d\t', created,
+    active, last_id, messages, tokens) .. agent)
+  redis.call('ZADD', k_sessions, active, session)
+  if a_agent ~= '' then
+    redis.call('ZADD', k_agent_sessions, active, session)
+  end
 end
 return now

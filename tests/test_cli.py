@@ -149,3 +149,111 @@ def test_acl_json_gives_the_line_as_tokens(capsys: pytest.CaptureFixture[str]) -
     report = json.loads(capsys.readouterr().out)
     assert report["command"][:4] == ["ACL", "SETUSER", "bot", "reset"]
     assert "%R~compozy:acme:memory:*" in report["command"]
+
+
+def test_a_short_flag_means_one_thing_in_every_command() -> None:
+    import typer
+
+    from compozy_memory._ops.cli import app
+
+    meanings: dict[str, set[str]] = {}
+    root = typer.main.get_command(app)
+    assert isinstance(root, typer.core.TyperGroup)
+    for command in [root, *root.commands.values()]:
+        for param in command.params:
+            longs = [o for o in param.opts if o.startswith("--")]
+            for short in (o for o in param.opts if not o.startswith("--")):
+                meanings.setdefault(short, set()).update(longs)
+    # -n is "how many" everywhere: rows in ls (--limit), messages in show and tail (--last).
+    assert meanings.pop("-n") == {"--limit", "--last"}
+    assert {s: m for s, m in meanings.items() if len(m) > 1} == {}
+    assert meanings["-p"] == {"--project"}
+    assert meanings["-f"] == {"--follow"}
+
+
+def test_acl_takes_p_and_the_global_cluster_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["acl", "-p", "acme", "--user", "bot", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)["command"]
+    assert "~compozy:acme:memory:*" in plain
+    assert "+cluster|slots" not in plain
+    assert "+scan" not in plain  # SCAN would show every project's key names
+    assert main(["--cluster", "acl", "-p", "acme", "--user", "bot", "--json"]) == 0
+    assert "+cluster|slots" in json.loads(capsys.readouterr().out)["command"]
+    assert main(["acl", "-p", "acme", "--user", "bot", "--allow-scan", "--json"]) == 0
+    assert "+scan" in json.loads(capsys.readouterr().out)["command"]
+
+
+def test_acl_reads_the_project_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COMPOZY_PROJECT", "envproj")
+    assert main(["acl", "--user", "bot"]) == 0
+    assert "~compozy:envproj:memory:*" in capsys.readouterr().out
+
+
+def test_export_to_a_missing_folder_is_one_line_before_any_connection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "missing" / "dir" / "out.md"
+    argv = ["--url", "redis://127.0.0.1:1/0", "export", "-p", "acme", "k", "-o", str(target)]
+    assert main(argv) == 2  # not 3: nothing was sent
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("error: --output ")
+    assert "Traceback" not in err
+
+
+def test_server_internals_are_kept_out_of_error_text() -> None:
+    from compozy_memory._ops.messages import operator_text
+
+    said = (
+        "health: ACL failure in script: User t1 has no permissions to run the 'hgetall' "
+        "command script: cm_154ae4366d6e_health, on @user_function:759."
+    )
+    assert operator_text(said) == (
+        "health: User t1 has no permissions to run the 'hgetall' command"
+    )
+    piped = (
+        "ls --scan: Command # 1 (HMGET compozy:a:memory:{k}:meta tokens count) of pipeline "
+        "caused error: (\"User t2 has no permissions to run the 'hmget' command\",)"
+    )
+    assert (
+        operator_text(piped) == "ls --scan: User t2 has no permissions to run the 'hmget' command"
+    )
+    assert operator_text("cm_0123456789ab_context failed") == "context failed"
+    assert operator_text("bad \x1b]0;x\x07") == "bad \\x1b]0;x\\x07"
+
+
+def test_a_stored_value_of_no_accepted_type_is_one_clear_line() -> None:
+    from pydantic import ValidationError
+
+    from compozy_memory import Message
+    from compozy_memory._ops.messages import describe_invalid
+
+    with pytest.raises(ValidationError) as caught:
+        Message.model_validate_json('{"id":4,"ts":1,"role":"user","content":5}')
+    text = describe_invalid(caught.value)
+    assert text == (
+        "stored data this version cannot read (Message): content: int is none of its accepted types"
+    )
+    assert "\n" not in text
+    assert "pydantic" not in text
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_shell_completion_completes_commands_and_options(
+    shell: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """typer's completion protocol, as the script `--install-completion` adds calls it."""
+    monkeypatch.setenv("_COMPOZY_MEMORY_COMPLETE", f"complete_{shell}")
+    for words, expected in (
+        ("compozy-memory ta", "tail"),
+        ("compozy-memory tail --fo", "--follow"),
+    ):
+        monkeypatch.setenv("COMP_WORDS", words)
+        monkeypatch.setenv("COMP_CWORD", str(len(words.split()) - 1))
+        monkeypatch.setenv("_TYPER_COMPLETE_ARGS", words)
+        with pytest.raises(SystemExit) as done:
+            main([])
+        assert done.value.code == 0
+        assert expected in capsys.readouterr().out

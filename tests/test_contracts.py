@@ -80,6 +80,7 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
         [1, 1],
     ),
     "result_release": (lambda g: ResultGateway(g.transport).release(RESULT_KEY), 0),
+    "result_touch": (lambda g: ResultGateway(g.transport).touch(RESULT_KEY, 1000), 1000),
     "session_touch": (
         lambda g: SessionIndex(None, "units", transport=g.transport).touch(
             "conv", agent="a", last_id=3, messages=3, tokens=9

@@ -12,6 +12,7 @@ RANK = {
     "errors": 0,
     "_model": 1,
     "_metrics": 1,
+    "_telemetry": 1,
     "embedded": 1,
     "_search": 2,
     "_wire": 3,
@@ -115,3 +116,21 @@ def test_every_module_is_one_room() -> None:
     """No module past about 450 lines: one that grows further has taken a second job."""
     sizes = {m: len(p.read_text().splitlines()) for m, p in modules().items()}
     assert {m: n for m, n in sizes.items() if n > 460} == {}
+
+
+def test_only_the_wire_builds_script_calls() -> None:
+    """KEYS and ARGV are built in ``_wire`` alone (its gateways): no module elsewhere loads a
+    script or fills a contract's arguments."""
+    problems = [
+        f"{module} imports script from {target}"
+        for module, path in modules().items()
+        if wing(module) != "_wire"
+        for target, names in imports(path)
+        if target == "_wire.scripts" and "script" in names
+    ]
+    problems += [
+        f"{module} calls argv_for"
+        for module, path in modules().items()
+        if wing(module) != "_wire" and "argv_for(" in path.read_text()
+    ]
+    assert problems == []

@@ -33,6 +33,7 @@ def test_public_surface_is_pinned() -> None:
             "__version__", "connect", "plan_flush", "sanitize_key", "MemoryTools",
             "tool_definitions", "to_anthropic", "to_openai", "warm",
             "MemoryMetrics", "MetricsServer", "start_metrics_server",
+            "instrument_opentelemetry", "uninstrument_opentelemetry",
             "DataRef", "Facts", "Namespace", "ResultCorruptError", "ResultStore",
             "SyncMemoryInstance", "SyncMemoryManager", "connect_sync", "warm_sync",
         ]

@@ -25,7 +25,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
@@ -84,6 +84,7 @@ class Flusher:
         name: str = "memory",
         background: bool = True,
         indexer: Indexer | None = None,
+        on_commit: Callable[[FlushCommit, int], None] | None = None,
     ) -> None:
         if gateway.read_only:
             raise ReadOnlyMemoryError(
@@ -107,6 +108,9 @@ class Flusher:
         self.skip_backoff = skip_backoff.total_seconds()
         #: False: appends never start a flush; only :meth:`flush` does.
         self.background = background
+        #: Called with every commit and the last id of the snapshot it was planned from (the
+        #: manager's session index records the totals); it must not wait or raise.
+        self.on_commit = on_commit
         self._fallback = ExtractiveSummarizer(counter)
         # Bound once: notice() runs on every append.
         self._hits = self.metrics.flush_optimization_hits.labels(memory=name)
@@ -122,7 +126,12 @@ class Flusher:
     def transport(self) -> Any:
         return self.gateway.transport
 
-    def twin(self, gateway: MemoryGateway, indexer: Indexer) -> Flusher:
+    def twin(
+        self,
+        gateway: MemoryGateway,
+        indexer: Indexer,
+        on_commit: Callable[[FlushCommit, int], None] | None,
+    ) -> Flusher:
         """This flusher for another handle of the same memory (a handle's sync twin): the
         same settings, summarizer and lock, through ``gateway``."""
         return Flusher(
@@ -139,6 +148,7 @@ class Flusher:
             name=self.name,
             background=self.background,
             indexer=indexer,
+            on_commit=on_commit if self.on_commit is not None else None,
         )
 
     # -- background trigger ---------------------------------------------------------------
@@ -211,7 +221,7 @@ class Flusher:
             self._quiet_until = time.monotonic() + self.skip_backoff
             return self._count(FlushResult("skipped"))
         try:
-            return self._count((yield Hold(lease, self._flush_with(lease))))
+            result = self._count((yield Hold(lease, self._flush_with(lease))))
         except LockLostError:
             self.metrics.flushes.labels(memory=self.name, type="lost").inc()
             raise
@@ -222,6 +232,7 @@ class Flusher:
                 log.warning(
                     "could not release the flush lock of %s", self.gateway.name, extra=self._log
                 )
+        return result
 
     def _flush_with(self, lease: Lease) -> Steps[FlushResult]:
         """Rounds of bounded snapshot, plan, summary and commit, until the context fits or
@@ -292,6 +303,8 @@ class Flusher:
                     ) from None
                 continue
             lease.committing = False
+            if self.on_commit is not None:
+                self.on_commit(commit, snapshot.last_id)
             return FlushResult(
                 "summarised" if summary is not None else "evicted",
                 plan,

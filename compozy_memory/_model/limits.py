@@ -43,6 +43,7 @@ __all__ = [
     "QUERY_POSTINGS",
     "RESCORE_BLOCKS",
     "RESCORE_POOL",
+    "RESCORE_TERMS",
     "UNBOUNDED_TOKENS",
 ]
 
@@ -60,24 +61,24 @@ DATA_FORMAT = 2
 MAX_BATCH = 1_000
 #: Bytes of one message's JSON body, and of all the bodies of one call. Larger content goes
 #: to the result store (``append(..., offload=True)``).
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-MAX_CALL_BYTES = 8 * 1024 * 1024
+MAX_MESSAGE_BYTES = 1024 * 1024
+MAX_CALL_BYTES = 2 * 1024 * 1024
 #: Messages one step of trim, replace or a flush commit moves to the archive; a longer move
 #: runs as several steps, each safe to interrupt.
-MOVE_STEP = 1_000
+MOVE_STEP = 256
 #: Envelopes the archive's cap drops in one call (the rest on later calls).
-ARCHIVE_DROP_STEP = 1_000
+ARCHIVE_DROP_STEP = 256
 #: Pinned messages (priority 0) one memory holds: they lead every context.
 MAX_PINNED = 100
 #: Summaries one memory holds; a flush folds them into one before more.
 MAX_SUMMARIES = 32
 #: Messages context() and read_window() return (window and backfill together).
-MAX_CONTEXT_MESSAGES = 2_000
+MAX_CONTEXT_MESSAGES = 1_000
 #: Messages recalled into the context at once, and ids one recall call takes.
 MAX_RECALLED = 100
 MAX_RECALL_IDS = 100
 #: Hits one search returns.
-MAX_SEARCH_LIMIT = 100
+MAX_SEARCH_LIMIT = 50
 #: Stored results one memory's messages pin (``append(..., offload=True)``).
 MAX_RESULT_PINS = 1_000
 #: Messages one read returns; a longer read is paged.
@@ -103,10 +104,10 @@ DEDUPE_SWEEP = 64
 #: The index: postings per packed block, the distinct terms one document may have, the
 #: documents and postings one indexing step writes, and the fields one compaction step reads.
 POSTINGS_BLOCK = 128
-MAX_DOC_TERMS = 1_024
-INDEX_STEP_DOCS = 256
-INDEX_STEP_POSTINGS = 4_096
-COMPACT_FIELDS = 32
+MAX_DOC_TERMS = 512
+INDEX_STEP_DOCS = 64
+INDEX_STEP_POSTINGS = 512
+COMPACT_FIELDS = 8
 #: Bytes of one term (longer ones are cut with a hash), and terms in one query.
 MAX_TERM_BYTES = 64
 MAX_QUERY_TERMS = 32
@@ -119,10 +120,13 @@ QUERY_POSTINGS = 1_000
 QUERY_BUDGET = 300
 RESCORE_POOL = 240
 RESCORE_BLOCKS = 64
+#: Of the common terms, the rarest this many are scored on the candidates (each costs a
+#: read of its blocks' directory); the others weigh least in BM25 and are left out.
+RESCORE_TERMS = 8
 
 #: Bytes of a session fact's key and of its value (UTF-8).
 MAX_FACT_KEY = 256
-MAX_FACT_VALUE = 4_096
+MAX_FACT_VALUE = 1_024
 #: The most facts a memory's policy may keep (its ``facts_max``; 200 by default), and the
 #: facts one call sets.
 MAX_FACTS = 1_000
@@ -162,6 +166,7 @@ LUA_CONSTANTS: dict[str, int] = {
     "QUERY_BUDGET": QUERY_BUDGET,
     "RESCORE_POOL": RESCORE_POOL,
     "RESCORE_BLOCKS": RESCORE_BLOCKS,
+    "RESCORE_TERMS": RESCORE_TERMS,
     "MAX_FACT_KEY": MAX_FACT_KEY,
     "MAX_FACT_VALUE": MAX_FACT_VALUE,
     "MAX_FACTS": MAX_FACTS,

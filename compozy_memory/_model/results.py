@@ -139,6 +139,10 @@ class MemoryHealth:
     #: or deleted. Every script refuses such a memory (:class:`MemoryEvictedError`);
     #: ``clear()`` repairs it by removing what is left.
     evicted: tuple[str, ...] = ()
+    #: The server's ``maxmemory-policy`` (None where this user may not read INFO), and why it
+    #: may evict part of this memory, if it may (``noeviction`` is safe; see the README).
+    eviction_policy: str | None = None
+    eviction_warning: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

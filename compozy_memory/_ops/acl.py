@@ -9,6 +9,11 @@ rules, so a read-only user whose client calls a write script
 directly is still refused by the server (NOPERM), not only by the library.
 
 ``compozy-memory acl --project acme --user support-bot [--read-only]`` prints the line to run.
+Every command of the CLI but ``install`` and ``demo`` works with it (``flush``, ``clear`` and
+``purge`` need the read-write line), checked by ``integration/test_cli_acl.py`` against real
+servers. ``ls --scan`` needs SCAN, which the line leaves out unless asked (``--allow-scan``):
+the server does not apply key patterns to SCAN, so a user who may SCAN sees the key names of
+every project (not their values).
 
 Every value that reaches the line is checked to be one plain token, because the line is run
 as text: ``--password 's3cret nopass'`` would otherwise print ``>s3cret nopass``, which
@@ -26,7 +31,7 @@ import re
 from compozy_memory._model.keys import validate_project
 from compozy_memory.errors import UsageError
 
-__all__ = ["READ_COMMANDS", "WRITE_COMMANDS", "acl_rules", "acl_setuser"]
+__all__ = ["READ_COMMANDS", "SCAN_COMMANDS", "WRITE_COMMANDS", "acl_rules", "acl_setuser"]
 
 _USER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 _PASSWORD = re.compile(r"[!#-&(-\[\]-~]{1,512}")  # printable ASCII but space " ' and \
@@ -57,6 +62,8 @@ READ_COMMANDS = (
     "pttl",
     "time",
 )
+#: What ``ls --scan`` adds (``--allow-scan``): key patterns do not confine it.
+SCAN_COMMANDS = ("scan",)
 #: What the write scripts and the flush lock call, on top of the reads.
 WRITE_COMMANDS = (
     "rpush",
@@ -80,21 +87,28 @@ WRITE_COMMANDS = (
     "lpop",
     "set",
     "get",
+    # `purge` asks each key's type to empty a big one in chunks before it unlinks it.
+    "type",
 )
 
 
-def acl_rules(project: str, *, read_only: bool, cluster: bool = False) -> list[str]:
+def acl_rules(
+    project: str, *, read_only: bool, cluster: bool = False, scan: bool = False
+) -> list[str]:
     """The ACL rules (after the user name) for a user of ``project``'s memories.
 
     Read-only users get only read commands and read-only key permission (``%R~``), so the
     server refuses their writes twice over. ``cluster`` adds what a Cluster client asks to
-    learn the slot map. The functions must have been installed (``compozy-memory install``)
-    by an operator: these users may not load them."""
+    learn the slot map; ``scan`` adds SCAN (see the module's docstring). The functions must
+    have been installed (``compozy-memory install``) by an operator: these users may not load
+    them."""
     validate_project(project)
     patterns = [f"compozy:{project}:{part}" for part in ("memory:*", "result:*", "sessions*")]
     commands = READ_COMMANDS if read_only else (*READ_COMMANDS, *WRITE_COMMANDS)
     if cluster:
         commands = (*commands, *_CLUSTER_CLIENT)
+    if scan:
+        commands = (*commands, *SCAN_COMMANDS)
     return [
         "resetkeys",
         "resetchannels",
@@ -105,7 +119,13 @@ def acl_rules(project: str, *, read_only: bool, cluster: bool = False) -> list[s
 
 
 def acl_setuser(
-    user: str, project: str, *, read_only: bool, password: str, cluster: bool = False
+    user: str,
+    project: str,
+    *,
+    read_only: bool,
+    password: str,
+    cluster: bool = False,
+    scan: bool = False,
 ) -> list[str]:
     """The whole ``ACL SETUSER`` command, as arguments, each one plain token.
 
@@ -121,7 +141,7 @@ def acl_setuser(
             "ACL password refused: use 1-512 printable ASCII characters without spaces, "
             "quotes or backslashes, which would change how the printed line is read"
         )
-    rules = acl_rules(project, read_only=read_only, cluster=cluster)
+    rules = acl_rules(project, read_only=read_only, cluster=cluster, scan=scan)
     return [
         "ACL",
         "SETUSER",

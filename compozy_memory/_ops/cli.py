@@ -24,6 +24,10 @@ Exit codes:
 * 5: no such memory (nothing stored under that key, or no memory resource or agent by that id)
 * 6: not confirmed (``clear``/``purge`` answered no, or no answer)
 * 7: permission denied (the ACL user may not: NOPERM)
+* 130: interrupted (Ctrl-C, at a confirmation prompt too)
+
+Shell completion (typer's): ``compozy-memory --install-completion`` adds it to the current
+shell's start-up file (bash, zsh, fish, PowerShell); ``--show-completion`` prints it instead.
 """
 
 from __future__ import annotations
@@ -38,11 +42,14 @@ from importlib.metadata import version as package_version
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 from compozy_memory._ops import demo, inspect_cmds, maintain_cmds, render_key, setup_cmds
 from compozy_memory._ops.common import (
     EXIT_ABORTED,
     EXIT_AUTH,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_PERMISSION,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
@@ -50,6 +57,7 @@ from compozy_memory._ops.common import (
     Settings,
     exit_code,
 )
+from compozy_memory._ops.messages import describe_invalid, operator_text
 from compozy_memory.errors import CompozyMemoryError
 
 __all__ = ["app", "main"]
@@ -64,7 +72,7 @@ app = typer.Typer(
     help="Operate compozy-memory: check projects, list, inspect, flush and purge memories.",
     no_args_is_help=True,
     rich_markup_mode="markdown",
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -151,12 +159,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         exc.show()  # type: ignore[attr-defined]
         return int(exc.exit_code)  # type: ignore[attr-defined]
     except CliError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {operator_text(str(exc))}", file=sys.stderr)
         return exc.code
     except CompozyMemoryError as exc:
         code = exit_code(exc)
-        print(f"error: {_LABELS.get(code, '')}{exc}", file=sys.stderr)
+        print(f"error: {_LABELS.get(code, '')}{operator_text(str(exc))}", file=sys.stderr)
         return code
+    except ValidationError as exc:  # stored data this version cannot read
+        print(f"error: {describe_invalid(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:  # Ctrl-C outside a command (typer ends those with 130)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return _reader_gone()
     except SystemExit as exc:  # typer's own way out when the reader went away

@@ -11,24 +11,20 @@ Exit codes (also in :mod:`compozy_memory._ops.cli` and the README):
 5     no such memory: nothing stored under that key, or no memory resource by that id
 6     not confirmed: a ``clear`` or ``purge`` answered no (or no terminal to ask on)
 7     permission denied: the ACL user may not do that (NOPERM)
+130   interrupted: Ctrl-C (at a confirmation prompt too)
 ====  =====================================================================================
 """
 
 from __future__ import annotations
 
-import json
 import re
-import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import typer
 from redis import exceptions as redis_errors
-from rich.console import Console
-from rich.table import Table
 
 from compozy_memory._model.keys import InstanceKeys, validate_project
 from compozy_memory._model.policy import MemoryPolicy
@@ -54,12 +50,12 @@ __all__ = [
     "EXIT_ABORTED",
     "EXIT_AUTH",
     "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
     "EXIT_NOT_FOUND",
     "EXIT_PERMISSION",
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
     "CliError",
-    "Out",
     "Settings",
     "exit_code",
     "fail",
@@ -80,6 +76,7 @@ EXIT_AUTH = 4
 EXIT_NOT_FOUND = 5
 EXIT_ABORTED = 6
 EXIT_PERMISSION = 7
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 _AUTH = re.compile(
     r"WRONGPASS|NOAUTH|invalid username-password|Authentication required|invalid password",
@@ -213,12 +210,19 @@ def open_memory(
     )
 
 
-async def require_memory(client: RedisClient, keys: InstanceKeys) -> None:
-    """Raise exit code 5 unless the memory has keys (meta or messages)."""
+async def require_memory(client: RedisClient, keys: InstanceKeys) -> int | None:
+    """Raise exit code 5 unless the memory has keys (meta or messages); return its TTL in ms
+    (None: it never expires). By PTTL, which the read-only ACL line allows (EXISTS it does
+    not need)."""
     with backend_errors("exists", keys.prefix):
-        found = int(await client.exists(keys.meta)) or int(await client.exists(keys.msgs))
-    if not found:
+        pipe = client.pipeline(transaction=False)
+        pipe.pttl(keys.meta)
+        pipe.pttl(keys.msgs)
+        meta, msgs = (int(v) for v in await pipe.execute())
+    if meta == -2 and msgs == -2:
         raise fail(f"no memory {keys.key!r} in project {keys.project!r}", EXIT_NOT_FOUND)
+    ttl = meta if meta != -2 else msgs
+    return ttl if ttl >= 0 else None
 
 
 def format_ms(ms: int | None) -> str:
@@ -238,49 +242,3 @@ def format_ttl(ttl_ms: int | None, exists: bool = True) -> str:
     if hours:
         return f"{hours}h{minutes:02d}m"
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
-class Out:
-    """Where a command prints: JSON (stable keys, one document or one object a line), a rich
-    table with colour on a terminal, plain aligned columns otherwise."""
-
-    #: Past this many rows a terminal gets plain columns too (a rich table is slow to lay out).
-    RICH_ROWS = 2000
-
-    def __init__(self, json_mode: bool = False) -> None:
-        self.json = json_mode
-        self.console = Console(file=sys.stdout, soft_wrap=True)
-        self.stderr = Console(file=sys.stderr, soft_wrap=True)
-
-    @property
-    def tty(self) -> bool:
-        return self.console.is_terminal
-
-    def data(self, payload: Any) -> None:
-        sys.stdout.write(json.dumps(payload, ensure_ascii=False, sort_keys=True) + "\n")
-
-    def line(self, text: str, style: str | None = None) -> None:
-        if self.tty and style:
-            self.console.print(text, style=style, markup=False, highlight=False)
-        else:
-            sys.stdout.write(text + "\n")
-
-    def note(self, text: str) -> None:
-        """A message for the operator (stderr), not data."""
-        if self.stderr.is_terminal:
-            self.stderr.print(text, style="dim", markup=False, highlight=False)
-        else:
-            sys.stderr.write(text + "\n")
-
-    def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "") -> None:
-        if self.tty and len(rows) <= self.RICH_ROWS:
-            table = Table(*headers, title=title or None, header_style="bold cyan")
-            for row in rows:
-                table.add_row(*row)
-            self.console.print(table)
-            return
-        widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-        write = sys.stdout.write
-        write("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip() + "\n")
-        for row in rows:
-            write("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n")

@@ -34,7 +34,8 @@ from compozy_memory._manager import MemoryManager
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.messages import Message
 from compozy_memory._model.tokens import HeuristicCounter
-from compozy_memory._ops.common import EXIT_FAILED, Out, Settings, open_client, settings
+from compozy_memory._ops.common import EXIT_FAILED, Settings, open_client, settings
+from compozy_memory._ops.output import Column, Out, key_column, number_column
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._wire.connection import connect
 from compozy_memory.embedded import start_server
@@ -71,6 +72,8 @@ def demo(
     root = ctx.find_root()
     source = root.get_parameter_source("url")
     given = source is not None and source.name != "DEFAULT"
+    if given:  # one line and exit 3 for a server it cannot reach, as every command
+        asyncio.run(_reachable(settings(ctx)))
     server = None if given else start_server()
     options = settings(ctx) if server is None else Settings(server.url, False)
     users = [f"user-{uuid.uuid4().hex[:8]}" for _ in range(conversations)]
@@ -89,16 +92,24 @@ def demo(
         fleet = [(str(n), str(r["appends"]), str(r["flushes"]), str(r["skipped"]))
                  for n, r in enumerate(stats)]  # fmt: skip
         if not out.stderr.is_terminal:  # on a terminal the live table showed them
-            out.table(("REPLICA", "APPENDS", "FLUSHES", "SKIPPED (LOCK HELD)"), fleet)
+            names = ("REPLICA", "APPENDS", "FLUSHES", "SKIPPED (LOCK HELD)")
+            out.table([number_column(c) for c in names], fleet)
         table = [
             (r["key"], str(r["last_id"]), str(r["messages"]), str(r["tokens"]),
              str(r["summaries"]), str(r["flushes"]), "yes" if r["complete"] else "NO")
             for r in rows
         ]  # fmt: skip
-        headers = ("MEMORY", "LAST ID", "LIVE", "TOKENS", "SUMMARIES", "FLUSHES", "COMPLETE")
-        out.table(headers, table, title="memories, read back from Redis")
+        numbers = ("LAST ID", "LIVE", "TOKENS", "SUMMARIES", "FLUSHES")
+        columns: list[Column | str] = [key_column("MEMORY"), *map(number_column, numbers)]
+        columns.append("COMPLETE")
+        out.table(columns, table, title="memories, read back from Redis")
     if not complete:
         raise typer.Exit(EXIT_FAILED)
+
+
+async def _reachable(options: Settings) -> None:
+    async with open_client(options):
+        pass
 
 
 def _run_fleet(

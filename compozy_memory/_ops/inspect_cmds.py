@@ -13,14 +13,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
+from rich.markup import escape
 from rich.progress import Progress
 
 from compozy_memory._model.keys import validate_project
 from compozy_memory._model.messages import Message
 from compozy_memory._ops import listing
 from compozy_memory._ops.common import (
+    EXIT_FAILED,
+    EXIT_PERMISSION,
     EXIT_USAGE,
-    Out,
     fail,
     format_ms,
     format_ttl,
@@ -30,8 +32,17 @@ from compozy_memory._ops.common import (
     require_memory,
     settings,
 )
+from compozy_memory._ops.output import (
+    Out,
+    key_column,
+    number_column,
+    safe_json_lines,
+    text_column,
+    visible,
+)
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._wire.translate import backend_errors
+from compozy_memory.errors import BackendPermissionError
 
 __all__ = ["export", "ls", "show", "tail"]
 
@@ -88,13 +99,36 @@ def ls(
         )
         for r in rows
     ]
-    headers = ("KEY", "AGENT", "MESSAGES", "TOKENS", "TTL", "LAST ACTIVE (UTC)")
-    out.table(headers, table, title=f"project {project}")
+    columns = (
+        key_column("KEY"),
+        text_column("AGENT"),
+        number_column("MESSAGES"),
+        number_column("TOKENS"),
+        number_column("TTL"),
+        text_column("LAST ACTIVE (UTC)"),
+    )
+    out.table(columns, table, title=f"project {project}")
     if not rows:
         out.note(f"no memories in the session index of {project!r} (try --scan)")
 
 
 async def _ls(
+    ctx: typer.Context, project: str, agent: str | None, limit: int | None, scan: bool, out: Out
+) -> list[listing.MemoryRow]:
+    try:
+        return await _listed(ctx, project, agent, limit, scan, out)
+    except BackendPermissionError as exc:
+        if scan and "'scan'" in str(exc):
+            raise fail(
+                f"{exc}: a project's ACL line leaves SCAN out unless made with "
+                "`acl --allow-scan` (SCAN shows every project's key names); `ls` without "
+                "--scan reads the session index instead",
+                EXIT_PERMISSION,
+            ) from exc
+        raise
+
+
+async def _listed(
     ctx: typer.Context, project: str, agent: str | None, limit: int | None, scan: bool, out: Out
 ) -> list[listing.MemoryRow]:
     async with open_client(settings(ctx)) as client:
@@ -180,7 +214,7 @@ def print_message(out: Out, message: Message, width: int = 200) -> None:
     if len(text) > width:
         text = text[: width - 1] + "…"
     head = f"#{message.id} {format_ms(message.ts)} {message.role} [{message.tokens} tok]"
-    out.line(f"{head} {text}", _ROLE_STYLE.get(message.role))
+    out.line(f"{head} {text}", _ROLE_STYLE.get(message.role))  # made visible by line()
 
 
 def tail(
@@ -272,9 +306,9 @@ def export(
     ctx: typer.Context,
     project: ProjectOption,
     key: KeyArgument,
-    format: Annotated[
-        Format, typer.Option("--format", "-f", help="markdown or jsonl")
-    ] = Format.markdown,
+    format: Annotated[Format, typer.Option("--format", help="markdown or jsonl")] = (
+        Format.markdown
+    ),
     output: Annotated[
         str, typer.Option("--output", "-o", help="write here instead of stdout")
     ] = "",
@@ -289,21 +323,36 @@ def export(
     out = Out()
     keys = memory_keys(project, key, text=text)
     kind: Literal["markdown", "jsonl"] = "jsonl" if json_mode else format.value
+    target = Path(output) if output else None
+    if target is not None and not target.parent.is_dir():
+        raise fail(f"--output {output}: no directory {str(target.parent)!r}", EXIT_USAGE)
     transcript = asyncio.run(_export(ctx, keys, kind, include_archived, out))
-    if not output:
+    # Markdown is for reading: control characters shown, not run. JSON Lines keep every
+    # value (the escapes are the same strings to a parser).
+    transcript = (
+        visible(transcript, lines=True) if kind == "markdown" else safe_json_lines(transcript)
+    )
+    if target is None:
         sys.stdout.write(transcript)
         return
     lines = transcript.splitlines(keepends=True)
-    with Path(output).open("w", encoding="utf-8") as file:
+    try:
+        _write(target, transcript, lines, out)
+    except OSError as exc:
+        raise fail(f"cannot write {output}: {exc.strerror or exc}", EXIT_FAILED) from exc
+    out.note(f"wrote {len(lines)} lines to {output}")
+
+
+def _write(target: Path, transcript: str, lines: list[str], out: Out) -> None:
+    with target.open("w", encoding="utf-8") as file:
         if not out.stderr.is_terminal or len(lines) < 10_000:
             file.write(transcript)
-        else:
-            with Progress(console=out.stderr, transient=True) as bar:
-                task = bar.add_task(f"writing {output}", total=len(lines))
-                for start in range(0, len(lines), 5000):
-                    file.writelines(lines[start : start + 5000])
-                    bar.advance(task, len(lines[start : start + 5000]))
-    out.note(f"wrote {len(lines)} lines to {output}")
+            return
+        with Progress(console=out.stderr, transient=True) as bar:
+            task = bar.add_task(escape(f"writing {target}"), total=len(lines))
+            for start in range(0, len(lines), 5000):
+                file.writelines(lines[start : start + 5000])
+                bar.advance(task, len(lines[start : start + 5000]))
 
 
 async def _export(

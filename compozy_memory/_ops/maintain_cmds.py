@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
@@ -14,13 +16,13 @@ from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._flush.summarizers import RuleBasedSummarizer
 from compozy_memory._manager import build_summarizer, flush_settings
 from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import FlushResult
 from compozy_memory._model.tokens import default_counter
 from compozy_memory._ops.common import (
     EXIT_ABORTED,
     EXIT_FAILED,
     EXIT_USAGE,
-    Out,
     fail,
     memory_keys,
     open_client,
@@ -29,6 +31,7 @@ from compozy_memory._ops.common import (
     settings,
 )
 from compozy_memory._ops.inspect_cmds import Json, KeyArgument, ProjectOption, TextOption
+from compozy_memory._ops.output import Out
 from compozy_memory._store.sessions import SessionIndex
 from compozy_memory._wire.translate import RedisClient, backend_errors
 
@@ -126,14 +129,20 @@ async def _flush(
                 await close()
 
 
-def _confirm(out: Out, question: str, yes: bool) -> None:
+def confirm(question: str, yes: bool) -> None:
+    """Ask on stderr and read the answer from stdin: only y or yes goes on (no answer is
+    no, exit 6). Ctrl-C aborts: exit 130, nothing changed. Called
+    outside the event loop: asyncio.run() would hold Ctrl-C back until the answer came."""
     if yes:
         return
     try:
-        agreed = typer.confirm(question, default=False, err=True)
-    except typer.Abort:
-        agreed = False
-    if not agreed:
+        sys.stderr.write(f"{question} [y/N]: ")
+        sys.stderr.flush()
+        answer = sys.stdin.readline() if sys.stdin is not None else ""
+    except KeyboardInterrupt:
+        sys.stderr.write("\naborted\n")  # typer turns the interrupt into exit 130
+        raise
+    if answer.strip().lower() not in ("y", "yes"):
         raise fail("not confirmed: nothing was changed", EXIT_ABORTED)
 
 
@@ -146,21 +155,29 @@ def clear(
     json_mode: Json = False,
 ) -> None:
     """Remove a memory's messages, summaries, archive, index and facts (ids stay monotonic;
-    meta stays). Asks first unless --yes."""
+    meta stays, and so does the memory's TTL). Asks first unless --yes."""
     out = Out(json_mode)
     keys = memory_keys(project, key, text=text)
-    removed = asyncio.run(_clear(ctx, keys, out, yes))
+    asyncio.run(_exists(ctx, keys))
+    confirm(f"Clear every message of {keys.key} in {keys.project}?", yes)
+    removed = asyncio.run(_clear(ctx, keys))
     if json_mode:
         out.data({"project": keys.project, "key": keys.key, "cleared_messages": removed})
     else:
         out.line(f"cleared {keys.key}: {removed} live messages removed", "green")
 
 
-async def _clear(ctx: typer.Context, keys: InstanceKeys, out: Out, yes: bool) -> int:
+async def _exists(ctx: typer.Context, keys: InstanceKeys) -> None:
     async with open_client(settings(ctx)) as client:
         await require_memory(client, keys)
-        _confirm(out, f"Clear every message of {keys.key} in {keys.project}?", yes)
-        return await open_memory(client, keys, read_only=False).clear()
+
+
+async def _clear(ctx: typer.Context, keys: InstanceKeys) -> int:
+    async with open_client(settings(ctx)) as client:
+        # The TTL it has now, read just before: meta is rewritten and must keep expiring.
+        ttl_ms = await require_memory(client, keys)
+        policy = MemoryPolicy(ttl=None if ttl_ms is None else timedelta(milliseconds=ttl_ms))
+        return await open_memory(client, keys, read_only=False, policy=policy).clear()
 
 
 def purge(
@@ -176,7 +193,9 @@ def purge(
     unless --yes."""
     out = Out(json_mode)
     keys = memory_keys(project, key, text=text)
-    deleted, items = asyncio.run(_purge(ctx, keys, out, yes))
+    asyncio.run(_exists(ctx, keys))
+    confirm(f"Delete every key of {keys.key} in {keys.project}, meta included?", yes)
+    deleted, items = asyncio.run(_purge(ctx, keys, out))
     if json_mode:
         out.data(
             {"project": keys.project, "key": keys.key, "deleted_keys": deleted, "items": items}
@@ -185,17 +204,16 @@ def purge(
         out.line(f"purged {keys.key}: {deleted} keys, {items} items", "green")
 
 
-async def _purge(ctx: typer.Context, keys: InstanceKeys, out: Out, yes: bool) -> tuple[int, int]:
+async def _purge(ctx: typer.Context, keys: InstanceKeys, out: Out) -> tuple[int, int]:
     async with open_client(settings(ctx)) as client:
         await require_memory(client, keys)
-        _confirm(out, f"Delete every key of {keys.key} in {keys.project}, meta included?", yes)
         names = [*keys.data, keys.lock]
         with backend_errors("purge", keys.prefix):
             found = await _sizes(client, names)
             total = sum(size for _, _, size in found)
             if out.stderr.is_terminal and total > _CHUNK:
                 with Progress(console=out.stderr, transient=True) as bar:
-                    task = bar.add_task(f"purging {keys.key}", total=total)
+                    task = bar.add_task(f"purging {keys.key}", total=total)  # a key: no markup
                     for name, kind, size in found:
                         await _empty(client, name, kind, size)
                         bar.advance(task, size)
@@ -203,7 +221,7 @@ async def _purge(ctx: typer.Context, keys: InstanceKeys, out: Out, yes: bool) ->
                 for name, kind, size in found:
                     await _empty(client, name, kind, size)
             await client.unlink(*names)
-            await _unindex(client, keys)
+            await SessionIndex(client, keys.project).forget(keys.key)
         return len(found), total
 
 
@@ -242,17 +260,3 @@ async def _empty(client: RedisClient, name: str, kind: str, size: int) -> None:
         else:
             return
         left -= _CHUNK
-
-
-async def _unindex(client: RedisClient, keys: InstanceKeys) -> None:
-    """Drop the memory from its project's session index (if it is there)."""
-    index = SessionIndex(client, keys.project)
-    info = await client.hget(index.info_key, keys.key)
-    if info is None:
-        return
-    text = info.decode("utf-8", "surrogatepass") if isinstance(info, bytes) else str(info)
-    agent = text.split("\t", 5)[-1]
-    await client.zrem(index.all_key, keys.key)
-    if agent:
-        await client.zrem(index.agent_key(agent), keys.key)
-    await client.hdel(index.info_key, keys.key)

@@ -12,8 +12,9 @@ from compozy_memory._config.registry import MemoryRegistry
 from compozy_memory._manager import MemoryManager
 from compozy_memory._model.keys import decode_key
 from compozy_memory._model.tokens import HeuristicCounter
-from compozy_memory._ops.common import EXIT_USAGE, Out, fail
+from compozy_memory._ops.common import EXIT_USAGE, fail
 from compozy_memory._ops.inspect_cmds import Json
+from compozy_memory._ops.output import Out, key_column, text_column
 from compozy_memory._wire.connection import connect
 from compozy_memory.errors import ConfigurationError
 
@@ -46,7 +47,14 @@ def render_key(
         (r["memory"], r["mode"], r["template"], r["text"] or "(shortened)", r["prefix"])
         for r in rows
     ]
-    out.table(("MEMORY", "MODE", "TEMPLATE", "TEXT", "REDIS KEYS"), table, title=agent)
+    columns = (
+        text_column("MEMORY"),
+        text_column("MODE"),
+        text_column("TEMPLATE"),
+        key_column("TEXT"),
+        key_column("REDIS KEYS"),
+    )
+    out.table(columns, table, title=agent)
 
 
 def parse_context(pairs: list[str], context_json: str | None) -> dict[str, Any]:

@@ -13,7 +13,8 @@ import typer
 
 from compozy_memory._config.loader import Project, load_project
 from compozy_memory._ops.acl import acl_setuser
-from compozy_memory._ops.common import EXIT_USAGE, Out, Settings, fail, open_client, settings
+from compozy_memory._ops.common import EXIT_USAGE, Settings, fail, open_client, settings
+from compozy_memory._ops.output import Out
 from compozy_memory._wire.delivery import install
 from compozy_memory._wire.scripts import library
 from compozy_memory.errors import ConfigFileError, UsageError
@@ -52,18 +53,36 @@ def validate(
 
 
 def acl(
-    project: Annotated[str, typer.Option(help="the project id")],
+    ctx: typer.Context,
+    project: Annotated[
+        str, typer.Option("--project", "-p", envvar="COMPOZY_PROJECT", help="the project id")
+    ],
     user: Annotated[str, typer.Option(help="the ACL user name")],
     read_only: Annotated[bool, typer.Option("--read-only", help="reads only")] = False,
-    cluster: Annotated[bool, typer.Option("--cluster", help="for a Redis Cluster")] = False,
+    cluster: Annotated[
+        bool, typer.Option("--cluster", help="for a Redis Cluster (also the global --cluster)")
+    ] = False,
+    allow_scan: Annotated[
+        bool,
+        typer.Option(
+            "--allow-scan",
+            help="also SCAN, for `ls --scan`: SCAN ignores key patterns, so the user sees the "
+            "key names of every project",
+        ),
+    ] = False,
     password: Annotated[
         str, typer.Option(help="put in the line as >password (default: a placeholder)")
     ] = "<password>",  # noqa: S107 - a placeholder the operator replaces
     json_mode: JsonOption = False,
 ) -> None:
-    """Print the ACL SETUSER line for a user confined to one project's memories."""
+    """Print the ACL SETUSER line for a user confined to one project's memories: every
+    command of this CLI but install and demo works with it (reads only with --read-only;
+    `ls --scan` only with --allow-scan)."""
+    cluster = cluster or settings(ctx).cluster
     try:
-        line = acl_setuser(user, project, read_only=read_only, password=password, cluster=cluster)
+        line = acl_setuser(
+            user, project, read_only=read_only, password=password, cluster=cluster, scan=allow_scan
+        )
     except UsageError as exc:
         raise fail(str(exc), EXIT_USAGE) from exc
     if json_mode:

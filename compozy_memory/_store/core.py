@@ -11,10 +11,14 @@ of its own beyond how its background work runs.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import weakref
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
+from compozy_memory import _telemetry
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import MOVE_STEP
@@ -23,6 +27,7 @@ from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     AppendResult,
     Conversation,
+    FlushCommit,
     FlushResult,
     MemoryHealth,
     Snapshot,
@@ -40,9 +45,10 @@ from compozy_memory._store.encoding import (
 from compozy_memory._store.facts import Facts
 from compozy_memory._store.handle import Handle
 from compozy_memory._store.indexer import Indexer
-from compozy_memory._store.offload import clear_releasing_pins, offloaded
+from compozy_memory._store.offload import PinKeeper, clear_releasing_pins, offloaded
 from compozy_memory._store.reads import ContextReads
 from compozy_memory._store.results_store import Namespace, ResultStore
+from compozy_memory._wire.eviction import eviction_policy, eviction_warning
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.steps import Op, Steps
@@ -53,14 +59,22 @@ from compozy_memory.errors import (
     UsageError,
 )
 
-__all__ = ["FlushHook", "IndexHook", "MemoryCore", "MessageInput"]
+__all__ = ["FlushHook", "IndexHook", "MemoryCore", "MessageInput", "committed"]
+
+_log = logging.getLogger("compozy_memory")
 
 #: Times a paged read starts again because a write changed the memory between its pages.
 _READ_ATTEMPTS = 5
 
-#: Told of every append and replace (the manager's session index): steps, run by the
-#: transport of the handle that wrote.
-IndexHook = Callable[[Handle, AppendResult], Steps[None]]
+
+class IndexHook(Protocol):
+    """What a handle tells its session index (the manager attaches one): never waits."""
+
+    def noticed(self, memory: Handle, result: AppendResult) -> None: ...
+
+    def removed(self, memory: Handle, *, last_id: int, messages: int, tokens: int) -> None: ...
+
+    def to_sync(self) -> IndexHook: ...
 
 
 class FlushHook(Protocol):
@@ -74,7 +88,12 @@ class FlushHook(Protocol):
 
     def wait_idle_sync(self, timeout: float | None = None) -> bool: ...
 
-    def twin(self, gateway: MemoryGateway, indexer: Indexer) -> FlushHook: ...
+    def twin(
+        self,
+        gateway: MemoryGateway,
+        indexer: Indexer,
+        on_commit: Callable[[FlushCommit, int], None] | None,
+    ) -> FlushHook: ...
 
 
 class MemoryCore(ContextReads):
@@ -92,6 +111,7 @@ class MemoryCore(ContextReads):
         memory_id: str,
         metrics: MemoryMetrics | None,
         results: ResultStore | None,
+        background_index: bool = True,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -117,11 +137,17 @@ class MemoryCore(ContextReads):
         # The indexer, the facts and the result store as steps (their methods return Ops);
         # each handle shows them as its own kind (awaited, or returning) as ``indexer``,
         # ``facts`` and ``results``.
-        self.index_ops = Indexer(self.gateway, metrics=transport.metrics, name=memory_id)
+        self.index_ops = Indexer(
+            self.gateway, metrics=transport.metrics, name=memory_id, background=background_index
+        )
         self.fact_ops = Facts(self)
         self.result_ops = results or ResultStore(client, keys.project, transport=transport)
+        #: Renews the TTL of the results this memory's messages pin, as its writes renew its.
+        self.pins = PinKeeper(self)
         self._flusher: FlushHook | None = None
         self._index: IndexHook | None = None
+        # The last id this handle's writes returned, for the index after a trim or clear.
+        self._last_id: int | None = None
 
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "read-write"
@@ -133,9 +159,26 @@ class MemoryCore(ContextReads):
         self._flusher = flusher
 
     def attach_index(self, hook: IndexHook | None) -> None:
-        """Called after every append and replace (the manager's session index); a hook
-        never raises: the write has happened."""
+        """Told of every append and replace (``noticed``), and of trims and clears
+        (``removed``): the manager's session index (its flusher tells it of flushes). A hook
+        never waits and never raises: the write has happened."""
         self._index = hook
+
+    def flush_committed(self, commit: FlushCommit, last_id: int) -> None:
+        """After a flush commit: tell the index the totals, under the last id its snapshot
+        saw (the flusher's ``on_commit``). A trim or clear after it is told under that id at
+        least, or the index would keep the flush's totals as the newer ones."""
+        self._last_id = max(self._last_id or 0, last_id)
+        if self._index is not None:
+            self._index.removed(
+                self, last_id=last_id, messages=commit.total_count, tokens=commit.total_tokens
+            )
+
+    def _removed(self, messages: int, tokens: int) -> None:
+        """Tell the index the totals after a trim or clear, under the last id this handle
+        wrote (a handle that never wrote leaves the entry as it is, until its next write)."""
+        if self._index is not None and self._last_id is not None:
+            self._index.removed(self, last_id=self._last_id, messages=messages, tokens=tokens)
 
     @property
     def flusher(self) -> FlushHook | None:
@@ -154,15 +197,24 @@ class MemoryCore(ContextReads):
         token = dedupe_token(dedupe_key, self.key)
         if offload:
             messages = yield from offloaded(self, messages, namespace or Namespace.global_())
+        if _telemetry.capturing():  # opt-in: the messages go on the span
+            messages = list(messages)
+            with _telemetry.content(records=_records(messages)):
+                return (yield from self._append(messages, token))
+        return (yield from self._append(messages, token))
+
+    def _append(self, messages: Iterable[MessageInput], token: str) -> Steps[AppendResult]:
         args = yield from self._encode(messages)
         if not args:
             raise InvalidMessageError("append_many needs at least one message", key=self.key)
         result = yield from self.gateway.append(args, token)
         self.index_ops.notice()
+        self.pins.notice()
         if self._flusher is not None:
             self._flusher.notice(result)
         if self._index is not None:
-            yield from self._index(self, result)
+            self._last_id = result.last_id
+            self._index.noticed(self, result)
         return result
 
     def _replace(
@@ -198,7 +250,8 @@ class MemoryCore(ContextReads):
         )
         self.index_ops.notice()
         if self._index is not None:
-            yield from self._index(self, result)
+            self._last_id = result.last_id
+            self._index.noticed(self, result)
         return result
 
     def _trim(self, keep_messages: int | None, max_tokens: int | None) -> Steps[TrimResult]:
@@ -212,11 +265,14 @@ class MemoryCore(ContextReads):
                 )
         result = yield from trim_oldest(self.gateway, self.index_ops, keep_messages, max_tokens)
         self.gateway.metrics.trims.labels(memory=self.memory_id, strategy="oldest").inc()
+        self._removed(result.total_count, result.total_tokens)
         return result
 
     def _clear(self) -> Steps[int]:
         self._check_writable("clear")
-        return (yield from clear_releasing_pins(self))
+        removed = yield from clear_releasing_pins(self)
+        self._removed(0, 0)
+        return removed
 
     def _set_ttl(self, ttl: timedelta | float | None) -> Steps[int]:
         self._check_writable("set_ttl")
@@ -257,7 +313,7 @@ class MemoryCore(ContextReads):
         )
 
     def _conversation(self) -> Steps[Conversation]:
-        read = yield from transcripts.read_transcript(self, include_archived=False)
+        read = yield from transcripts.read_transcript(self.gateway, include_archived=False)
         return Conversation(
             tuple(Message.model_validate_json(e) for e in read.summaries),
             tuple(Message.model_validate_json(e) for e in read.msgs),
@@ -292,7 +348,31 @@ class MemoryCore(ContextReads):
         return (yield from self.gateway.token_count())
 
     def _health(self) -> Steps[MemoryHealth]:
-        return (yield from self.gateway.health())
+        health = yield from self.gateway.health()
+        policy = yield from eviction_policy()
+        warning = eviction_warning(policy, ttl=health.ttl_ms is not None)
+        if warning:
+            _log.warning("%s: %s", self.key, warning)
+        return dataclasses.replace(health, eviction_policy=policy, eviction_warning=warning)
 
     def _encode(self, messages: Iterable[MessageInput]) -> Steps[list[ScriptArg]]:
         return encode_messages(messages, self.policy, self.counter, self.key)
+
+
+def committed(handle: MemoryCore) -> Callable[[FlushCommit, int], None]:
+    """A flusher's ``on_commit`` for ``handle``: its session index learns the totals after a
+    flush (held weakly: the flusher lives as long as the handle, which must stay free to go)."""
+    ref = weakref.ref(handle)
+
+    def removed(commit: FlushCommit, last_id: int) -> None:
+        memory = ref()
+        if memory is not None:
+            memory.flush_committed(commit, last_id)
+
+    return removed
+
+
+def _records(messages: list[MessageInput]) -> list[tuple[str, str]]:
+    """(role, text) of each message, for a span that captures content."""
+    parsed = [Message.parse(m) if isinstance(m, dict | Message) else None for m in messages]
+    return [(m.role, m.text) for m in parsed if m is not None]

@@ -22,7 +22,13 @@ from compozy_memory._model.results import (
     TrimResult,
 )
 from compozy_memory._model.tokens import TokenCounter
-from compozy_memory._store.core import FlushHook, IndexHook, MemoryCore, MessageInput
+from compozy_memory._store.core import (
+    FlushHook,
+    IndexHook,
+    MemoryCore,
+    MessageInput,
+    committed,
+)
 from compozy_memory._store.facts import Facts
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.results_store import Namespace, ResultStore
@@ -50,6 +56,11 @@ class MemoryInstance(MemoryCore):
     Calls that meet an unreachable server are retried within ``retry``; every call is safe to
     repeat, appends included. :class:`~compozy_memory.SyncMemoryInstance` is the same handle
     on redis-py's blocking client, for threads.
+
+    The search index is kept off the write path: after this handle's writes its
+    :attr:`indexer` catches up in the background, in bounded steps (``background_index=False``
+    leaves that to the operations that need it: a search indexes this handle's writes first,
+    and trim, replace and flush the messages they move).
     """
 
     transport: Transport
@@ -67,6 +78,7 @@ class MemoryInstance(MemoryCore):
         memory_id: str = "memory",
         metrics: MemoryMetrics | None = None,
         results: ResultStore | None = None,
+        background_index: bool = True,
     ) -> None:
         transport = Transport(
             client,
@@ -87,6 +99,7 @@ class MemoryInstance(MemoryCore):
             memory_id=memory_id,
             metrics=metrics,
             results=results,
+            background_index=background_index,
         )
         self.client: RedisClient = client
         #: Keeps the search index caught up, in the background after this handle's writes
@@ -122,8 +135,11 @@ class MemoryInstance(MemoryCore):
                 metrics=self.gateway.metrics,
             )
             if self._flusher is not None:
-                twin.attach_flusher(self._flusher.twin(twin.gateway, twin.index_ops))
-            twin.attach_index(self._index)
+                twin.attach_flusher(
+                    self._flusher.twin(twin.gateway, twin.index_ops, committed(twin))
+                )
+            if self._index is not None:
+                twin.attach_index(self._index.to_sync())
             self._sync = twin
         return self._sync
 
@@ -229,7 +245,7 @@ class MemoryInstance(MemoryCore):
         return await self._run(self._import_transcript(text))
 
     async def flush(self) -> FlushResult:
-        """A handle on ``key`` (encoded) in ``project``'s namespace."""
+        """Flush now (waiting for nothing: if another replica holds the lock, this one skips)."""
         return await self._flush()
 
     # -- reads --------------------------------------------------------------------------
@@ -356,5 +372,7 @@ class MemoryInstance(MemoryCore):
         return await self._run(self._token_count())
 
     async def health(self) -> MemoryHealth:
-        """Totals, flush and index state, and what a flush would do, in one read."""
+        """The memory's totals and sizes in one consistent read, what the indexer has still
+        to do, the parts whose keys are gone (``evicted``) and the server's eviction policy,
+        with a warning when it may evict part of this memory (logged too)."""
         return await self._run(self._health())

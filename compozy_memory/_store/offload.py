@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -15,10 +16,12 @@ from compozy_memory._model.tokens import count_message
 from compozy_memory._store.encoding import MessageInput
 from compozy_memory._store.handle import Handle
 from compozy_memory._store.results_store import Namespace
-from compozy_memory._wire.steps import Steps
+from compozy_memory._wire.background import TaskTrigger, ThreadTrigger
+from compozy_memory._wire.retry import no_retries
+from compozy_memory._wire.steps import Steps, adrive, drive, is_sync
 from compozy_memory.errors import CompozyMemoryError, InvalidMessageError
 
-__all__ = ["clear_releasing_pins", "offloaded"]
+__all__ = ["PinKeeper", "clear_releasing_pins", "offloaded"]
 
 _log = logging.getLogger("compozy_memory")
 
@@ -124,3 +127,53 @@ def clear_releasing_pins(memory: Handle) -> Steps[int]:
                 _log.warning("result %s not released after clearing %s: %s", key, memory.key, exc)
                 break
     return removed
+
+
+class PinKeeper:
+    """Keeps the results a memory pins alive as long as the memory: a pinned result gets the
+    memory's TTL when stored, and the memory's writes keep renewing theirs, so at least every
+    half TTL a handle that writes gives each pinned result the memory's TTL again
+    (``lua/result_touch.lua``), in the background (a task of an async handle's loop, a
+    background thread for a sync handle). Without it a result expired under a memory still in
+    use, and its stub pointed at nothing."""
+
+    def __init__(self, memory: Handle) -> None:
+        self._memory = memory
+        self._due = 0.0
+        transport = memory.gateway.transport
+        self._trigger: TaskTrigger | ThreadTrigger = (
+            ThreadTrigger(lambda: drive(self._renewing(), transport), 0.0)
+            if is_sync(transport)
+            else TaskTrigger(lambda: adrive(self._renewing(), transport), 0.0)
+        )
+
+    def notice(self) -> None:
+        """After a write of this handle: renew the pinned results if half a TTL went by."""
+        ttl_ms = self._memory.gateway.ttl_ms
+        if not ttl_ms or self._memory.read_only or time.monotonic() < self._due:
+            return
+        self._due = time.monotonic() + ttl_ms / 2000
+        self._trigger.fire()
+
+    async def renew(self, ttl_ms: int) -> int:
+        """Give every result this memory pins its TTL again; returns how many it renewed.
+        A failure is logged: the next write's renewal tries again."""
+        return await adrive(self.renewal(ttl_ms), self._memory.gateway.transport)
+
+    def _renewing(self) -> Steps[None]:
+        ttl_ms = self._memory.gateway.ttl_ms
+        if ttl_ms:
+            yield from self.renewal(ttl_ms)
+
+    def renewal(self, ttl_ms: int) -> Steps[int]:
+        """:meth:`renew` as steps."""
+        renewed = 0
+        try:
+            with no_retries():
+                for key in (yield from self._memory.gateway.pins()):
+                    if (yield from self._memory.result_ops.gateway.touch(key, ttl_ms)) >= 0:
+                        renewed += 1
+        except CompozyMemoryError as exc:
+            self._due = 0.0
+            _log.warning("pinned results of %s not renewed: %s", self._memory.key, exc)
+        return renewed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from compozy_memory import _telemetry
 from compozy_memory._model.limits import (
     MAX_RECALL_IDS,
     MAX_SEARCH_LIMIT,
@@ -105,9 +106,11 @@ class ContextReads:
             return Hits()
         yield from self._fresh_index()
         kinds = sorted({KINDS.get(r, OTHER_KIND) for r in wanted})
-        return (
-            yield from self.gateway.search(terms, limit=limit, since_id=since_id or 0, kinds=kinds)
-        )
+        searching = self.gateway.search(terms, limit=limit, since_id=since_id or 0, kinds=kinds)
+        if _telemetry.capturing():  # opt-in: the query goes on the span
+            with _telemetry.content(query=query):
+                return (yield from searching)
+        return (yield from searching)
 
     def _recall_messages(self, ids: Iterable[int]) -> Steps[list[Message]]:
         self._check_writable("recall_messages")

@@ -51,9 +51,9 @@ from typing import Any, Literal
 from compozy_memory._model.keys import decode_key, sanitize_key, validate_project
 from compozy_memory._model.limits import MAX_RESULT_BYTES
 from compozy_memory._wire.connection import transport_for
+from compozy_memory._wire.result_gateway import ResultGateway
 from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.scripts import script
-from compozy_memory._wire.steps import CommandCall, ScriptCall, Steps, op
+from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import ConfigurationError, ResultCorruptError, UsageError
 
 __all__ = [
@@ -190,61 +190,6 @@ class DataRef:
 def result_key(project: str, namespace: str, sha256: str) -> str:
     """The key of a result: ``namespace`` is encoded (:attr:`Namespace.encoded`)."""
     return f"compozy:{project}:result:{{{namespace}}}:{sha256}"
-
-
-class ResultGateway:
-    """The result scripts' calls, typed (the only code that builds their KEYS/ARGV)."""
-
-    def __init__(self, transport: Any) -> None:
-        self.transport = transport
-
-    @op
-    def put(
-        self,
-        key: str,
-        *,
-        data: bytes,
-        size: int,
-        enc: str,
-        kind: str,
-        ttl_ms: int,
-        pin: bool,
-        pin_ttl_ms: int,
-    ) -> Steps[tuple[int, bool]]:
-        code = script("result_put")
-        args = code.contract.argv_for(
-            {
-                "ttl_ms": ttl_ms,
-                "pin": int(pin),
-                "pin_ttl_ms": pin_ttl_ms,
-                "size": size,
-                "enc": enc.encode(),
-                "kind": kind.encode(),
-                "data": data,
-            }
-        )
-        reply = yield ScriptCall(code, [key], args, key, write=True)
-        return int(reply[0]), bool(int(reply[1]))
-
-    @op
-    def release(self, key: str) -> Steps[int]:
-        code = script("result_release")
-        return int((yield ScriptCall(code, [key], [], key, write=True)))
-
-    @op
-    def fetch(self, key: str) -> Steps[list[Any]]:
-        """``[data, enc, size, kind]`` (a plain HMGET, never decoded: the payload is bytes
-        whatever the client's ``decode_responses``); data None when there is no result."""
-        from redis.client import NEVER_DECODE
-
-        reply = yield CommandCall(
-            "load_result",
-            "execute_command",
-            ("HMGET", key, "data", "enc", "size", "kind"),
-            key,
-            {NEVER_DECODE: []},
-        )
-        return list(reply)
 
 
 class ResultStore:

@@ -1,25 +1,35 @@
 """The session index: every session (memory) of a project, per agent, by last activity.
 
-A session is a memory. Its index entry is written after each write to it, in a slot of the
-project's own, so listing is one bounded range read whatever the number of sessions (no
-``KEYS``, no ``SCAN``), on Redis Cluster as on one server:
+A session is a memory. Its index entry is written after writes to it, in a slot of the
+project's own (keys and scripts: :mod:`compozy_memory._wire.session_gateway`), so listing is
+one bounded range read whatever the number of sessions (no ``KEYS``, no ``SCAN``), on Redis
+Cluster as on one server. Every index write of a project lands on one node.
 
-* ``compozy:<project>:sessions:{<project>}:all``    ZSET session -> last active (ms)
-* ``compozy:<project>:sessions:{<project>}:agent:<encoded agent>``   the same, one agent's
-* ``compozy:<project>:sessions:{<project>}:info``   HASH session -> created, last active,
-  last id, messages, tokens, agent
+**Off the append path.** An append never waits for the index: :meth:`SessionIndex.noticed`
+records the memory's totals in memory and returns. The entries noticed in one event-loop tick
+go out together, one ``session_touch`` call per agent, sent when the loop next runs. While
+writes keep coming, the next call waits for the one before it and then :data:`INTERVAL` (50 ms)
+more, and carries every entry noticed meanwhile (the newest totals of each session). So there
+is at most one index call in flight per project and process, and at most about 20 a second
+whatever the number of appends; an entry lags the write it follows by at most ``interval`` plus
+two round trips (plus the retries below). ``await manager.aclose()`` (or
+:meth:`SessionIndex.flushed`) waits for what is still pending; ``list_sessions`` does too, so a
+process reads its own writes. On a blocking client (a
+:class:`~compozy_memory.SyncMemoryManager`'s index) the calls go from a background thread
+(:mod:`compozy_memory._wire.background`) instead of a task, and ``flushed_sync`` waits. A
+process that ends without either loses at most the entries of its last ``interval``; the next
+write to those sessions brings them back.
 
-The braces put a project's index in one slot, so ``lua/session_touch.lua`` updates the three
-keys atomically; every index write of a project lands on one node (one ZADD and one HSET a
-write: cheap, but a project with very many writing agents concentrates there).
+**After flushes, trims and clears.** Their new totals, which their scripts return, are
+recorded the same way, under the last id the writer knew (a flush: its snapshot's; a trim or
+clear: the handle's last write), so ``ls`` shows the counts after a flush. No read is added.
 
-**Consistency.** The index is written by a second call after the memory's write, which
-cannot share the memory's slot. The manager retries that call a few times
-(:data:`TOUCH_ATTEMPTS`); if every try fails, the write stands and the index is stale for
-that session (its counts and last-active time lag) until its next write, or until
-:meth:`SessionIndex.repair` rewrites the entry from the memory's own totals. Counts from a
-late retry never replace newer ones: each carries the memory's ``last_id``. A session whose
-memory expired stays listed until :meth:`SessionIndex.prune` drops entries inactive for
+**Consistency.** The index cannot share the memory's slot, so it is updated by a second call.
+A failed call is retried (:data:`TOUCH_ATTEMPTS`); if every try fails, the writes stand and
+those entries are stale (their counts and last-active time lag) until the sessions' next
+write, or until :meth:`SessionIndex.repair` rewrites them from the memories' own totals.
+Counts from an older state never replace newer ones (``lua/session_touch.lua``). A session
+whose memory expired stays listed until :meth:`SessionIndex.prune` drops entries inactive for
 longer than the TTL.
 
 Session ids: :func:`uuid7` (RFC 9562 version 7, time-ordered), for callers that have none.
@@ -29,26 +39,39 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compozy_memory._model.keys import sanitize_key, validate_project
+from compozy_memory._model.keys import validate_project
 from compozy_memory._model.results import AppendResult
 from compozy_memory._store.handle import Handle
-from compozy_memory._wire.connection import transport_for
+from compozy_memory._wire.background import TaskTrigger, ThreadTrigger
+from compozy_memory._wire.connection import sync_twin, transport_for
 from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.scripts import script
-from compozy_memory._wire.steps import CommandCall, ScriptCall, Sleep, Steps, op
+from compozy_memory._wire.session_gateway import SessionGateway, Touch
+from compozy_memory._wire.steps import CommandCall, Gather, Sleep, Steps, adrive, drive, is_sync, op
 from compozy_memory.errors import CompozyMemoryError, UsageError
 
-__all__ = ["TOUCH_ATTEMPTS", "SessionIndex", "SessionInfo", "SessionPage", "uuid7"]
+__all__ = [
+    "INTERVAL",
+    "TOUCH_ATTEMPTS",
+    "IndexEntry",
+    "SessionIndex",
+    "SessionInfo",
+    "SessionPage",
+    "uuid7",
+]
 
 log = logging.getLogger("compozy_memory.sessions")
 
-#: How many times an index update is tried after a write before it is left stale.
+#: How many times an index update is tried before its entries are left stale.
 TOUCH_ATTEMPTS = 3
+#: Seconds between two index calls of a project while writes keep coming.
+INTERVAL = 0.05
 
 
 def uuid7() -> str:
@@ -94,66 +117,157 @@ class SessionIndex:
         *,
         retry: RetryPolicy | None = None,
         transport: Any = None,
+        interval: float = INTERVAL,
     ) -> None:
-        self.project = validate_project(project)
-        base = f"compozy:{project}:sessions:{{{project}}}"
-        self.all_key, self.info_key = f"{base}:all", f"{base}:info"
-        self._base = base
         if transport is None and client is not None:
+            base = f"compozy:{project}:sessions:{{{project}}}"
             transport = transport_for(client, retry=retry, batching=True, key=base)
+        self.project = validate_project(project)
         self.client = client
-        self._transport = transport
-        #: Index updates given up after every attempt (each leaves one entry stale).
+        self.retry = retry
+        self._gateway = None if transport is None else SessionGateway(transport, project)
+        #: Index updates given up after every attempt (each leaves its entries stale).
         self.failures = 0
+        #: Seconds between two index calls while writes keep coming (see the module's
+        #: docstring): the bound on how far an entry lags, beyond one round trip.
+        self.interval = interval
+        # agent -> session -> the newest totals noticed and not yet sent (threads of a sync
+        # manager notice at once: the lock keeps the buckets whole)
+        self._pending: dict[str | None, dict[str, Touch]] = {}
+        self._lock = threading.Lock()
+        self._trigger: TaskTrigger | ThreadTrigger = (
+            ThreadTrigger(self._drain_sync, 0.0)
+            if is_sync(transport)
+            else TaskTrigger(self._drain_async, 0.0)
+        )
+        self._twin: SessionIndex | None = None
+
+    @property
+    def gateway(self) -> SessionGateway:
+        if self._gateway is None:
+            raise UsageError("this session index has no client")
+        return self._gateway
 
     @property
     def transport(self) -> Any:
-        if self._transport is None:
-            raise UsageError("this session index has no client")
-        return self._transport
+        return self.gateway.transport
 
     @transport.setter
     def transport(self, value: Any) -> None:
-        self._transport = value
+        self._gateway = SessionGateway(value, self.project)
+
+    def to_sync(self) -> SessionIndex:
+        """This index on a blocking client (the twin of an async one, made on first use):
+        what a handle's blocking twin notices its writes in."""
+        if is_sync(self.transport):
+            return self
+        if self._twin is None:
+            self._twin = SessionIndex(
+                sync_twin(self.client), self.project, retry=self.retry, interval=self.interval
+            )
+        return self._twin
+
+    @property
+    def all_key(self) -> str:
+        return self.gateway.keys.all
+
+    @property
+    def info_key(self) -> str:
+        return self.gateway.keys.info
 
     def agent_key(self, agent: str) -> str:
-        return f"{self._base}:agent:{sanitize_key(agent)}"
+        return self.gateway.keys.agent(agent)
+
+    def entry(self, agent: str | None) -> IndexEntry:
+        """What a handle written by ``agent`` calls after its writes."""
+        return IndexEntry(self, agent)
 
     @op
     def touch(
         self, session: str, *, agent: str | None, last_id: int, messages: int, tokens: int
     ) -> Steps[int]:
-        """Record a write to ``session``; returns its last-active time (ms)."""
-        code = script("session_touch")
-        args = code.contract.argv_for(
-            {
-                "session": session.encode(),
-                "agent": (agent or "").encode("utf-8", "surrogatepass"),
-                "last_id": last_id,
-                "messages": messages,
-                "tokens": tokens,
-            }
-        )
-        keys = [self.all_key, self.agent_key(agent or "-"), self.info_key]
-        return int((yield ScriptCall(code, keys, args, self.all_key, write=True)))
+        """Record a write to ``session`` now, in a call of its own; returns its last-active
+        time (server clock, ms)."""
+        return (yield from self.gateway.touch(agent, [Touch(session, last_id, messages, tokens)]))
 
-    def noticed(self, memory: Handle, result: AppendResult, agent: str | None) -> Steps[None]:
-        """After a write to ``memory``: update its entry, retried; never raises. Steps, run
-        by the handle that wrote (its calls go through this index's transport)."""
+    def noticed(self, memory: Handle, result: AppendResult, agent: str | None) -> None:
+        """After a write to ``memory``: record its totals with the next index call (never
+        waits, never raises)."""
+        self._record(
+            agent,
+            Touch(
+                memory.keys.key,
+                result.last_id,
+                result.total_count,
+                result.total_tokens,
+                time.monotonic(),
+            ),
+        )
+        self._start()
+
+    def removed(
+        self, memory: Handle, agent: str | None, *, last_id: int, messages: int, tokens: int
+    ) -> None:
+        """After a flush, trim or clear of ``memory`` (its totals after it, and the last id
+        the caller knew): record them with the next index call (never waits, never raises).
+        If writes the caller did not see came since, their entries are newer and win, and
+        this one is dropped: the next write brings the counts back."""
+        self._record(agent, Touch(memory.keys.key, last_id, messages, tokens, time.monotonic()))
+        self._start()
+
+    async def flushed(self) -> None:
+        """Wait until every entry noticed so far has been sent (or given up)."""
+        if isinstance(self._trigger, TaskTrigger):
+            await self._trigger.wait_idle()
+
+    def flushed_sync(self, timeout: float | None = None) -> bool:
+        """:meth:`flushed` for an index on a blocking client; False if ``timeout`` passed."""
+        return not isinstance(self._trigger, ThreadTrigger) or self._trigger.wait_idle(timeout)
+
+    def _record(self, agent: str | None, touch: Touch) -> None:
+        with self._lock:
+            bucket = self._pending.get(agent)
+            if bucket is None:
+                bucket = self._pending[agent] = {}
+            seen = bucket.get(touch.session)
+            if seen is None or _newer(touch, seen):
+                bucket[touch.session] = touch
+
+    def _start(self) -> None:
+        self._trigger.fire()
+
+    async def _drain_async(self) -> None:
+        await adrive(self._drain(), self.transport)
+
+    def _drain_sync(self) -> None:
+        drive(self._drain(), self.transport)
+
+    def _drain(self) -> Steps[None]:
+        """Send what is pending, one call per agent, until nothing is; between two calls,
+        wait ``interval`` for more entries to share the next one."""
+        while True:
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            yield Gather([self._send(a, list(b.values())) for a, b in pending.items()])
+            with self._lock:
+                if not self._pending:
+                    return
+            yield Sleep(self.interval)
+
+    def _send(self, agent: str | None, touches: Sequence[Touch]) -> Steps[None]:
         for attempt in range(TOUCH_ATTEMPTS):
             try:
-                yield self.touch(
-                    memory.keys.key,
-                    agent=agent,
-                    last_id=result.last_id,
-                    messages=result.total_count,
-                    tokens=result.total_tokens,
-                )
+                yield from self.gateway.touch(agent, touches)
                 return
             except CompozyMemoryError as exc:
                 if attempt + 1 == TOUCH_ATTEMPTS:
                     self.failures += 1
-                    log.warning("session index not updated for %s: %s", memory.key, exc)
+                    log.warning(
+                        "session index not updated for %d session(s) of %s: %s",
+                        len(touches),
+                        self.project,
+                        exc,
+                    )
                     return
                 yield Sleep(0.05 * 2**attempt)
 
@@ -169,13 +283,10 @@ class SessionIndex:
             score, sep, member = str(cursor).partition(":")
             if not sep or not score.isdigit():
                 raise UsageError(f"{cursor!r:.80} is not a cursor list_sessions returned")
-        code = script("sessions_list")
-        ranked = self.all_key if agent is None else self.agent_key(agent)
-        args = code.contract.argv_for(
-            {"limit": limit, "before_score": score, "before_session": member.encode()}
+        pairs = yield from self.gateway.page(
+            agent=agent, limit=limit, before_score=score, before_session=member
         )
-        reply = yield ScriptCall(code, [ranked, self.info_key], args, ranked)
-        sessions = [_info(reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
+        sessions = [_info(session, info) for session, info in pairs]
         last = sessions[-1] if len(sessions) == limit else None
         return SessionPage(sessions, f"{last.last_active_ms}:{last.key}" if last else None)
 
@@ -193,6 +304,21 @@ class SessionIndex:
                 tokens=health.token_count,
             )
         return len(memories)
+
+    @op
+    def forget(self, session: str) -> Steps[None]:
+        """Drop ``session`` from the index (its memory was purged), if it is there."""
+        if self.client is None:
+            raise UsageError("forget needs a client")
+        key = self.all_key
+        info = yield CommandCall("forget", "hget", (self.info_key, session), key)
+        if info is None:
+            return
+        agent = _info(session, info).agent
+        yield CommandCall("forget", "zrem", (key, session), key)
+        if agent:
+            yield CommandCall("forget", "zrem", (self.agent_key(agent), session), key)
+        yield CommandCall("forget", "hdel", (self.info_key, session), key)
 
     @op
     def prune(self, inactive_ms: int, *, agents: tuple[str, ...] = ()) -> Steps[int]:
@@ -228,3 +354,33 @@ def _info(session: bytes | str, raw: bytes | str) -> SessionInfo:
         int(tokens),
         int(last_id),
     )
+
+
+def _newer(touch: Touch, seen: Touch) -> bool:
+    """Whether ``touch`` is a later state of the memory than ``seen`` (the rule of
+    ``lua/session_touch.lua``: ids only grow; at the same last id, messages only leave)."""
+    return (touch.last_id, -touch.messages, -touch.tokens) >= (
+        seen.last_id,
+        -seen.messages,
+        -seen.tokens,
+    )
+
+
+class IndexEntry:
+    """A handle's link to its project's index, for the agent that opened it."""
+
+    __slots__ = ("agent", "index")
+
+    def __init__(self, index: SessionIndex, agent: str | None) -> None:
+        self.index = index
+        self.agent = agent
+
+    def noticed(self, memory: Handle, result: AppendResult) -> None:
+        self.index.noticed(memory, result, self.agent)
+
+    def removed(self, memory: Handle, *, last_id: int, messages: int, tokens: int) -> None:
+        self.index.removed(memory, self.agent, last_id=last_id, messages=messages, tokens=tokens)
+
+    def to_sync(self) -> IndexEntry:
+        """This entry in the index's blocking twin (for a handle's blocking twin)."""
+        return IndexEntry(self.index.to_sync(), self.agent)

@@ -71,6 +71,7 @@ class SyncMemoryInstance(MemoryCore):
         memory_id: str = "memory",
         metrics: MemoryMetrics | None = None,
         results: ResultStore | None = None,
+        background_index: bool = True,
     ) -> None:
         transport = SyncTransport(
             client,
@@ -90,6 +91,7 @@ class SyncMemoryInstance(MemoryCore):
             memory_id=memory_id,
             metrics=metrics,
             results=results,
+            background_index=background_index,
         )
         self.client: SyncRedisClient = client
         #: The indexer (``memory.indexer.wait_idle()`` waits for the background catch-up).

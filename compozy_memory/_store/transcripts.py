@@ -33,6 +33,7 @@ from compozy_memory._model.limits import MAX_BATCH, MAX_CALL_BYTES
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import Transcript
 from compozy_memory._store.handle import Handle
+from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import ConcurrentChangeError, InvalidMessageError, UsageError
 
@@ -46,7 +47,7 @@ PARTS = ("msgs", "summaries", "archive")
 EXPORT_ATTEMPTS = 5
 
 
-def read_transcript(memory: Handle, *, include_archived: bool) -> Steps[Transcript]:
+def read_transcript(gateway: MemoryGateway, *, include_archived: bool) -> Steps[Transcript]:
     """Every envelope of the memory, page by page, all pages from one state of it."""
     for _ in range(EXPORT_ATTEMPTS):
         stamps: set[str] = set()
@@ -57,7 +58,7 @@ def read_transcript(memory: Handle, *, include_archived: bool) -> Steps[Transcri
                 continue
             items: list[str] = []
             while True:
-                stamp, length, page = yield from memory.gateway.transcript_page(part, len(items))
+                stamp, length, page = yield from gateway.transcript_page(part, len(items))
                 stamps.add(stamp)
                 items += page
                 if not page or len(items) >= length or len(stamps) > 1:
@@ -73,12 +74,12 @@ def read_transcript(memory: Handle, *, include_archived: bool) -> Steps[Transcri
                 version,
             )
     raise ConcurrentChangeError(
-        f"export: the memory changed while it was read, {EXPORT_ATTEMPTS} times", key=memory.key
+        f"export: the memory changed while it was read, {EXPORT_ATTEMPTS} times", key=gateway.name
     )
 
 
 def export_jsonl(memory: Handle, *, include_archived: bool = True) -> Steps[str]:
-    transcript = yield from read_transcript(memory, include_archived=include_archived)
+    transcript = yield from read_transcript(memory.gateway, include_archived=include_archived)
     lines = [HEADER]
     for part in PARTS:
         for env in getattr(transcript, part):
@@ -153,7 +154,7 @@ def _chunks(envelopes: tuple[str, ...]) -> list[list[str]]:
 
 
 def export_markdown(memory: Handle, *, include_archived: bool = False) -> Steps[str]:
-    transcript = yield from read_transcript(memory, include_archived=include_archived)
+    transcript = yield from read_transcript(memory.gateway, include_archived=include_archived)
     out = [f"# Transcript of `{memory.keys.key}`", ""]
     summaries = [Message.model_validate_json(e) for e in transcript.summaries]
     if summaries:

@@ -134,6 +134,13 @@ class MemoryGateway(MaintenanceCalls):
         return int((yield self._command("pin", "hlen", self.keys.respins)))
 
     @op
+    def pins(self) -> Steps[list[str]]:
+        """The keys of the stored results this memory's messages pin (at most
+        MAX_RESULT_PINS)."""
+        keys = yield self._command("pin", "hkeys", self.keys.respins)
+        return [replies.text(k) for k in keys]
+
+    @op
     def expire(self, ttl_ms: int) -> Steps[int]:
         """Set (ttl_ms > 0) or remove (0) the TTL of every key; later writes keep it."""
         existing = int((yield self._writing("expire", {"ttl_ms": ttl_ms})))

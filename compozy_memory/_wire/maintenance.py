@@ -20,7 +20,14 @@ class MaintenanceCalls(GatewayBase):
     @op
     def index_pending(self, max_docs: int, max_bytes: int) -> Steps[IndexPending]:
         """What the indexer has to do next (``lua/index_pending.lua``)."""
-        reply = yield self._reading("index_pending", {"max_docs": max_docs, "max_bytes": max_bytes})
+        reply = yield self._reading(
+            "index_pending",
+            {
+                "max_docs": max_docs,
+                "max_bytes": max_bytes,
+                "archive_max": self.policy.archive_max,
+            },
+        )
         return replies.index_pending(self._decode("index_pending", reply))
 
     @op

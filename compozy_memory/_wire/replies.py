@@ -86,6 +86,8 @@ class IndexPending:
     seq_from: int
     seq_upto: int
     last_id: int
+    #: Archived envelopes past the archive's cap: a step drops some (the cap may shrink).
+    over_cap: int
     #: (where, seq, message): 'l' live, 's' summary, 'a' archived at seq; oldest first.
     adds: tuple[tuple[str, int, Message], ...]
     #: Envelopes the archive's cap dropped whose terms still count.
@@ -93,8 +95,14 @@ class IndexPending:
 
     @property
     def idle(self) -> bool:
-        """Nothing to index and nothing to take out."""
-        return not self.adds and not self.gones and self.seq_from == 0 and self.ix_next > self.upto
+        """Nothing to index, nothing to take out, nothing past the archive's cap."""
+        return (
+            not self.adds
+            and not self.gones
+            and self.seq_from == 0
+            and self.ix_next > self.upto
+            and self.over_cap == 0
+        )
 
 
 def index_pending(reply: Mapping[str, Any]) -> IndexPending:
@@ -106,6 +114,7 @@ def index_pending(reply: Mapping[str, Any]) -> IndexPending:
         int(reply["seq_from"]),
         int(reply["seq_upto"]),
         int(reply["last_id"]),
+        int(reply["over_cap"]),
         tuple(
             (text(where), int(seq), Message.model_validate_json(env))
             for where, seq, env in reply["adds"]

@@ -79,6 +79,7 @@ SCRIPT_NAMES = (
     "facts_items",
     "result_put",
     "result_release",
+    "result_touch",
     "session_touch",
     "sessions_list",
     "transcript",

@@ -35,6 +35,7 @@ __all__ = [
     "PAUSE",
     "CommandCall",
     "Effect",
+    "Gather",
     "Offload",
     "Op",
     "Pause",
@@ -141,6 +142,20 @@ class Offload:
     def run(self, io: Any) -> Any:
         del io
         return self.work(*self.args)
+
+
+@dataclass(frozen=True, slots=True)
+class Gather:
+    """Several steps at once: concurrently on an event loop (their calls share a round trip
+    where the transport batches), one after the other in a thread; their results in order."""
+
+    steps: Sequence[Steps[Any]]
+
+    async def arun(self, io: Any) -> list[Any]:
+        return list(await asyncio.gather(*(adrive(s, io) for s in self.steps)))
+
+    def run(self, io: Any) -> list[Any]:
+        return [drive(s, io) for s in self.steps]
 
 
 async def adrive(steps: Steps[T] | Op[T], io: Any) -> T:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
+from compozy_memory import _telemetry
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.policy import WaitPolicy
 from compozy_memory._wire.client_calls import SyncRedisClient
@@ -65,8 +66,11 @@ class SyncTransport(TransportBase):
             )
         else:
             steps = lambda: self.delivery.run(code, keys, args, key)  # noqa: E731
+        records = _telemetry.record_count(code.contract.argv, args)
         return self._timed(
             operation,
+            key,
+            records,
             lambda: self.retry.call_sync(
                 lambda: drive(steps(), self), what=operation, memory=self.memory, key=key
             ),
@@ -81,13 +85,22 @@ class SyncTransport(TransportBase):
 
         return self._timed(
             operation,
+            key,
+            None,
             lambda: self.retry.call_sync(attempt, what=operation, memory=self.memory, key=key),
         )
 
-    def _timed(self, operation: str, call: Callable[[], Any]) -> Any:
+    def _timed(self, operation: str, key: str, records: int | None, call: Callable[[], Any]) -> Any:
+        """``call()``, observing its latency under ``operation`` and its outcome, in its
+        span when telemetry is on."""
         started = _clock()
+        telemetry = _telemetry.ACTIVE
         try:
-            reply = call()
+            if telemetry is not None and operation in _telemetry.GENAI_OPERATIONS:
+                with self._span(telemetry, operation, key, records):
+                    reply = call()
+            else:
+                reply = call()
         except BaseException as exc:
             self._failed(operation, exc, started)
             raise

@@ -19,7 +19,9 @@ clients (no batching: a thread's calls go one by one). Both drive the same steps
 
 Each call's latency, retries included, is observed once here in
 ``compozy_memory_operation_latency_seconds{memory, operation, outcome}``: the script's name
-says the operation (:data:`OPERATIONS`), the outcome is ``ok`` or the error's class.
+says the operation (:data:`OPERATIONS`), the outcome is ``ok`` or the error's class. Once
+OpenTelemetry is on (:func:`compozy_memory.instrument_opentelemetry`), each memory operation
+is also one span here (:mod:`compozy_memory._telemetry`), on both transports.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ import asyncio
 import time
 import weakref
 from collections.abc import Awaitable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from redis import exceptions as redis_errors
 from redis.asyncio import RedisCluster
 
+from compozy_memory import _telemetry
 from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.policy import WaitPolicy
 from compozy_memory._wire.batching import batcher_for
@@ -116,6 +120,19 @@ class TransportBase:
         self.metrics = metrics or default_metrics()
         # operation -> the latency child for (memory, operation, "ok"): one dict lookup a call
         self._ok: dict[str, Any] = {}
+        # The server's (address, port) for telemetry, looked up at its first span.
+        self._server: object = _UNKNOWN
+
+    def _span(
+        self, telemetry: _telemetry.Telemetry, operation: str, key: str, records: int | None
+    ) -> AbstractContextManager[None]:
+        """The OpenTelemetry span of one operation (only when telemetry is on)."""
+        if self._server is _UNKNOWN:
+            self._server = _address(self.client)
+        server = self._server if isinstance(self._server, tuple) else None
+        return telemetry.span(
+            operation, store=key, resource=self.memory, server=server, records=records
+        )
 
     def _bind(self, operation: str) -> Any:
         child = self.metrics.latency(self.memory, operation)
@@ -216,7 +233,12 @@ class Transport(TransportBase):
         if not self._homed:
             self._home()
         operation = OPERATIONS.get(code.name, code.name)
-        return await self._timed(operation, self._run(code, keys, args, key, write, operation))
+        work: Awaitable[Any] = self._run(code, keys, args, key, write, operation)
+        telemetry = _telemetry.ACTIVE
+        if telemetry is not None and operation in _telemetry.GENAI_OPERATIONS:
+            records = _telemetry.record_count(code.contract.argv, args)
+            work = self._traced(telemetry, operation, work, key, records)
+        return await self._timed(operation, work)
 
     async def command(
         self, operation: str, method: str, *args: Any, key: str, **options: Any
@@ -234,7 +256,23 @@ class Transport(TransportBase):
             await self._ready(key)
             return await self.retry.call(attempt, what=operation, memory=self.memory, key=key)
 
-        return await self._timed(operation, call())
+        work: Awaitable[Any] = call()
+        telemetry = _telemetry.ACTIVE
+        if telemetry is not None and operation in _telemetry.GENAI_OPERATIONS:
+            work = self._traced(telemetry, operation, work, key, None)
+        return await self._timed(operation, work)
+
+    async def _traced(
+        self,
+        telemetry: _telemetry.Telemetry,
+        operation: str,
+        work: Awaitable[Any],
+        key: str,
+        records: int | None,
+    ) -> Any:
+        """``work`` inside its OpenTelemetry span."""
+        with self._span(telemetry, operation, key, records):
+            return await work
 
     async def _timed(self, operation: str, call: Awaitable[Any]) -> Any:
         """Await ``call``, observing its latency under ``operation`` and its outcome."""
@@ -294,6 +332,19 @@ class Transport(TransportBase):
         with backend_errors("connect", key):
             await self.client.initialize()
         self._cluster_ready = True
+
+
+_UNKNOWN = object()
+
+
+def _address(client: Any) -> tuple[str, int] | None:
+    """The (host, port) a standalone client connects to; None for a Cluster (a call's node
+    is redis-py's choice) or a Unix socket."""
+    if not is_standalone(client):
+        return None
+    options = client.connection_pool.connection_kwargs
+    host, port = options.get("host"), options.get("port")
+    return (str(host), int(port)) if host and port else None
 
 
 # Each async client's event loop: the one its first call through a transport ran on.

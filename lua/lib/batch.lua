@@ -69,8 +69,19 @@ end
 -- memory; mark: as for next_version.
 local function push_batch(k, batch, deltas, parts, mark)
   local n = #batch.tokens
+  -- Totals by priority first: one account() (two field names) a priority, not a message.
+  local by_priority = {}
   for i = 1, n do
-    account(deltas, 1, batch.tokens[i], batch.priority[i])
+    local p = batch.priority[i]
+    local sum = by_priority[p]
+    if sum == nil then
+      by_priority[p] = {batch.tokens[i], 1}
+    else
+      sum[1], sum[2] = sum[1] + batch.tokens[i], sum[2] + 1
+    end
+  end
+  for p, sum in pairs(by_priority) do
+    account(deltas, 1, sum[1], p, sum[2])
   end
   deltas.last_id = (deltas.last_id or 0) + n
   local pins = nil
@@ -129,6 +140,9 @@ end
 -- saw, args[from + 1 .. from + prefix_len] (COMPOZY_MOVED if not: read again and retry);
 -- returns them with their {tokens, priority}.
 local function checked_prefix(k_msgs, args, from, prefix_len)
+  if prefix_len == 0 then
+    return {}, {}  -- (LRANGE 0 -1 would read the whole list)
+  end
   local prefix = redis.call('LRANGE', k_msgs, 0, prefix_len - 1)
   if #prefix ~= prefix_len then
     fail('MOVED', 'the memory has fewer messages than the plan saw')

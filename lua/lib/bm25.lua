@@ -4,9 +4,9 @@
 -- bm25_search(k, terms, options) -> {{id, score}, ...} best first, at most options.limit:
 --   1. Candidates come from the rarest terms' postings, newest first, read while they fit
 --      QUERY_BUDGET in all (the rarest term is always read, at most QUERY_POSTINGS of it).
---   2. The terms left (common ones: a speaker's name, a month) are not read whole; they are
---      scored on the best candidates from the blocks holding those documents, at most
---      RESCORE_BLOCKS blocks a query.
+--   2. The terms left (common ones: a speaker's name, a month) are not read whole; the
+--      RESCORE_TERMS rarest of them are scored on the best candidates from the blocks
+--      holding those documents, at most RESCORE_BLOCKS blocks a query.
 -- A document's final score adds neighbour_weight times the better of its two neighbours'
 -- scores: in a conversation the answer often sits in the turn after the one with the
 -- question's words. since_id (0: none) and kinds (a set of document kinds, or nil) filter
@@ -122,10 +122,14 @@ local function bm25_search(k, terms, o)
     keep = math.max(keep, RESCORE_POOL)
   end
   local ranked = best_of(scores, keep)
-  -- 2. The common terms, scored on the candidates from the blocks that hold them.
+  -- 2. The common terms, scored on the candidates from the blocks that hold them: the
+  -- RESCORE_TERMS rarest of them (the others weigh least, and each costs its directory).
   if #later > 0 then
     local blocks = RESCORE_BLOCKS
-    for _, entry in ipairs(later) do
+    for n, entry in ipairs(later) do
+      if n > RESCORE_TERMS then
+        break
+      end
       local want = {}
       for _, candidate in ipairs(ranked) do
         if not (entry.counted and entry.counted[candidate[1]]) then

@@ -9,13 +9,15 @@ local function new_deltas()
   return {tokens = 0, count = 0}
 end
 
-local function account(deltas, sign, tokens, priority)
+-- Accounts count messages (1 when nil) of priority that hold tokens in all.
+local function account(deltas, sign, tokens, priority, count)
+  count = count or 1
   local pt = 'p:' .. priority .. ':tokens'
   local pc = 'p:' .. priority .. ':count'
   deltas.tokens = deltas.tokens + sign * tokens
-  deltas.count = deltas.count + sign
+  deltas.count = deltas.count + sign * count
   deltas[pt] = (deltas[pt] or 0) + sign * tokens
-  deltas[pc] = (deltas[pc] or 0) + sign
+  deltas[pc] = (deltas[pc] or 0) + sign * count
 end
 
 -- Applies deltas to meta; returns the new values by field, and 'inc', the incarnation (a

@@ -62,10 +62,26 @@ local function doc_reader(k_ixdocs)
   return reader
 end
 
--- The index in list msgs of live message id (ids increase along the list), or nil: a binary
--- search of LINDEX reads, so about log2(count) of them.
-local function live_index(k_msgs, id, count)
-  local low, high = 0, count - 1
+-- The index in list msgs of live message id (ids increase along the list), or nil and where
+-- it would be. The newest messages are contiguous ids (appends give consecutive ids; gaps are
+-- left only by moves, which take the oldest), so the guess count - 1 - (newest - id) is
+-- usually right at once; otherwise the place lies between the guess and the end (gaps only
+-- push it later), and a binary search of LINDEX reads finds it. newest: the last live id,
+-- nil to read it.
+local function live_index(k_msgs, id, count, newest)
+  if count == 0 then
+    return nil, 0
+  end
+  if newest == nil then
+    newest = envelope_head(redis.call('LINDEX', k_msgs, -1))
+  end
+  local low, high = math.max(0, count - 1 - (newest - id)), count - 1
+  if low <= high then
+    local env = redis.call('LINDEX', k_msgs, low)
+    if env and envelope_head(env) == id then
+      return low
+    end
+  end
   while low <= high do
     local mid = math.floor((low + high) / 2)
     local env = redis.call('LINDEX', k_msgs, mid)
@@ -85,7 +101,8 @@ local function live_index(k_msgs, id, count)
 end
 
 -- The envelope of message id wherever it is (live, a live summary, archived), or nil; where
--- says which: 'live', 'summary' or 'archive'. state: {count = live messages, archive_base}.
+-- says which: 'live', 'summary' or 'archive'. state: {count = live messages, archive_base};
+-- it remembers the newest live id once read.
 local function locate(k, docs, id, state)
   local kind, _, seq = docs.get(id)
   if seq > 0 then
@@ -109,7 +126,13 @@ local function locate(k, docs, id, state)
   if kind == 0 then
     return nil
   end
-  local at = live_index(k.msgs, id, state.count)
+  if state.count == 0 then
+    return nil
+  end
+  if state.newest == nil then
+    state.newest = envelope_head(redis.call('LINDEX', k.msgs, -1))
+  end
+  local at = live_index(k.msgs, id, state.count, state.newest)
   if at then
     return redis.call('LINDEX', k.msgs, at), 'live'
   end

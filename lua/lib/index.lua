@@ -125,11 +125,12 @@ local function unindex_documents(k, documents)
   return dead
 end
 
--- Keeps only the postings of documents still alive; returns the arrays and how many went.
-local function alive_postings(docs, ids, tfs, lengths)
+-- Keeps only the postings of documents still alive (only an id up to maxdead can be a
+-- removed one); returns the arrays and how many went.
+local function alive_postings(docs, ids, tfs, lengths, maxdead)
   local keep_ids, keep_tfs, keep_lengths = {}, {}, {}
   for i = 1, #ids do
-    if docs.get(ids[i]) ~= 0 then
+    if ids[i] > maxdead or docs.get(ids[i]) ~= 0 then
       keep_ids[#keep_ids + 1] = ids[i]
       keep_tfs[#keep_tfs + 1] = tfs[i]
       keep_lengths[#keep_lengths + 1] = lengths[i]
@@ -157,7 +158,7 @@ local function compact_step(k, cursor, maxdead)
       if base < maxdead then
         local ids, tfs, lengths = decode_postings(b, at, n, base)
         local gone
-        ids, tfs, lengths, gone = alive_postings(docs, ids, tfs, lengths)
+        ids, tfs, lengths, gone = alive_postings(docs, ids, tfs, lengths, maxdead)
         if gone > 0 then
           removed = removed + gone
           if #ids == 0 then
@@ -172,9 +173,9 @@ local function compact_step(k, cursor, maxdead)
     elseif not string.find(field, '%z') then
       local h = header_read(value)
       if h.tailn > 0 and h.base < maxdead then
-        local ids, tfs, lengths = decode_postings(h.tail, 1, h.tailn, h.base)
+        local ids, tfs, lengths = tail_postings(h)
         local gone
-        ids, tfs, lengths, gone = alive_postings(docs, ids, tfs, lengths)
+        ids, tfs, lengths, gone = alive_postings(docs, ids, tfs, lengths, maxdead)
         if gone > 0 then
           removed = removed + gone
           local tail, previous = {}, h.base
@@ -184,7 +185,7 @@ local function compact_step(k, cursor, maxdead)
             put_varint(tail, lengths[x])
             previous = ids[x]
           end
-          h.tail, h.tailn = tail, #ids
+          h.tail, h.tailn = bytes_text(tail), #ids
           writes[#writes + 1] = field
           writes[#writes + 1] = header_text(h)
         end

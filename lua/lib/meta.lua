@@ -59,6 +59,16 @@ local function check_parts(m, k, parts)
   end
 end
 
+-- Session facts are two keys that always hold the same keys (the values, and their order):
+-- one without the other was evicted or deleted.
+local function check_facts(k_facts, k_factord)
+  local values, order = redis.call('HLEN', k_facts), redis.call('ZCARD', k_factord)
+  if values ~= order then
+    fail('EVICTED', 'the facts hold ' .. values .. ' values and ' .. order .. ' keys in order: '
+      .. 'keys of this memory were evicted or deleted')
+  end
+end
+
 -- The parts of a memory its meta accounts for, with what meta says they hold.
 local function counted_parts(m, k, which)
   local parts = {}

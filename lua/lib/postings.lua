@@ -7,11 +7,14 @@
 -- in increasing order in practice, so a delta is one or two bytes, but any order is kept),
 -- then tf, then length. A term's postings are split into blocks of POSTINGS_BLOCK:
 --   field <term>          the header, then the newest postings (the tail, fewer than a block):
---                         varints df first nb tail_base last tailn, then the tail's postings
+--                         varints df first nb tail_base last tailn dirhigh, then the tail's
+--                         postings
 --       df         documents holding the term that are still alive (exact once the removed
 --                  ones were processed: see index.lua)
 --       first, nb  the oldest and newest sealed block still stored (first > nb: none)
 --       tail_base  the id the tail's first delta is taken from; last: the newest id
+--       dirhigh    the largest id of the newest sealed block (the directory's next entry is
+--                  a delta from it, so sealing appends to the directory without reading it)
 --   field <term>\0<k>     sealed block k: varints base n, then its n postings
 --   field <term>\0        the directory: for each sealed block from first, varints of its
 --                         smallest and largest id (zigzag deltas from the previous entry's
@@ -33,27 +36,6 @@ local function unzigzag(z)
   return -(z + 1) / 2
 end
 
--- A header as a table, or a new one.
-local function header_read(value)
-  if not value then
-    return {df = 0, first = 1, nb = 0, base = 0, last = 0, tailn = 0, tail = {}}
-  end
-  local b = text_bytes(value)
-  local h, at = {}, 1
-  h.df, at = get_varint(b, at)
-  h.first, at = get_varint(b, at)
-  h.nb, at = get_varint(b, at)
-  h.base, at = get_varint(b, at)
-  h.last, at = get_varint(b, at)
-  h.tailn, at = get_varint(b, at)
-  local tail = {}
-  for i = at, #b do
-    tail[#tail + 1] = b[i]
-  end
-  h.tail = tail
-  return h
-end
-
 -- Decodes n postings from byte table b at position at, ids from base: three arrays.
 local function decode_postings(b, at, n, base)
   local ids, tfs, lengths = {}, {}, {}
@@ -67,6 +49,31 @@ local function decode_postings(b, at, n, base)
     ids[i], tfs[i], lengths[i] = id, tf, length
   end
   return ids, tfs, lengths
+end
+
+-- A header as a table (its tail's postings as the packed string they are), or a new one.
+-- Only the six varints in front are read: appending to a term, or changing its df, never
+-- decodes its postings.
+local function header_read(value)
+  if not value then
+    return {df = 0, first = 1, nb = 0, base = 0, last = 0, tailn = 0, dirhigh = 0, tail = ''}
+  end
+  local b = {string.byte(value, 1, 60)}  -- seven varints of at most 8 bytes (ids < 2^52)
+  local h, at = {}, 1
+  h.df, at = get_varint(b, at)
+  h.first, at = get_varint(b, at)
+  h.nb, at = get_varint(b, at)
+  h.base, at = get_varint(b, at)
+  h.last, at = get_varint(b, at)
+  h.tailn, at = get_varint(b, at)
+  h.dirhigh, at = get_varint(b, at)
+  h.tail = string.sub(value, at)
+  return h
+end
+
+-- The tail's postings: ids, tfs, lengths.
+local function tail_postings(h)
+  return decode_postings(text_bytes(h.tail), 1, h.tailn, h.base)
 end
 
 -- A sealed block's postings: ids, tfs, lengths (nil when the block is gone).
@@ -106,7 +113,7 @@ end
 local function postings_newest(k_ixpost, term, h, most, visit)
   local read = 0
   if h.tailn > 0 then
-    local ids, tfs, lengths = decode_postings(h.tail, 1, h.tailn, h.base)
+    local ids, tfs, lengths = tail_postings(h)
     for i = #ids, 1, -1 do
       if read >= most then
         return read
@@ -139,7 +146,7 @@ end
 local function postings_lookup(k_ixpost, term, h, wanted, blocks)
   local found, read = {}, 0
   if h.tailn > 0 then
-    local ids, tfs = decode_postings(h.tail, 1, h.tailn, h.base)
+    local ids, tfs = tail_postings(h)
     for i = 1, #ids do
       if wanted[ids[i]] then
         found[ids[i]] = tfs[i]
@@ -150,26 +157,30 @@ local function postings_lookup(k_ixpost, term, h, wanted, blocks)
     return found, read
   end
   local directory = directory_read(redis.call('HGET', k_ixpost, term .. '\0'))
-  -- The blocks whose id range holds a wanted document, newest first.
-  local ids_wanted = {}
+  -- The blocks whose id range holds a wanted document (found by binary search in the
+  -- wanted ids, sorted), newest first.
+  local sorted = {}
   for id in pairs(wanted) do
     if not found[id] then
-      ids_wanted[#ids_wanted + 1] = id
+      sorted[#sorted + 1] = id
     end
   end
+  table.sort(sorted)
   for e = #directory, 1, -1 do
-    if read >= blocks or #ids_wanted == 0 then
+    if read >= blocks or #sorted == 0 then
       break
     end
     local low, high = directory[e][1], directory[e][2]
-    local hit = false
-    for _, id in ipairs(ids_wanted) do
-      if id >= low and id <= high then
-        hit = true
-        break
+    local lo, hi = 1, #sorted  -- the first wanted id >= low
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if sorted[mid] < low then
+        lo = mid + 1
+      else
+        hi = mid
       end
     end
-    if hit then
+    if sorted[lo] >= low and sorted[lo] <= high then
       read = read + 1
       local ids, tfs = block_read(redis.call('HGET', k_ixpost, term .. '\0' .. (h.first + e - 1)))
       if ids then

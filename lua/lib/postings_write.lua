@@ -9,10 +9,8 @@ local function header_text(h)
   put_varint(out, h.base)
   put_varint(out, h.last)
   put_varint(out, h.tailn)
-  for i = 1, #h.tail do
-    out[#out + 1] = h.tail[i]
-  end
-  return bytes_text(out)
+  put_varint(out, h.dirhigh)
+  return string.char(unpack(out)) .. h.tail
 end
 
 local function block_text(ids, tfs, lengths, base)
@@ -40,73 +38,71 @@ local function directory_text(entries)
 end
 
 -- Adds postings to many terms at once. adds maps term -> {ids, tfs, lengths} (arrays in the
--- order to append). Reads every header with one HMGET, writes with one HSET; seals full tails
--- into blocks. Returns the number of new terms (df was 0).
+-- order to append). Reads every header with one HMGET, writes with one HSET; a tail that
+-- reaches POSTINGS_BLOCK postings is sealed into a block. The tail stays packed: appending
+-- costs the new postings' bytes, not the tail's.
 local function postings_add(k_ixpost, adds)
   local terms = {}
   for term in pairs(adds) do
     terms[#terms + 1] = term
   end
-  if #terms == 0 then
-    return 0
-  end
-  local writes, new_terms = {}, 0
+  local writes = {}
   for from = 1, #terms, 1000 do
     local chunk = {unpack(terms, from, math.min(from + 999, #terms))}
-    local fields = {}
+    local stored = redis.call('HMGET', k_ixpost, unpack(chunk))
     for i, term in ipairs(chunk) do
-      fields[2 * i - 1] = term
-      fields[2 * i] = term .. '\0'
-    end
-    local stored = redis.call('HMGET', k_ixpost, unpack(fields))
-    for i, term in ipairs(chunk) do
-      local h = header_read(stored[2 * i - 1])
-      if h.df == 0 then
-        new_terms = new_terms + 1
-      end
-      local directory = nil
+      local h = header_read(stored[i] or nil)
+      local appended = {}
       local add = adds[term]
+      local out = {}
       for j = 1, #add[1] do
         local id = add[1][j]
         if h.tailn == 0 then
           h.base = h.last
         end
-        put_varint(h.tail, zigzag(id - h.last))
-        put_varint(h.tail, add[2][j])
-        put_varint(h.tail, add[3][j])
+        put_varint(out, zigzag(id - h.last))
+        put_varint(out, add[2][j])
+        put_varint(out, add[3][j])
         h.last = id
         h.tailn = h.tailn + 1
         h.df = h.df + 1
         if h.tailn >= POSTINGS_BLOCK then
-          local ids = decode_postings(h.tail, 1, h.tailn, h.base)
+          h.tail = h.tail .. bytes_text(out)
+          out = {}
+          local ids = tail_postings(h)
           local low, high = ids[1], ids[1]
           for x = 2, #ids do
             low, high = math.min(low, ids[x]), math.max(high, ids[x])
           end
-          directory = directory or directory_read(stored[2 * i])
-          directory[#directory + 1] = {low, high}
+          -- The directory grows by one entry a block, appended without reading it (a
+          -- common term's is long): a delta from the previous block's largest id.
+          local entry = {}
+          put_varint(entry, zigzag(low - h.dirhigh))
+          put_varint(entry, high - low)
+          appended[#appended + 1] = string.char(unpack(entry))
+          h.dirhigh = high
           h.nb = h.nb + 1
           local sealed = {}
           put_varint(sealed, h.base)
           put_varint(sealed, h.tailn)
-          for x = 1, #h.tail do
-            sealed[#sealed + 1] = h.tail[x]
-          end
           writes[#writes + 1] = term .. '\0' .. h.nb
-          writes[#writes + 1] = bytes_text(sealed)
-          h.tail, h.tailn = {}, 0
+          writes[#writes + 1] = string.char(unpack(sealed)) .. h.tail
+          h.tail, h.tailn = '', 0
         end
+      end
+      if #out > 0 then
+        h.tail = h.tail .. bytes_text(out)
       end
       writes[#writes + 1] = term
       writes[#writes + 1] = header_text(h)
-      if directory then
+      if #appended > 0 then
+        local directory = redis.call('HGET', k_ixpost, term .. '\0') or ''
         writes[#writes + 1] = term .. '\0'
-        writes[#writes + 1] = directory_text(directory)
+        writes[#writes + 1] = directory .. table.concat(appended)
       end
     end
   end
   for from = 1, #writes, 1000 do
     redis.call('HSET', k_ixpost, unpack(writes, from, math.min(from + 999, #writes)))
   end
-  return new_terms
 end

@@ -1,0 +1,77 @@
+"""The stored results' script calls, typed: the only code that builds their KEYS and ARGV.
+
+A result lives under one key outside any memory's slot
+(:func:`compozy_memory._store.results_store.result_key`); ``lua/result_put.lua`` stores it
+(pinned or not) and ``lua/result_release.lua`` drops a pin. Loading is a plain ``HMGET``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compozy_memory._wire.scripts import script
+from compozy_memory._wire.steps import CommandCall, ScriptCall, Steps, op
+
+__all__ = ["ResultGateway"]
+
+
+class ResultGateway:
+    """The result scripts' calls, typed (the only code that builds their KEYS/ARGV)."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+
+    @op
+    def put(
+        self,
+        key: str,
+        *,
+        data: bytes,
+        size: int,
+        enc: str,
+        kind: str,
+        ttl_ms: int,
+        pin: bool,
+        pin_ttl_ms: int,
+    ) -> Steps[tuple[int, bool]]:
+        code = script("result_put")
+        args = code.contract.argv_for(
+            {
+                "ttl_ms": ttl_ms,
+                "pin": int(pin),
+                "pin_ttl_ms": pin_ttl_ms,
+                "size": size,
+                "enc": enc.encode(),
+                "kind": kind.encode(),
+                "data": data,
+            }
+        )
+        reply = yield ScriptCall(code, [key], args, key, write=True)
+        return int(reply[0]), bool(int(reply[1]))
+
+    @op
+    def release(self, key: str) -> Steps[int]:
+        code = script("result_release")
+        return int((yield ScriptCall(code, [key], [], key, write=True)))
+
+    @op
+    def touch(self, key: str, ttl_ms: int) -> Steps[int]:
+        """Give a pinned result the pinning memory's TTL again; returns its TTL (ms)."""
+        code = script("result_touch")
+        args = code.contract.argv_for({"ttl_ms": ttl_ms})
+        return int((yield ScriptCall(code, [key], args, key, write=True)))
+
+    @op
+    def fetch(self, key: str) -> Steps[list[Any]]:
+        """``[data, enc, size, kind]`` (a plain HMGET, never decoded: the payload is bytes
+        whatever the client's ``decode_responses``); data None when there is no result."""
+        from redis.client import NEVER_DECODE
+
+        reply = yield CommandCall(
+            "load_result",
+            "execute_command",
+            ("HMGET", key, "data", "enc", "size", "kind"),
+            key,
+            {NEVER_DECODE: []},
+        )
+        return list(reply)

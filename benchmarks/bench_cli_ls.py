@@ -32,6 +32,7 @@ from compozy_memory._ops.cli import main
 from compozy_memory._store.encoding import encode_messages
 from compozy_memory._store.sessions import SessionIndex
 from compozy_memory._wire.scripts import script
+from compozy_memory._wire.steps import drive
 from compozy_memory.embedded import start_server
 
 PROJECT = "bench"
@@ -55,11 +56,11 @@ async def fill(url: str, n: int) -> None:
         for i in range(start, min(n, start + 1000)):
             keys = InstanceKeys.build(PROJECT, f"chat:user-{i}")
             names.append(keys.key)
-            body = await encode_messages(
+            body = drive(encode_messages(
                 [{"role": "user", "content": f"question {i}", "tokens": 4},
                  {"role": "assistant", "content": f"answer {i}", "tokens": 3}],
                 policy, counter, keys.prefix,
-            )  # fmt: skip
+            ), None)  # fmt: skip
             values: dict[str, str | bytes | int] = {
                 "ttl_ms": 3_600_000,
                 "max_tokens": 0,

@@ -42,10 +42,12 @@ from compozy_memory._ops.exporter import MetricsServer, start_metrics_server
 from compozy_memory._store.indexer import Indexer, IndexProgress
 from compozy_memory._store.instance import Facts, MemoryInstance
 from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
-from compozy_memory._store.warmup import warm
+from compozy_memory._store.sync_instance import SyncMemoryInstance
+from compozy_memory._store.warmup import warm, warm_sync
+from compozy_memory._sync_manager import SyncMemoryManager
 from compozy_memory._telemetry import instrument as instrument_opentelemetry
 from compozy_memory._telemetry import uninstrument as uninstrument_opentelemetry
-from compozy_memory._wire.connection import connect
+from compozy_memory._wire.connection import connect, connect_sync
 from compozy_memory._wire.retry import NO_RETRY, RetryPolicy
 from compozy_memory.errors import (
     BackendError,
@@ -160,6 +162,8 @@ __all__ = [
     "Summarizer",
     "Summary",
     "SuppliedCounter",
+    "SyncMemoryInstance",
+    "SyncMemoryManager",
     "TemplateError",
     "TiktokenCounter",
     "TokenCounter",
@@ -169,6 +173,7 @@ __all__ = [
     "WaitPolicy",
     "__version__",
     "connect",
+    "connect_sync",
     "instrument_opentelemetry",
     "plan_flush",
     "sanitize_key",
@@ -178,4 +183,5 @@ __all__ = [
     "tool_definitions",
     "uninstrument_opentelemetry",
     "warm",
+    "warm_sync",
 ]

@@ -5,41 +5,49 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 from compozy_memory._config.agents import MemoryReference, configuration_level
 from compozy_memory._config.registry import MemoryRegistry
 from compozy_memory._config.schema import (
-    AnthropicSummarizerConfig,
-    CompressionSettings,
-    ExtractiveSummarizerConfig,
     MemoryResource,
-    RuleBasedSummarizerConfig,
-    TokenAllocation,
     TokenizerConfig,
 )
 from compozy_memory._config.templates import compile_template
-from compozy_memory._flush.anthropic_summary import AnthropicSummarizer
-from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._flush.flusher import Flusher
-from compozy_memory._flush.planner import EVICTABLE_PRIORITY
-from compozy_memory._flush.settings import BatchSizes, Compression, FlushSettings
-from compozy_memory._flush.summarizers import RuleBasedSummarizer, Summarizer
+from compozy_memory._flush.resource_settings import (
+    ALLOCATION_OF_CONTENT_TYPE,
+    DEFAULT_TOKEN_ALLOCATION,
+    allocation_category,
+    build_summarizer,
+    compression_settings,
+    flush_settings,
+)
+from compozy_memory._flush.summarizers import Summarizer
 from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._model.limits import UNBOUNDED_TOKENS
-from compozy_memory._model.results import FlushCommit
 from compozy_memory._model.tokens import TokenCounter, counter_for_encoding, default_counter
+from compozy_memory._store.core import MemoryCore, committed
 from compozy_memory._store.instance import MemoryInstance
-from compozy_memory._store.sessions import IndexEntry, SessionIndex, SessionPage, uuid7
+from compozy_memory._store.sessions import SessionIndex, SessionPage, uuid7
 from compozy_memory._store.warmup import warm
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.errors import ConfigurationError
 
-__all__ = ["MemoryManager"]
+# The flush settings of a resource lived here first: callers still find them here.
+__all__ = [
+    "ALLOCATION_OF_CONTENT_TYPE",
+    "DEFAULT_TOKEN_ALLOCATION",
+    "ManagerBase",
+    "MemoryManager",
+    "allocation_category",
+    "build_summarizer",
+    "compression_settings",
+    "flush_settings",
+]
 
 log = logging.getLogger("compozy_memory.manager")
 
@@ -47,29 +55,21 @@ log = logging.getLogger("compozy_memory.manager")
 _LAZY_START_SECONDS = 2.0
 
 _HandleKey = tuple[str, str, bool, int]
+H = TypeVar("H", bound=MemoryCore)
 
 
-class MemoryManager:
-    """Hands out :class:`MemoryInstance` handles for a project's memories.
+class ManagerBase(Generic[H]):
+    """What both managers share: configuration made into handles, counters and summarizers.
 
-    The key of an instance is ``<memory id>:<rendered key template>``, sanitised, so two
-    memories never share storage and two agents that resolve the same memory and key share
-    one conversation. Read-write handles of memories with a token budget or ``max_messages``
-    flush in the background as their resource says (summarizer, thresholds, lock TTL).
-
-    Handles for the same memory, key and mode are shared while anyone holds one, and dropped
-    with the last reference: a lookup creates no task, connection pool or counter, and
-    nothing accumulates per call.
-
-    Messages without ``tokens`` are counted as each resource's ``tokenizer`` says (cl100k
-    when it says nothing), unless ``counter`` is given: then it counts for every memory.
-    Local counters are shared per encoding across the process; API counters per model.
+    :class:`MemoryManager` hands out :class:`MemoryInstance` handles (``redis.asyncio``),
+    :class:`~compozy_memory.SyncMemoryManager` :class:`~compozy_memory.SyncMemoryInstance`
+    ones (redis-py's blocking client); each adds only how it starts, looks up and closes.
     """
 
     def __init__(
         self,
         registry: MemoryRegistry,
-        client: RedisClient,
+        client: Any,
         *,
         counter: TokenCounter | None = None,
         batching: bool = True,
@@ -90,62 +90,24 @@ class MemoryManager:
         self._summarizer = summarizer
         self._summarizers: dict[tuple[str, int], Summarizer] = {}
         self._resolutions: dict[tuple[str, str], Any] = {}
-        self._handles: weakref.WeakValueDictionary[_HandleKey, MemoryInstance] = (
-            weakref.WeakValueDictionary()
-        )
+        self._handles: weakref.WeakValueDictionary[_HandleKey, H] = weakref.WeakValueDictionary()
         #: The project's session index, updated after every write through read-write handles.
         self.sessions = SessionIndex(client, registry.project, retry=retry)
         self._started = False
 
-    async def start(self) -> None:
-        """Load now what a first append would otherwise load: every memory's token encoder,
-        the server-side scripts on every primary and the search analyser (:func:`warm`).
-        ``async with`` calls it, and so does the first :meth:`get` (where a failure is left
-        for the first call to report). Raises when the server cannot be reached."""
-        self._started = True
-        counters = {id(c): c for c in map(self.counter_for, self.registry.list())}
-        await warm(self.client, counters=counters.values() or [self.counter])
+    def _open(
+        self, keys: InstanceKeys, resource: MemoryResource, counter: TokenCounter, read_only: bool
+    ) -> H:
+        raise NotImplementedError
 
-    async def _start_once(self) -> None:
-        if not self._started:
-            try:
-                async with asyncio.timeout(_LAZY_START_SECONDS):
-                    await self.start()
-            except Exception as exc:  # best effort: a handle's first call says what is wrong
-                log.debug("warming up at the first get failed: %r", exc)
-
-    async def __aenter__(self) -> MemoryManager:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def get(
-        self, ref: str | MemoryReference, context: Mapping[str, Any] | None = None
-    ) -> MemoryInstance:
-        """The handle for ``ref`` (a memory id, read-write, or a reference) in ``context``.
-
-        ``context`` holds what key templates read: ``workflow``, ``agent``, ``user``...;
-        ``project.id`` is filled in from the registry.
-
-        Counted in ``compozy_memory_config_resolution_total{pattern="direct"}``.
-        """
-        await self._start_once()
-        try:
-            handle = await self._get(ref, context)
-        except Exception as exc:
-            self._resolved("direct", type(exc).__name__)
-            raise
-        self._resolved("direct", "ok")
-        return handle
-
-    async def _get(
+    def _handle(
         self,
         ref: str | MemoryReference,
         context: Mapping[str, Any] | None,
         agent: str | None = None,
-    ) -> MemoryInstance:
+    ) -> H:
+        """The shared handle of ``ref`` in ``context``, made (with its flusher and session
+        index hook) if nobody holds one."""
         reference = MemoryReference(ref) if isinstance(ref, str) else ref
         resource = self.registry.get(reference.id)
         source = reference.key or resource.default_key_template
@@ -162,17 +124,7 @@ class MemoryManager:
         handle = self._handles.get(handle_key)
         if handle is None:
             counter = self.counter_for(resource)
-            handle = MemoryInstance(
-                self.client,
-                keys,
-                policy=resource.policy(),
-                counter=counter,
-                read_only=reference.read_only,
-                batching=self.batching,
-                retry=self.retry,
-                memory_id=resource.id,
-                metrics=self.metrics,
-            )
+            handle = self._open(keys, resource, counter, reference.read_only)
             entry = None if reference.read_only else self.sessions.entry(_agent_id(values, agent))
             limited = resource.effective_max_tokens is not None or resource.max_messages is not None
             if self.flushing and not reference.read_only and limited:
@@ -185,78 +137,74 @@ class MemoryManager:
                         lock_ttl=resource.locking.flush_ttl,
                         metrics=self.metrics,
                         name=resource.id,
-                        indexer=handle.indexer,
-                        on_commit=None if entry is None else _committed(entry, handle),
+                        indexer=handle.index_ops,
+                        on_commit=None if entry is None else committed(handle),
                     )
                 )
             handle.attach_index(entry)
             self._handles[handle_key] = handle
         return handle
 
-    async def session(
-        self,
-        ref: str | MemoryReference,
-        *,
-        agent: str | None = None,
-        session_id: str | None = None,
-        context: Mapping[str, Any] | None = None,
-    ) -> tuple[str, MemoryInstance]:
-        """A session's handle: ``ref`` rendered with ``session`` (a new :func:`uuid7` when
-        ``session_id`` is None) and ``agent`` in its context. Returns ``(session_id, handle)``;
-        the session shows in :meth:`list_sessions` after its first write."""
-        sid = session_id if session_id is not None else uuid7()
-        values = {**(context or {}), "session": sid}
-        if agent is not None:
-            values["agent"] = agent
-        return sid, await self.get(ref, values)
+    def _looked_up(self, ref: str | MemoryReference, context: Mapping[str, Any] | None) -> H:
+        """:meth:`_handle`, counted in ``compozy_memory_config_resolution_total``."""
+        try:
+            handle = self._handle(ref, context)
+        except Exception as exc:
+            self._resolved("direct", type(exc).__name__)
+            raise
+        self._resolved("direct", "ok")
+        return handle
 
-    def new_session_id(self) -> str:
-        """A new time-ordered session id (UUIDv7)."""
-        return uuid7()
-
-    async def list_sessions(
-        self,
-        project: str | None = None,
-        *,
-        agent: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> SessionPage:
-        """The project's sessions (or one agent's), most recently active first, with their
-        created and last-active times, message and token counts; ``cursor`` from the last
-        page gives the next. One bounded read of the index, whatever the number of sessions.
-        A handle shared by several agents is indexed under the agent that opened it first."""
-        index = self.sessions
-        if project is not None and project != index.project:
-            index = SessionIndex(self.client, project, retry=self.retry)
-        await index.flushed()  # this process's own writes are listed
-        return await index.page(agent=agent, limit=limit, cursor=cursor)
-
-    async def for_agent(
-        self, agent: str | Mapping[str, Any], context: Mapping[str, Any] | None = None
-    ) -> list[MemoryInstance]:
-        """Handles for every memory of an agent: its id in the project files, or its settings.
-
-        Counted in ``compozy_memory_config_resolution_total`` by the configuration level the
-        settings use (``simple``, ``multi``, ``advanced``, or ``stateless``)."""
+    def _references(self, agent: str | Mapping[str, Any]) -> tuple[str, Sequence[MemoryReference]]:
+        """An agent's memory references, and the configuration level they use."""
         pattern = "unknown"
         try:
             if isinstance(agent, str):
                 pattern = _PATTERNS[self.registry.agent_level(agent)]
-                refs: Sequence[MemoryReference] = self.registry.agent(agent)
-            else:
-                if isinstance(agent, Mapping):
-                    pattern = _PATTERNS.get(configuration_level(agent), "unknown")
-                refs = self.registry.resolve(agent)
-            await self._start_once()
-            agent_id = agent if isinstance(agent, str) else agent.get("id")
-            named = agent_id if isinstance(agent_id, str) and agent_id else None
-            handles = [await self._get(ref, context, named) for ref in refs]
+                return pattern, self.registry.agent(agent)
+            if isinstance(agent, Mapping):
+                pattern = _PATTERNS.get(configuration_level(agent), "unknown")
+            return pattern, self.registry.resolve(agent)
+        except Exception as exc:
+            self._resolved(pattern, type(exc).__name__)
+            raise
+
+    def _handles_for(
+        self,
+        agent: str | Mapping[str, Any],
+        pattern: str,
+        refs: Sequence[MemoryReference],
+        context: Mapping[str, Any] | None,
+    ) -> list[H]:
+        agent_id = agent if isinstance(agent, str) else agent.get("id")
+        named = agent_id if isinstance(agent_id, str) and agent_id else None
+        try:
+            handles = [self._handle(ref, context, named) for ref in refs]
         except Exception as exc:
             self._resolved(pattern, type(exc).__name__)
             raise
         self._resolved(pattern, "ok")
         return handles
+
+    @staticmethod
+    def _session_context(
+        agent: str | None, session_id: str | None, context: Mapping[str, Any] | None
+    ) -> tuple[str, dict[str, Any]]:
+        sid = session_id if session_id is not None else uuid7()
+        values = {**(context or {}), "session": sid}
+        if agent is not None:
+            values["agent"] = agent
+        return sid, values
+
+    def _index_of(self, project: str | None) -> SessionIndex:
+        index = self.sessions
+        if project is not None and project != index.project:
+            index = SessionIndex(self.client, project, retry=self.retry)
+        return index
+
+    def new_session_id(self) -> str:
+        """A new time-ordered session id (UUIDv7)."""
+        return uuid7()
 
     def _resolved(self, pattern: str, outcome: str) -> None:
         child = self._resolutions.get((pattern, outcome))
@@ -272,6 +220,11 @@ class MemoryManager:
         if self._counter_override is not None:
             return self._counter_override
         return self._build_counter(resource.tokenizer)
+
+    def _counters(self) -> list[TokenCounter]:
+        """Every memory's counter, once each."""
+        counters = {id(c): c for c in map(self.counter_for, self.registry.list())}
+        return list(counters.values()) or [self.counter]
 
     def _build_counter(self, config: TokenizerConfig | None) -> TokenCounter:
         if config is None:
@@ -300,19 +253,17 @@ class MemoryManager:
             self._summarizers[cache_key] = summarizer
         return summarizer
 
-    async def aclose(self) -> None:
-        """Send the session-index entries still pending, and close what the manager's
-        summarizers and token counters opened (API clients); the Redis client is the
-        caller's to close."""
-        await self.sessions.flushed()
+    def _closing(self) -> list[Coroutine[Any, Any, None]]:
+        """What closing the manager awaits: its summarizers' and API counters' clients."""
+        closing: list[Coroutine[Any, Any, None]] = []
         for summarizer in self._summarizers.values():
             close = getattr(summarizer, "aclose", None)
             if close is not None:
-                await close()
+                closing.append(close())
         self._summarizers.clear()
-        for counter in self._api_counters.values():
-            await counter.aclose()
+        closing += [counter.aclose() for counter in self._api_counters.values()]
         self._api_counters.clear()
+        return closing
 
     @property
     def open_handles(self) -> int:
@@ -320,19 +271,154 @@ class MemoryManager:
         return len(self._handles)
 
 
-def _committed(entry: IndexEntry, handle: MemoryInstance) -> Callable[[FlushCommit, int], None]:
-    """After a flush commit, record ``handle``'s totals in the index (held weakly: the flusher
-    lives as long as the handle, which must stay free to go)."""
-    ref = weakref.ref(handle)
+class MemoryManager(ManagerBase[MemoryInstance]):
+    """Hands out :class:`MemoryInstance` handles for a project's memories.
 
-    def removed(commit: FlushCommit, last_id: int) -> None:
-        memory = ref()
-        if memory is not None:
-            entry.removed(
-                memory, last_id=last_id, messages=commit.total_count, tokens=commit.total_tokens
-            )
+    The key of an instance is ``<memory id>:<rendered key template>``, sanitised, so two
+    memories never share storage and two agents that resolve the same memory and key share
+    one conversation. Read-write handles of memories with a token budget or ``max_messages``
+    flush in the background as their resource says (summarizer, thresholds, lock TTL).
 
-    return removed
+    Handles for the same memory, key and mode are shared while anyone holds one, and dropped
+    with the last reference: a lookup creates no task, connection pool or counter, and
+    nothing accumulates per call.
+
+    Messages without ``tokens`` are counted as each resource's ``tokenizer`` says (cl100k
+    when it says nothing), unless ``counter`` is given: then it counts for every memory.
+    Local counters are shared per encoding across the process; API counters per model.
+    :class:`~compozy_memory.SyncMemoryManager` does the same on redis-py's blocking client.
+    """
+
+    def __init__(
+        self,
+        registry: MemoryRegistry,
+        client: RedisClient,
+        *,
+        counter: TokenCounter | None = None,
+        batching: bool = True,
+        flushing: bool = True,
+        summarizer: Summarizer | None = None,
+        metrics: MemoryMetrics | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        super().__init__(
+            registry,
+            client,
+            counter=counter,
+            batching=batching,
+            flushing=flushing,
+            summarizer=summarizer,
+            metrics=metrics,
+            retry=retry,
+        )
+        self.client: RedisClient = client
+
+    def _open(
+        self, keys: InstanceKeys, resource: MemoryResource, counter: TokenCounter, read_only: bool
+    ) -> MemoryInstance:
+        return MemoryInstance(
+            self.client,
+            keys,
+            policy=resource.policy(),
+            counter=counter,
+            read_only=read_only,
+            batching=self.batching,
+            retry=self.retry,
+            memory_id=resource.id,
+            metrics=self.metrics,
+        )
+
+    async def start(self) -> None:
+        """Load now what a first append would otherwise load: every memory's token encoder,
+        the server-side scripts on every primary and the search analyser (:func:`warm`).
+        ``async with`` calls it, and so does the first :meth:`get` (where a failure is left
+        for the first call to report). Raises when the server cannot be reached."""
+        self._started = True
+        await warm(self.client, counters=self._counters())
+
+    async def _start_once(self) -> None:
+        if not self._started:
+            try:
+                async with asyncio.timeout(_LAZY_START_SECONDS):
+                    await self.start()
+            except Exception as exc:  # best effort: a handle's first call says what is wrong
+                log.debug("warming up at the first get failed: %r", exc)
+
+    async def __aenter__(self) -> MemoryManager:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def get(
+        self, ref: str | MemoryReference, context: Mapping[str, Any] | None = None
+    ) -> MemoryInstance:
+        """The handle for ``ref`` (a memory id, read-write, or a reference) in ``context``.
+
+        ``context`` holds what key templates read: ``workflow``, ``agent``, ``user``...;
+        ``project.id`` is filled in from the registry.
+
+        Counted in ``compozy_memory_config_resolution_total{pattern="direct"}``.
+        """
+        await self._start_once()
+        return self._looked_up(ref, context)
+
+    def lookup(
+        self, ref: str | MemoryReference, context: Mapping[str, Any] | None = None
+    ) -> MemoryInstance:
+        """:meth:`get` without awaiting, and so without its lazy warm-up: for code that
+        cannot await (the adapters' synchronous methods, a factory called from a thread)."""
+        return self._looked_up(ref, context)
+
+    async def session(
+        self,
+        ref: str | MemoryReference,
+        *,
+        agent: str | None = None,
+        session_id: str | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> tuple[str, MemoryInstance]:
+        """A session's handle: ``ref`` rendered with ``session`` (a new :func:`uuid7` when
+        ``session_id`` is None) and ``agent`` in its context. Returns ``(session_id, handle)``;
+        the session shows in :meth:`list_sessions` after its first write."""
+        sid, values = self._session_context(agent, session_id, context)
+        return sid, await self.get(ref, values)
+
+    async def list_sessions(
+        self,
+        project: str | None = None,
+        *,
+        agent: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """The project's sessions (or one agent's), most recently active first, with their
+        created and last-active times, message and token counts; ``cursor`` from the last
+        page gives the next. One bounded read of the index, whatever the number of sessions.
+        A handle shared by several agents is indexed under the agent that opened it first."""
+        index = self._index_of(project)
+        await index.flushed()  # this process's own writes are listed
+        return await index.page(agent=agent, limit=limit, cursor=cursor)
+
+    async def for_agent(
+        self, agent: str | Mapping[str, Any], context: Mapping[str, Any] | None = None
+    ) -> list[MemoryInstance]:
+        """Handles for every memory of an agent: its id in the project files, or its settings.
+
+        Counted in ``compozy_memory_config_resolution_total`` by the configuration level the
+        settings use (``simple``, ``multi``, ``advanced``, or ``stateless``)."""
+        pattern, refs = self._references(agent)
+        await self._start_once()
+        return self._handles_for(agent, pattern, refs, context)
+
+    async def aclose(self) -> None:
+        """Send the session-index entries still pending, and close what the manager's
+        summarizers and token counters opened (API clients); the Redis client is the
+        caller's to close."""
+        await self.sessions.flushed()
+        for closing in self._closing():
+            await closing
 
 
 def _agent_id(context: Mapping[str, Any], agent: str | None) -> str | None:
@@ -345,98 +431,3 @@ def _agent_id(context: Mapping[str, Any], agent: str | None) -> str | None:
 
 # compozy_memory_config_resolution_total's ``pattern``: the spec's names of the three levels.
 _PATTERNS: dict[int | None, str] = {1: "simple", 2: "multi", 3: "advanced", None: "stateless"}
-
-#: The specification's ``DefaultTokenAllocation``, used when a resource gives none.
-DEFAULT_TOKEN_ALLOCATION = TokenAllocation(short_term=0.7, long_term=0.2, system=0.1)
-
-#: The specification's ``mapContentTypesToAllocation``: which share of ``token_allocation``
-#: limits a priority block, by content type. A block's first content type listed here decides;
-#: a block with none of them is ``short_term``.
-ALLOCATION_OF_CONTENT_TYPE = {
-    "system_prompt": "system",
-    "user_profile": "system",
-    "recent_context": "short_term",
-    "important_facts": "short_term",
-    "historical_messages": "long_term",
-}
-
-
-def allocation_category(content_types: Sequence[str]) -> str:
-    """The ``token_allocation`` share (system, short_term, long_term) of a block's types."""
-    for content_type in content_types:
-        category = ALLOCATION_OF_CONTENT_TYPE.get(content_type)
-        if category is not None:
-            return category
-    return "short_term"
-
-
-def flush_settings(resource: MemoryResource) -> FlushSettings:
-    """What a flush of ``resource`` aims for: its token budget and its ``max_messages``,
-    both when it has both; a count-only memory flushes with no token limit.
-
-    Priority limits: for each block of priority 2 or more (the only ones priority eviction
-    touches), the lower of its ``max_tokens`` and its share of the budget under
-    ``token_allocation`` (the specification's default 0.7 / 0.2 / 0.1 when none is given),
-    the share chosen by the block's content types."""
-    budget = resource.effective_max_tokens
-    if budget is None:
-        if resource.max_messages is None:
-            raise ConfigurationError(f"memory {resource.id!r} has no budget to flush towards")
-        budget = UNBOUNDED_TOKENS  # count only: no token limit, no allocation limits
-    allocation = resource.token_allocation or DEFAULT_TOKEN_ALLOCATION
-    limits: dict[int, int] = {}
-    for block in resource.priority_blocks:
-        if block.priority < EVICTABLE_PRIORITY:
-            continue
-        share = getattr(allocation, allocation_category(block.content_types))
-        candidates = [int(budget * share)]
-        if block.max_tokens:
-            candidates.append(block.max_tokens)
-        limits[block.priority] = min(candidates)
-    strategy = resource.flushing_strategy
-    compression = resource.compression.resolve() if resource.compression else None
-    return FlushSettings(
-        max_tokens=budget,
-        summarize_threshold=strategy.summarize_threshold,
-        summarize_oldest_percent=strategy.summarize_oldest_percent,
-        # A summary larger than its share of a context would never be shown (context() takes
-        # a summary whole or not at all).
-        summary_tokens=min(
-            strategy.summary_tokens, budget // 2, int(budget * resource.context.summary_share)
-        ),
-        strategy=strategy.type,
-        priority_limits=limits,
-        compression=compression_settings(compression) if compression else None,
-        max_messages=resource.max_messages,
-    )
-
-
-def compression_settings(settings: CompressionSettings) -> Compression:
-    sizes = settings.batch_sizes
-    return Compression(
-        max_l1_messages=settings.max_l1_messages,
-        min_l1_messages=settings.min_l1_messages,
-        warning_threshold_percent=settings.warning_threshold_percent,
-        critical_threshold_percent=settings.critical_threshold_percent,
-        batch_sizes=BatchSizes(sizes.normal, sizes.warning, sizes.critical),
-    )
-
-
-def build_summarizer(
-    config: RuleBasedSummarizerConfig | ExtractiveSummarizerConfig | AnthropicSummarizerConfig,
-    counter: TokenCounter,
-    *,
-    metrics: MemoryMetrics | None = None,
-) -> Summarizer:
-    """The summarizer a resource's ``summarizer`` block asks for."""
-    if isinstance(config, AnthropicSummarizerConfig):
-        return AnthropicSummarizer(
-            counter,
-            model=config.model,
-            timeout=config.timeout,
-            max_retries=config.max_retries,
-            metrics=metrics,
-        )
-    if isinstance(config, ExtractiveSummarizerConfig):
-        return ExtractiveSummarizer(counter)
-    return RuleBasedSummarizer(counter)

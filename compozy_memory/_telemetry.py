@@ -101,6 +101,21 @@ class Telemetry:
     ) -> T:
         """Await ``call`` inside the span of ``operation`` (one of :data:`GENAI_OPERATIONS`),
         and record its duration."""
+        with self.span(operation, store=store, resource=resource, server=server, records=records):
+            return await call
+
+    @contextmanager
+    def span(
+        self,
+        operation: str,
+        *,
+        store: str,
+        resource: str,
+        server: tuple[str, int] | None,
+        records: int | None,
+    ) -> Iterator[None]:
+        """The span of ``operation`` around the block (a blocking call, or an awaited one),
+        and its duration recorded."""
         name = GENAI_OPERATIONS[operation]
         common: dict[str, Any] = {"gen_ai.operation.name": name}
         common["compozy.memory.resource"] = resource
@@ -120,7 +135,7 @@ class Telemetry:
             set_status_on_exception=False,
         ) as span:
             try:
-                reply = await call
+                yield
             except BaseException as exc:
                 error = type(exc).__name__
                 span.set_attribute("error.type", error)
@@ -129,7 +144,6 @@ class Telemetry:
                 self.duration.record(time.perf_counter() - started, {**common, "error.type": error})
                 raise
             self.duration.record(time.perf_counter() - started, common)
-            return reply
 
 
 #: The process's telemetry: None until :func:`instrument`.

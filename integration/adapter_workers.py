@@ -1,7 +1,10 @@
 """Spawned processes that append through the framework adapters, as agent replicas would.
 
-Even writers use the adapters' synchronous methods (no event loop in the process, so the
-private loop runs them); odd writers use the async ones inside ``asyncio.run``.
+Writers take turns at the ways an adapter is reached: its synchronous methods over an async
+handle (so through the handle's blocking twin), its synchronous methods over a
+:class:`SyncMemoryInstance` on a blocking client, and its async methods inside ``asyncio.run``
+(the OpenAI Agents SDK's sessions are async only: some of its writers run each call on a
+fresh event loop, as ``Runner.run_sync`` does).
 """
 
 from __future__ import annotations
@@ -9,15 +12,29 @@ from __future__ import annotations
 import asyncio
 from threading import Barrier
 
-from compozy_memory import HeuristicCounter, MemoryInstance, connect
+from compozy_memory import HeuristicCounter, MemoryInstance, SyncMemoryInstance, connect
+from compozy_memory._wire.background import wait_background
+from compozy_memory._wire.connection import close_twin, connect_sync
 from compozy_memory._wire.translate import RedisClient
-from compozy_memory.adapters._sync import run_sync
 
 PROJECT = "adapters"
 
 
 def open_memory(client: RedisClient, key: str) -> MemoryInstance:
     return MemoryInstance.open(client, project=PROJECT, key=key, counter=HeuristicCounter())
+
+
+def open_sync_memory(url: str, key: str) -> SyncMemoryInstance:
+    client = connect_sync(url)
+    return SyncMemoryInstance.open(client, project=PROJECT, key=key, counter=HeuristicCounter())
+
+
+def close_unused(client: RedisClient) -> None:
+    """Close an async client only its blocking twin used (once the twin's background work,
+    the index catch-ups its writes set off, is done)."""
+    wait_background()
+    close_twin(client)
+    asyncio.run(client.aclose())
 
 
 def langchain_writer(url: str, key: str, writer: int, count: int, start: Barrier) -> int:
@@ -29,13 +46,22 @@ def langchain_writer(url: str, key: str, writer: int, count: int, start: Barrier
         kind = HumanMessage if seq % 2 else AIMessage
         return kind(content=f"writer {writer} turn {seq}", id=f"{writer}:{seq}")
 
-    if writer % 2 == 0:
+    if writer % 4 == 2:
+        memory = open_sync_memory(url, key)
+        history = CompozyChatMessageHistory(memory)
+        start.wait(timeout=60)
+        for seq in range(count):
+            history.add_messages([message(seq)])
+        wait_background()
+        memory.client.close()
+        return count
+    if writer % 4 == 0:
         client = connect(url)
         history = CompozyChatMessageHistory(open_memory(client, key))
         start.wait(timeout=60)
         for seq in range(count):
             history.add_messages([message(seq)])
-        run_sync(client.aclose(), method="aclose", instead="")
+        close_unused(client)
         return count
 
     async def run() -> int:
@@ -54,22 +80,35 @@ def langchain_writer(url: str, key: str, writer: int, count: int, start: Barrier
 def openai_agents_writer(url: str, key: str, writer: int, count: int, start: Barrier) -> int:
     from compozy_memory.adapters.openai_agents import CompozySession
 
+    def item(seq: int) -> dict[str, str]:
+        if seq % 2:
+            return {"role": "user", "content": f"writer {writer} turn {seq}"}
+        return {
+            "type": "function_call",
+            "call_id": f"call-{writer}-{seq}",
+            "name": "lookup",
+            "arguments": f'{{"writer": {writer}, "seq": {seq}}}',
+        }
+
+    if writer % 2 == 0:
+        # One session, each call on a new event loop (Runner.run_sync's way): the first
+        # loop's client is gone with it, so later calls go by the blocking twin.
+        client = connect(url)
+        session = CompozySession(open_memory(client, key))
+        start.wait(timeout=60)
+        for seq in range(count):
+            asyncio.run(session.add_items([item(seq)]))  # type: ignore[list-item]
+        wait_background()
+        close_twin(client)
+        return count
+
     async def run() -> int:
         client = connect(url)
         session = CompozySession(open_memory(client, key))
         await client.ping()
         start.wait(timeout=60)
         for seq in range(count):
-            if seq % 2:
-                item = {"role": "user", "content": f"writer {writer} turn {seq}"}
-            else:
-                item = {
-                    "type": "function_call",
-                    "call_id": f"call-{writer}-{seq}",
-                    "name": "lookup",
-                    "arguments": f'{{"writer": {writer}, "seq": {seq}}}',
-                }
-            await session.add_items([item])  # type: ignore[list-item]
+            await session.add_items([item(seq)])  # type: ignore[list-item]
         await client.aclose()
         return count
 
@@ -88,13 +127,22 @@ def llama_index_writer(url: str, key: str, writer: int, count: int, start: Barri
             additional_kwargs={"writer": writer, "seq": seq},
         )
 
-    if writer % 2 == 0:
+    if writer % 4 == 2:  # sync methods over a blocking client
+        blocking = connect_sync(url)
+        store = CompozyChatStore.from_client(blocking, project=PROJECT, counter=HeuristicCounter())
+        start.wait(timeout=60)
+        for seq in range(count):
+            store.add_message(key, message(seq))
+        wait_background()
+        blocking.close()
+        return count
+    if writer % 4 == 0:  # sync methods over an async client (its blocking twin)
         client = connect(url)
         store = CompozyChatStore.from_client(client, project=PROJECT, counter=HeuristicCounter())
         start.wait(timeout=60)
         for seq in range(count):
             store.add_message(key, message(seq))
-        run_sync(client.aclose(), method="aclose", instead="")
+        close_unused(client)
         return count
 
     async def run() -> int:

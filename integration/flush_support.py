@@ -171,7 +171,7 @@ async def _writer(
         results.append(result)
         return result
 
-    memory.flusher.flush = recording_flush  # type: ignore[method-assign]
+    memory.flusher.flush = recording_flush  # type: ignore[method-assign,assignment]
     acknowledged = []
     try:
         await client.ping()

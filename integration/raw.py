@@ -7,7 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._wire.client_calls import OnClient
 from compozy_memory._wire.scripts import ScriptArg, script
+from compozy_memory._wire.steps import adrive
 from compozy_memory._wire.translate import RedisClient, run_script
 
 
@@ -21,4 +23,5 @@ async def run_raw(
     code = script(name)
     names = code.contract.keys
     args = code.contract.argv_for(values, rest)
-    return await run_script(client, code, [getattr(keys, k) for k in names], args, keys.prefix)
+    steps = run_script(client, code, [getattr(keys, k) for k in names], args, keys.prefix)
+    return await adrive(steps, OnClient(client))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -20,13 +21,13 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from compozy_memory import HeuristicCounter, MemoryInstance, UsageError, connect
+from compozy_memory import HeuristicCounter, MemoryInstance, SyncMemoryInstance, connect
+from compozy_memory._wire.connection import connect_sync
 from compozy_memory._wire.translate import RedisClient
-from compozy_memory.adapters._sync import run_sync
 from compozy_memory.adapters.langchain import CompozyChatMessageHistory
 from compozy_memory.embedded import EmbeddedServer
 from integration.adapter_fleet import APPENDS, WRITERS, in_writer_order, run_fleet, tally
-from integration.adapter_workers import PROJECT, langchain_writer, open_memory
+from integration.adapter_workers import PROJECT, close_unused, langchain_writer, open_memory
 
 
 def every_kind() -> list[BaseMessage]:
@@ -122,17 +123,79 @@ async def test_max_tokens_reads_the_newest_window(memory: MemoryInstance) -> Non
     assert len(await CompozyChatMessageHistory(memory).aget_messages()) == 10
 
 
-async def test_sync_methods_inside_a_running_loop_refuse_and_write_nothing(
+async def test_sync_methods_inside_a_running_loop_store_and_read(
     memory: MemoryInstance,
 ) -> None:
+    """A sync call in an async handler (or a notebook) goes by the handle's blocking twin:
+    it blocks the loop for one call, and stores what it was given."""
     history = CompozyChatMessageHistory(memory)
-    with pytest.raises(UsageError, match=r"await aadd_messages\(\)"):
-        history.add_messages([HumanMessage(content="blocked")])
-    with pytest.raises(UsageError, match=r"await aget_messages\(\)"):
-        _ = history.messages
-    with pytest.raises(UsageError, match=r"await aclear\(\)"):
-        history.clear()
+    history.add_messages([HumanMessage(content="from a running loop")])
+    await history.aadd_messages([AIMessage(content="and from the loop itself")])
+    assert [m.content for m in history.messages] == [
+        "from a running loop",
+        "and from the loop itself",
+    ]
+    assert await memory.len() == 2
+    history.clear()
     assert await memory.len() == 0
+
+
+async def test_messages_after_ainvoke_on_the_same_client(memory: MemoryInstance) -> None:
+    """The sync read after async writes on one client: no 'Event loop is closed'."""
+    history = CompozyChatMessageHistory(memory)
+    await history.aadd_messages([HumanMessage(content="async first")])
+    assert [m.content for m in history.messages] == ["async first"]
+    history.add_messages([AIMessage(content="then sync")])
+    assert [m.content for m in await history.aget_messages()] == ["async first", "then sync"]
+
+
+async def test_invoke_inside_an_async_handler_stores_each_turn(memory: MemoryInstance) -> None:
+    """RunnableWithMessageHistory.invoke (sync) called from a coroutine: LangChain swallows a
+    history's errors, so only reading the store back shows the turns were kept."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+    from langchain_core.runnables.history import RunnableWithMessageHistory
+
+    prompt = ChatPromptTemplate.from_messages(
+        [MessagesPlaceholder("history"), ("human", "{question}")]
+    )
+    model = FakeListChatModel(responses=["first answer", "second answer"])
+    history = CompozyChatMessageHistory(memory)
+    with pytest.warns(DeprecationWarning, match="RunnableWithMessageHistory"):
+        chain = RunnableWithMessageHistory(
+            prompt | model,
+            lambda session_id: history,
+            input_messages_key="question",
+            history_messages_key="history",
+        )
+    config = {"configurable": {"session_id": "s1"}}
+    chain.invoke({"question": "one?"}, config=config)  # type: ignore[arg-type]
+    await chain.ainvoke({"question": "two?"}, config=config)  # type: ignore[arg-type]
+    got = [(m.role, m.text) for m in await memory.read()]
+    assert got == [
+        ("user", "one?"),
+        ("assistant", "first answer"),
+        ("user", "two?"),
+        ("assistant", "second answer"),
+    ]
+
+
+def test_a_sync_memory_serves_both_kinds_of_method(valkey_server: EmbeddedServer) -> None:
+    memory = SyncMemoryInstance.open(
+        connect_sync(valkey_server.url), project=PROJECT, key=f"lc:{uuid.uuid4().hex}"
+    )
+    history = CompozyChatMessageHistory(memory)
+    try:
+        history.add_messages([HumanMessage(content="sync")])
+
+        async def from_a_loop() -> list[BaseMessage]:
+            await history.aadd_messages([AIMessage(content="async, in a worker thread")])
+            return await history.aget_messages()
+
+        got = asyncio.run(from_a_loop())
+        assert [m.content for m in got] == ["sync", "async, in a worker thread"]
+    finally:
+        memory.client.close()
 
 
 def test_sync_methods_outside_a_loop(valkey_server: EmbeddedServer) -> None:
@@ -151,7 +214,7 @@ def test_sync_methods_outside_a_loop(valkey_server: EmbeddedServer) -> None:
         history.clear()
         assert history.messages == []
     finally:
-        run_sync(client.aclose(), method="aclose", instead="")
+        close_unused(client)
 
 
 async def test_runnable_with_message_history_records_each_turn(memory: MemoryInstance) -> None:

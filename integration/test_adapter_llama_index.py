@@ -24,11 +24,10 @@ from compozy_memory import (
     connect,
 )
 from compozy_memory._wire.translate import RedisClient
-from compozy_memory.adapters._sync import run_sync
 from compozy_memory.adapters.llama_index import ChatKeyListing, CompozyChatStore
 from compozy_memory.embedded import EmbeddedServer
 from integration.adapter_fleet import APPENDS, WRITERS, in_writer_order, run_fleet, tally
-from integration.adapter_workers import PROJECT, llama_index_writer
+from integration.adapter_workers import PROJECT, close_unused, llama_index_writer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "project"
 
@@ -81,7 +80,9 @@ async def test_every_kind_of_message_reads_back_equal(store: CompozyChatStore) -
     for message in sent:
         await store.async_add_message("chat", message)
     assert await store.aget_messages("chat") == sent
-    stored = await (await store.memory("chat")).read()
+    memory = await store.memory("chat")
+    assert isinstance(memory, MemoryInstance)
+    stored = await memory.read()
     assert [m.role for m in stored] == [
         "system", "user", "assistant", "tool", "assistant", "user", "user",
     ]  # fmt: skip
@@ -152,12 +153,131 @@ async def test_from_manager_uses_the_memory_resource(client: RedisClient) -> Non
     await store.adelete_messages(key)
 
 
-async def test_sync_methods_inside_a_running_loop_refuse(store: CompozyChatStore) -> None:
-    with pytest.raises(UsageError, match=r"await async_add_message\(\)"):
-        store.add_message("k", ChatMessage(role="user", content="no"))
-    with pytest.raises(UsageError, match=r"await aget_keys\(\)"):
-        store.get_keys()
-    assert await store.aget_messages("k") == []
+async def test_sync_methods_inside_a_running_loop_store(store: CompozyChatStore) -> None:
+    """Sync methods go by the memory's blocking twin: they work inside a running loop too."""
+    store.add_message("k", ChatMessage(role="user", content="from the loop"))
+    assert store.get_keys() == ["k"]
+    assert [m.content for m in await store.aget_messages("k")] == ["from the loop"]
+
+
+async def test_add_message_at_an_index(store: CompozyChatStore) -> None:
+    sent = [ChatMessage(role="user", content=f"m{i}") for i in range(3)]
+    await store.aset_messages("k", [sent[0], sent[2]])
+    await store.async_add_message("k", sent[1], idx=1)
+    store.add_message("k", ChatMessage(role="user", content="first"), idx=0)
+    store.add_message("k", ChatMessage(role="user", content="last"), idx=99)
+    store.add_message("k", ChatMessage(role="user", content="before last"), idx=-1)
+    assert [m.content for m in store.get_messages("k")] == [
+        "first", "m0", "m1", "m2", "before last", "last",
+    ]  # fmt: skip
+
+
+async def test_achat_keeps_each_turn_in_the_store(store: CompozyChatStore) -> None:
+    """``await chat_engine.achat``: ChatMemoryBuffer.aget runs the sync get in a thread while
+    aput runs on the caller's loop, on one client."""
+    from llama_index.core.chat_engine import SimpleChatEngine
+    from llama_index.core.llms import MockLLM
+
+    buffer = ChatMemoryBuffer.from_defaults(
+        chat_store=store, chat_store_key="chat", token_limit=2000, tokenizer_fn=str.split
+    )
+    engine = SimpleChatEngine.from_defaults(llm=MockLLM(max_tokens=5), memory=buffer)
+    first = await engine.achat("hello there")
+    await engine.achat("and again")
+    engine.chat("now synchronously")  # the sync engine, inside this running loop
+    stored = await store.aget_messages("chat")
+    assert [m.role.value for m in stored] == ["user", "assistant"] * 3
+    assert stored[0].content == "hello there"
+    assert stored[1].content == str(first)
+    assert stored[4].content == "now synchronously"
+
+
+async def test_the_memory_class_keeps_its_queue_in_compozy(client: RedisClient) -> None:
+    """LlamaIndex's Memory (it wants an AsyncDBChatStore): its FIFO queue is the memory's
+    live messages, what it archives moves to the memory's archive."""
+    from llama_index.core.memory import Memory
+    from llama_index.core.storage.chat_store.base_db import MessageStatus
+
+    from compozy_memory.adapters.llama_index_memory import CompozyDBChatStore
+
+    prefix = f"li-{uuid.uuid4().hex}:"
+    db = CompozyDBChatStore.from_client(
+        client, project=PROJECT, key_prefix=prefix, counter=HeuristicCounter()
+    )
+    memory = Memory.from_defaults(
+        session_id="s1", chat_store=db, token_limit=60, token_flush_size=10,
+        tokenizer_fn=str.split,
+    )  # fmt: skip
+    for i in range(12):
+        role = "user" if i % 2 == 0 else "assistant"
+        await memory.aput(ChatMessage(role=role, content=f"turn {i} " + "word " * 5))
+    active = await db.get_messages("s1")
+    archived = await db.get_messages("s1", status=MessageStatus.ARCHIVED)
+    assert 0 < len(active) < 12
+    assert len(active) + len(archived) == 12
+    assert [m.content for m in archived + active] == [f"turn {i} " + "word " * 5 for i in range(12)]
+    assert await db.count_messages("s1") == len(active)
+    assert await db.count_messages("s1", status=None) == 12
+    assert active[0].role.value == "user"  # Memory keeps whole turns
+    got = await memory.aget()
+    assert [m.content for m in got][-1] == active[-1].content
+    assert await db.get_keys() == ["s1"]
+    await memory.areset()
+    assert await db.count_messages("s1", status=None) == 0
+
+
+def test_the_memory_class_from_sync_code(valkey_server: EmbeddedServer) -> None:
+    """Memory's sync wrappers run its coroutines on a loop of their own, each call."""
+    from llama_index.core.memory import Memory
+
+    from compozy_memory.adapters.llama_index_memory import CompozyDBChatStore
+
+    client = connect(valkey_server.url)
+    db = CompozyDBChatStore.from_client(
+        client, project=PROJECT, key_prefix=f"li-{uuid.uuid4().hex}:"
+    )
+    memory = Memory.from_defaults(session_id="s", chat_store=db, token_limit=1000)
+    try:
+        memory.put(ChatMessage(role="user", content="one"))
+        memory.put(ChatMessage(role="assistant", content="two"))
+        assert [m.content for m in memory.get()] == ["one", "two"]
+        assert [m.content for m in memory.get_all()] == ["one", "two"]
+    finally:
+        close_unused(client)
+
+
+async def test_the_db_store_edits(client: RedisClient) -> None:
+    from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, MessageStatus
+
+    from compozy_memory.adapters.llama_index_memory import CompozyDBChatStore
+
+    db = CompozyDBChatStore.from_client(
+        client, project=PROJECT, key_prefix=f"li-{uuid.uuid4().hex}:"
+    )
+    assert isinstance(db, AsyncDBChatStore)
+    sent = [ChatMessage(role="user", content=f"m{i}") for i in range(6)]
+    await db.add_messages("k", sent)
+    assert await db.get_messages("k", limit=2, offset=1) == sent[1:3]
+    assert await db.delete_oldest_messages("k", 2) == sent[:2]
+    assert await db.archive_oldest_messages("k", 1) == [sent[2]]
+    archived = await db.get_messages("k", status=MessageStatus.ARCHIVED)
+    assert archived == sent[:3]
+    assert await db.count_messages("k", status=MessageStatus.ARCHIVED) == 3
+    assert await db.delete_message("k", 1) == sent[4]
+    assert await db.delete_message("k", 9) is None
+    assert await db.get_messages("k") == [sent[3], sent[5]]
+    # The archive, then the active messages: delete_message's replace archived the three it
+    # replaced (two of them kept).
+    assert await db.get_messages("k", status=None) == [*sent, sent[3], sent[5]]
+    await db.set_messages("k", [sent[0]])
+    assert await db.get_messages("k") == [sent[0]]
+    with pytest.raises(UsageError, match="ACTIVE"):
+        await db.add_message("k", sent[1], status=MessageStatus.ARCHIVED)
+    await db.delete_messages("k", status=MessageStatus.ACTIVE)
+    assert await db.count_messages("k") == 0
+    assert await db.count_messages("k", status=None) > 0  # the archive keeps them
+    await db.delete_messages("k")
+    assert await db.count_messages("k", status=None) == 0
 
 
 def test_sync_methods_outside_a_loop(valkey_server: EmbeddedServer) -> None:
@@ -176,7 +296,7 @@ def test_sync_methods_outside_a_loop(valkey_server: EmbeddedServer) -> None:
         assert store.delete_messages("k") == sent[1:3]
         assert store.get_keys() == []
     finally:
-        run_sync(client.aclose(), method="aclose", instead="")
+        close_unused(client)
 
 
 def test_chat_memory_buffer_keeps_its_history_in_the_store(valkey_server: EmbeddedServer) -> None:
@@ -197,7 +317,7 @@ def test_chat_memory_buffer_keeps_its_history_in_the_store(valkey_server: Embedd
         buffer.reset()
         assert store.get_messages("user-1") == []
     finally:
-        run_sync(client.aclose(), method="aclose", instead="")
+        close_unused(client)
 
 
 async def test_writer_processes_add_messages_through_the_adapter_losing_nothing(

@@ -27,7 +27,12 @@ from compozy_memory._wire.translate import RedisClient
 from compozy_memory.adapters.openai_agents import CompozySession
 from compozy_memory.embedded import EmbeddedServer
 from integration.adapter_fleet import APPENDS, WRITERS, in_writer_order, run_fleet, tally
-from integration.adapter_workers import PROJECT, open_memory, openai_agents_writer
+from integration.adapter_workers import (
+    PROJECT,
+    close_unused,
+    open_memory,
+    openai_agents_writer,
+)
 
 ITEMS: list[dict[str, Any]] = [
     {"role": "developer", "content": "Answer with digits."},
@@ -241,6 +246,46 @@ async def test_the_sdk_runner_keeps_its_history_in_the_session(memory: MemoryIns
     assert [m.role for m in await memory.read()] == [
         "user", "assistant", "tool", "assistant", "user", "assistant",
     ]  # fmt: skip
+
+
+def test_run_sync_keeps_its_history(valkey_server: EmbeddedServer) -> None:
+    """Runner.run_sync runs the agent on the thread's default loop, and a session made
+    outside any loop goes by its memory's blocking twin there (it could not know whether that
+    loop outlives the call)."""
+    model = ScriptedModel([[answer("4", "msg_1")], [answer("8", "msg_2")]])
+    agent = Agent(name="calc", instructions="Add.", model=model)
+    client = connect(valkey_server.url)
+    session = CompozySession(open_memory(client, f"oa:{uuid.uuid4().hex}"))
+    config = RunConfig(tracing_disabled=True)
+    try:
+        assert (
+            Runner.run_sync(agent, "2+2?", session=session, run_config=config).final_output == "4"
+        )
+        second = Runner.run_sync(agent, "double it", session=session, run_config=config)
+        assert second.final_output == "8"
+        asyncio.get_event_loop_policy().get_event_loop().close()  # run_sync leaves it open
+        items = asyncio.run(session.get_items())
+        assert [item.get("role") for item in items] == ["user", "assistant", "user", "assistant"]
+        assert model.inputs[1][:2] == items[:2]  # the second run saw the first's history
+    finally:
+        asyncio.run(session.close())
+        close_unused(client)
+
+
+async def test_a_session_made_on_one_loop_works_on_another(memory: MemoryInstance) -> None:
+    session = CompozySession(memory)
+    await session.add_items([{"role": "user", "content": "on the session's loop"}])
+
+    def elsewhere() -> list[Any]:
+        async def calls() -> list[Any]:
+            await session.add_items([{"role": "user", "content": "on another loop"}])
+            return await session.get_items()
+
+        return asyncio.run(calls())
+
+    items = await asyncio.to_thread(elsewhere)
+    assert [item["content"] for item in items] == ["on the session's loop", "on another loop"]
+    assert await session.pop_item() == {"role": "user", "content": "on another loop"}
 
 
 async def test_writer_processes_add_items_through_the_adapter_losing_nothing(

@@ -53,15 +53,17 @@ def _turn(i: int) -> str:
 
 async def test_openai_agents_session_shows_the_summary_first(manager: MemoryManager) -> None:
     session = await CompozySession.from_manager(manager, "chat", uuid.uuid4().hex)
-    assert session.memory.flusher is not None  # flushing is on by default
+    memory = session.memory
+    assert isinstance(memory, MemoryInstance)
+    assert memory.flusher is not None  # flushing is on by default
     for i in range(MESSAGES):
         await session.add_items(
             [{"role": "user" if i % 2 == 0 else "assistant", "content": _turn(i)}]
         )
-    await session.memory.flusher.wait_idle()
-    await session.memory.flush()
+    await memory.flusher.wait_idle()
+    await memory.flush()
     items = await session.get_items()
-    summaries = await _summaries(session.memory)
+    summaries = await _summaries(memory)
     assert summaries
     for item, summary in zip(items, summaries, strict=False):
         assert item == {"role": "system", "content": summary}
@@ -76,14 +78,16 @@ async def test_openai_agents_session_shows_the_summary_first(manager: MemoryMana
 
 async def test_langchain_history_shows_the_summary_first(manager: MemoryManager) -> None:
     history = await CompozyChatMessageHistory.from_manager(manager, "chat", uuid.uuid4().hex)
-    assert history.memory.flusher is not None
+    memory = history.memory
+    assert isinstance(memory, MemoryInstance)
+    assert memory.flusher is not None
     for i in range(MESSAGES):
         message = HumanMessage(_turn(i)) if i % 2 == 0 else AIMessage(_turn(i))
         await history.aadd_messages([message])
-    await history.memory.flusher.wait_idle()
-    await history.memory.flush()
+    await memory.flusher.wait_idle()
+    await memory.flush()
     messages = await history.aget_messages()
-    summaries = await _summaries(history.memory)
+    summaries = await _summaries(memory)
     assert summaries
     assert messages[: len(summaries)] == [SystemMessage(text) for text in summaries]
     newest = [m.text for m in messages[len(summaries) :]]
@@ -98,6 +102,7 @@ async def test_llama_index_store_shows_the_summary_first(manager: MemoryManager)
         role = "user" if i % 2 == 0 else "assistant"
         await store.async_add_message(key, ChatMessage(role=role, content=_turn(i)))
     memory = await store.memory(key)
+    assert isinstance(memory, MemoryInstance)
     assert memory.flusher is not None
     await memory.flusher.wait_idle()
     await memory.flush()

@@ -259,8 +259,14 @@ async def test_a_function_load_whose_reply_is_lost_is_typed_and_retried(
             await direct.function_flush()
             proxy.lose_replies(1, to=(b"FUNCTION",))
             client = connect(proxy.url)
+            # No background indexing: a catch-up still retrying later would load the library
+            # again after the FUNCTION FLUSH below, before install() and warm() are measured.
             mem = MemoryInstance.open(
-                client, project=PROJECT, key=f"lost-load:{batching}", batching=batching
+                client,
+                project=PROJECT,
+                key=f"lost-load:{batching}",
+                batching=batching,
+                background_index=False,
             )
             result = await mem.append({"role": "user", "content": "hello"})
             assert not result.duplicate

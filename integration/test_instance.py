@@ -332,7 +332,8 @@ async def test_scripts_validate_everything_before_their_first_write(
 ) -> None:
     """Calling the scripts directly, past the Python checks: a bad later argument writes nothing."""
     keys = InstanceKeys.build(PROJECT, memory_key)
-    mem = memory(client, memory_key)
+    # No background indexing: its steps would change the state between the two reads.
+    mem = memory(client, memory_key, background_index=False)
     await mem.append({"role": "user", "content": "before", "tokens": 5})
     await mem.indexer.wait_idle()
     before = await state(client, keys)

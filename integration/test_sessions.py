@@ -59,7 +59,10 @@ async def test_sessions_are_listed_per_project_and_agent(client: RedisClient) ->
         await mem.append_many([{"role": "user", "content": f"hello {i}"} for i in range(n + 1)])
         opened.append((sid, mem, agent, n + 1))
     # The first session is written again: it becomes the most recently active (a few ms
-    # later: activity is kept in milliseconds, and ties list the greater key first).
+    # later: activity is kept in milliseconds, and ties list the greater key first). The
+    # others' entries are sent first: an entry's time is when it was noticed, give or take
+    # how long its call waited, which a loaded machine can stretch past a few ms.
+    await mgr.sessions.flushed()
     await asyncio.sleep(0.005)
     await opened[0][1].append({"role": "assistant", "content": "back again"})
 

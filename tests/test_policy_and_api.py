@@ -35,6 +35,7 @@ def test_public_surface_is_pinned() -> None:
             "MemoryMetrics", "MetricsServer", "start_metrics_server",
             "instrument_opentelemetry", "uninstrument_opentelemetry",
             "DataRef", "Facts", "Namespace", "ResultCorruptError", "ResultStore",
+            "SyncMemoryInstance", "SyncMemoryManager", "connect_sync", "warm_sync",
         ]
     )  # fmt: skip
     for name in compozy_memory.__all__:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import weakref
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -94,20 +95,30 @@ class AnthropicSummarizer:
         self.fallback = ExtractiveSummarizer(counter)
         self._api_key = api_key
         self._base_url = base_url
-        self._client: anthropic.AsyncAnthropic | None = None
+        # One API client per event loop (an async client's connections belong to the loop
+        # that opened them): an async handle's flushes and a sync one's (on the summarizers'
+        # loop) may share this summarizer.
+        self._clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, anthropic.AsyncAnthropic
+        ] = weakref.WeakKeyDictionary()
 
     @property
     def client(self) -> anthropic.AsyncAnthropic:
-        """The API client, made on first use: a memory that never flushes opens no connection."""
-        if self._client is None:
+        """The API client of the running loop, made on first use: a memory that never flushes
+        opens no connection."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
             # Retries are ours (tenacity), so the client must not retry on its own.
-            self._client = anthropic_client(self._api_key, self._base_url, self.timeout)
-        return self._client
+            client = anthropic_client(self._api_key, self._base_url, self.timeout)
+            self._clients[loop] = client
+        return client
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        """Close the running loop's API client (the others' loops close theirs' transports)."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()
 
     async def summarize(self, messages: Sequence[Message], *, max_tokens: int) -> Summary:
         started = time.monotonic()

@@ -11,21 +11,28 @@
    still where the plan saw them, then replaces exactly those with the summary and archives
    the originals. Messages appended meanwhile are untouched. A conflict re-plans from a fresh
    snapshot.
+
+A flush is steps (:mod:`compozy_memory._wire.steps`), run the same way by an async handle (in
+a task, after appends) and by a sync one (on a background thread,
+:mod:`compozy_memory._wire.background`); the summarizer, a coroutine, is awaited on the loop
+of an async handle and run on the summarizers' loop for a sync one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import cast
+from typing import Any, cast
 
 from compozy_memory._flush.coverage import summary_coverage
 from compozy_memory._flush.extractive import ExtractiveSummarizer
-from compozy_memory._flush.lock import FencedLock, Lease
+from compozy_memory._flush.lock import FencedLock, Hold, Lease
 from compozy_memory._flush.planner import plan_flush
 from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._flush.summarizers import Summarizer, fit_text
@@ -41,7 +48,9 @@ from compozy_memory._model.results import (
 )
 from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, count_message
 from compozy_memory._store.indexer import Indexer
+from compozy_memory._wire.background import TaskTrigger, ThreadTrigger, run_coroutine
 from compozy_memory._wire.gateway import MemoryGateway
+from compozy_memory._wire.steps import Steps, drive, is_sync, op
 from compozy_memory.errors import (
     CompozyMemoryError,
     ConflictError,
@@ -107,8 +116,40 @@ class Flusher:
         self._hits = self.metrics.flush_optimization_hits.labels(memory=name)
         self._log = {"memory": name, "key": gateway.name}
         self._quiet_until = 0.0
-        self._task: asyncio.Task[None] | None = None
-        self._again = False
+        self._trigger: TaskTrigger | ThreadTrigger = (
+            ThreadTrigger(self._flush_sync, self.debounce)
+            if is_sync(gateway.transport)
+            else TaskTrigger(self._flush_async, self.debounce)
+        )
+
+    @property
+    def transport(self) -> Any:
+        return self.gateway.transport
+
+    def twin(
+        self,
+        gateway: MemoryGateway,
+        indexer: Indexer,
+        on_commit: Callable[[FlushCommit, int], None] | None,
+    ) -> Flusher:
+        """This flusher for another handle of the same memory (a handle's sync twin): the
+        same settings, summarizer and lock, through ``gateway``."""
+        return Flusher(
+            gateway,
+            self.settings,
+            self.summarizer,
+            self.counter,
+            lock_ttl=timedelta(milliseconds=self.lock.ttl_ms),
+            debounce=timedelta(seconds=self.debounce),
+            max_conflicts=self.max_conflicts,
+            max_rounds=self.max_rounds,
+            skip_backoff=timedelta(seconds=self.skip_backoff),
+            metrics=self.metrics,
+            name=self.name,
+            background=self.background,
+            indexer=indexer,
+            on_commit=on_commit if self.on_commit is not None else None,
+        )
 
     # -- background trigger ---------------------------------------------------------------
 
@@ -129,30 +170,36 @@ class Flusher:
 
     def schedule(self) -> None:
         """Start a background flush soon, unless one is already running (then run once more)."""
-        if self._task is not None and not self._task.done():
-            self._again = True
-            return
-        self._task = asyncio.get_running_loop().create_task(self._background())
+        self._trigger.fire()
 
     async def wait_idle(self) -> None:
         """Wait for the background flush, if any (for shutdown and tests)."""
-        while self._task is not None and not self._task.done():
-            await asyncio.shield(self._task)
+        if isinstance(self._trigger, TaskTrigger):
+            await self._trigger.wait_idle()
 
-    async def _background(self) -> None:
-        await asyncio.sleep(self.debounce)
-        while True:
-            self._again = False
-            try:
-                await self.flush()
-            except LockLostError:
-                log.warning(
-                    "flush of %s stopped: the lease was lost", self.gateway.name, extra=self._log
-                )
-            except CompozyMemoryError:
-                log.exception("background flush of %s failed", self.gateway.name, extra=self._log)
-            if not self._again:
-                return
+    def wait_idle_sync(self, timeout: float | None = None) -> bool:
+        """:meth:`wait_idle` for a sync handle's flusher; False if ``timeout`` passed."""
+        return not isinstance(self._trigger, ThreadTrigger) or self._trigger.wait_idle(timeout)
+
+    async def _flush_async(self) -> None:
+        with self._reported():
+            await self.flush()
+
+    def _flush_sync(self) -> None:
+        with self._reported():
+            drive(self.flush(), self.transport)
+
+    @contextlib.contextmanager
+    def _reported(self) -> Iterator[None]:
+        """A background flush's failure is logged: nobody waits for it."""
+        try:
+            yield
+        except LockLostError:
+            log.warning(
+                "flush of %s stopped: the lease was lost", self.gateway.name, extra=self._log
+            )
+        except CompozyMemoryError:
+            log.exception("background flush of %s failed", self.gateway.name, extra=self._log)
 
     def _over_count(self, result: AppendResult) -> bool:
         trigger = self.settings.trigger_messages
@@ -164,32 +211,33 @@ class Flusher:
 
     # -- one flush ------------------------------------------------------------------------
 
-    async def flush(self) -> FlushResult:
+    @op
+    def flush(self) -> Steps[FlushResult]:
         """Flush now if this replica gets the lock; skip if another holds it."""
-        lease = await self.lock.try_acquire()
+        lease = yield from self.lock.try_acquire()
         if lease is None:
             # Another replica is flushing: leave it be for a while instead of asking again on
             # every append.
             self._quiet_until = time.monotonic() + self.skip_backoff
             return self._count(FlushResult("skipped"))
         try:
-            result = self._count(await lease.hold(lambda: self._flush_with(lease)))
+            result = self._count((yield Hold(lease, self._flush_with(lease))))
         except LockLostError:
             self.metrics.flushes.labels(memory=self.name, type="lost").inc()
             raise
         finally:
             try:
-                await lease.release()
+                yield from lease.release()
             except CompozyMemoryError:
                 log.warning(
                     "could not release the flush lock of %s", self.gateway.name, extra=self._log
                 )
         return result
 
-    async def _flush_with(self, lease: Lease) -> FlushResult:
+    def _flush_with(self, lease: Lease) -> Steps[FlushResult]:
         """Rounds of bounded snapshot, plan, summary and commit, until the context fits or
         nothing more can move. A memory that fits its snapshot bound needs one round."""
-        result = await self._round(lease)
+        result = yield from self._round(lease)
         rounds = 1
         while (
             result.plan is not None
@@ -201,29 +249,29 @@ class Flusher:
             )
             and rounds < self.max_rounds
         ):
-            following = await self._round(lease)
+            following = yield from self._round(lease)
             rounds += 1
             if following.outcome not in ("summarised", "evicted"):
                 break
             result = following
         return dataclasses.replace(result, rounds=rounds)
 
-    async def _round(self, lease: Lease) -> FlushResult:
+    def _round(self, lease: Lease) -> Steps[FlushResult]:
         for _ in range(self.max_conflicts):
-            await self.indexer.catch_up()
-            snapshot = await self.gateway.snapshot(self.settings.snapshot_limit)
+            yield from self.indexer.catch_up()
+            snapshot = yield from self.gateway.snapshot(self.settings.snapshot_limit)
             plan = plan_flush(snapshot, self.settings)
             if plan.empty:
                 if plan.blocked:
                     log.warning("flush of %s: %s", self.gateway.name, plan.blocked, extra=self._log)
                 return FlushResult("nothing", plan, context_tokens=plan.context_tokens)
-            summary, message = await self._summary(snapshot, plan)
+            summary, message = yield from self._summary(snapshot, plan)
             # Bytes, like every envelope: UTF-8 whatever encoding the client is set up with.
             body = encode_body(message) if message is not None else b""
             tokens = count_message(message, self.counter) if message is not None else 0
             lease.committing = True
             try:
-                commit = await self.gateway.flush_commit(
+                commit = yield from self.gateway.flush_commit(
                     epoch=lease.epoch,
                     incarnation=lease.incarnation,
                     plan=plan,
@@ -246,9 +294,9 @@ class Flusher:
             except ConflictError as exc:
                 lease.committing = False
                 if isinstance(exc, IndexLagError):
-                    await self.indexer.catch_up()
+                    yield from self.indexer.catch_up()
                 # The memory changed under the plan: plan again, if the lease is still ours.
-                if not await lease.refresh():
+                if not (yield from lease.refresh()):
                     raise LockLostError(
                         "the flush lease was lost; the flush was stopped before writing",
                         key=self.gateway.name,
@@ -268,9 +316,9 @@ class Flusher:
             )
         return FlushResult("conflicted")
 
-    async def _summary(
+    def _summary(
         self, snapshot: Snapshot, plan: FlushPlan
-    ) -> tuple[Summary | None, Message | None]:
+    ) -> Steps[tuple[Summary | None, Message | None]]:
         """The summary of what the plan summarises, never larger than what it replaces."""
         if not plan.summarize_ids:
             return None, None
@@ -281,17 +329,16 @@ class Flusher:
         # an upper bound on the context after the commit.
         replaced = sum(m.tokens or 0 for m in [*covered, *folded])
         limit = max(1, min(self.settings.summary_tokens, replaced) - MESSAGE_OVERHEAD_TOKENS)
-        summary = await self._summarize([*folded, *covered], limit)
+        summary = yield from self._summarize([*folded, *covered], limit)
         return summary, _summary_message(summary, folded, *summary_coverage(snapshot, plan, folded))
 
-    async def _summarize(self, messages: list[Message], limit: int) -> Summary:
+    def _summarize(self, messages: list[Message], limit: int) -> Steps[Summary]:
         """The summarizer's output within its deadline, fitted to ``limit`` tokens; the
         extractive summary (offline, milliseconds) if it fails, hangs or returns something
         that is not text."""
         deadline = self.settings.summarizer_deadline.total_seconds()
         try:
-            async with asyncio.timeout(deadline):
-                summary = await self.summarizer.summarize(messages, max_tokens=limit)
+            summary = yield Summarize(self.summarizer, messages, limit, deadline)
             if not isinstance(summary, Summary) or not isinstance(summary.text, str):
                 raise TypeError(f"a summarizer returned {type(summary).__name__}, not a Summary")
             if not summary.text.strip():
@@ -309,7 +356,7 @@ class Flusher:
                 extra=self._log,
             )
             self.metrics.summarizer_fallbacks.labels(method=type(self.summarizer).__name__).inc()
-            fallback = await self._fallback.summarize(messages, max_tokens=limit)
+            fallback = yield Summarize(self._fallback, messages, limit, None)
             return Summary(fallback.text, fallback.method, reason)
         text = fit_text(summary.text, limit, self.counter)
         return summary if text == summary.text else dataclasses.replace(summary, text=text)
@@ -330,6 +377,27 @@ class Flusher:
                 len(result.plan.evict_ids)
             )
         return result
+
+
+@dataclass(frozen=True, slots=True)
+class Summarize:
+    """A summarizer's coroutine, within ``deadline`` seconds: awaited on an async handle's
+    loop, run on the summarizers' loop for a sync handle."""
+
+    summarizer: Summarizer
+    messages: Sequence[Message]
+    max_tokens: int
+    deadline: float | None
+
+    async def arun(self, io: Any) -> Summary:
+        del io
+        async with asyncio.timeout(self.deadline):
+            return await self.summarizer.summarize(self.messages, max_tokens=self.max_tokens)
+
+    def run(self, io: Any) -> Summary:
+        del io
+        coroutine = self.summarizer.summarize(self.messages, max_tokens=self.max_tokens)
+        return run_coroutine(coroutine, self.deadline)
 
 
 # compozy_memory_flush_total's ``type``: the spec's summary and eviction; other outcomes keep

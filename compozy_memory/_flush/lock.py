@@ -12,6 +12,11 @@ pause, SIGSTOP, a slow network) may still try to commit; the commit script refus
 but the newest, and any incarnation but the current one, so its work is dropped instead of
 overwriting a newer holder's, or landing in a conversation that started after it expired.
 
+Acquiring, refreshing and releasing are steps (:mod:`compozy_memory._wire.steps`): ``await``
+them on an async handle's lock; a flush of a sync handle runs them on its transport. While
+work is held, an async lease is refreshed by a task beside it (which cancels the work once the
+lease is lost), a sync one between the work's calls (:class:`Hold`).
+
 Fencing holds across a failover only if the epoch does: with ``persistence.wait`` the
 acquisition is waited like any write (WAIT or WAITAOF), and one that the replicas did not
 acknowledge hands out no lease. Its lock is released again and ReplicationError raised, so
@@ -22,21 +27,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TypeVar
-
-from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_exponential, wait_random
+from typing import Any, Generic, TypeVar
 
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.replies import text
+from compozy_memory._wire.steps import Sleep, Steps, adrive, op
 from compozy_memory.errors import BackendError, LockBusyError, LockLostError, ReplicationError
 
-__all__ = ["FencedLock", "Lease"]
+__all__ = ["FencedLock", "Hold", "Lease"]
 
 T = TypeVar("T")
 
@@ -58,20 +63,25 @@ class FencedLock:
         #: The memory resource id the metrics are labelled with.
         self.name = name
 
-    async def try_acquire(self) -> Lease | None:
+    @property
+    def transport(self) -> Any:
+        return self.gateway.transport
+
+    @op
+    def try_acquire(self) -> Steps[Lease | None]:
         """A lease if the lock was free, else None (flushers skip: someone else is on it).
 
         With a WaitPolicy, an acquisition the replicas did not acknowledge in time is
         released and raises ReplicationError: its epoch might not survive a failover."""
         token = secrets.token_hex(16)
         try:
-            epoch, incarnation = await self.gateway.lock_acquire(token, self.ttl_ms)
+            epoch, incarnation = yield from self.gateway.lock_acquire(token, self.ttl_ms)
         except ReplicationError as exc:
             epoch, incarnation = _acquired(exc.result)
             if not epoch:
                 return None  # taken by another holder: nothing of ours to wait for
             with contextlib.suppress(BackendError):  # else the lease ends by itself
-                await self.gateway.lock_release(token)
+                yield from self.gateway.lock_release(token)
             raise ReplicationError(
                 f"the flush lock (epoch {epoch}) was taken on the primary but only "
                 f"{exc.acknowledged} of {exc.required} replicas acknowledged it in time: it was "
@@ -87,21 +97,22 @@ class FencedLock:
             counter.labels(memory=self.name).inc()
         return Lease(self, token, epoch, incarnation) if epoch else None
 
-    async def acquire(self, *, wait: timedelta = timedelta(seconds=10)) -> Lease:
+    @op
+    def acquire(self, *, wait: timedelta = timedelta(seconds=10)) -> Steps[Lease]:
         """A lease, retrying with jittered exponential backoff for up to ``wait``."""
-        retrying = AsyncRetrying(
-            stop=stop_after_delay(wait.total_seconds()),
-            wait=wait_exponential(multiplier=0.01, max=1.0) + wait_random(0, 0.05),
-            retry=retry_if_result(lambda lease: lease is None),
-            retry_error_callback=lambda state: None,
+        deadline = time.monotonic() + wait.total_seconds()
+        for tried in range(1_000_000):
+            lease = yield from self.try_acquire()
+            if lease is not None:
+                return lease
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            backoff = min(1.0, 0.01 * 2**tried) + random.uniform(0, 0.05)
+            yield Sleep(min(backoff, left))
+        raise LockBusyError(
+            f"the flush lock stayed taken for {wait.total_seconds():g}s", key=self.gateway.name
         )
-        lease: Lease | None = await retrying(self.try_acquire)
-        if lease is None:
-            raise LockBusyError(
-                f"the flush lock stayed taken for {wait.total_seconds():g}s",
-                key=self.gateway.name,
-            )
-        return lease
 
 
 @dataclass
@@ -118,9 +129,14 @@ class Lease:
     #: longer cancels the work, because the commit itself (fenced by the epoch) decides.
     committing: bool = False
 
-    async def refresh(self) -> bool:
+    @property
+    def transport(self) -> Any:
+        return self.lock.gateway.transport
+
+    @op
+    def refresh(self) -> Steps[bool]:
         """Extend the lease; False if it was lost (expired, or taken by another holder)."""
-        ok = await self.lock.gateway.lock_refresh(self.token, self.lock.ttl_ms)
+        ok = yield from self.lock.gateway.lock_refresh(self.token, self.lock.ttl_ms)
         if self.lock.metrics is not None:
             self.lock.metrics.lock_refresh.labels(
                 memory=self.lock.name, result="ok" if ok else "lost"
@@ -128,9 +144,10 @@ class Lease:
         self.lost = self.lost or not ok
         return ok
 
-    async def release(self) -> bool:
+    @op
+    def release(self) -> Steps[bool]:
         """Give the lock up if still held; False if it had already expired or moved on."""
-        released = await self.lock.gateway.lock_release(self.token)
+        released = yield from self.lock.gateway.lock_release(self.token)
         if self.lock.metrics is not None:
             self.lock.metrics.lock_duration.labels(memory=self.lock.name).observe(
                 time.monotonic() - self.acquired_at
@@ -155,6 +172,33 @@ class Lease:
         finally:
             keeper.cancel()
 
+    def hold_sync(self, work: Steps[T], transport: Any) -> T:
+        """:meth:`hold` on a sync transport: ``work`` runs in this thread, and the lease is
+        refreshed between its calls once ttl/3 has passed; found lost before the work started
+        committing, LockLostError is thrown into the work (no call of it is cut short: each
+        is bounded, and its commit is fenced by the epoch anyway)."""
+        interval = self.lock.ttl_ms / 3000
+        due = time.monotonic() + interval
+
+        def keep() -> None:
+            nonlocal due
+            if time.monotonic() < due:
+                return
+            due = time.monotonic() + interval
+            try:
+                alive = transport.drive(self.refresh())
+            except BackendError:
+                alive = False  # cannot prove we still hold it: stop the work
+                self.lost = True
+            if not alive and not self.committing:
+                raise LockLostError(
+                    "the flush lease was lost; the flush was stopped before writing",
+                    key=self.lock.gateway.name,
+                )
+
+        result: T = transport.drive(work, between=keep)
+        return result
+
     async def _keep(self, task: asyncio.Task[T]) -> None:
         interval = self.lock.ttl_ms / 3000
         while not task.done():
@@ -168,6 +212,20 @@ class Lease:
                 if not self.committing:
                     task.cancel()
                 return
+
+
+@dataclass(frozen=True, slots=True)
+class Hold(Generic[T]):
+    """Steps run while a lease is held and kept (:meth:`Lease.hold`, :meth:`Lease.hold_sync`)."""
+
+    lease: Lease
+    work: Steps[T]
+
+    async def arun(self, io: Any) -> T:
+        return await self.lease.hold(lambda: adrive(self.work, io))
+
+    def run(self, io: Any) -> T:
+        return self.lease.hold_sync(self.work, io)
 
 
 def _acquired(reply: object) -> tuple[int, str]:

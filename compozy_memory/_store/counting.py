@@ -17,6 +17,9 @@ and counted in one go when the iteration ends, by one of two roads:
 
 Any other counter (the heuristic, supplied counts) counts at once. A counter's error reaches
 only the caller whose text raised it, and a caller cancelled while waiting is skipped.
+
+A sync handle has no tick to gather: :class:`Count`, the effect the encoding steps yield,
+counts its texts at once in the caller's thread.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ import threading
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 from compozy_memory._model.tokens import TokenCounter
 
-__all__ = ["CHUNK_CHARS", "INLINE_CHARS", "count_texts"]
+__all__ = ["CHUNK_CHARS", "INLINE_CHARS", "Count", "count_texts"]
 
 #: A batch with fewer characters than this is counted on the event loop (~1,000 tokens).
 INLINE_CHARS = 4_000
@@ -63,6 +68,23 @@ async def count_texts(counter: TokenCounter, texts: Sequence[str]) -> list[Count
         for i, value in zip(missing, counted, strict=True):
             out[i] = value
     return [value for value in out if value is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """Each text's count (or the exception counting it raised), in order: gathered with the
+    tick's other counts on an event loop, at once in a sync caller's thread."""
+
+    counter: TokenCounter
+    texts: Sequence[str]
+
+    def arun(self, io: Any) -> Any:
+        del io
+        return count_texts(self.counter, self.texts)
+
+    def run(self, io: Any) -> list[Counted]:
+        del io
+        return _count_all(self.counter, self.texts) if self.texts else []
 
 
 def _count_all(counter: TokenCounter, texts: Sequence[str]) -> list[Counted]:

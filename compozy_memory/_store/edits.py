@@ -11,6 +11,9 @@ are at most ``MOVE_STEP``; a longer conversation first has its oldest messages a
 steps (pinned ones too: a replace removes everything), leaving half a step for the final
 swap. If the swap then fails its condition (``if_last_id``, ``if_version``), those steps
 stay done: the messages they moved are in the archive, none is lost.
+
+Both are steps (:mod:`compozy_memory._wire.steps`): the async and the sync handle run the
+same loop.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from compozy_memory._model.results import AppendResult, TrimResult
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import ScriptArg
+from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import (
     ConcurrentChangeError,
     ConflictError,
@@ -34,26 +38,26 @@ __all__ = ["MOVE_RETRIES", "replace_live", "trim_oldest"]
 MOVE_RETRIES = 8
 
 
-async def trim_oldest(
+def trim_oldest(
     gateway: MemoryGateway,
     indexer: Indexer,
     keep_messages: int | None,
     max_tokens: int | None,
     *,
     everything: bool = False,
-) -> TrimResult:
+) -> Steps[TrimResult]:
     """Archive the oldest messages until the limits hold (pinned ones too if
     ``everything``), a bounded step at a time."""
     moved = moved_tokens = 0
     stalled = 0
     while True:
-        step = await gateway.trim_step(keep_messages, max_tokens, everything=everything)
+        step = yield from gateway.trim_step(keep_messages, max_tokens, everything=everything)
         moved += step.moved
         moved_tokens += step.moved_tokens
         if step.status == 0 or (step.status == 1 and step.moved == 0):
             return TrimResult(moved, moved_tokens, step.total_tokens, step.total_count)
         if step.status == 2:
-            progress = await indexer.catch_up()
+            progress = yield from indexer.catch_up()
             stalled = stalled + 1 if progress.indexed == 0 else 0
             if stalled >= MOVE_RETRIES:
                 raise ConcurrentChangeError(
@@ -62,7 +66,7 @@ async def trim_oldest(
                 )
 
 
-async def replace_live(
+def replace_live(
     gateway: MemoryGateway,
     indexer: Indexer,
     messages: list[ScriptArg],
@@ -71,20 +75,22 @@ async def replace_live(
     if_incarnation: str,
     if_version: str | None,
     token: str,
-) -> AppendResult:
+) -> Steps[AppendResult]:
     """Swap the live messages for ``messages`` (encoded triples), archiving the old ones."""
     for _ in range(MOVE_RETRIES):
         try:
-            return await gateway.replace(
-                messages,
-                if_last_id=if_last_id,
-                if_incarnation=if_incarnation,
-                if_version=if_version,
-                dedupe_key=token,
+            return (
+                yield from gateway.replace(
+                    messages,
+                    if_last_id=if_last_id,
+                    if_incarnation=if_incarnation,
+                    if_version=if_version,
+                    dedupe_key=token,
+                )
             )
         except StepRequiredError:
             # Archive the oldest first, but not for a swap whose condition already fails.
-            await gateway.read_range(0, 0)
+            yield from gateway.read_range(0, 0)
             if if_version and gateway.version != if_version:
                 raise ConflictError(
                     f"the memory was written since version {if_version} was read",
@@ -95,9 +101,9 @@ async def replace_live(
                     "the memory expired and was written again since it was read",
                     key=gateway.name,
                 ) from None
-            await trim_oldest(gateway, indexer, MOVE_STEP // 2, None, everything=True)
+            yield from trim_oldest(gateway, indexer, MOVE_STEP // 2, None, everything=True)
         except IndexLagError:
-            await indexer.catch_up()
+            yield from indexer.catch_up()
     raise ConcurrentChangeError(
         f"replace: the live messages kept growing or changing through {MOVE_RETRIES} attempts",
         key=gateway.name,

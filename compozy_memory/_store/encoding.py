@@ -15,8 +15,9 @@ from compozy_memory._model.limits import MAX_BATCH, MAX_DEDUPE_KEY, MAX_MESSAGE_
 from compozy_memory._model.messages import Message, encode_body
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, message_texts
-from compozy_memory._store.counting import count_texts
+from compozy_memory._store.counting import Count
 from compozy_memory._wire.scripts import ScriptArg
+from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import InvalidMessageError, MessageTooLargeError, UsageError
 
 __all__ = ["MessageInput", "dedupe_token", "encode_messages", "ttl_millis"]
@@ -24,16 +25,16 @@ __all__ = ["MessageInput", "dedupe_token", "encode_messages", "ttl_millis"]
 MessageInput = Message | Mapping[str, Any]
 
 
-async def encode_messages(
+def encode_messages(
     messages: Iterable[MessageInput], policy: MemoryPolicy, counter: TokenCounter, key: str
-) -> list[ScriptArg]:
+) -> Steps[list[ScriptArg]]:
     """Validate, count and serialise every message before anything is sent: flat
     (tokens, priority, body) triples, as the append and replace scripts take them. Texts
-    are counted with the rest of the event loop's iteration, off the loop
-    (:mod:`compozy_memory._store.counting`)."""
+    are counted with the rest of the event loop's iteration, off the loop, or at once in a
+    sync caller's thread (:mod:`compozy_memory._store.counting`)."""
     prepared = _prepare(messages, key)
     texts = [text for item in prepared for text in item.texts]
-    counted = iter(await count_texts(counter, texts))
+    counted = iter((yield Count(counter, texts)) if texts else ())
     args: list[ScriptArg] = []
     for position, item in enumerate(prepared, start=1):
         tokens = item.message.tokens

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from compozy_memory._model.facts import check_fact, header_tokens, line_tokens
 from compozy_memory._model.limits import MAX_FACTS_PER_CALL
 from compozy_memory._store.handle import Handle
 from compozy_memory._wire.scripts import ScriptArg
+from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import InvalidMessageError, ReadOnlyMemoryError, UsageError
 
 __all__ = ["Facts"]
@@ -17,11 +19,18 @@ class Facts:
     """A memory's session facts: a capped key-value map (``policy.facts_max``, 200 by
     default) in the memory's slot, with its TTL. Setting a key again moves it to the newest
     end; past the cap the least recently set go first. :meth:`MemoryInstance.context` shows
-    them after the pinned messages as one system message."""
+    them after the pinned messages as one system message.
+
+    Its methods are steps: ``await`` them on an async handle's facts; a sync handle's
+    (:class:`~compozy_memory.SyncMemoryInstance`) return their results."""
 
     def __init__(self, memory: Handle) -> None:
         self._memory = memory
         self._header: int | None = None
+
+    @property
+    def transport(self) -> Any:
+        return self._memory.gateway.transport
 
     @property
     def header_tokens(self) -> int:
@@ -29,9 +38,10 @@ class Facts:
             self._header = header_tokens(self._memory.counter)
         return self._header
 
-    async def set(
+    @op
+    def set(
         self, key: str | Mapping[str, str] | None = None, value: str | None = None, /, **more: str
-    ) -> list[str]:
+    ) -> Steps[list[str]]:
         """Set one fact (``set("name", "Ada")``) or many (a mapping, or keywords), atomically;
         returns the keys the cap evicted."""
         memory = self._memory
@@ -55,24 +65,27 @@ class Facts:
             raw_key, raw_value = check_fact(k, v, where=memory.key)
             text_key, text_value = raw_key.decode(), raw_value.decode()
             args += [raw_key, line_tokens(text_key, text_value, memory.counter), raw_value]
-        _, evicted = await memory.gateway.facts_set(args, memory.policy.facts_max)
+        _, evicted = yield from memory.gateway.facts_set(args, memory.policy.facts_max)
         return evicted
 
-    async def get(self, key: str) -> str | None:
+    @op
+    def get(self, key: str) -> Steps[str | None]:
         raw_key, _ = check_fact(key, "", where=self._memory.key)
-        return await self._memory.gateway.fact(raw_key)
+        return (yield from self._memory.gateway.fact(raw_key))
 
-    async def delete(self, *keys: str) -> int:
+    @op
+    def delete(self, *keys: str) -> Steps[int]:
         """Remove facts; returns how many existed."""
         _writable(self._memory, "facts.delete")
         raw = [check_fact(k, "", where=self._memory.key)[0] for k in keys]
         if not raw:
             return 0
-        return await self._memory.gateway.facts_delete(raw)
+        return (yield from self._memory.gateway.facts_delete(raw))
 
-    async def items(self) -> list[tuple[str, str]]:
+    @op
+    def items(self) -> Steps[list[tuple[str, str]]]:
         """Every fact as (key, value), least recently set first."""
-        return [(k, v) for k, _, v in await self._memory.gateway.facts_items()]
+        return [(k, v) for k, _, v in (yield from self._memory.gateway.facts_items())]
 
 
 def _writable(memory: Handle, operation: str) -> None:

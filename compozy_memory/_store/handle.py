@@ -7,7 +7,6 @@ from typing import Protocol
 
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.policy import MemoryPolicy
-from compozy_memory._model.results import MemoryHealth
 from compozy_memory._model.tokens import TokenCounter
 from compozy_memory._store.results_store import ResultStore
 from compozy_memory._wire.gateway import MemoryGateway
@@ -16,7 +15,7 @@ __all__ = ["Handle"]
 
 
 class Handle(Protocol):
-    """The parts of a :class:`~compozy_memory.MemoryInstance` its helpers use."""
+    """The parts of a memory handle (async or sync) its helpers use."""
 
     key: str
     keys: InstanceKeys
@@ -24,6 +23,4 @@ class Handle(Protocol):
     policy: MemoryPolicy
     counter: TokenCounter
     gateway: MemoryGateway
-    results: ResultStore
-
-    async def health(self) -> MemoryHealth: ...
+    result_ops: ResultStore

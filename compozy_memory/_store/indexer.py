@@ -1,17 +1,18 @@
 """The indexer: keeps a memory's search index caught up, off the write path, in bounded steps.
 
 Appends never index. After a write this handle made, the indexer runs in the background
-(debounced): it asks Redis what is not indexed yet (``lua/index_pending.lua``: the live tail
-past the index, new summaries, and while an index is rebuilt the archive), analyses the text
-here (only the client can stem), and writes one step of at most ``INDEX_STEP_DOCS``
-documents and ``INDEX_STEP_POSTINGS`` postings (``lua/index_apply.lua``). Every step is
-checked against where the index stood when it was read, so indexers on many replicas can
-race: one step wins, the others read again. A message moves to the archive only once
-indexed (trim, replace and a flush run the indexer first when they must), so search never
-misses an archived message; the live tail it has not reached yet is what ``unindexed``
-counts. Removed documents (dropped by the archive's cap) leave the document frequencies
-through the same steps, and compaction rewrites the blocks holding their postings once they
-are a quarter of all.
+(debounced: a task of the event loop for an async handle, a background thread for a sync one,
+:mod:`compozy_memory._wire.background`): it asks Redis what is not indexed yet
+(``lua/index_pending.lua``: the live tail past the index, new summaries, and while an index is
+rebuilt the archive), analyses the text here (only the client can stem), and writes one step of
+at most ``INDEX_STEP_DOCS`` documents and ``INDEX_STEP_POSTINGS`` postings
+(``lua/index_apply.lua``). Every step is checked against where the index stood when it was
+read, so indexers on many replicas can race: one step wins, the others read again. A message
+moves to the archive only once indexed (trim, replace and a flush run the indexer first when
+they must), so search never misses an archived message; the live tail it has not reached yet is
+what ``unindexed`` counts. Removed documents (dropped by the archive's cap) leave the document
+frequencies through the same steps, and compaction rewrites the blocks holding their postings
+once they are a quarter of all.
 
 ``compozy_memory_index_lag_seconds`` observes, per step, how long its oldest message waited
 since it was appended (server clocks); ``compozy_memory_index_unindexed`` is the number of
@@ -20,10 +21,10 @@ messages this process last saw waiting.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.limits import (
@@ -34,8 +35,10 @@ from compozy_memory._model.limits import (
 )
 from compozy_memory._model.messages import Message
 from compozy_memory._search.analysis import ANALYZER_VERSION, document, document_terms
+from compozy_memory._wire.background import TaskTrigger, ThreadTrigger
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.replies import IndexPending
+from compozy_memory._wire.steps import Offload, Steps, drive, is_sync, op
 from compozy_memory.errors import CompozyMemoryError, ConflictError
 
 __all__ = ["IndexProgress", "Indexer"]
@@ -64,7 +67,10 @@ class IndexProgress:
 
 
 class Indexer:
-    """Keeps one memory's index caught up; a :class:`~compozy_memory.MemoryInstance` owns one."""
+    """Keeps one memory's index caught up; a :class:`~compozy_memory.MemoryInstance` owns one.
+
+    :meth:`catch_up` and :meth:`compact` are steps: ``await`` them on an async handle's
+    indexer; a :class:`~compozy_memory.SyncMemoryInstance` runs them itself."""
 
     def __init__(
         self,
@@ -84,10 +90,17 @@ class Indexer:
         self.background = background
         #: A write of this handle has left messages the index has not seen.
         self.dirty = False
-        self._task: asyncio.Task[None] | None = None
-        self._again = False
+        self._trigger: TaskTrigger | ThreadTrigger = (
+            ThreadTrigger(self._catch_up_sync, debounce)
+            if is_sync(gateway.transport)
+            else TaskTrigger(self._catch_up_async, debounce)
+        )
         self._lag = self.metrics.index_lag.labels(memory=name)
         self._unindexed = self.metrics.index_unindexed.labels(memory=name)
+
+    @property
+    def transport(self) -> Any:
+        return self.gateway.transport
 
     # -- background trigger ---------------------------------------------------------------
 
@@ -96,42 +109,42 @@ class Indexer:
         self.dirty = True
         if not self.background or self.gateway.read_only:
             return
-        if self._task is not None and not self._task.done():
-            self._again = True
-            return
-        try:
-            self._task = asyncio.get_running_loop().create_task(self._background())
-        except RuntimeError:  # no running loop: the next operation that needs it catches up
-            self._task = None
+        self._trigger.fire()
 
     async def wait_idle(self) -> None:
         """Wait for the background catch-up, if any (for shutdown and tests)."""
-        while self._task is not None and not self._task.done():
-            await asyncio.shield(self._task)
+        if isinstance(self._trigger, TaskTrigger):
+            await self._trigger.wait_idle()
 
-    async def _background(self) -> None:
-        await asyncio.sleep(self.debounce)
-        while True:
-            self._again = False
-            try:
-                await self.catch_up()
-            except CompozyMemoryError:
-                log.exception("indexing %s failed", self.gateway.name, extra={"memory": self.name})
-            if not self._again:
-                return
+    def wait_idle_sync(self, timeout: float | None = None) -> bool:
+        """:meth:`wait_idle` for a sync handle's indexer; False if ``timeout`` passed."""
+        return not isinstance(self._trigger, ThreadTrigger) or self._trigger.wait_idle(timeout)
+
+    async def _catch_up_async(self) -> None:
+        try:
+            await self.catch_up()
+        except CompozyMemoryError:
+            log.exception("indexing %s failed", self.gateway.name, extra={"memory": self.name})
+
+    def _catch_up_sync(self) -> None:
+        try:
+            drive(self.catch_up(), self.transport)
+        except CompozyMemoryError:
+            log.exception("indexing %s failed", self.gateway.name, extra={"memory": self.name})
 
     # -- steps ------------------------------------------------------------------------------
 
-    async def catch_up(self, *, max_steps: int | None = None) -> IndexProgress:
+    @op
+    def catch_up(self, *, max_steps: int | None = None) -> Steps[IndexProgress]:
         """Index what is waiting, a step at a time, until nothing is (or ``max_steps``
         steps were written); compact when removed documents' postings have piled up."""
         steps = indexed = 0
         unindexed = 0
         caught_up = False
         while max_steps is None or steps < max_steps:
-            pending = await self.gateway.index_pending(INDEX_STEP_DOCS, _READ_BYTES)
+            pending = yield from self.gateway.index_pending(INDEX_STEP_DOCS, _READ_BYTES)
             if pending.fmt < DATA_FORMAT or self._stale_analyzer(pending):
-                await self.gateway.index_reset(force=pending.fmt >= DATA_FORMAT)
+                yield from self.gateway.index_reset(force=pending.fmt >= DATA_FORMAT)
                 log.info(
                     "index of %s dropped to be built again (format %d, analyser %s)",
                     self.gateway.name,
@@ -145,7 +158,7 @@ class Indexer:
                 caught_up = True
                 unindexed = 0
                 break
-            applied = await self._step(pending)
+            applied = yield from self._step(pending)
             steps += 1
             if applied is not None:
                 indexed += applied
@@ -153,11 +166,12 @@ class Indexer:
         self._unindexed.set(unindexed)
         return IndexProgress(steps, indexed, unindexed)
 
-    async def compact(self) -> int:
+    @op
+    def compact(self) -> Steps[int]:
         """Run compaction to the end of a sweep; returns the postings it removed."""
         removed = 0
         while True:
-            gone, _, _, done = await self.gateway.index_compact()
+            gone, _, _, done = yield from self.gateway.index_compact()
             removed += gone
             if done:
                 return removed
@@ -173,13 +187,13 @@ class Indexer:
             )
         return True
 
-    async def _step(self, pending: IndexPending) -> int | None:
+    def _step(self, pending: IndexPending) -> Steps[int | None]:
         """Write one step: the longest run of what ``pending`` holds that fits one call."""
-        adds, upto, seq_upto = await self._documents(pending)
+        adds, upto, seq_upto = yield from self._documents(pending)
         removed, gone_first = self._removed(
             pending.gones, INDEX_STEP_POSTINGS - adds[1], first=not adds[0]
         )
-        applied = await self.gateway.index_apply(
+        applied = yield from self.gateway.index_apply(
             pending,
             analyzer=str(ANALYZER_VERSION),
             upto=upto,
@@ -193,17 +207,17 @@ class Indexer:
         if adds[2] is not None and adds[2].ts is not None:
             self._lag.observe(max(0.0, time.time() - adds[2].ts / 1000))
         if applied.dead_postings >= max(_COMPACT_MIN, _COMPACT_SHARE * applied.postings):
-            await self.compact()
+            yield from self.compact()
         return applied.indexed
 
-    async def _documents(
+    def _documents(
         self, pending: IndexPending
-    ) -> tuple[tuple[list[str], int, Message | None], int, int]:
+    ) -> Steps[tuple[tuple[list[str], int, Message | None], int, int]]:
         """The documents of ``pending.adds`` that fit one call, with the ids and seqs the
         step then covers: ((arguments, postings, the oldest message), upto, seq_upto)."""
         items = pending.adds
         if len(items) > _THREAD_DOCS:
-            analysed = await asyncio.to_thread(_analyse, items)
+            analysed: list[tuple[str, int]] = yield Offload(_analyse, (items,))
         else:
             analysed = _analyse(items)
         documents: list[str] = []

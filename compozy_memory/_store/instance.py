@@ -1,14 +1,11 @@
-"""MemoryInstance: one conversation memory in Redis, changed only by atomic scripts."""
+"""MemoryInstance: an async handle on one conversation memory, changed only by atomic scripts."""
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, TypeVar
 
-from compozy_memory import _telemetry
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import MOVE_STEP
@@ -16,63 +13,38 @@ from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     AppendResult,
+    ContextLayers,
+    Conversation,
     FlushResult,
+    Hits,
     MemoryHealth,
     Snapshot,
     TrimResult,
 )
-from compozy_memory._model.tokens import TokenCounter, default_counter
-from compozy_memory._store.edits import replace_live, trim_oldest
-from compozy_memory._store.encoding import (
+from compozy_memory._model.tokens import TokenCounter
+from compozy_memory._store.core import (
+    FlushHook,
+    IndexHook,
+    MemoryCore,
     MessageInput,
-    dedupe_token,
-    encode_messages,
-    ttl_millis,
+    committed,
 )
 from compozy_memory._store.facts import Facts
 from compozy_memory._store.indexer import Indexer
-from compozy_memory._store.offload import PinKeeper, clear_releasing_pins, offloaded
-from compozy_memory._store.reads import ContextReads
 from compozy_memory._store.results_store import Namespace, ResultStore
-from compozy_memory._wire.eviction import eviction_policy, eviction_warning
-from compozy_memory._wire.gateway import MemoryGateway
+from compozy_memory._store.sync_instance import SyncMemoryInstance
+from compozy_memory._wire.connection import sync_twin
 from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.scripts import ScriptArg
+from compozy_memory._wire.steps import Steps
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory._wire.transport import Transport
-from compozy_memory.errors import (
-    ConfigurationError,
-    InvalidMessageError,
-    UsageError,
-)
 
 __all__ = ["Facts", "FlushHook", "IndexHook", "Indexer", "MemoryInstance", "MessageInput"]
 
-
-_log = logging.getLogger("compozy_memory")
-
-
-class IndexHook(Protocol):
-    """What a handle tells its session index (the manager attaches one): never waits."""
-
-    def noticed(self, memory: MemoryInstance, result: AppendResult) -> None: ...
-
-    def removed(
-        self, memory: MemoryInstance, *, last_id: int, messages: int, tokens: int
-    ) -> None: ...
+T = TypeVar("T")
 
 
-class FlushHook(Protocol):
-    """What a handle needs of whatever flushes it (the manager attaches a Flusher)."""
-
-    def notice(self, result: AppendResult) -> None: ...
-
-    async def flush(self) -> FlushResult: ...
-
-    async def wait_idle(self) -> None: ...
-
-
-class MemoryInstance(ContextReads):
+class MemoryInstance(MemoryCore):
     """An async handle on one memory instance.
 
     Works with ``redis.asyncio.Redis`` and ``redis.asyncio.RedisCluster`` alike, decoding
@@ -82,13 +54,16 @@ class MemoryInstance(ContextReads):
     iteration go out as one pipeline; ``batching=False`` sends each call on its own.
 
     Calls that meet an unreachable server are retried within ``retry``; every call is safe to
-    repeat, appends included.
+    repeat, appends included. :class:`~compozy_memory.SyncMemoryInstance` is the same handle
+    on redis-py's blocking client, for threads.
 
     The search index is kept off the write path: after this handle's writes its
     :attr:`indexer` catches up in the background, in bounded steps (``background_index=False``
     leaves that to the operations that need it: a search indexes this handle's writes first,
     and trim, replace and flush the messages they move).
     """
+
+    transport: Transport
 
     def __init__(
         self,
@@ -105,61 +80,71 @@ class MemoryInstance(ContextReads):
         results: ResultStore | None = None,
         background_index: bool = True,
     ) -> None:
-        self.client = client
-        self.keys = keys
-        self.policy = policy or MemoryPolicy()
-        self.counter = counter if counter is not None else default_counter()
-        self.read_only = read_only
-        #: The instance's key prefix, named in errors and logs.
-        self.key = keys.prefix
-        #: The memory resource id metrics and logs are labelled with (the manager's).
-        self.memory_id = memory_id
         transport = Transport(
             client,
             retry=retry,
-            wait=self.policy.wait,
+            wait=(policy or MemoryPolicy()).wait,
             batching=batching,
-            key=self.key,
+            key=keys.prefix,
             memory=memory_id,
             metrics=metrics,
         )
-        #: How long calls keep trying when Redis is unreachable.
-        self.retry = transport.retry
-        #: Every script call of this memory goes through the gateway.
-        self.gateway = MemoryGateway(
-            transport,
+        super().__init__(
+            client,
             keys,
-            self.policy,
+            transport,
+            policy=policy,
+            counter=counter,
             read_only=read_only,
-            memory=memory_id,
-            metrics=transport.metrics,
+            memory_id=memory_id,
+            metrics=metrics,
+            results=results,
+            background_index=background_index,
         )
+        self.client: RedisClient = client
         #: Keeps the search index caught up, in the background after this handle's writes
         #: (``await memory.indexer.catch_up()`` to wait for it).
-        self.indexer = Indexer(
-            self.gateway, metrics=transport.metrics, name=memory_id, background=background_index
-        )
+        self.indexer: Indexer = self.index_ops
         #: Session facts (the kernel layer of :meth:`context`): ``await memory.facts.set(...)``.
-        self.facts = Facts(self)
+        self.facts: Facts = self.fact_ops
         #: Where ``append(..., offload=True)`` stores large results, and the recall tools
         #: load them from. By default a store that sees only the project's global namespace:
         #: give one opened for your agent (``ResultStore(..., agent=...)``) to keep them apart.
-        self.results = results or ResultStore(client, keys.project, transport=transport)
-        #: Renews the TTL of the results this memory's messages pin, as its writes renew its.
-        self.pins = PinKeeper(self)
-        self._flusher: FlushHook | None = None
-        self._index: IndexHook | None = None
-        # The last id this handle's writes returned, for the index after a trim or clear.
-        self._last_id: int | None = None
+        self.results: ResultStore = self.result_ops
+        self._sync: SyncMemoryInstance | None = None
 
     @classmethod
     def open(cls, client: RedisClient, *, project: str, key: str, **options: Any) -> MemoryInstance:
         """A handle on ``key`` (encoded) in ``project``'s namespace."""
         return cls(client, InstanceKeys.build(project, key), **options)
 
-    def __repr__(self) -> str:
-        mode = "read-only" if self.read_only else "read-write"
-        return f"<MemoryInstance {self.keys.prefix} {mode}>"
+    def to_sync(self) -> SyncMemoryInstance:
+        """This memory on a blocking client of the same server(s), for calls that cannot
+        await (from a thread, or inside a running loop without awaiting): made on first use
+        from this client's settings (:func:`~compozy_memory._wire.connection.sync_twin`),
+        with this handle's policy, counter, mode, retries, flusher and session index."""
+        if self._sync is None:
+            twin = SyncMemoryInstance(
+                sync_twin(self.client),
+                self.keys,
+                policy=self.policy,
+                counter=self.counter,
+                read_only=self.read_only,
+                retry=self.retry,
+                memory_id=self.memory_id,
+                metrics=self.gateway.metrics,
+            )
+            if self._flusher is not None:
+                twin.attach_flusher(
+                    self._flusher.twin(twin.gateway, twin.index_ops, committed(twin))
+                )
+            if self._index is not None:
+                twin.attach_index(self._index.to_sync())
+            self._sync = twin
+        return self._sync
+
+    async def _run(self, steps: Steps[T]) -> T:
+        return await self.transport.drive(steps)
 
     # -- writes -------------------------------------------------------------------------
 
@@ -177,9 +162,7 @@ class MemoryInstance(ContextReads):
         its content goes to :attr:`results` (in ``namespace``, by default the global one) and
         the message keeps a short stub (kind, size, first lines) and ``metadata.result_ref``.
         """
-        return await self.append_many(
-            (message,), dedupe_key=dedupe_key, offload=offload, namespace=namespace
-        )
+        return await self._run(self._append_many((message,), dedupe_key, offload, namespace))
 
     async def append_many(
         self,
@@ -198,29 +181,7 @@ class MemoryInstance(ContextReads):
         have been appended to the memory; it names one append, and reusing it for other
         messages stores nothing.
         """
-        self._check_writable("append")
-        token = self._dedupe_token(dedupe_key)
-        if offload:
-            messages = await offloaded(self, messages, namespace or Namespace.global_())
-        if _telemetry.capturing():  # opt-in: the messages go on the span
-            messages = list(messages)
-            with _telemetry.content(records=_records(messages)):
-                return await self._append(messages, token)
-        return await self._append(messages, token)
-
-    async def _append(self, messages: Iterable[MessageInput], token: str) -> AppendResult:
-        args = await self._encode(messages)
-        if not args:
-            raise InvalidMessageError("append_many needs at least one message", key=self.key)
-        result = await self.gateway.append(args, token)
-        self.indexer.notice()
-        self.pins.notice()
-        if self._flusher is not None:
-            self._flusher.notice(result)
-        if self._index is not None:
-            self._last_id = result.last_id
-            self._index.noticed(self, result)
-        return result
+        return await self._run(self._append_many(messages, dedupe_key, offload, namespace))
 
     async def replace(
         self,
@@ -246,34 +207,9 @@ class MemoryInstance(ContextReads):
         bounded steps, its oldest first, then swapped: if the swap's condition then fails, the
         messages those steps moved stay in the archive.
         """
-        self._check_writable("replace")
-        if if_last_id is not None and (not isinstance(if_last_id, int) or if_last_id < 0):
-            raise UsageError(
-                f"if_last_id must be an integer >= 0, got {if_last_id!r}", key=self.key
-            )
-        token = self._dedupe_token(dedupe_key)
-        args = await self._encode(messages)
-        incarnation = if_incarnation if if_incarnation is not None else self.gateway.incarnation
-        if if_last_id is not None and not incarnation:
-            raise UsageError(
-                "replace(if_last_id=...) needs the incarnation that id was read in: read or "
-                "write through this handle first, or pass if_incarnation= (or use if_version=)",
-                key=self.key,
-            )
-        result = await replace_live(
-            self.gateway,
-            self.indexer,
-            args,
-            if_last_id=if_last_id,
-            if_incarnation=incarnation if if_last_id is not None else "",
-            if_version=if_version,
-            token=token,
+        return await self._run(
+            self._replace(messages, if_last_id, if_incarnation, if_version, dedupe_key)
         )
-        self.indexer.notice()
-        if self._index is not None:
-            self._last_id = result.last_id
-            self._index.noticed(self, result)
-        return result
 
     async def trim(
         self, *, keep_messages: int | None = None, max_tokens: int | None = None
@@ -284,18 +220,7 @@ class MemoryInstance(ContextReads):
         ``MOVE_STEP`` (1,000) a call to Redis, so a long trim never holds the server; an
         interrupted trim has trimmed less, and lost nothing.
         """
-        self._check_writable("trim")
-        for name, value in (("keep_messages", keep_messages), ("max_tokens", max_tokens)):
-            if value is not None and (
-                not isinstance(value, int) or isinstance(value, bool) or value < 0
-            ):
-                raise UsageError(
-                    f"{name} must be a non-negative integer, got {value!r}", key=self.key
-                )
-        result = await trim_oldest(self.gateway, self.indexer, keep_messages, max_tokens)
-        self.gateway.metrics.trims.labels(memory=self.memory_id, strategy="oldest").inc()
-        self._removed(result.total_count, result.total_tokens)
-        return result
+        return await self._run(self._trim(keep_messages, max_tokens))
 
     async def clear(self) -> int:
         """Remove every message, summary, archived original and session fact; return how
@@ -305,20 +230,41 @@ class MemoryInstance(ContextReads):
         after the clear: read first, released once each after. A message appended between
         the read and the clear keeps its pin (it ends with the memory's TTL), and a release
         that fails is logged, never raised: the clear has happened."""
-        self._check_writable("clear")
-        removed = await clear_releasing_pins(self)
-        self._removed(0, 0)
-        return removed
+        return await self._run(self._clear())
 
     async def set_ttl(self, ttl: timedelta | float | None) -> int:
         """Set (seconds or timedelta) or remove (None) the TTL of every key of the instance.
 
         Later writes through this handle keep the new TTL. Returns how many keys exist.
         """
-        self._check_writable("set_ttl")
-        return await self.gateway.expire(ttl_millis(ttl, self.key))
+        return await self._run(self._set_ttl(ttl))
+
+    async def import_transcript(self, text: str) -> int:
+        """Write a JSON Lines transcript (:meth:`export_transcript`) into this memory, which
+        must be empty, keeping every id and timestamp; returns the live messages."""
+        return await self._run(self._import_transcript(text))
+
+    async def flush(self) -> FlushResult:
+        """Flush now (waiting for nothing: if another replica holds the lock, this one skips)."""
+        return await self._flush()
 
     # -- reads --------------------------------------------------------------------------
+
+    async def read(self, start: int = 0, stop: int = -1) -> list[Message]:
+        """Messages from index ``start`` to ``stop`` inclusive, oldest first (LRANGE rules).
+
+        A range of more than ``MAX_READ`` (1,000) messages is read a page a call, each call
+        bounded; if a write changes the memory between two pages the read starts again
+        (:class:`ConcurrentChangeError` after a few tries), so the result is one state of
+        the memory."""
+        return await self._run(self._read(start, stop))
+
+    async def conversation(self) -> Conversation:
+        """The summaries and every live message, from one state of the memory, with its
+        version: read a page (``MAX_READ``) a call, starting again if a write lands between
+        two pages. For a compare-and-set edit of the whole conversation:
+        ``replace(kept, if_version=conversation.version)``."""
+        return await self._run(self._conversation())
 
     async def snapshot(self, limit: int = MOVE_STEP) -> Snapshot:
         """Totals, summaries and the oldest live messages until ``limit`` that are not pinned
@@ -326,22 +272,11 @@ class MemoryInstance(ContextReads):
 
         The totals always cover the whole memory, so a bounded snapshot is enough to plan
         a flush of a memory far larger than the limit."""
-        if not isinstance(limit, int) or not 1 <= limit <= MOVE_STEP:
-            raise UsageError(
-                f"snapshot limit must be in [1, {MOVE_STEP}], got {limit!r}", key=self.key
-            )
-        return await self.gateway.snapshot(limit)
+        return await self._run(self._snapshot(limit))
 
     async def recall(self, offset: int = 0, limit: int = 100) -> list[Message]:
         """Originals removed by trims, replaces and flushes, oldest first."""
-        if not isinstance(offset, int) or not isinstance(limit, int) or offset < 0 or limit <= 0:
-            raise UsageError("recall needs offset >= 0 and limit > 0", key=self.key)
-        return await self.gateway.archived(offset, limit)
-
-    def attach_flusher(self, flusher: FlushHook) -> None:
-        """Flush in the background once appends pass the flusher's threshold."""
-        self._check_writable("attach_flusher")
-        self._flusher = flusher
+        return await self._run(self._recall(offset, limit))
 
     async def export_transcript(
         self, format: Literal["markdown", "jsonl"] = "markdown", *, include_archived: bool = False
@@ -351,79 +286,94 @@ class MemoryInstance(ContextReads):
         same ids, times, priorities and blocks), in one consistent read. JSON Lines always
         carry the archived originals, so nothing is lost; Markdown shows them with
         ``include_archived=True``."""
-        from compozy_memory._store import transcripts
+        return await self._run(self._export_transcript(format, include_archived))
 
-        if format == "markdown":
-            return await transcripts.export_markdown(self, include_archived=include_archived)
-        if format == "jsonl":
-            return await transcripts.export_jsonl(self, include_archived=True)
-        raise UsageError(f"format is 'markdown' or 'jsonl', got {format!r}", key=self.key)
+    async def read_window(
+        self, max_tokens: int | None = None, *, max_messages: int | None = None
+    ) -> list[Message]:
+        """The pinned messages (priority 0), then the newest others that fit the rest of
+        ``max_tokens`` (default: the policy's budget, none for a memory limited by count
+        only), and at most ``max_messages`` of them (default: the policy's).
 
-    async def import_transcript(self, text: str) -> int:
-        """Write a JSON Lines transcript (:meth:`export_transcript`) into this memory, which
-        must be empty, keeping every id and timestamp; returns the live messages."""
-        self._check_writable("import_transcript")
-        from compozy_memory._store import transcripts
+        The window is contiguous and ends at the newest message, and holds at most 2,000
+        messages. A tool result whose call fell outside the window is dropped from its start,
+        so the window can be sent to an LLM as it is. Raises ContextOverflowError if the
+        pinned messages alone do not fit.
+        """
+        return await self._run(self._read_window(max_tokens, max_messages))
 
-        count = await transcripts.import_transcript(self, text)
-        self.indexer.notice()  # the import's messages are indexed from here on
-        return count
+    async def context(
+        self,
+        max_tokens: int | None = None,
+        *,
+        query: str | None = None,
+        reserve_output: int = 0,
+    ) -> list[Message]:
+        """What to send an LLM, within ``max_tokens - reserve_output`` tokens, in one atomic
+        read: the pinned messages (system prompt, profile), the rolling summary, messages
+        recalled by the recall tools and the archived messages that best answer ``query``,
+        then the newest messages, and (when all of those fit with room to spare) the newest
+        archived originals before them. See :meth:`context_layers`.
 
-    def attach_index(self, hook: IndexHook | None) -> None:
-        """Told of every append and replace (``noticed``), and of trims and clears
-        (``removed``): the manager's session index (its flusher tells it of flushes). A hook
-        never waits and never raises: the write has happened."""
-        self._index = hook
+        Raises ContextOverflowError if the pinned messages alone exceed the budget."""
+        layers = await self._run(self._context_layers(max_tokens, query, reserve_output))
+        return layers.messages
 
-    def _removed(self, messages: int, tokens: int) -> None:
-        """Tell the index the totals after a trim or clear, under the last id this handle
-        wrote (a handle that never wrote leaves the entry as it is, until its next write)."""
-        if self._index is not None and self._last_id is not None:
-            self._index.removed(self, last_id=self._last_id, messages=messages, tokens=tokens)
+    async def context_layers(
+        self,
+        max_tokens: int | None = None,
+        *,
+        query: str | None = None,
+        reserve_output: int = 0,
+    ) -> ContextLayers:
+        """:meth:`context`, layer by layer. The shares come from the policy's
+        :class:`ContextPolicy`; a tool call and its results are never split.
 
-    @property
-    def flusher(self) -> FlushHook | None:
-        return self._flusher
+        With a ``max_messages`` policy, the recall layer, the backfill and the window together
+        hold at most that many messages, the newest (the recall layer at most ``recall_share``
+        of them, as of a token budget); a memory limited by count only has no token limit (and
+        no backfill, which would then read the whole archive)."""
+        return await self._run(self._context_layers(max_tokens, query, reserve_output))
 
-    async def flush(self) -> FlushResult:
-        """Flush now (waiting for nothing: if another replica holds the lock, this one skips)."""
-        self._check_writable("flush")
-        if self._flusher is None:
-            raise ConfigurationError(
-                "this memory has no flusher: open it through MemoryManager or attach one",
-                key=self.key,
-            )
-        return await self._flusher.flush()
+    async def search(
+        self,
+        query: str,
+        limit: int = 10,
+        *,
+        roles: Iterable[str] | None = None,
+        since_id: int | None = None,
+    ) -> Hits:
+        """The messages that best match ``query`` (BM25 over the memory's index: live
+        messages, archived ones and summaries, a turn's neighbours counting in its rank),
+        best first, each with the turns before and after it and where it is
+        (:attr:`Hit.where`). ``roles`` keeps only messages of those roles (``"summary"`` for
+        summaries); ``since_id`` only messages with that id or newer.
+
+        Messages appended moments ago may not be indexed yet: what this handle wrote is
+        indexed before the search runs, and :attr:`Hits.unindexed` says how many messages
+        (other replicas' newest) search could not see."""
+        return await self._run(self._search(query, limit, roles, since_id))
+
+    async def recall_messages(self, ids: Iterable[int]) -> list[Message]:
+        """Bring archived messages back into context (the recall share of :meth:`context`):
+        they stay until :meth:`clear_recalled`, or until newer recalls need their room.
+        Returns the messages brought back now (unknown or already recalled ids are skipped)."""
+        return await self._run(self._recall_messages(ids))
+
+    async def clear_recalled(self) -> int:
+        """Drop every recalled message from the context (they stay in the archive)."""
+        return await self._run(self._clear_recalled())
 
     async def len(self) -> int:
         """Number of live messages."""
-        return await self.gateway.length()
+        return await self._run(self._len())
 
     async def token_count(self) -> int:
         """Exact tokens of the live messages, from the totals the scripts keep."""
-        return await self.gateway.token_count()
+        return await self._run(self._token_count())
 
     async def health(self) -> MemoryHealth:
         """The memory's totals and sizes in one consistent read, what the indexer has still
         to do, the parts whose keys are gone (``evicted``) and the server's eviction policy,
         with a warning when it may evict part of this memory (logged too)."""
-        health = await self.gateway.health()
-        policy = await eviction_policy(self.client)
-        warning = eviction_warning(policy, ttl=health.ttl_ms is not None)
-        if warning:
-            _log.warning("%s: %s", self.key, warning)
-        return dataclasses.replace(health, eviction_policy=policy, eviction_warning=warning)
-
-    # -- internals ----------------------------------------------------------------------
-
-    def _dedupe_token(self, dedupe_key: str | None) -> str:
-        return dedupe_token(dedupe_key, self.key)
-
-    async def _encode(self, messages: Iterable[MessageInput]) -> list[ScriptArg]:
-        return await encode_messages(messages, self.policy, self.counter, self.key)
-
-
-def _records(messages: list[MessageInput]) -> list[tuple[str, str]]:
-    """(role, text) of each message, for a span that captures content."""
-    parsed = [Message.parse(m) if isinstance(m, dict | Message) else None for m in messages]
-    return [(m.role, m.text) for m in parsed if m is not None]
+        return await self._run(self._health())

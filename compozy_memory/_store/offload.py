@@ -3,7 +3,6 @@ its content in the result store."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -17,7 +16,9 @@ from compozy_memory._model.tokens import count_message
 from compozy_memory._store.encoding import MessageInput
 from compozy_memory._store.handle import Handle
 from compozy_memory._store.results_store import Namespace
+from compozy_memory._wire.background import TaskTrigger, ThreadTrigger
 from compozy_memory._wire.retry import no_retries
+from compozy_memory._wire.steps import Steps, adrive, drive, is_sync
 from compozy_memory.errors import CompozyMemoryError, InvalidMessageError
 
 __all__ = ["PinKeeper", "clear_releasing_pins", "offloaded"]
@@ -25,9 +26,9 @@ __all__ = ["PinKeeper", "clear_releasing_pins", "offloaded"]
 _log = logging.getLogger("compozy_memory")
 
 
-async def offloaded(
+def offloaded(
     memory: Handle, messages: Iterable[MessageInput], namespace: Namespace
-) -> list[MessageInput]:
+) -> Steps[list[MessageInput]]:
     """``messages`` with each one over the budget replaced by a stub and a reference."""
     if isinstance(messages, (Message, Mapping, str, bytes)):
         return [messages]  # _encode refuses it with the usual error
@@ -42,11 +43,11 @@ async def offloaded(
         if limit is None or count_message(message, memory.counter) <= limit:
             out.append(message)
             continue
-        out.append(await _stub(memory, message, namespace))
+        out.append((yield from _stub(memory, message, namespace)))
     return out
 
 
-async def _stub(memory: Handle, message: Message, namespace: Namespace) -> Message:
+def _stub(memory: Handle, message: Message, namespace: Namespace) -> Steps[Message]:
     if isinstance(message.content, str):
         payload, kind, preview = message.content, "text", message.content
     else:
@@ -61,8 +62,8 @@ async def _stub(memory: Handle, message: Message, namespace: Namespace) -> Messa
     ttl = memory.gateway.ttl_ms
     # A memory pins at most MAX_RESULT_PINS results (its clear releases them all at once):
     # past that, a result lives by the memory's TTL alone.
-    pin = await memory.gateway.pinned_results() < MAX_RESULT_PINS
-    ref = await memory.results.store_result(
+    pin = (yield from memory.gateway.pinned_results()) < MAX_RESULT_PINS
+    ref = yield from memory.result_ops.store_result(
         payload,
         namespace=namespace,
         kind=kind,
@@ -71,7 +72,7 @@ async def _stub(memory: Handle, message: Message, namespace: Namespace) -> Messa
         ttl=None if pin or not ttl else timedelta(milliseconds=ttl),
     )
     if pin:
-        await memory.gateway.note_pin(memory.results.key_of(ref))
+        yield from memory.gateway.note_pin(memory.result_ops.key_of(ref))
     lines = [line[:_STUB_LINE] for line in preview.splitlines()[:_STUB_LINES]]
     stub = (
         f"[stored result {ref.token}: {kind}, {ref.size} bytes, "
@@ -112,16 +113,16 @@ def _result_text(content: object) -> str:
     return "" if content is None else json.dumps(content)
 
 
-async def clear_releasing_pins(memory: Handle) -> int:
+def clear_releasing_pins(memory: Handle) -> Steps[int]:
     """Clear ``memory``, then release the results it pinned, each as many times as this
     memory pinned it (the clear script returns them from the memory's own record, so only
     the memory that pinned a result releases it, once per pin). A release that fails is
     logged, never raised: the clear has happened."""
-    removed, pins = await memory.gateway.clear()
+    removed, pins = yield from memory.gateway.clear()
     for key, count in pins:
         for _ in range(count):
             try:
-                await memory.results.gateway.release(key)
+                yield from memory.result_ops.gateway.release(key)
             except CompozyMemoryError as exc:
                 _log.warning("result %s not released after clearing %s: %s", key, memory.key, exc)
                 break
@@ -132,35 +133,45 @@ class PinKeeper:
     """Keeps the results a memory pins alive as long as the memory: a pinned result gets the
     memory's TTL when stored, and the memory's writes keep renewing theirs, so at least every
     half TTL a handle that writes gives each pinned result the memory's TTL again
-    (``lua/result_touch.lua``), in the background. Without it a result expired under a memory
-    still in use, and its stub pointed at nothing."""
+    (``lua/result_touch.lua``), in the background (a task of an async handle's loop, a
+    background thread for a sync handle). Without it a result expired under a memory still in
+    use, and its stub pointed at nothing."""
 
     def __init__(self, memory: Handle) -> None:
         self._memory = memory
         self._due = 0.0
-        self._task: asyncio.Task[int] | None = None
+        transport = memory.gateway.transport
+        self._trigger: TaskTrigger | ThreadTrigger = (
+            ThreadTrigger(lambda: drive(self._renewing(), transport), 0.0)
+            if is_sync(transport)
+            else TaskTrigger(lambda: adrive(self._renewing(), transport), 0.0)
+        )
 
     def notice(self) -> None:
         """After a write of this handle: renew the pinned results if half a TTL went by."""
         ttl_ms = self._memory.gateway.ttl_ms
         if not ttl_ms or self._memory.read_only or time.monotonic() < self._due:
             return
-        if self._task is not None and not self._task.done():
-            return
         self._due = time.monotonic() + ttl_ms / 2000
-        try:
-            self._task = asyncio.get_running_loop().create_task(self.renew(ttl_ms))
-        except RuntimeError:
-            self._due = 0.0
+        self._trigger.fire()
 
     async def renew(self, ttl_ms: int) -> int:
         """Give every result this memory pins its TTL again; returns how many it renewed.
         A failure is logged: the next write's renewal tries again."""
+        return await adrive(self.renewal(ttl_ms), self._memory.gateway.transport)
+
+    def _renewing(self) -> Steps[None]:
+        ttl_ms = self._memory.gateway.ttl_ms
+        if ttl_ms:
+            yield from self.renewal(ttl_ms)
+
+    def renewal(self, ttl_ms: int) -> Steps[int]:
+        """:meth:`renew` as steps."""
         renewed = 0
         try:
             with no_retries():
-                for key in await self._memory.gateway.pins():
-                    if await self._memory.results.gateway.touch(key, ttl_ms) >= 0:
+                for key in (yield from self._memory.gateway.pins()):
+                    if (yield from self._memory.result_ops.gateway.touch(key, ttl_ms)) >= 0:
                         renewed += 1
         except CompozyMemoryError as exc:
             self._due = 0.0

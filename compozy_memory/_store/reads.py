@@ -1,7 +1,9 @@
 """What a handle reads for an LLM: the layered context, the window, search, recall.
 
-:class:`ContextReads` is a part of :class:`~compozy_memory.MemoryInstance`, kept apart so
-each module holds one job; it reads only what the handle sets up (gateway, policy, facts).
+:class:`ContextReads` is a part of both handles (:class:`~compozy_memory.MemoryInstance`,
+:class:`~compozy_memory.SyncMemoryInstance`), kept apart so each module holds one job; it reads
+only what the handle sets up (gateway, policy, facts). Its methods are steps; the handles'
+public methods of the same names run them (and carry their documentation).
 """
 
 from __future__ import annotations
@@ -16,19 +18,16 @@ from compozy_memory._model.limits import (
 )
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
-from compozy_memory._model.results import ContextLayers, Conversation, Hits
+from compozy_memory._model.results import ContextLayers, Hits
 from compozy_memory._search.analysis import KINDS, OTHER_KIND
 from compozy_memory._store.facts import Facts
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.selection import query_terms, whole_tool_exchanges
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory.errors import ConcurrentChangeError, ReadOnlyMemoryError, UsageError
+from compozy_memory._wire.steps import Steps
+from compozy_memory.errors import ReadOnlyMemoryError, UsageError
 
 __all__ = ["ContextReads"]
-
-
-#: Times a paged read starts again because a write changed the memory between its pages.
-_READ_ATTEMPTS = 5
 
 
 class ContextReads:
@@ -36,60 +35,14 @@ class ContextReads:
 
     gateway: MemoryGateway
     policy: MemoryPolicy
-    facts: Facts
-    indexer: Indexer
+    fact_ops: Facts
+    index_ops: Indexer
     key: str
     read_only: bool
 
-    async def read(self, start: int = 0, stop: int = -1) -> list[Message]:
-        """Messages from index ``start`` to ``stop`` inclusive, oldest first (LRANGE rules).
-
-        A range of more than ``MAX_READ`` (1,000) messages is read a page a call, each call
-        bounded; if a write changes the memory between two pages the read starts again
-        (:class:`ConcurrentChangeError` after a few tries), so the result is one state of
-        the memory."""
-        for _ in range(_READ_ATTEMPTS):
-            page = await self.gateway.read_page(start, stop)
-            count, messages = page.count, list(page.messages)
-            first = max(count + start, 0) if start < 0 else start
-            last = count + stop if stop < 0 else min(stop, count - 1)
-            while first + len(messages) <= last:
-                more = await self.gateway.read_page(first + len(messages), last)
-                if more.version != page.version or not more.messages:
-                    break
-                messages += more.messages
-            else:
-                return messages
-        raise ConcurrentChangeError(
-            f"read: the memory changed between pages {_READ_ATTEMPTS} times", key=self.key
-        )
-
-    async def conversation(self) -> Conversation:
-        """The summaries and every live message, from one state of the memory, with its
-        version: read a page (``MAX_READ``) a call, starting again if a write lands between
-        two pages. For a compare-and-set edit of the whole conversation:
-        ``replace(kept, if_version=conversation.version)``."""
-        from compozy_memory._store import transcripts
-
-        read = await transcripts.read_transcript(self.gateway, include_archived=False)
-        return Conversation(
-            tuple(Message.model_validate_json(e) for e in read.summaries),
-            tuple(Message.model_validate_json(e) for e in read.msgs),
-            read.version,
-        )
-
-    async def read_window(
-        self, max_tokens: int | None = None, *, max_messages: int | None = None
-    ) -> list[Message]:
-        """The pinned messages (priority 0), then the newest others that fit the rest of
-        ``max_tokens`` (default: the policy's budget, none for a memory limited by count
-        only), and at most ``max_messages`` of them (default: the policy's).
-
-        The window is contiguous and ends at the newest message, and holds at most 2,000
-        messages. A tool result whose call fell outside the window is dropped from its start,
-        so the window can be sent to an LLM as it is. Raises ContextOverflowError if the
-        pinned messages alone do not fit.
-        """
+    def _read_window(
+        self, max_tokens: int | None, max_messages: int | None
+    ) -> Steps[list[Message]]:
         budget = self._budget("read_window", max_tokens)
         if max_messages is not None and (
             not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 0
@@ -99,7 +52,7 @@ class ContextReads:
             )
         if max_messages is None:
             max_messages = self.policy.max_messages
-        layers = await self.gateway.context(
+        layers = yield from self.gateway.context(
             budget,
             summary_share=0.0,
             recall_share=0.0,
@@ -109,38 +62,9 @@ class ContextReads:
         )
         return [*layers.pinned, *layers.window]
 
-    async def context(
-        self,
-        max_tokens: int | None = None,
-        *,
-        query: str | None = None,
-        reserve_output: int = 0,
-    ) -> list[Message]:
-        """What to send an LLM, within ``max_tokens - reserve_output`` tokens, in one atomic
-        read: the pinned messages (system prompt, profile), the rolling summary, messages
-        recalled by the recall tools and the archived messages that best answer ``query``,
-        then the newest messages, and (when all of those fit with room to spare) the newest
-        archived originals before them. See :meth:`context_layers`.
-
-        Raises ContextOverflowError if the pinned messages alone exceed the budget."""
-        return (
-            await self.context_layers(max_tokens, query=query, reserve_output=reserve_output)
-        ).messages
-
-    async def context_layers(
-        self,
-        max_tokens: int | None = None,
-        *,
-        query: str | None = None,
-        reserve_output: int = 0,
-    ) -> ContextLayers:
-        """:meth:`context`, layer by layer. The shares come from the policy's
-        :class:`ContextPolicy`; a tool call and its results are never split.
-
-        With a ``max_messages`` policy, the recall layer, the backfill and the window together
-        hold at most that many messages, the newest (the recall layer at most ``recall_share``
-        of them, as of a token budget); a memory limited by count only has no token limit (and
-        no backfill, which would then read the whole archive)."""
+    def _context_layers(
+        self, max_tokens: int | None, query: str | None, reserve_output: int
+    ) -> Steps[ContextLayers]:
         budget = self._budget("context", max_tokens)
         if not isinstance(reserve_output, int) or not 0 <= reserve_output <= budget:
             raise UsageError(
@@ -149,39 +73,25 @@ class ContextReads:
             )
         terms = query_terms(query, self.key)
         if terms:
-            await self._fresh_index()
+            yield from self._fresh_index()
         shares = self.policy.context
-        layers = await self.gateway.context(
+        layers = yield from self.gateway.context(
             budget - reserve_output,
             summary_share=shares.summary_share,
             recall_share=shares.recall_share,
             backfill=shares.backfill and self._has_token_budget(max_tokens),
             max_messages=self.policy.max_messages,
             terms=terms,
-            facts_header=self.facts.header_tokens,
+            facts_header=self.fact_ops.header_tokens,
         )
         recalled = whole_tool_exchanges(layers.recalled)
         return ContextLayers(
             layers.pinned, layers.summaries, recalled, layers.backfill, layers.window, layers.facts
         )
 
-    async def search(
-        self,
-        query: str,
-        limit: int = 10,
-        *,
-        roles: Iterable[str] | None = None,
-        since_id: int | None = None,
-    ) -> Hits:
-        """The messages that best match ``query`` (BM25 over the memory's index: live
-        messages, archived ones and summaries, a turn's neighbours counting in its rank),
-        best first, each with the turns before and after it and where it is
-        (:attr:`Hit.where`). ``roles`` keeps only messages of those roles (``"summary"`` for
-        summaries); ``since_id`` only messages with that id or newer.
-
-        Messages appended moments ago may not be indexed yet: what this handle wrote is
-        indexed before the search runs, and :attr:`Hits.unindexed` says how many messages
-        (other replicas' newest) search could not see."""
+    def _search(
+        self, query: str, limit: int, roles: Iterable[str] | None, since_id: int | None
+    ) -> Steps[Hits]:
         if not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
             raise UsageError(
                 f"limit must be in [1, {MAX_SEARCH_LIMIT}], got {limit!r}", key=self.key
@@ -194,19 +104,15 @@ class ContextReads:
         terms = query_terms(query, self.key)
         if not terms:
             return Hits()
-        await self._fresh_index()
+        yield from self._fresh_index()
         kinds = sorted({KINDS.get(r, OTHER_KIND) for r in wanted})
+        searching = self.gateway.search(terms, limit=limit, since_id=since_id or 0, kinds=kinds)
         if _telemetry.capturing():  # opt-in: the query goes on the span
             with _telemetry.content(query=query):
-                return await self.gateway.search(
-                    terms, limit=limit, since_id=since_id or 0, kinds=kinds
-                )
-        return await self.gateway.search(terms, limit=limit, since_id=since_id or 0, kinds=kinds)
+                return (yield from searching)
+        return (yield from searching)
 
-    async def recall_messages(self, ids: Iterable[int]) -> list[Message]:
-        """Bring archived messages back into context (the recall share of :meth:`context`):
-        they stay until :meth:`clear_recalled`, or until newer recalls need their room.
-        Returns the messages brought back now (unknown or already recalled ids are skipped)."""
+    def _recall_messages(self, ids: Iterable[int]) -> Steps[list[Message]]:
         self._check_writable("recall_messages")
         wanted = list(ids)
         if any(not isinstance(i, int) or isinstance(i, bool) or i < 1 for i in wanted):
@@ -219,18 +125,17 @@ class ContextReads:
             return []
         budget = self.policy.max_tokens or 0
         cap = int(budget * self.policy.context.recall_share) if budget else 0
-        return await self.gateway.promote(wanted, cap)
+        return (yield from self.gateway.promote(wanted, cap))
 
-    async def clear_recalled(self) -> int:
-        """Drop every recalled message from the context (they stay in the archive)."""
+    def _clear_recalled(self) -> Steps[int]:
         self._check_writable("clear_recalled")
-        return await self.gateway.clear_recalled()
+        return (yield from self.gateway.clear_recalled())
 
-    async def _fresh_index(self) -> None:
+    def _fresh_index(self) -> Steps[None]:
         """Before a query: index what this handle wrote and the index has not seen (a few
         bounded steps; the background indexer does the rest)."""
-        if self.indexer.dirty and not self.read_only:
-            await self.indexer.catch_up(max_steps=4)
+        if self.index_ops.dirty and not self.read_only:
+            yield from self.index_ops.catch_up(max_steps=4)
 
     def _has_token_budget(self, max_tokens: int | None) -> bool:
         return max_tokens is not None or self.policy.max_tokens is not None

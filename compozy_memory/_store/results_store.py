@@ -50,11 +50,10 @@ from typing import Any, Literal
 
 from compozy_memory._model.keys import decode_key, sanitize_key, validate_project
 from compozy_memory._model.limits import MAX_RESULT_BYTES
-from compozy_memory._wire.gateway import ScriptTransport
+from compozy_memory._wire.connection import transport_for
 from compozy_memory._wire.result_gateway import ResultGateway
 from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.translate import RedisClient
-from compozy_memory._wire.transport import Transport
+from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import ConfigurationError, ResultCorruptError, UsageError
 
 __all__ = [
@@ -194,25 +193,32 @@ def result_key(project: str, namespace: str, sha256: str) -> str:
 
 
 class ResultStore:
-    """Stores and loads results for one viewer: an agent, in a workflow, in a swarm."""
+    """Stores and loads results for one viewer: an agent, in a workflow, in a swarm.
+
+    On a ``redis.asyncio`` client its methods are awaited; a sync handle's store
+    (``SyncMemoryInstance.results``) returns their results."""
 
     def __init__(
         self,
-        client: RedisClient,
+        client: Any,
         project: str,
         *,
         agent: str | None = None,
         workflow: str | None = None,
         swarm: str | None = None,
         retry: RetryPolicy | None = None,
-        transport: ScriptTransport | None = None,
+        transport: Any = None,
     ) -> None:
         self.project = validate_project(project)
         self.agent, self.workflow, self.swarm = agent, workflow, swarm
         name = f"compozy:{project}:result"
         self.gateway = ResultGateway(
-            transport or Transport(client, retry=retry, wait=None, batching=False, key=name)
+            transport or transport_for(client, retry=retry, batching=False, key=name)
         )
+
+    @property
+    def transport(self) -> Any:
+        return self.gateway.transport
 
     def visible(self, namespace: Namespace | str) -> bool:
         """Whether this viewer may read and write ``namespace`` (or its encoded form)."""
@@ -237,7 +243,8 @@ class ResultStore:
             )
         return result_key(self.project, namespace, sha256)
 
-    async def store_result(
+    @op
+    def store_result(
         self,
         data: bytes | str,
         *,
@@ -246,7 +253,7 @@ class ResultStore:
         kind: str | None = None,
         pin: bool = False,
         pin_ttl: timedelta | None = None,
-    ) -> DataRef:
+    ) -> Steps[DataRef]:
         """Store ``data`` (text as UTF-8) in ``namespace``; the same bytes get the same
         reference. ``pin`` counts one more message pointing at it (see the module's
         docstring); ``ttl`` applies while it is not pinned."""
@@ -265,26 +272,29 @@ class ResultStore:
         stored, enc = payload, "raw"
         if len(payload) > COMPRESS_OVER:
             stored, enc = gzip.compress(payload, compresslevel=6, mtime=0), "gzip"
-        await self.gateway.put(
-            key,
-            data=stored,
-            size=len(payload),
-            enc=enc,
-            kind=kind,
-            ttl_ms=_ms(ttl),
-            pin=pin,
-            pin_ttl_ms=_ms(pin_ttl),
+        (
+            yield from self.gateway.put(
+                key,
+                data=stored,
+                size=len(payload),
+                enc=enc,
+                kind=kind,
+                ttl_ms=_ms(ttl),
+                pin=pin,
+                pin_ttl_ms=_ms(pin_ttl),
+            )
         )
         return DataRef(namespace.encoded, sha, len(payload), kind)
 
-    async def load_result(self, ref: DataRef | str) -> bytes:
+    @op
+    def load_result(self, ref: DataRef | str) -> Steps[bytes]:
         """The bytes ``ref`` names, checked against its SHA-256: ResultCorruptError if they
         do not hash to it, UsageError if there is no such result (expired, never stored)."""
         namespace, sha = (
             (ref.namespace, ref.sha256) if isinstance(ref, DataRef) else DataRef.parse_token(ref)
         )
         key = self._key(namespace, sha)
-        data, enc, _, _ = await self.gateway.fetch(key)
+        data, enc, _, _ = yield from self.gateway.fetch(key)
         if data is None:
             raise UsageError(f"no result {namespace}/{sha} (expired, or never stored)")
         raw = bytes(data)
@@ -302,20 +312,22 @@ class ResultStore:
             )
         return raw
 
-    async def load_slice(self, ref: DataRef | str, start: int, length: int) -> bytes:
+    @op
+    def load_slice(self, ref: DataRef | str, start: int, length: int) -> Steps[bytes]:
         """``length`` bytes from ``start`` of the result (the whole payload is read and
         checked: the hash covers all of it)."""
         if not isinstance(start, int) or not isinstance(length, int) or start < 0 or length < 0:
             raise UsageError("a slice needs start >= 0 and length >= 0")
-        return (await self.load_result(ref))[start : start + length]
+        return (yield from self.load_result(ref))[start : start + length]
 
     def key_of(self, ref: DataRef) -> str:
         """The Redis key of the result ``ref`` names (in a namespace this viewer sees)."""
         return self._key(ref.namespace, ref.sha256)
 
-    async def release(self, ref: DataRef) -> int:
+    @op
+    def release(self, ref: DataRef) -> Steps[int]:
         """One message fewer points at ``ref``; returns the count left (-1: no such result)."""
-        return await self.gateway.release(self._key(ref.namespace, ref.sha256))
+        return (yield from self.gateway.release(self._key(ref.namespace, ref.sha256)))
 
 
 def _ms(ttl: timedelta | None) -> int:

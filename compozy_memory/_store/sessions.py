@@ -6,17 +6,19 @@ one bounded range read whatever the number of sessions (no ``KEYS``, no ``SCAN``
 Cluster as on one server. Every index write of a project lands on one node.
 
 **Off the append path.** An append never waits for the index: :meth:`SessionIndex.noticed`
-records the memory's totals in memory and returns. The entries noticed in one event-loop
-tick go out together, one ``session_touch`` call per agent, sent when the loop next runs.
-While writes keep coming, the next call waits for the one before it and then
-:data:`INTERVAL` (50 ms) more, and carries every entry noticed meanwhile (the newest totals
-of each session). So there is at most one index call in flight per project and process, and
-at most about 20 a second whatever the number of appends; an entry lags the write it follows
-by at most ``interval`` plus two round trips (plus the retries below).
-``await manager.aclose()`` (or :meth:`SessionIndex.flushed`) waits for what is still pending;
-``list_sessions`` does too, so a process reads its own writes. A process that ends without
-either loses at most the entries of its last ``interval``; the next write to those sessions
-brings them back.
+records the memory's totals in memory and returns. The entries noticed in one event-loop tick
+go out together, one ``session_touch`` call per agent, sent when the loop next runs. While
+writes keep coming, the next call waits for the one before it and then :data:`INTERVAL` (50 ms)
+more, and carries every entry noticed meanwhile (the newest totals of each session). So there
+is at most one index call in flight per project and process, and at most about 20 a second
+whatever the number of appends; an entry lags the write it follows by at most ``interval`` plus
+two round trips (plus the retries below). ``await manager.aclose()`` (or
+:meth:`SessionIndex.flushed`) waits for what is still pending; ``list_sessions`` does too, so a
+process reads its own writes. On a blocking client (a
+:class:`~compozy_memory.SyncMemoryManager`'s index) the calls go from a background thread
+(:mod:`compozy_memory._wire.background`) instead of a task, and ``flushed_sync`` waits. A
+process that ends without either loses at most the entries of its last ``interval``; the next
+write to those sessions brings them back.
 
 **After flushes, trims and clears.** Their new totals, which their scripts return, are
 recorded the same way, under the last id the writer knew (a flush: its snapshot's; a trim or
@@ -35,9 +37,9 @@ Session ids: :func:`uuid7` (RFC 9562 version 7, time-ordered), for callers that 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -47,10 +49,11 @@ from typing import Any
 from compozy_memory._model.keys import validate_project
 from compozy_memory._model.results import AppendResult
 from compozy_memory._store.handle import Handle
+from compozy_memory._wire.background import TaskTrigger, ThreadTrigger
+from compozy_memory._wire.connection import sync_twin, transport_for
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.session_gateway import SessionGateway, Touch
-from compozy_memory._wire.translate import RedisClient
-from compozy_memory._wire.transport import ScriptTransport, Transport
+from compozy_memory._wire.steps import CommandCall, Gather, Sleep, Steps, adrive, drive, is_sync, op
 from compozy_memory.errors import CompozyMemoryError, UsageError
 
 __all__ = [
@@ -109,27 +112,35 @@ class SessionIndex:
 
     def __init__(
         self,
-        client: RedisClient | None,
+        client: Any,
         project: str,
         *,
         retry: RetryPolicy | None = None,
-        transport: ScriptTransport | None = None,
+        transport: Any = None,
         interval: float = INTERVAL,
     ) -> None:
         if transport is None and client is not None:
             base = f"compozy:{project}:sessions:{{{project}}}"
-            transport = Transport(client, retry=retry, batching=True, key=base)
+            transport = transport_for(client, retry=retry, batching=True, key=base)
         self.project = validate_project(project)
         self.client = client
+        self.retry = retry
         self._gateway = None if transport is None else SessionGateway(transport, project)
         #: Index updates given up after every attempt (each leaves its entries stale).
         self.failures = 0
         #: Seconds between two index calls while writes keep coming (see the module's
         #: docstring): the bound on how far an entry lags, beyond one round trip.
         self.interval = interval
-        # agent -> session -> the newest totals noticed and not yet sent
+        # agent -> session -> the newest totals noticed and not yet sent (threads of a sync
+        # manager notice at once: the lock keeps the buckets whole)
         self._pending: dict[str | None, dict[str, Touch]] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._lock = threading.Lock()
+        self._trigger: TaskTrigger | ThreadTrigger = (
+            ThreadTrigger(self._drain_sync, 0.0)
+            if is_sync(transport)
+            else TaskTrigger(self._drain_async, 0.0)
+        )
+        self._twin: SessionIndex | None = None
 
     @property
     def gateway(self) -> SessionGateway:
@@ -138,12 +149,23 @@ class SessionIndex:
         return self._gateway
 
     @property
-    def transport(self) -> ScriptTransport:
+    def transport(self) -> Any:
         return self.gateway.transport
 
     @transport.setter
-    def transport(self, value: ScriptTransport) -> None:
+    def transport(self, value: Any) -> None:
         self._gateway = SessionGateway(value, self.project)
+
+    def to_sync(self) -> SessionIndex:
+        """This index on a blocking client (the twin of an async one, made on first use):
+        what a handle's blocking twin notices its writes in."""
+        if is_sync(self.transport):
+            return self
+        if self._twin is None:
+            self._twin = SessionIndex(
+                sync_twin(self.client), self.project, retry=self.retry, interval=self.interval
+            )
+        return self._twin
 
     @property
     def all_key(self) -> str:
@@ -160,12 +182,13 @@ class SessionIndex:
         """What a handle written by ``agent`` calls after its writes."""
         return IndexEntry(self, agent)
 
-    async def touch(
+    @op
+    def touch(
         self, session: str, *, agent: str | None, last_id: int, messages: int, tokens: int
-    ) -> int:
+    ) -> Steps[int]:
         """Record a write to ``session`` now, in a call of its own; returns its last-active
         time (server clock, ms)."""
-        return await self.gateway.touch(agent, [Touch(session, last_id, messages, tokens)])
+        return (yield from self.gateway.touch(agent, [Touch(session, last_id, messages, tokens)]))
 
     def noticed(self, memory: Handle, result: AppendResult, agent: str | None) -> None:
         """After a write to ``memory``: record its totals with the next index call (never
@@ -194,36 +217,47 @@ class SessionIndex:
 
     async def flushed(self) -> None:
         """Wait until every entry noticed so far has been sent (or given up)."""
-        while self._task is not None and not self._task.done():
-            await asyncio.shield(self._task)
+        if isinstance(self._trigger, TaskTrigger):
+            await self._trigger.wait_idle()
+
+    def flushed_sync(self, timeout: float | None = None) -> bool:
+        """:meth:`flushed` for an index on a blocking client; False if ``timeout`` passed."""
+        return not isinstance(self._trigger, ThreadTrigger) or self._trigger.wait_idle(timeout)
 
     def _record(self, agent: str | None, touch: Touch) -> None:
-        bucket = self._pending.get(agent)
-        if bucket is None:
-            bucket = self._pending[agent] = {}
-        seen = bucket.get(touch.session)
-        if seen is None or _newer(touch, seen):
-            bucket[touch.session] = touch
+        with self._lock:
+            bucket = self._pending.get(agent)
+            if bucket is None:
+                bucket = self._pending[agent] = {}
+            seen = bucket.get(touch.session)
+            if seen is None or _newer(touch, seen):
+                bucket[touch.session] = touch
 
     def _start(self) -> None:
-        task = self._task
-        if task is None or task.done():
-            self._task = asyncio.get_running_loop().create_task(self._drain())
+        self._trigger.fire()
 
-    async def _drain(self) -> None:
+    async def _drain_async(self) -> None:
+        await adrive(self._drain(), self.transport)
+
+    def _drain_sync(self) -> None:
+        drive(self._drain(), self.transport)
+
+    def _drain(self) -> Steps[None]:
         """Send what is pending, one call per agent, until nothing is; between two calls,
         wait ``interval`` for more entries to share the next one."""
         while True:
-            pending, self._pending = self._pending, {}
-            await asyncio.gather(*(self._send(a, list(b.values())) for a, b in pending.items()))
-            if not self._pending:
-                return
-            await asyncio.sleep(self.interval)
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            yield Gather([self._send(a, list(b.values())) for a, b in pending.items()])
+            with self._lock:
+                if not self._pending:
+                    return
+            yield Sleep(self.interval)
 
-    async def _send(self, agent: str | None, touches: Sequence[Touch]) -> None:
+    def _send(self, agent: str | None, touches: Sequence[Touch]) -> Steps[None]:
         for attempt in range(TOUCH_ATTEMPTS):
             try:
-                await self.gateway.touch(agent, touches)
+                yield from self.gateway.touch(agent, touches)
                 return
             except CompozyMemoryError as exc:
                 if attempt + 1 == TOUCH_ATTEMPTS:
@@ -235,11 +269,12 @@ class SessionIndex:
                         exc,
                     )
                     return
-                await asyncio.sleep(0.05 * 2**attempt)
+                yield Sleep(0.05 * 2**attempt)
 
-    async def page(
+    @op
+    def page(
         self, *, agent: str | None = None, limit: int = 50, cursor: str | None = None
-    ) -> SessionPage:
+    ) -> Steps[SessionPage]:
         """Sessions, most recently active first, ``limit`` a page."""
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
             raise UsageError(f"limit must be in [1, 1000], got {limit!r}")
@@ -248,19 +283,20 @@ class SessionIndex:
             score, sep, member = str(cursor).partition(":")
             if not sep or not score.isdigit():
                 raise UsageError(f"{cursor!r:.80} is not a cursor list_sessions returned")
-        pairs = await self.gateway.page(
+        pairs = yield from self.gateway.page(
             agent=agent, limit=limit, before_score=score, before_session=member
         )
         sessions = [_info(session, info) for session, info in pairs]
         last = sessions[-1] if len(sessions) == limit else None
         return SessionPage(sessions, f"{last.last_active_ms}:{last.key}" if last else None)
 
-    async def repair(self, memories: list[Handle], *, agent: str | None = None) -> int:
+    @op
+    def repair(self, memories: list[Handle], *, agent: str | None = None) -> Steps[int]:
         """Rewrite the entries of ``memories`` from their own totals (after index updates
         were lost); returns how many were written."""
         for memory in memories:
-            health = await memory.health()
-            await self.touch(
+            health = yield from memory.gateway.health()
+            yield from self.touch(
                 memory.keys.key,
                 agent=agent,
                 last_id=health.last_id,
@@ -269,37 +305,40 @@ class SessionIndex:
             )
         return len(memories)
 
-    async def forget(self, session: str) -> None:
+    @op
+    def forget(self, session: str) -> Steps[None]:
         """Drop ``session`` from the index (its memory was purged), if it is there."""
-        client: Any = self.client
-        if client is None:
+        if self.client is None:
             raise UsageError("forget needs a client")
-        info = await client.hget(self.info_key, session)
+        key = self.all_key
+        info = yield CommandCall("forget", "hget", (self.info_key, session), key)
         if info is None:
             return
         agent = _info(session, info).agent
-        await client.zrem(self.all_key, session)
+        yield CommandCall("forget", "zrem", (key, session), key)
         if agent:
-            await client.zrem(self.agent_key(agent), session)
-        await client.hdel(self.info_key, session)
+            yield CommandCall("forget", "zrem", (self.agent_key(agent), session), key)
+        yield CommandCall("forget", "hdel", (self.info_key, session), key)
 
-    async def prune(self, inactive_ms: int, *, agents: tuple[str, ...] = ()) -> int:
+    @op
+    def prune(self, inactive_ms: int, *, agents: tuple[str, ...] = ()) -> Steps[int]:
         """Drop sessions inactive for longer than ``inactive_ms`` (their memories expired)
         from the project's index and ``agents``' indexes; returns how many left the project's.
         Not atomic: a session written while it is pruned loses its info until its next
         write (list_sessions skips entries without info)."""
         now = int(time.time() * 1000)
         cutoff = now - inactive_ms
-        client: Any = self.client
-        if client is None:
+        if self.client is None:
             raise UsageError("prune needs a client")
-        gone = await client.zrange(self.all_key, "-inf", cutoff, byscore=True)
+        key = self.all_key
+        gone = yield CommandCall("prune", "zrange", (key, "-inf", cutoff), key, {"byscore": True})
         if not gone:
             return 0
-        await client.zremrangebyscore(self.all_key, "-inf", cutoff)
+        yield CommandCall("prune", "zremrangebyscore", (key, "-inf", cutoff), key)
         for agent in agents:
-            await client.zremrangebyscore(self.agent_key(agent), "-inf", cutoff)
-        await client.hdel(self.info_key, *gone)
+            agent_key = self.agent_key(agent)
+            yield CommandCall("prune", "zremrangebyscore", (agent_key, "-inf", cutoff), key)
+        yield CommandCall("prune", "hdel", (self.info_key, *gone), key)
         return len(gone)
 
 
@@ -341,3 +380,7 @@ class IndexEntry:
 
     def removed(self, memory: Handle, *, last_id: int, messages: int, tokens: int) -> None:
         self.index.removed(memory, self.agent, last_id=last_id, messages=messages, tokens=tokens)
+
+    def to_sync(self) -> IndexEntry:
+        """This entry in the index's blocking twin (for a handle's blocking twin)."""
+        return IndexEntry(self.index.to_sync(), self.agent)

@@ -34,6 +34,7 @@ from compozy_memory._model.messages import Message
 from compozy_memory._model.results import Transcript
 from compozy_memory._store.handle import Handle
 from compozy_memory._wire.gateway import MemoryGateway
+from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import ConcurrentChangeError, InvalidMessageError, UsageError
 
 __all__ = ["Transcript", "export_jsonl", "export_markdown", "import_transcript"]
@@ -46,7 +47,7 @@ PARTS = ("msgs", "summaries", "archive")
 EXPORT_ATTEMPTS = 5
 
 
-async def read_transcript(gateway: MemoryGateway, *, include_archived: bool) -> Transcript:
+def read_transcript(gateway: MemoryGateway, *, include_archived: bool) -> Steps[Transcript]:
     """Every envelope of the memory, page by page, all pages from one state of it."""
     for _ in range(EXPORT_ATTEMPTS):
         stamps: set[str] = set()
@@ -57,7 +58,7 @@ async def read_transcript(gateway: MemoryGateway, *, include_archived: bool) -> 
                 continue
             items: list[str] = []
             while True:
-                stamp, length, page = await gateway.transcript_page(part, len(items))
+                stamp, length, page = yield from gateway.transcript_page(part, len(items))
                 stamps.add(stamp)
                 items += page
                 if not page or len(items) >= length or len(stamps) > 1:
@@ -77,8 +78,8 @@ async def read_transcript(gateway: MemoryGateway, *, include_archived: bool) -> 
     )
 
 
-async def export_jsonl(memory: Handle, *, include_archived: bool = True) -> str:
-    transcript = await read_transcript(memory.gateway, include_archived=include_archived)
+def export_jsonl(memory: Handle, *, include_archived: bool = True) -> Steps[str]:
+    transcript = yield from read_transcript(memory.gateway, include_archived=include_archived)
     lines = [HEADER]
     for part in PARTS:
         for env in getattr(transcript, part):
@@ -120,7 +121,7 @@ def _loads(line: str, number: int) -> dict[str, Any]:
     return data
 
 
-async def import_transcript(memory: Handle, text: str) -> int:
+def import_transcript(memory: Handle, text: str) -> Steps[int]:
     """Write a JSON Lines transcript into ``memory``, which must hold nothing; returns the
     number of live messages. ConflictError if it is not empty."""
     if not isinstance(text, str):
@@ -133,9 +134,9 @@ async def import_transcript(memory: Handle, text: str) -> int:
     for part in PARTS:
         at = 0
         for chunk in _chunks(getattr(transcript, part)):
-            count, _ = await memory.gateway.import_step(token, part, at, last_id, chunk)
+            count, _ = yield from memory.gateway.import_step(token, part, at, last_id, chunk)
             at += len(chunk)
-    count, _ = await memory.gateway.import_step(token, "done", 0, last_id, [])
+    count, _ = yield from memory.gateway.import_step(token, "done", 0, last_id, [])
     return count
 
 
@@ -152,8 +153,8 @@ def _chunks(envelopes: tuple[str, ...]) -> list[list[str]]:
     return out
 
 
-async def export_markdown(memory: Handle, *, include_archived: bool = False) -> str:
-    transcript = await read_transcript(memory.gateway, include_archived=include_archived)
+def export_markdown(memory: Handle, *, include_archived: bool = False) -> Steps[str]:
+    transcript = yield from read_transcript(memory.gateway, include_archived=include_archived)
     out = [f"# Transcript of `{memory.keys.key}`", ""]
     summaries = [Message.model_validate_json(e) for e in transcript.summaries]
     if summaries:

@@ -6,7 +6,8 @@ source after NOSCRIPT), the archive search's stemmer and stop words, and open a 
 :func:`warm` does all of that up front; :class:`~compozy_memory.MemoryManager` calls it when
 it starts (``async with``, :meth:`~compozy_memory.MemoryManager.start`, or its first
 ``get``). ``benchmarks/bench_append.py`` measures a fresh process's first append with and
-without it.
+without it. :func:`warm_sync` does the same for a blocking client (the sync API), from the
+same steps.
 """
 
 from __future__ import annotations
@@ -16,19 +17,24 @@ import contextlib
 import secrets
 from collections.abc import Iterable
 from datetime import timedelta
+from typing import Any
 
 from redis import exceptions as redis_errors
 
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.tokens import HeuristicCounter, TokenCounter, default_counter
 from compozy_memory._search.analysis import analyze
+from compozy_memory._store.core import MemoryCore
 from compozy_memory._store.encoding import encode_messages
 from compozy_memory._store.instance import MemoryInstance
+from compozy_memory._store.sync_instance import SyncMemoryInstance
+from compozy_memory._wire.client_calls import Exec, SyncRedisClient
 from compozy_memory._wire.delivery import delivery_for
+from compozy_memory._wire.steps import Steps
 from compozy_memory._wire.translate import RedisClient, translate
 from compozy_memory.errors import CompozyMemoryError
 
-__all__ = ["warm"]
+__all__ = ["warm", "warm_sync"]
 
 
 async def warm(client: RedisClient, *, counters: Iterable[TokenCounter] | None = None) -> None:
@@ -43,20 +49,41 @@ async def warm(client: RedisClient, *, counters: Iterable[TokenCounter] | None =
     chosen = list(counters) if counters is not None else [default_counter()]
     loading = asyncio.gather(*(asyncio.to_thread(_warm_counter, c) for c in chosen))
     try:
-        try:
-            await client.ping()
-        except redis_errors.RedisError as exc:
-            raise translate(exc, "warm", "warm") from exc
-        await delivery_for(client).warm("warm")
-        # One read through the whole path an append takes (handle, gateway, transport,
-        # batcher, delivery, reply), on keys nothing writes; a user confined to other keys
-        # is refused, which warms the same path.
-        probe = MemoryInstance.open(client, project=_PROBE_PROJECT, key="probe", read_only=True)
-        with contextlib.suppress(CompozyMemoryError):
-            await probe.health()
+        reader = MemoryInstance.open(client, project=_PROBE_PROJECT, key="probe", read_only=True)
+        await reader.transport.drive(_reach(reader))
     finally:
         await loading
+    writer = MemoryInstance.open(client, **_writer_options())
+    await writer.transport.drive(_rehearse(writer, chosen))
+
+
+def warm_sync(client: SyncRedisClient, *, counters: Iterable[TokenCounter] | None = None) -> None:
+    """:func:`warm` for a blocking client (the encoders load in the calling thread)."""
+    chosen = list(counters) if counters is not None else [default_counter()]
+    for counter in chosen:
+        _warm_counter(counter)
+    reader = SyncMemoryInstance.open(client, project=_PROBE_PROJECT, key="probe", read_only=True)
+    reader.transport.drive(_reach(reader))
+    writer = SyncMemoryInstance.open(client, **_writer_options())
+    writer.transport.drive(_rehearse(writer, chosen))
+
+
+def _reach(reader: MemoryCore) -> Steps[None]:
+    """The server reached, the scripts loaded, one read down the whole path."""
+    try:
+        yield Exec(None, ("PING",))
+    except redis_errors.RedisError as exc:
+        raise translate(exc, "warm", "warm") from exc
+    yield from delivery_for(reader.client).warm("warm")
+    # One read through the whole path an append takes (handle, gateway, transport,
+    # batcher, delivery, reply), on keys nothing writes; a user confined to other keys
+    # is refused, which warms the same path.
+    with contextlib.suppress(CompozyMemoryError):
+        yield from reader.gateway.health()
     analyze("warm the stemmer and the stop words")
+
+
+def _rehearse(writer: MemoryCore, chosen: list[TokenCounter]) -> Steps[None]:
     # The first message a process validates, serialises and counts on the loop's own thread
     # pays for lazily built state (validators, tiktoken's per-thread regex, the tick's
     # counting batch): pay it here. (append passes a tuple and append_many the caller's list:
@@ -67,23 +94,25 @@ async def warm(client: RedisClient, *, counters: Iterable[TokenCounter] | None =
             [{"role": "user", "content": "warm up the encoder"}],
             ({"role": "user", "content": "warm"},),
         ):
-            await encode_messages(batch, MemoryPolicy(), counter, "warm")
+            yield from encode_messages(batch, MemoryPolicy(), counter, "warm")
     for counter in local:
         if getattr(counter, "thread_safe", False) is True:
             counter.count("warm up the encoder on this thread")
     # One append down the whole write path and back (the reply, the metrics), to a memory of
     # this process's own that is cleared at once and whose last key expires within seconds.
     # A user who may not write there (ACL, a replica) is refused, which warms most of it.
-    probe = MemoryInstance.open(
-        client,
-        project=_PROBE_PROJECT,
-        key=f"probe:{secrets.token_hex(8)}",
-        policy=MemoryPolicy(ttl=_PROBE_TTL),
-        counter=_LOCAL,
-    )
     with contextlib.suppress(CompozyMemoryError):
-        await probe.append({"role": "user", "content": "warm"})
-        await probe.clear()
+        yield from writer._append_many(({"role": "user", "content": "warm"},), None, False, None)
+        yield from writer._clear()
+
+
+def _writer_options() -> dict[str, Any]:
+    return {
+        "project": _PROBE_PROJECT,
+        "key": f"probe:{secrets.token_hex(8)}",
+        "policy": MemoryPolicy(ttl=_PROBE_TTL),
+        "counter": _LOCAL,
+    }
 
 
 _PROBE_PROJECT = "compozy-warm"

@@ -54,7 +54,7 @@ class ScriptBatcher:
     def __init__(self, client: Redis) -> None:
         self.client = client
         self.delivery = delivery_for(client)
-        self._queue = Queue(self._flush, self.delivery.run)
+        self._queue = Queue(self._flush, self.delivery.send)
 
     async def run(
         self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], *, key: str
@@ -68,7 +68,7 @@ class ScriptBatcher:
     async def _send(self, calls: list[Call]) -> None:
         if len(calls) == 1:
             script, keys, args, key, future = calls[0]
-            await settle(future, self.delivery.run(script, keys, args, key))
+            await settle(future, self.delivery.send(script, keys, args, key))
             return
         try:
             replies = await self._pipeline(calls)
@@ -92,7 +92,7 @@ class ScriptBatcher:
 
         await answer_in_turns(calls, replies, answer)
         if retries:
-            run = self.delivery.run
+            run = self.delivery.send
             await asyncio.gather(
                 *(settle(c.future, run(c.script, c.keys, c.args, c.key)) for c in retries)
             )

@@ -79,7 +79,7 @@ class ClusterBatcher:
     def __init__(self, client: RedisCluster) -> None:
         self.client = client
         self.delivery = delivery_for(client)
-        self._queue = Queue(self._flush, self.delivery.run)
+        self._queue = Queue(self._flush, self.delivery.send)
         # Node failures since the slot map was last read: it is read again before calls are
         # grouped while there are any.
         self._failures = 0
@@ -159,7 +159,7 @@ class ClusterBatcher:
 
     def _alone(self, call: Call) -> Awaitable[None]:
         """Send one call by the unbatched road (the Cluster client routes and redirects it)."""
-        return settle(call.future, self.delivery.run(call.script, call.keys, call.args, call.key))
+        return settle(call.future, self.delivery.send(call.script, call.keys, call.args, call.key))
 
     async def _send(self, node: ClusterNode, calls: list[Call]) -> None:
         # A lone call takes this road too: it is much cheaper than the Cluster client's own

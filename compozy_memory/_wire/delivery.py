@@ -8,8 +8,8 @@ of theirs could allocate past ``maxmemory`` or loop and stop the server for ever
 The library is loaded by an operator (``compozy-memory install``) or, where the user may run
 ``FUNCTION LOAD``, on first use: a call that finds no function loads the library on the node
 that answered and runs again (after several loads that another client's FUNCTION FLUSH undid,
-that one call is sent with its source by EVALSHA/EVAL instead). A server without Functions,
-or a user allowed ``EVALSHA`` but not ``FUNCTION LOAD``, gets the scripts by EVALSHA instead (see
+that one call is sent with its source by EVALSHA/EVAL instead). A server without Functions, or
+a user allowed ``EVALSHA`` but not ``FUNCTION LOAD``, gets the scripts by EVALSHA instead (see
 :func:`~compozy_memory._wire.translate.run_script`). The choice is made once per client.
 
 On a Cluster, redis-py would ask the server for the keys of every FCALL (``COMMAND GETKEYS``),
@@ -27,6 +27,10 @@ exists"), so a load whose reply was lost is simply sent again: by the handle's R
 which repeats the whole call, or, for :func:`install` and ``warm()``, by a RetryPolicy of their
 own. Either way the caller sees a typed error, never redis-py's ConnectionError.
 
+Every decision here is written once, as steps (:mod:`compozy_memory._wire.steps`) over the
+client effects of :mod:`compozy_memory._wire.client_calls`: the async transport and the sync
+one drive the same FCALL, load, fallback and version check.
+
 Falling back to EVALSHA is logged once per client, at WARNING on ``compozy_memory.delivery``,
 with its cause (``extra``: ``key``, the instance whose call found out; the client serves
 every memory, so there is no one ``memory`` to name).
@@ -40,14 +44,14 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from redis import exceptions as redis_errors
-from redis.asyncio import Redis, RedisCluster
 
+from compozy_memory._wire.client_calls import PRIMARIES, Exec, OnClient, is_cluster, is_standalone
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import SCRIPT_NAMES, Script, ScriptArg, library
 from compozy_memory._wire.scripts import script as script_named
 from compozy_memory._wire.server_version import check_server
+from compozy_memory._wire.steps import Steps, adrive, drive
 from compozy_memory._wire.translate import (
-    RedisClient,
     backend_errors,
     error_cause,
     eval_commands,
@@ -61,7 +65,14 @@ from compozy_memory.errors import (
     ScriptError,
 )
 
-__all__ = ["Delivery", "delivery_for", "install", "require_supported"]
+__all__ = [
+    "Delivery",
+    "delivery_for",
+    "install",
+    "install_steps",
+    "require_supported",
+    "supported_steps",
+]
 
 Mode = Literal["unknown", "functions", "eval"]
 
@@ -71,7 +82,7 @@ log = logging.getLogger("compozy_memory.delivery")
 class Delivery:
     """The way one client's script calls travel."""
 
-    def __init__(self, client: RedisClient, mode: Mode = "unknown") -> None:
+    def __init__(self, client: object, mode: Mode = "unknown") -> None:
         self.client = client
         self.mode: Mode = mode
         self._logged = False
@@ -95,9 +106,9 @@ class Delivery:
             extra={"key": key},
         )
 
-    async def _no_functions(self, reason: _NoFunctions, key: str) -> None:
+    def _no_functions(self, reason: _NoFunctions, key: str) -> Steps[None]:
         """The server has no Functions: refuse it if it is too old, else go by EVALSHA."""
-        await require_supported(self.client, key)
+        yield from supported_steps(self.client, key)
         self.mode = "eval"
         self._fall_back(reason, key)
 
@@ -114,32 +125,32 @@ class Delivery:
             return True
         return isinstance(reply, redis_errors.ResponseError) and _unknown_command(reply)
 
-    async def reload(self, script: Script, key: str) -> tuple[str, str]:
+    def reload(self, script: Script, key: str) -> Steps[tuple[str, str]]:
         """After ``needs_reload``: make the script available and say how to send it again."""
         if self.mode != "eval":
             try:
-                await self._load(None, key)
+                yield from _load_library(self.client, None, key=key)
                 return self.command(script)
             except _NoFunctions as exc:
-                await self._no_functions(exc, key)
+                yield from self._no_functions(exc, key)
             except _LoadRefused as exc:
                 # this user may not load the library; perhaps it may send the script
                 self._fall_back(exc, key)
         return (eval_commands(script, self.client)[1], script.source)
 
-    async def run(
+    def run(
         self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], key: str
-    ) -> Any:
+    ) -> Steps[Any]:
         """Run ``script`` once; errors come out typed."""
         if self.mode != "eval":
             try:
-                return await self._fcall(script, keys, args, key)
+                return (yield from self._fcall(script, keys, args, key))
             except _NoFunctions as exc:
-                await self._no_functions(exc, key)
+                yield from self._no_functions(exc, key)
             except _LoadRefused as exc:
                 self._fall_back(exc, key)
                 try:
-                    return await run_script(self.client, script, keys, args, key)
+                    return (yield from run_script(self.client, script, keys, args, key))
                 except BackendPermissionError as exc:
                     raise BackendPermissionError(
                         f"{script.name}: the server has no {library().name} functions library "
@@ -147,16 +158,22 @@ class Delivery:
                         f"`compozy-memory install` once per server ({exc.args[0]})",
                         key=key,
                     ) from exc
-        return await run_script(self.client, script, keys, args, key)
+        return (yield from run_script(self.client, script, keys, args, key))
 
-    async def _fcall(
+    async def send(
         self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], key: str
     ) -> Any:
+        """:meth:`run` on this delivery's async client (the batchers' unbatched road)."""
+        return await adrive(self.run(script, keys, args, key), OnClient(self.client))
+
+    def _fcall(
+        self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], key: str
+    ) -> Steps[Any]:
         command = "FCALL_RO" if script.read_only else "FCALL"
         node = self._node(keys)
         for attempt in range(_LOAD_ATTEMPTS):
             try:
-                reply = await self._send(node, command, script.function, len(keys), *keys, *args)
+                reply = yield Exec(node, (command, script.function, len(keys), *keys, *args))
             except redis_errors.ResponseError as exc:
                 if _unknown_command(exc):
                     raise _NoFunctions from exc
@@ -165,8 +182,11 @@ class Delivery:
                 if attempt == _LOAD_ATTEMPTS - 1:
                     # the library keeps vanishing between our load and our call (FUNCTION
                     # FLUSH in a loop, a failover storm): this call carries its source
-                    return await run_script(self.client, script, keys, args, key)
-                await self._load(node, key)
+                    return (yield from run_script(self.client, script, keys, args, key))
+                # Load the library on that node once; a lost reply raises
+                # BackendUnavailableError, which the handle's RetryPolicy answers by
+                # repeating the whole call.
+                yield from _load_library(self.client, node, key=key)
                 continue
             except redis_errors.RedisError as exc:
                 raise translate(exc, script.name, key) from exc
@@ -174,24 +194,20 @@ class Delivery:
             return reply
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _load(self, node: Any, key: str) -> None:
-        """Load the library on ``node`` once; a lost reply raises BackendUnavailableError,
-        which the handle's RetryPolicy answers by repeating the whole call."""
-        await _load_library(self.client, node, key=key)
-
-    async def warm(self, key: str) -> None:
+    def warm(self, key: str) -> Steps[None]:
         """Make every script ready on every primary before the first call needs one: the
         Functions library where the server has Functions (loading it where this user may),
         else every script by SCRIPT LOAD. A refusal to load is left for the first call to
         meet (an operator may have installed the library); an unreachable server raises, and
         so does one older than Redis 7.0 / Valkey 7.2 (UnsupportedServerError)."""
-        await require_supported(self.client, key)
-        for node in await _primaries(self.client):
+        yield from supported_steps(self.client, key)
+        nodes: list[Any] = yield PRIMARIES
+        for node in nodes:
             if self.mode != "eval":
                 try:
-                    await _load_library(self.client, node, key=key, retry=_SETUP_RETRY)
+                    yield from _load_library(self.client, node, key=key, retry=True)
                 except _NoFunctions as exc:
-                    await self._no_functions(exc, key)
+                    yield from self._no_functions(exc, key)
                 except (_LoadRefused, ScriptError, BackendOutOfMemoryError) as exc:
                     log.debug("warm: FUNCTION LOAD refused: %s", exc, extra={"key": key})
                     continue
@@ -199,7 +215,7 @@ class Delivery:
                     continue
             for name in SCRIPT_NAMES:
                 try:
-                    await self._send(node, "SCRIPT", "LOAD", script_named(name).source)
+                    yield Exec(node, ("SCRIPT", "LOAD", script_named(name).source))
                 except redis_errors.ResponseError as exc:
                     log.debug("warm: SCRIPT LOAD refused: %s", exc, extra={"key": key})
                     break
@@ -207,59 +223,52 @@ class Delivery:
                     raise translate(exc, "warm", key) from exc
 
     def _node(self, keys: Sequence[str]) -> Any:
-        if isinstance(self.client, RedisCluster) and keys:
-            return self.client.get_node_from_key(keys[0])
+        if keys and is_cluster(self.client):
+            return self.client.get_node_from_key(keys[0])  # type: ignore[attr-defined]
         return None
 
-    async def _send(self, node: Any, *command: Any) -> Any:
-        return await _send(self.client, node, *command)
 
-
-async def _send(client: RedisClient, node: Any, *command: Any) -> Any:
-    if node is not None:
-        return await client.execute_command(*command, target_nodes=node)
-    return await client.execute_command(*command)
-
-
-async def _load_library(
-    client: RedisClient,
-    node: Any,
-    *,
-    key: str,
-    replace: bool = False,
-    retry: RetryPolicy | None = None,
-) -> bool:
+def _load_library(
+    client: object, node: Any, *, key: str, replace: bool = False, retry: bool = False
+) -> Steps[bool]:
     """FUNCTION LOAD the library on ``node`` (None: the standalone server); True if this call
     loaded it, False if it was there already. Errors come out typed (_NoFunctions: the server
     has no Functions; _LoadRefused: this user may not load it). With ``retry``, a load whose
-    reply was lost (BackendUnavailableError) is sent again, and "already exists" then means
-    the lost attempt loaded it."""
-    command = ["FUNCTION", "LOAD", *(["REPLACE"] if replace else []), library().source]
+    reply was lost (BackendUnavailableError) is sent again within _SETUP_RETRY, and "already
+    exists" then means the lost attempt loaded it."""
+    del client
+    command = ("FUNCTION", "LOAD", *(["REPLACE"] if replace else []), library().source)
     lost = False
 
-    async def attempt() -> bool:
+    def attempt() -> Steps[bool]:
         nonlocal lost
         try:
-            await _send(client, node, *command)
-        except redis_errors.ResponseError as exc:
-            text = str(exc)
-            if "already exists" in text:
-                return lost  # loaded by our attempt whose reply was lost, or by another client
-            if "unknown command" in text.lower():
-                raise _NoFunctions(exc) from exc
-            error = translate(exc, "FUNCTION LOAD", key)
-            if isinstance(error, BackendPermissionError):
-                raise _LoadRefused(error) from exc
-            raise error from exc
-        except redis_errors.RedisError as exc:
-            error = translate(exc, "FUNCTION LOAD", key)
-            lost = lost or isinstance(error, BackendUnavailableError)
-            raise error from exc
-        return True
+            return (yield from _load_once(node, command, key, lost))
+        except BackendUnavailableError:
+            lost = True
+            raise
 
-    if retry is None:
-        return await attempt()
-    return await retry.call(attempt, what="FUNCTION LOAD", key=key)
+    if not retry:
+        return (yield from attempt())
+    return (yield from _SETUP_RETRY.steps(attempt, what="FUNCTION LOAD", key=key))
+
+
+def _load_once(node: Any, command: tuple[Any, ...], key: str, lost: bool) -> Steps[bool]:
+    try:
+        yield Exec(node, command)
+    except redis_errors.ResponseError as exc:
+        text = str(exc)
+        if "already exists" in text:
+            return lost  # loaded by our attempt whose reply was lost, or by another client
+        if "unknown command" in text.lower():
+            raise _NoFunctions(exc) from exc
+        error = translate(exc, "FUNCTION LOAD", key)
+        if isinstance(error, BackendPermissionError):
+            raise _LoadRefused(error) from exc
+        raise error from exc
+    except redis_errors.RedisError as exc:
+        raise translate(exc, "FUNCTION LOAD", key) from exc
+    return True
 
 
 # install() and warm() load the library with no handle's RetryPolicy around them: their own.
@@ -278,14 +287,6 @@ class _LoadRefused(Exception):
     """This user may not load the library; an operator can (``compozy-memory install``)."""
 
 
-async def _primaries(client: RedisClient) -> list[Any]:
-    """The nodes to send a command to each of: every primary of a Cluster, else [None]."""
-    if isinstance(client, RedisCluster):
-        await client.initialize()
-        return list(client.get_primaries())
-    return [None]
-
-
 def _function_missing(exc: object) -> bool:
     return isinstance(exc, redis_errors.ResponseError) and "Function not found" in str(exc)
 
@@ -295,16 +296,17 @@ def _unknown_command(exc: redis_errors.ResponseError) -> bool:
     return "unknown command" in text and "fcall" in text
 
 
-async def require_supported(client: RedisClient, key: str) -> None:
+def supported_steps(client: object, key: str) -> Steps[None]:
     """Raise UnsupportedServerError if a server of ``client`` (every primary of a Cluster) is
     older than Redis 7.0 / Valkey 7.2, from its ``INFO server``. Asked once per client while
     the answer is yes; a user who may not run INFO, or a server whose INFO names no version,
     passes (the first call meets what it must)."""
     if client in _SUPPORTED:
         return
-    for node in await _primaries(client):
+    nodes: list[Any] = yield PRIMARIES
+    for node in nodes:
         try:
-            info = await _send(client, node, "INFO", "server")
+            info = yield Exec(node, ("INFO", "server"))
         except redis_errors.ResponseError as exc:
             log.debug("INFO server refused, version not checked: %s", exc, extra={"key": key})
             return
@@ -314,20 +316,25 @@ async def require_supported(client: RedisClient, key: str) -> None:
     _SUPPORTED.add(client)
 
 
-def _address(client: RedisClient, node: Any) -> str:
+async def require_supported(client: object, key: str) -> None:
+    """:func:`supported_steps` on an async client."""
+    await adrive(supported_steps(client, key), OnClient(client))
+
+
+def _address(client: object, node: Any) -> str:
     if node is not None:
         return str(node.name)
-    options = client.connection_pool.connection_kwargs if isinstance(client, Redis) else {}
+    options = client.connection_pool.connection_kwargs if is_standalone(client) else {}  # type: ignore[attr-defined]
     if "path" in options:
         return str(options["path"])
     return f"{options.get('host', 'localhost')}:{options.get('port', 6379)}"
 
 
-_SUPPORTED: weakref.WeakSet[RedisClient] = weakref.WeakSet()
-_DELIVERIES: weakref.WeakKeyDictionary[RedisClient, Delivery] = weakref.WeakKeyDictionary()
+_SUPPORTED: weakref.WeakSet[Any] = weakref.WeakSet()
+_DELIVERIES: weakref.WeakKeyDictionary[Any, Delivery] = weakref.WeakKeyDictionary()
 
 
-def delivery_for(client: RedisClient) -> Delivery:
+def delivery_for(client: object) -> Delivery:
     """The shared delivery state of ``client``."""
     delivery = _DELIVERIES.get(client)
     if delivery is None:
@@ -335,22 +342,18 @@ def delivery_for(client: RedisClient) -> Delivery:
     return delivery
 
 
-async def install(client: RedisClient, *, replace: bool = False) -> list[str]:
-    """Load the Functions library on every primary; returns the nodes that loaded it now.
-
-    Idempotent: a node that has this version already is left alone. Run it again after adding
-    a node to a Cluster."""
+def install_steps(client: object, *, replace: bool = False) -> Steps[list[str]]:
+    """Load the Functions library on every primary; returns the nodes that loaded it now."""
     name = library().name
     loaded: list[str] = []
-    if isinstance(client, RedisCluster):
+    if is_cluster(client):
         with backend_errors("install", name):
-            await client.initialize()
-            # Ask again for the slot map: a node added since the client started must be found.
-            await client.nodes_manager.initialize()
-    await require_supported(client, name)
-    for node in await _primaries(client):
+            yield from _refresh_slots(client)
+    yield from supported_steps(client, name)
+    nodes: list[Any] = yield PRIMARIES
+    for node in nodes:
         try:
-            now = await _load_library(client, node, key=name, replace=replace, retry=_SETUP_RETRY)
+            now = yield from _load_library(client, node, key=name, replace=replace, retry=True)
         except _NoFunctions as exc:
             raise ScriptError(f"install: {exc.__cause__}", key=name) from exc
         except _LoadRefused as exc:
@@ -358,3 +361,33 @@ async def install(client: RedisClient, *, replace: bool = False) -> list[str]:
         if now:
             loaded.append("standalone" if node is None else node.name)
     return loaded
+
+
+def _refresh_slots(client: object) -> Steps[None]:
+    """Ask a Cluster for its slot map again: a node added since the client started must be
+    found."""
+    yield PRIMARIES  # initialises an async client
+    yield _RefreshSlots()
+
+
+class _RefreshSlots:
+    __slots__ = ()
+
+    async def arun(self, io: Any) -> None:
+        await io.client.nodes_manager.initialize()
+
+    def run(self, io: Any) -> None:
+        io.client.nodes_manager.initialize()
+
+
+async def install(client: object, *, replace: bool = False) -> list[str]:
+    """Load the Functions library on every primary; returns the nodes that loaded it now.
+
+    Idempotent: a node that has this version already is left alone. Run it again after adding
+    a node to a Cluster. (:func:`install_sync` for redis-py's blocking clients.)"""
+    return await adrive(install_steps(client, replace=replace), OnClient(client))
+
+
+def install_sync(client: object, *, replace: bool = False) -> list[str]:
+    """:func:`install` on a blocking client."""
+    return drive(install_steps(client, replace=replace), OnClient(client))

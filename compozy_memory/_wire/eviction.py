@@ -19,18 +19,21 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._wire.client_calls import Exec
+from compozy_memory._wire.steps import Steps
 
 __all__ = ["eviction_policy", "eviction_warning"]
 
 log = logging.getLogger("compozy_memory")
 
 
-async def eviction_policy(client: RedisClient) -> str | None:
+def eviction_policy() -> Steps[str | None]:
     """The server's ``maxmemory_policy`` (from ``INFO memory``), or None where this user may
-    not ask (the tenants' ACL lines leave INFO out) or the server does not say."""
+    not ask (the tenants' ACL lines leave INFO out) or the server does not say. Steps: one
+    ``INFO`` on the client of the transport that drives them, not retried and not counted as a
+    memory operation (it only annotates ``health()``)."""
     try:
-        info: Any = await client.info("memory")
+        info: Any = yield Exec(None, ("INFO", "memory"))
     except redis_errors.RedisError:
         return None
     if isinstance(info, dict) and "maxmemory_policy" not in info:

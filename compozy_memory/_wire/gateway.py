@@ -1,18 +1,18 @@
 """The script gateway: one typed method per Lua script, the only code that builds KEYS/ARGV.
 
 A :class:`MemoryGateway` is bound to one memory (its keys, its policy, read-only or not) and
-one :class:`~compozy_memory._wire.transport.Transport`. Each method builds its script's KEYS
-from the names the script's header declares and its ARGV by name through the script's
-:class:`~compozy_memory._wire.contracts.Contract`, sends it, and decodes the reply by the
-names the header's ``REPLY`` line gives (:mod:`compozy_memory._wire.replies`). The handle
-(``MemoryInstance``), the indexer, the fenced lock and the flusher all go through it, so a
-script's contract is written down once, and each of them can be tested against a fake
-transport.
+one transport. Each method builds its script's KEYS from the names the script's header
+declares and its ARGV by name through the script's
+:class:`~compozy_memory._wire.contracts.Contract`, yields it as an effect, and decodes the reply
+by the names the header's ``REPLY`` line gives (:mod:`compozy_memory._wire.replies`). Each
+returns an :class:`~compozy_memory._wire.steps.Op`: ``yield from`` it in other steps, or
+``await`` it on an async transport. The handles (``MemoryInstance``, ``SyncMemoryInstance``),
+the indexer, the fenced lock and the flusher all go through it, so a script's contract is
+written down once, and each of them can be tested against a fake transport.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,12 +32,13 @@ from compozy_memory._wire import replies
 from compozy_memory._wire.maintenance import MaintenanceCalls
 from compozy_memory._wire.replies import TrimStep
 from compozy_memory._wire.scripts import ScriptArg
+from compozy_memory._wire.steps import PAUSE, Steps, op
 from compozy_memory._wire.transport import ScriptTransport
 from compozy_memory.errors import ReplicationError
 
 __all__ = ["MemoryGateway", "ScriptTransport"]
 
-# Snapshots parse this many messages between yields to the event loop.
+# Snapshots parse this many messages between pauses (turns of the event loop).
 _PARSE_CHUNK = 64
 
 
@@ -46,20 +47,24 @@ class MemoryGateway(MaintenanceCalls):
 
     # -- writes -------------------------------------------------------------------------
 
-    async def append(self, messages: Sequence[ScriptArg], dedupe_key: str) -> AppendResult:
+    @op
+    def append(self, messages: Sequence[ScriptArg], dedupe_key: str) -> Steps[AppendResult]:
         """``messages``: (tokens, priority, body) triples, flattened."""
-        return await self._stored_counted(
-            "append",
-            {
-                "ttl_ms": self.ttl_ms,
-                "max_tokens": self.policy.max_tokens or 0,
-                "dedupe_key": dedupe_key,
-                "n": len(messages) // 3,
-            },
-            messages,
+        return (
+            yield from self._stored_counted(
+                "append",
+                {
+                    "ttl_ms": self.ttl_ms,
+                    "max_tokens": self.policy.max_tokens or 0,
+                    "dedupe_key": dedupe_key,
+                    "n": len(messages) // 3,
+                },
+                messages,
+            )
         )
 
-    async def replace(
+    @op
+    def replace(
         self,
         messages: Sequence[ScriptArg],
         *,
@@ -67,30 +72,33 @@ class MemoryGateway(MaintenanceCalls):
         if_incarnation: str | None,
         if_version: str | None,
         dedupe_key: str,
-    ) -> AppendResult:
+    ) -> Steps[AppendResult]:
         """Swap the live messages for ``messages``; ConflictError if a condition fails,
         StepRequiredError past ``MOVE_STEP`` live messages, IndexLagError while one of them
         is not indexed."""
-        return await self._stored_counted(
-            "replace",
-            {
-                "ttl_ms": self.ttl_ms,
-                "max_tokens": self.policy.max_tokens or 0,
-                "archive_max": self.policy.archive_max,
-                "if_last_id": -1 if if_last_id is None else if_last_id,
-                "if_incarnation": if_incarnation or "",
-                "if_version": if_version or "",
-                "dedupe_key": dedupe_key,
-                "n": len(messages) // 3,
-            },
-            messages,
+        return (
+            yield from self._stored_counted(
+                "replace",
+                {
+                    "ttl_ms": self.ttl_ms,
+                    "max_tokens": self.policy.max_tokens or 0,
+                    "archive_max": self.policy.archive_max,
+                    "if_last_id": -1 if if_last_id is None else if_last_id,
+                    "if_incarnation": if_incarnation or "",
+                    "if_version": if_version or "",
+                    "dedupe_key": dedupe_key,
+                    "n": len(messages) // 3,
+                },
+                messages,
+            )
         )
 
-    async def trim_step(
+    @op
+    def trim_step(
         self, keep_messages: int | None, max_tokens: int | None, *, everything: bool = False
-    ) -> TrimStep:
+    ) -> Steps[TrimStep]:
         """One bounded step of moving the oldest messages to the archive (``lua/trim.lua``)."""
-        reply = await self._write(
+        reply = yield self._writing(
             "trim",
             {
                 "ttl_ms": self.ttl_ms,
@@ -102,43 +110,45 @@ class MemoryGateway(MaintenanceCalls):
         )
         return replies.trim_step(self._decode("trim", reply))
 
-    async def clear(self) -> tuple[int, list[tuple[str, int]]]:
+    @op
+    def clear(self) -> Steps[tuple[int, list[tuple[str, int]]]]:
         """The live messages removed, and the stored results this memory pinned, with how
         many times each."""
-        reply = self._decode("clear", await self._write("clear", {"ttl_ms": self.ttl_ms}))
+        reply = self._decode("clear", (yield self._writing("clear", {"ttl_ms": self.ttl_ms})))
         pins = [(replies.text(key), int(n)) for key, n in reply["pins"]]
         return int(reply["removed"]), pins
 
-    async def note_pin(self, result_key: str) -> int:
+    @op
+    def note_pin(self, result_key: str) -> Steps[int]:
         """Record that a message of this memory pins ``result_key`` (once more); returns how
         many results the memory pins."""
         self._check_writable("note_pin")
-        await self.transport.command(
-            "pin", "hincrby", self.keys.respins, result_key, 1, key=self.name
-        )
+        yield self._command("pin", "hincrby", self.keys.respins, result_key, 1)
         if self.ttl_ms:
-            await self.transport.command(
-                "pin", "pexpire", self.keys.respins, self.ttl_ms, key=self.name
-            )
-        return int(await self.pinned_results())
+            yield self._command("pin", "pexpire", self.keys.respins, self.ttl_ms)
+        return int((yield from self.pinned_results()))
 
-    async def pinned_results(self) -> int:
+    @op
+    def pinned_results(self) -> Steps[int]:
         """How many stored results this memory's messages pin."""
-        return int(await self.transport.command("pin", "hlen", self.keys.respins, key=self.name))
+        return int((yield self._command("pin", "hlen", self.keys.respins)))
 
-    async def pins(self) -> list[str]:
+    @op
+    def pins(self) -> Steps[list[str]]:
         """The keys of the stored results this memory's messages pin (at most
         MAX_RESULT_PINS)."""
-        keys = await self.transport.command("pin", "hkeys", self.keys.respins, key=self.name)
+        keys = yield self._command("pin", "hkeys", self.keys.respins)
         return [replies.text(k) for k in keys]
 
-    async def expire(self, ttl_ms: int) -> int:
+    @op
+    def expire(self, ttl_ms: int) -> Steps[int]:
         """Set (ttl_ms > 0) or remove (0) the TTL of every key; later writes keep it."""
-        existing = int(await self._write("expire", {"ttl_ms": ttl_ms}))
+        existing = int((yield self._writing("expire", {"ttl_ms": ttl_ms})))
         self.ttl_ms = ttl_ms
         return existing
 
-    async def flush_commit(
+    @op
+    def flush_commit(
         self,
         *,
         epoch: int,
@@ -146,11 +156,11 @@ class MemoryGateway(MaintenanceCalls):
         plan: FlushPlan,
         summary_body: bytes,
         summary_tokens: int,
-    ) -> FlushCommit:
+    ) -> Steps[FlushCommit]:
         """Apply ``plan`` (see ``lua/flush_commit.lua``). A commit that was applied but not
         acknowledged by replicas raises ReplicationError with its FlushCommit."""
         try:
-            reply = await self._write(
+            reply = yield self._writing(
                 "flush_commit",
                 {
                     "ttl_ms": self.ttl_ms,
@@ -169,63 +179,77 @@ class MemoryGateway(MaintenanceCalls):
             raise exc.with_result(self._flush_commit(exc.result)) from exc
         return self._flush_commit(reply)
 
-    async def lock_acquire(self, token: str, lease_ms: int) -> tuple[int, str]:
+    @op
+    def lock_acquire(self, token: str, lease_ms: int) -> Steps[tuple[int, str]]:
         """``(epoch, incarnation)``; epoch 0 when another holder has the lock."""
         reply = self._decode(
             "lock_acquire",
-            await self._write(
-                "lock_acquire", {"token": token, "lease_ms": lease_ms, "ttl_ms": self.ttl_ms}
+            (
+                yield self._writing(
+                    "lock_acquire", {"token": token, "lease_ms": lease_ms, "ttl_ms": self.ttl_ms}
+                )
             ),
         )
         return int(reply["epoch"]), replies.text(reply["incarnation"])
 
-    async def lock_refresh(self, token: str, lease_ms: int) -> bool:
-        return bool(await self._write("lock_refresh", {"token": token, "lease_ms": lease_ms}))
+    @op
+    def lock_refresh(self, token: str, lease_ms: int) -> Steps[bool]:
+        return bool((yield self._writing("lock_refresh", {"token": token, "lease_ms": lease_ms})))
 
-    async def lock_release(self, token: str) -> bool:
-        return bool(await self._write("lock_release", {"token": token}))
+    @op
+    def lock_release(self, token: str) -> Steps[bool]:
+        return bool((yield self._writing("lock_release", {"token": token})))
 
-    async def promote(self, ids: Sequence[int], max_tokens: int) -> list[Message]:
+    @op
+    def promote(self, ids: Sequence[int], max_tokens: int) -> Steps[list[Message]]:
         """Bring messages back into context by id; returns those brought back now."""
-        reply = await self._write(
+        reply = yield self._writing(
             "promote", {"ttl_ms": self.ttl_ms, "max_tokens": max_tokens}, list(ids)
         )
         return replies.messages(self._decode("promote", reply)["envelope"])
 
-    async def clear_recalled(self) -> int:
-        return int(await self._write("clear_recalled", {"ttl_ms": self.ttl_ms}))
+    @op
+    def clear_recalled(self) -> Steps[int]:
+        return int((yield self._writing("clear_recalled", {"ttl_ms": self.ttl_ms})))
 
-    async def facts_set(self, facts: Sequence[ScriptArg], cap: int) -> tuple[int, list[str]]:
+    @op
+    def facts_set(self, facts: Sequence[ScriptArg], cap: int) -> Steps[tuple[int, list[str]]]:
         """``facts``: (key, tokens, value) triples, flattened; returns the number of facts
         kept and the keys the cap evicted."""
         reply = self._decode(
             "facts_set",
-            await self._write(
-                "facts_set", {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts) // 3}, facts
+            (
+                yield self._writing(
+                    "facts_set", {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts) // 3}, facts
+                )
             ),
         )
         return int(reply["count"]), [replies.text(k) for k in reply["evicted"]]
 
-    async def facts_delete(self, keys: Sequence[ScriptArg]) -> int:
-        return int(await self._write("facts_delete", {"ttl_ms": self.ttl_ms}, keys))
+    @op
+    def facts_delete(self, keys: Sequence[ScriptArg]) -> Steps[int]:
+        return int((yield self._writing("facts_delete", {"ttl_ms": self.ttl_ms}, keys)))
 
     # -- reads --------------------------------------------------------------------------
 
-    async def read_range(self, start: int, stop: int) -> list[Message]:
+    @op
+    def read_range(self, start: int, stop: int) -> Steps[list[Message]]:
         """Live messages from index ``start`` to ``stop`` (at most MAX_READ of them)."""
-        return (await self.read_page(start, stop)).messages
+        return (yield from self.read_page(start, stop)).messages
 
-    async def read_page(self, start: int, stop: int) -> replies.Page:
+    @op
+    def read_page(self, start: int, stop: int) -> Steps[replies.Page]:
         """A page of live messages (at most MAX_READ from ``start``), with the memory's
         length and version when it was read."""
-        reply = self._decode("read", await self._read("read", {"start": start, "stop": stop}))
+        reply = self._decode("read", (yield self._reading("read", {"start": start, "stop": stop})))
         self.incarnation = replies.text(reply["incarnation"])
         self.version = replies.text(reply["version"])
         return replies.Page(
             replies.messages(reply["envelope"]), int(reply["total_count"]), self.version
         )
 
-    async def context(
+    @op
+    def context(
         self,
         budget: int,
         *,
@@ -235,11 +259,11 @@ class MemoryGateway(MaintenanceCalls):
         max_messages: int | None,
         terms: Sequence[str] = (),
         facts_header: int = 0,
-    ) -> ContextLayers:
+    ) -> Steps[ContextLayers]:
         """The layers of a context within ``budget`` (see ``lua/context.lua``);
         ``facts_header``: the tokens of the facts message without its lines."""
         search = self.policy.search
-        reply = await self._read(
+        reply = yield self._reading(
             "context",
             {
                 "budget": budget,
@@ -260,17 +284,18 @@ class MemoryGateway(MaintenanceCalls):
         self.version = replies.text(fields["version"])
         return replies.context_layers(fields, facts_header)
 
-    async def search(
+    @op
+    def search(
         self,
         terms: Sequence[str],
         *,
         limit: int,
         since_id: int = 0,
         kinds: Sequence[int] = (),
-    ) -> Hits:
+    ) -> Steps[Hits]:
         """The best ``limit`` messages for ``terms`` (analysed query terms)."""
         search = self.policy.search
-        reply = await self._read(
+        reply = yield self._reading(
             "search",
             {
                 "limit": limit,
@@ -284,14 +309,15 @@ class MemoryGateway(MaintenanceCalls):
         )
         return replies.hits(self._decode("search", reply))
 
-    async def snapshot(self, limit: int) -> Snapshot:
-        reply = self._decode("snapshot", await self._read("snapshot", {"limit": limit}))
+    @op
+    def snapshot(self, limit: int) -> Steps[Snapshot]:
+        reply = self._decode("snapshot", (yield self._reading("snapshot", {"limit": limit})))
         n_summaries = len(reply["summaries"])
         envelopes: list[Message] = []
         raw = [*reply["summaries"], *reply["envelope"]]
         for start in range(0, len(raw), _PARSE_CHUNK):
             envelopes += replies.messages(raw[start : start + _PARSE_CHUNK])
-            await asyncio.sleep(0)  # a large snapshot must not stall other tasks' appends
+            yield PAUSE  # a large snapshot must not stall other tasks' appends
         count = int(reply["count"])
         if len(envelopes) - n_summaries == count:  # every live message seen: exact counts
             by_priority: dict[int, int] = {}
@@ -313,27 +339,29 @@ class MemoryGateway(MaintenanceCalls):
             replies.text(reply["version"]),
         )
 
-    async def health(self) -> MemoryHealth:
-        reply = await self._read("health", {})
+    @op
+    def health(self) -> Steps[MemoryHealth]:
+        reply = yield self._reading("health", {})
         health = replies.health(self._decode("health", reply)["fields"], self.policy)
         self.metrics.set_priority_distribution(self.memory, dict(health.priority_counts))
         return health
 
-    async def archived(self, offset: int, limit: int) -> list[Message]:
+    @op
+    def archived(self, offset: int, limit: int) -> Steps[list[Message]]:
         """Archived originals from ``offset``, oldest first (a plain LRANGE, at most MAX_READ)."""
-        envelopes = await self.transport.command(
+        envelopes = yield self._command(
             "recall",
             "lrange",
             self.keys.archive,
             offset,
             offset + min(limit, MAX_READ) - 1,
-            key=self.name,
         )
         return replies.messages(envelopes)
 
-    async def facts_items(self) -> list[tuple[str, int, str]]:
+    @op
+    def facts_items(self) -> Steps[list[tuple[str, int, str]]]:
         """Every fact as (key, tokens, value), least recently set first."""
-        reply = self._decode("facts_items", await self._read("facts_items", {}))
+        reply = self._decode("facts_items", (yield self._reading("facts_items", {})))
         out = []
         pairs = reply["facts"]
         for i in range(0, len(pairs), 2):
@@ -341,20 +369,19 @@ class MemoryGateway(MaintenanceCalls):
             out.append((replies.text(pairs[i]), tokens, value))
         return out
 
-    async def fact(self, key: bytes) -> str | None:
+    @op
+    def fact(self, key: bytes) -> Steps[str | None]:
         """One fact's value (a plain HGET), or None."""
-        stored = await self.transport.command(
-            "facts_get", "hget", self.keys.facts, key, key=self.name
-        )
+        stored = yield self._command("facts_get", "hget", self.keys.facts, key)
         return None if stored is None else parse_stored(stored)[1]
 
-    async def length(self) -> int:
-        return int(await self.transport.command("len", "llen", self.keys.msgs, key=self.name))
+    @op
+    def length(self) -> Steps[int]:
+        return int((yield self._command("len", "llen", self.keys.msgs)))
 
-    async def token_count(self) -> int:
-        value = await self.transport.command(
-            "token_count", "hget", self.keys.meta, "tokens", key=self.name
-        )
+    @op
+    def token_count(self) -> Steps[int]:
+        value = yield self._command("token_count", "hget", self.keys.meta, "tokens")
         return int(value or 0)
 
     # -- internals ----------------------------------------------------------------------
@@ -362,14 +389,14 @@ class MemoryGateway(MaintenanceCalls):
     def _flush_commit(self, reply: Any) -> FlushCommit:
         return replies.flush_commit(self._decode("flush_commit", reply))
 
-    async def _stored_counted(
+    def _stored_counted(
         self, name: str, values: dict[str, ScriptArg], messages: Sequence[ScriptArg]
-    ) -> AppendResult:
+    ) -> Steps[AppendResult]:
         """Send an append or replace, then ``compozy_memory_messages_total`` by priority (not
         for a duplicate, which stored nothing; a write not acknowledged by replicas was
         stored)."""
         try:
-            result = self._append_result(name, await self._write(name, values, messages))
+            result = self._append_result(name, (yield self._writing(name, values, messages)))
         except ReplicationError as exc:
             stored = self._append_result(name, exc.result)
             if not stored.duplicate:

@@ -1,9 +1,13 @@
-"""What every gateway of a memory shares: how a script call is built, sent and decoded.
+"""What every gateway of a memory shares: how a script call is built and decoded.
 
 :class:`GatewayBase` builds a script's KEYS from the names its header declares and its ARGV by
-name through the script's :class:`~compozy_memory._wire.contracts.Contract`, sends it through
-a :class:`~compozy_memory._wire.transport.Transport`, and decodes the reply by the names of its
-``REPLY`` line. :class:`~compozy_memory._wire.gateway.MemoryGateway` adds a method per script.
+name through the script's :class:`~compozy_memory._wire.contracts.Contract`, as a
+:class:`~compozy_memory._wire.steps.ScriptCall` effect, and decodes the reply by the names of
+its ``REPLY`` line. It sends nothing itself: its methods are steps, which the handle's
+transport drives (:class:`~compozy_memory._wire.transport.Transport` on ``redis.asyncio``,
+:class:`~compozy_memory._wire.sync_transport.SyncTransport` on redis-py's blocking client), or
+which ``await`` runs on the transport the gateway was made with.
+:class:`~compozy_memory._wire.gateway.MemoryGateway` adds a method per script.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._wire.scripts import ScriptArg, script
-from compozy_memory._wire.transport import ScriptTransport
+from compozy_memory._wire.steps import CommandCall, ScriptCall
 from compozy_memory.errors import ReadOnlyMemoryError
 
 __all__ = ["WAITED", "GatewayBase"]
@@ -26,7 +30,7 @@ class GatewayBase:
 
     def __init__(
         self,
-        transport: ScriptTransport,
+        transport: Any,
         keys: InstanceKeys,
         policy: MemoryPolicy,
         *,
@@ -59,20 +63,21 @@ class GatewayBase:
         if self.read_only:
             raise ReadOnlyMemoryError(f"{name} refused: this handle is read-only", key=self.name)
 
-    async def _write(
+    def _writing(
         self, name: str, values: dict[str, ScriptArg], rest: Sequence[ScriptArg] = ()
-    ) -> Any:
+    ) -> ScriptCall:
+        """The call of write script ``name`` (ReadOnlyMemoryError on a read-only handle)."""
         self._check_writable(name)
-        return await self._send(name, values, rest, write=name in WAITED)
+        return self._call(name, values, rest, write=name in WAITED)
 
-    async def _read(
+    def _reading(
         self, name: str, values: dict[str, ScriptArg], rest: Sequence[ScriptArg] = ()
-    ) -> Any:
-        return await self._send(name, values, rest, write=False)
+    ) -> ScriptCall:
+        return self._call(name, values, rest, write=False)
 
-    async def _send(
+    def _call(
         self, name: str, values: dict[str, ScriptArg], rest: Sequence[ScriptArg], *, write: bool
-    ) -> Any:
+    ) -> ScriptCall:
         code = script(name)
         contract = code.contract
         keys = self._keys_of.get(name)
@@ -80,7 +85,11 @@ class GatewayBase:
             keys = self._keys_of[name] = [getattr(self.keys, part) for part in contract.keys]
         # Text goes as UTF-8 whatever encoding the client is set up with, as bodies do.
         args = [a.encode() if isinstance(a, str) else a for a in contract.argv_for(values, rest)]
-        return await self.transport.run(code, keys, args, key=self.name, write=write)
+        return ScriptCall(code, keys, args, self.name, write)
+
+    def _command(self, operation: str, method: str, *args: Any) -> CommandCall:
+        """A plain command on this memory's keys (``operation`` names it in the metrics)."""
+        return CommandCall(operation, method, args, self.name)
 
 
 # Scripts that change the memory: with a WaitPolicy each is followed by WAIT or WAITAOF, and

@@ -9,6 +9,7 @@ from compozy_memory._model.limits import MAX_READ
 from compozy_memory._wire import replies
 from compozy_memory._wire.gateway_base import GatewayBase
 from compozy_memory._wire.replies import IndexApplied, IndexPending
+from compozy_memory._wire.steps import Steps, op
 
 __all__ = ["MaintenanceCalls"]
 
@@ -16,9 +17,10 @@ __all__ = ["MaintenanceCalls"]
 class MaintenanceCalls(GatewayBase):
     """Index, import and export calls of one memory."""
 
-    async def index_pending(self, max_docs: int, max_bytes: int) -> IndexPending:
+    @op
+    def index_pending(self, max_docs: int, max_bytes: int) -> Steps[IndexPending]:
         """What the indexer has to do next (``lua/index_pending.lua``)."""
-        reply = await self._read(
+        reply = yield self._reading(
             "index_pending",
             {
                 "max_docs": max_docs,
@@ -28,7 +30,8 @@ class MaintenanceCalls(GatewayBase):
         )
         return replies.index_pending(self._decode("index_pending", reply))
 
-    async def index_apply(
+    @op
+    def index_apply(
         self,
         pending: IndexPending,
         *,
@@ -38,9 +41,9 @@ class MaintenanceCalls(GatewayBase):
         documents: Sequence[str],
         removed: Sequence[str],
         gone_first: int,
-    ) -> IndexApplied:
+    ) -> Steps[IndexApplied]:
         """One step of the indexer (``lua/index_apply.lua``)."""
-        reply = await self._write(
+        reply = yield self._writing(
             "index_apply",
             {
                 "ttl_ms": self.ttl_ms,
@@ -58,9 +61,10 @@ class MaintenanceCalls(GatewayBase):
         )
         return replies.index_applied(self._decode("index_apply", reply))
 
-    async def index_compact(self) -> tuple[int, int, int, bool]:
+    @op
+    def index_compact(self) -> Steps[tuple[int, int, int, bool]]:
         """One compaction step: (postings removed, dead postings left, postings, sweep done)."""
-        reply = self._decode("index_compact", await self._write("index_compact", {"ttl_ms": 0}))
+        reply = self._decode("index_compact", (yield self._writing("index_compact", {"ttl_ms": 0})))
         return (
             int(reply["removed"]),
             int(reply["dead_postings"]),
@@ -68,39 +72,44 @@ class MaintenanceCalls(GatewayBase):
             bool(int(reply["done"])),
         )
 
-    async def index_reset(self, *, force: bool) -> bool:
+    @op
+    def index_reset(self, *, force: bool) -> Steps[bool]:
         """Drop the index so the indexer builds it again; False if it was current."""
-        reply = await self._write("index_reset", {"ttl_ms": self.ttl_ms, "force": int(force)})
+        reply = yield self._writing("index_reset", {"ttl_ms": self.ttl_ms, "force": int(force)})
         return bool(int(self._decode("index_reset", reply)["reset"]))
 
-    async def import_step(
+    @op
+    def import_step(
         self, token: str, part: str, at: int, last_id: int, envelopes: Sequence[str]
-    ) -> tuple[int, int]:
+    ) -> Steps[tuple[int, int]]:
         """One step of an import (``lua/import.lua``): ``(live messages, last id)`` after it."""
         reply = self._decode(
             "import",
-            await self._write(
-                "import",
-                {
-                    "ttl_ms": self.ttl_ms,
-                    "archive_max": self.policy.archive_max,
-                    "token": token,
-                    "part": part,
-                    "at": at,
-                    "last_id": last_id,
-                },
-                envelopes,
+            (
+                yield self._writing(
+                    "import",
+                    {
+                        "ttl_ms": self.ttl_ms,
+                        "archive_max": self.policy.archive_max,
+                        "token": token,
+                        "part": part,
+                        "at": at,
+                        "last_id": last_id,
+                    },
+                    envelopes,
+                )
             ),
         )
         return int(reply["count"]), int(reply["last_id"])
 
-    async def transcript_page(
+    @op
+    def transcript_page(
         self, part: str, offset: int, count: int = MAX_READ
-    ) -> tuple[str, int, list[str]]:
+    ) -> Steps[tuple[str, int, list[str]]]:
         """A page of one part for an export: (stamp, the part's length, envelopes)."""
         reply = self._decode(
             "transcript",
-            await self._read("transcript", {"part": part, "offset": offset, "count": count}),
+            (yield self._reading("transcript", {"part": part, "offset": offset, "count": count})),
         )
         return (
             replies.text(reply["stamp"]),

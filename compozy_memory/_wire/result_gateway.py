@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from compozy_memory._wire.scripts import script
-from compozy_memory._wire.transport import ScriptTransport
+from compozy_memory._wire.steps import CommandCall, ScriptCall, Steps, op
 
 __all__ = ["ResultGateway"]
 
@@ -18,10 +18,11 @@ __all__ = ["ResultGateway"]
 class ResultGateway:
     """The result scripts' calls, typed (the only code that builds their KEYS/ARGV)."""
 
-    def __init__(self, transport: ScriptTransport) -> None:
+    def __init__(self, transport: Any) -> None:
         self.transport = transport
 
-    async def put(
+    @op
+    def put(
         self,
         key: str,
         *,
@@ -32,7 +33,7 @@ class ResultGateway:
         ttl_ms: int,
         pin: bool,
         pin_ttl_ms: int,
-    ) -> tuple[int, bool]:
+    ) -> Steps[tuple[int, bool]]:
         code = script("result_put")
         args = code.contract.argv_for(
             {
@@ -45,34 +46,32 @@ class ResultGateway:
                 "data": data,
             }
         )
-        reply = await self.transport.run(code, [key], args, key=key, write=True)
+        reply = yield ScriptCall(code, [key], args, key, write=True)
         return int(reply[0]), bool(int(reply[1]))
 
-    async def release(self, key: str) -> int:
+    @op
+    def release(self, key: str) -> Steps[int]:
         code = script("result_release")
-        return int(await self.transport.run(code, [key], [], key=key, write=True))
+        return int((yield ScriptCall(code, [key], [], key, write=True)))
 
-    async def touch(self, key: str, ttl_ms: int) -> int:
+    @op
+    def touch(self, key: str, ttl_ms: int) -> Steps[int]:
         """Give a pinned result the pinning memory's TTL again; returns its TTL (ms)."""
         code = script("result_touch")
         args = code.contract.argv_for({"ttl_ms": ttl_ms})
-        return int(await self.transport.run(code, [key], args, key=key, write=True))
+        return int((yield ScriptCall(code, [key], args, key, write=True)))
 
-    async def fetch(self, key: str) -> list[Any]:
+    @op
+    def fetch(self, key: str) -> Steps[list[Any]]:
         """``[data, enc, size, kind]`` (a plain HMGET, never decoded: the payload is bytes
         whatever the client's ``decode_responses``); data None when there is no result."""
         from redis.client import NEVER_DECODE
 
-        reply = await self.transport.command(
+        reply = yield CommandCall(
             "load_result",
             "execute_command",
-            "HMGET",
+            ("HMGET", key, "data", "enc", "size", "kind"),
             key,
-            "data",
-            "enc",
-            "size",
-            "kind",
-            key=key,
-            **{NEVER_DECODE: []},
+            {NEVER_DECODE: []},
         )
         return list(reply)

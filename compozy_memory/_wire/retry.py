@@ -16,6 +16,9 @@ or a deadline is reached; then the typed error reaches the caller. Every script 
 Permission errors, out-of-memory refusals and script errors are never retried: repeating them
 cannot help.
 
+The loop is written once, as steps (:meth:`RetryPolicy.steps`); :meth:`RetryPolicy.call` runs
+it around a coroutine, :meth:`RetryPolicy.call_sync` around a blocking call.
+
 A call that is retried is logged once, at WARNING on ``compozy_memory.retry``, with the error
 that made it retry (``extra``: ``memory``, ``key``, ``operation``); its outcome, when it
 recovers, at DEBUG.
@@ -23,24 +26,16 @@ recovers, at DEBUG.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_exponential,
-    wait_random,
-)
-
+from compozy_memory._wire.steps import Sleep, Steps, adrive, drive
 from compozy_memory.errors import BackendUnavailableError, ConfigurationError
 
 __all__ = ["NO_RETRY", "RetryPolicy", "no_retries"]
@@ -88,39 +83,117 @@ class RetryPolicy:
         try:
             return await operation()  # the common case, without building a retry loop
         except BackendUnavailableError as exc:
-            if self.attempts == 1 or self.deadline <= 0 or _ONE_ATTEMPT.get():
-                raise
-            log.warning(
-                "%s of %s failed (%s: %s); retrying for up to %d attempts or %gs",
+            again = self._again(exc, started, lambda: _awaited(operation), what, memory, key)
+        return await adrive(again, None)
+
+    def call_sync(
+        self,
+        operation: Callable[[], T],
+        *,
+        what: str = "call",
+        memory: str | None = None,
+        key: str | None = None,
+    ) -> T:
+        """:meth:`call` for a blocking ``operation``."""
+        started = time.monotonic()
+        try:
+            return operation()
+        except BackendUnavailableError as exc:
+            again = self._again(exc, started, lambda: _called(operation), what, memory, key)
+        return drive(again, None)
+
+    def steps(
+        self,
+        attempt: Callable[[], Steps[T]],
+        *,
+        what: str = "call",
+        memory: str | None = None,
+        key: str | None = None,
+    ) -> Steps[T]:
+        """:meth:`call` for steps: ``attempt()`` makes the steps of one try."""
+        started = time.monotonic()
+        try:
+            return (yield from attempt())
+        except BackendUnavailableError as exc:
+            first = exc
+        return (yield from self._again(first, started, attempt, what, memory, key))
+
+    def _again(
+        self,
+        first: BackendUnavailableError,
+        started: float,
+        attempt: Callable[[], Steps[T]],
+        what: str,
+        memory: str | None,
+        key: str | None,
+    ) -> Steps[T]:
+        """After a first failure: try again with jittered exponential backoff until one
+        succeeds, ``attempts`` were made or ``deadline`` passed (then the last error)."""
+        if self.attempts == 1 or self.deadline <= 0 or _ONE_ATTEMPT.get():
+            raise first
+        log.warning(
+            "%s of %s failed (%s: %s); retrying for up to %d attempts or %gs",
+            what,
+            key or memory,
+            type(first).__name__,
+            first,
+            self.attempts,
+            self.deadline,
+            extra={"memory": memory, "key": key, "operation": what},
+        )
+        yield Sleep(self.initial_backoff)
+        for made in range(2, self.attempts + 1):
+            try:
+                result = yield from attempt()
+            except BackendUnavailableError:
+                if made == self.attempts or time.monotonic() - started >= self.deadline:
+                    raise
+                backoff = min(self.max_backoff, self.initial_backoff * 2 ** (made - 2))
+                yield Sleep(backoff + random.uniform(0, self.initial_backoff))
+                continue
+            log.debug(
+                "%s of %s succeeded on attempt %d",
                 what,
                 key or memory,
-                type(exc).__name__,
-                exc,
-                self.attempts,
-                self.deadline,
+                made,
                 extra={"memory": memory, "key": key, "operation": what},
             )
-        left = self.deadline - (time.monotonic() - started)
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(BackendUnavailableError),
-            stop=stop_after_attempt(self.attempts - 1) | stop_after_delay(max(0.0, left)),
-            wait=wait_exponential(multiplier=self.initial_backoff, max=self.max_backoff)
-            + wait_random(0, self.initial_backoff),
-            reraise=True,
-        )
-        await asyncio.sleep(self.initial_backoff)
-        async for attempt in retrying:
-            with attempt:
-                result = await operation()
-                log.debug(
-                    "%s of %s succeeded on attempt %d",
-                    what,
-                    key or memory,
-                    attempt.retry_state.attempt_number + 1,
-                    extra={"memory": memory, "key": key, "operation": what},
-                )
-                return result
-        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+            return result
+        raise first  # pragma: no cover  (attempts == 1 returned above)
+
+
+def _awaited(operation: Callable[[], Awaitable[T]]) -> Steps[T]:
+    result: T = yield _Await(operation)
+    return result
+
+
+def _called(operation: Callable[[], T]) -> Steps[T]:
+    result: T = yield _Call(operation)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Await:
+    operation: Callable[[], Awaitable[Any]]
+
+    def arun(self, io: Any) -> Awaitable[Any]:
+        del io
+        return self.operation()
+
+    def run(self, io: Any) -> Any:  # pragma: no cover  (only driven by adrive)
+        raise TypeError("a coroutine's retry runs on an event loop")
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    operation: Callable[[], Any]
+
+    async def arun(self, io: Any) -> Any:  # pragma: no cover  (only driven by drive)
+        raise TypeError("a blocking call's retry runs in its thread")
+
+    def run(self, io: Any) -> Any:
+        del io
+        return self.operation()
 
 
 #: One attempt: errors reach the caller at once.

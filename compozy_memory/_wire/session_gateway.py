@@ -21,7 +21,7 @@ from typing import Any
 
 from compozy_memory._model.keys import sanitize_key, validate_project
 from compozy_memory._wire.scripts import ScriptArg, script
-from compozy_memory._wire.transport import ScriptTransport
+from compozy_memory._wire.steps import ScriptCall, Steps, op
 
 __all__ = ["SessionGateway", "SessionKeys", "Touch"]
 
@@ -66,11 +66,12 @@ class Touch:
 class SessionGateway:
     """Every script call of one project's session index."""
 
-    def __init__(self, transport: ScriptTransport, project: str) -> None:
+    def __init__(self, transport: Any, project: str) -> None:
         self.transport = transport
         self.keys = SessionKeys(validate_project(project))
 
-    async def touch(self, agent: str | None, touches: Sequence[Touch]) -> int:
+    @op
+    def touch(self, agent: str | None, touches: Sequence[Touch]) -> Steps[int]:
         """Record ``touches`` (sessions of ``agent``, or of no agent) in one call; returns
         the server's clock (ms)."""
         code = script("session_touch")
@@ -83,11 +84,12 @@ class SessionGateway:
             {"agent": (agent or "").encode("utf-8", "surrogatepass")}, entries
         )
         keys = [self.keys.all, self.keys.agent(agent or "-"), self.keys.info]
-        return int(await self.transport.run(code, keys, args, key=self.keys.all, write=True))
+        return int((yield ScriptCall(code, keys, args, self.keys.all, write=True)))
 
-    async def page(
+    @op
+    def page(
         self, *, agent: str | None, limit: int, before_score: str, before_session: str
-    ) -> list[tuple[Any, Any]]:
+    ) -> Steps[list[tuple[Any, Any]]]:
         """(session, info) pairs of one page, most recently active first, as
         ``lua/sessions_list.lua`` returns them."""
         code = script("sessions_list")
@@ -99,5 +101,5 @@ class SessionGateway:
                 "before_session": before_session.encode(),
             }
         )
-        reply = await self.transport.run(code, [ranked, self.keys.info], args, key=ranked)
+        reply = yield ScriptCall(code, [ranked, self.keys.info], args, ranked)
         return [(reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]

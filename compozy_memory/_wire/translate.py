@@ -1,9 +1,9 @@
 """Sending one script call, and turning what redis-py raises into compozy-memory's errors.
 
-A call goes out as EVALSHA. When the server has lost its script cache (a restart, a failover,
-``SCRIPT FLUSH``, or a Cluster node that never saw the script) it answers NOSCRIPT, and the
-call is repeated once as EVAL, which runs the script and caches it again on the node that owns
-the key's slot. Callers see latency, never the NOSCRIPT.
+Without Functions a call goes out as EVALSHA. When the server has lost its script cache (a
+restart, a failover, ``SCRIPT FLUSH``, or a Cluster node that never saw the script) it answers
+NOSCRIPT, and the call is repeated once as EVAL, which runs the script and caches it again on
+the node that owns the key's slot. Callers see latency, never the NOSCRIPT.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from typing import Any, TypeAlias
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis, RedisCluster
 
+from compozy_memory._wire.client_calls import Exec, is_cluster
 from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import (
     BackendError,
     BackendOutOfMemoryError,
@@ -74,47 +76,33 @@ _ERRORS: dict[str, type[CompozyMemoryError]] = {
 }
 
 
-def eval_commands(script: Script, client: RedisClient) -> tuple[str, str]:
+def eval_commands(script: Script, client: object) -> tuple[str, str]:
     """The by-SHA and by-source commands that run ``script`` on ``client``.
 
     Read scripts go as EVALSHA_RO/EVAL_RO, which declare their keys as read, so ACL users
     with read-only key permissions (``%R~``) may run them. Not on a Cluster client: redis-py
     routes only EVAL and EVALSHA without asking the server for the keys of every call."""
-    if script.read_only and not isinstance(client, RedisCluster):
+    if script.read_only and not is_cluster(client):
         return ("EVALSHA_RO", "EVAL_RO")
     return ("EVALSHA", "EVAL")
 
 
-async def run_script(
-    client: RedisClient, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], key: str
-) -> Any:
-    """Run ``script`` once (by SHA, then by source after NOSCRIPT); errors come out typed."""
+def run_script(
+    client: object, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], key: str
+) -> Steps[Any]:
+    """Run ``script`` once (by SHA, then by source after NOSCRIPT); errors come out typed.
+    ``client`` decides the commands; the transport that drives the steps sends them."""
     by_sha, by_source = eval_commands(script, client)
     try:
-        return await _run(client, by_sha, script.sha, keys, args)
+        return (yield Exec(None, (by_sha, script.sha, len(keys), *keys, *args)))
     except redis_errors.NoScriptError:
         pass
     except redis_errors.RedisError as exc:
         raise translate(exc, script.name, key) from error_cause(exc)
     try:
-        return await _run(client, by_source, script.source, keys, args)
+        return (yield Exec(None, (by_source, script.source, len(keys), *keys, *args)))
     except redis_errors.RedisError as exc:
         raise translate(exc, script.name, key) from error_cause(exc)
-
-
-async def _run(
-    client: RedisClient, command: str, body: str, keys: Sequence[str], args: Sequence[ScriptArg]
-) -> Any:
-    # redis-py routes EVAL-family commands on a Cluster by their first key.
-    try:
-        return await client.execute_command(command, body, len(keys), *keys, *args)
-    except AttributeError as exc:
-        # redis-py's async Cluster client can close a connection another task is using while
-        # it follows a MOVED redirect (its stream becomes None mid-call). Treat that like any
-        # dropped connection: the call is retried, and dedupe keys make a repeat harmless.
-        if isinstance(client, RedisCluster) and "'NoneType' object" in str(exc):
-            raise redis_errors.ConnectionError(f"connection closed while in use ({exc})") from exc
-        raise
 
 
 @contextmanager

@@ -1,5 +1,6 @@
 """Edits the frameworks ask for that a memory has no script for: removing one message by
-index, or swapping a run of the conversation for another (a compaction).
+index, inserting one at an index, or swapping a run of the conversation for another (a
+compaction).
 
 Each is a compare-and-set through :meth:`MemoryInstance.replace`: read the conversation from
 one state of the memory (:meth:`MemoryInstance.conversation`, with that state's version),
@@ -10,47 +11,80 @@ archive (capped by ``MemoryPolicy.archive_max``) and gives the kept ones new ids
 edits cost O(messages) and are meant for the rare correction, not the hot path. Each replace
 carries a dedupe key of its own (the handle's default, one per call), so its retry after a
 lost reply is not applied twice, and two editors making the same edit of the same state are
-told apart: one succeeds, the other reads again.
+told apart: one succeeds, the other reads again. They are steps, for either handle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import Conversation
-from compozy_memory._store.instance import MemoryInstance, MessageInput
+from compozy_memory._store.core import MemoryCore, MessageInput
+from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import ConflictError
 
-__all__ = ["remove_at", "replace_if_unchanged"]
+__all__ = ["edit_live", "insert_at", "remove_at", "replace_if_unchanged"]
 
 _MAX_ATTEMPTS = 100
 
+T = TypeVar("T")
 
-async def remove_at(memory: MemoryInstance, index: int) -> Message | None:
+
+def remove_at(memory: MemoryCore, index: int) -> Steps[Message | None]:
     """Remove the live message at ``index`` (negative counts from the newest); return it, or
     None if there is no such message."""
-    for _ in range(_MAX_ATTEMPTS):
-        read = await memory.conversation()
-        messages = list(read.messages)
+
+    def without(messages: list[MessageInput]) -> tuple[list[MessageInput], Message | None]:
         if not -len(messages) <= index < len(messages):
-            return None
+            return messages, None
         removed = messages.pop(index)
-        if await replace_if_unchanged(memory, read, messages):
-            return removed
+        assert isinstance(removed, Message)
+        return messages, removed
+
+    return (yield from edit_live(memory, without, f"remove message {index}"))
+
+
+def insert_at(memory: MemoryCore, index: int, message: MessageInput) -> Steps[None]:
+    """Insert ``message`` before the live message at ``index`` (``list.insert`` rules: past
+    the end appends, negative counts from the newest)."""
+
+    def with_it(messages: list[MessageInput]) -> tuple[list[MessageInput], None]:
+        messages.insert(index, message)
+        return messages, None
+
+    yield from edit_live(memory, with_it, f"insert a message at {index}")
+
+
+def edit_live(
+    memory: MemoryCore,
+    edit: Callable[[list[MessageInput]], tuple[list[MessageInput], T]],
+    what: str,
+) -> Steps[T]:
+    """Apply ``edit`` (the live messages in, the kept ones and a result out) by
+    compare-and-set, again on each conflict; a result of None with nothing changed replaces
+    nothing."""
+    for _ in range(_MAX_ATTEMPTS):
+        read = yield from memory._conversation()
+        before: list[MessageInput] = list(read.messages)
+        kept, result = edit(list(before))
+        if result is None and kept == before:
+            return result
+        if (yield from replace_if_unchanged(memory, read, kept)):
+            return result
     raise ConflictError(
-        f"could not remove message {index}: the memory changed on each of {_MAX_ATTEMPTS} tries",
-        key=memory.key,
+        f"could not {what}: the memory changed on each of {_MAX_ATTEMPTS} tries", key=memory.key
     )
 
 
-async def replace_if_unchanged(
-    memory: MemoryInstance, read: Conversation, kept: Sequence[MessageInput]
-) -> bool:
+def replace_if_unchanged(
+    memory: MemoryCore, read: Conversation, kept: Sequence[MessageInput]
+) -> Steps[bool]:
     """Replace the live messages with ``kept`` if nothing was written since ``read``; False,
     changing nothing, if something was."""
     try:
-        await memory.replace(kept, if_version=read.version)
+        yield from memory._replace(kept, None, None, read.version, None)
     except ConflictError:
         return False
     return True

@@ -3,19 +3,19 @@
 After a flush the oldest messages live on only in the rolling summary, so a framework that
 read only the live messages would lose them; every adapter's default read therefore shows the
 summaries first, as system messages, the way the frameworks show a conversation's preamble.
+These are steps (run by :class:`~compozy_memory.adapters._door.Door`, async or sync).
 """
 
 from __future__ import annotations
 
 from compozy_memory._model.messages import Message
-from compozy_memory._store.instance import MemoryInstance
+from compozy_memory._store.core import MemoryCore
+from compozy_memory._wire.steps import Steps
 
 __all__ = ["is_summary", "summaries_then_messages"]
 
 
-async def summaries_then_messages(
-    memory: MemoryInstance, limit: int | None = None
-) -> list[Message]:
+def summaries_then_messages(memory: MemoryCore, limit: int | None = None) -> Steps[list[Message]]:
     """The summaries, then every live message, oldest first; with ``limit``, the newest
     ``limit`` of that sequence (a summary only when every live message is among them).
 
@@ -26,10 +26,10 @@ async def summaries_then_messages(
     if limit is not None:
         if limit <= 0:
             return []
-        newest = await memory.read(-limit, -1)
+        newest = yield from memory._read(-limit, -1)
         if len(newest) >= limit:
             return newest
-    read = await memory.conversation()
+    read = yield from memory._conversation()
     sequence = [*read.summaries, *read.messages]
     return sequence if limit is None else sequence[-limit:]
 

@@ -1,7 +1,8 @@
 """A LangChain chat message history kept in a compozy memory (extra ``langchain``).
 
 :class:`CompozyChatMessageHistory` implements ``langchain_core``'s ``BaseChatMessageHistory``
-over one :class:`~compozy_memory.MemoryInstance`.
+over one memory: a :class:`~compozy_memory.MemoryInstance` or a
+:class:`~compozy_memory.SyncMemoryInstance`.
 
 What maps to what:
 
@@ -28,15 +29,17 @@ equal to the one added, as long as its fields are JSON (``model_dump(mode="json"
 Messages written by other code (and summaries) are read as ``HumanMessage``, ``AIMessage``,
 ``SystemMessage`` or ``ToolMessage`` by role.
 
-Sync methods run on a private event loop when no loop runs in the calling thread, and raise
-:class:`~compozy_memory.UsageError` naming the async method when one does (see
-:mod:`compozy_memory.adapters._sync`).
+Sync methods (``messages``, ``add_messages``, ``clear``) run on the memory's blocking twin in
+the calling thread, so they work anywhere: in plain threads, and inside a running event loop
+(``RunnableWithMessageHistory.invoke`` in an async handler stores its turns). Async methods
+run on the memory's async handle when its client belongs to the running loop, else on the
+twin in a worker thread (see :mod:`compozy_memory.adapters._door`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
@@ -53,9 +56,10 @@ from compozy_memory._config.agents import MemoryReference
 from compozy_memory._manager import MemoryManager
 from compozy_memory._model.limits import MAX_BATCH
 from compozy_memory._model.messages import Message
-from compozy_memory._store.instance import MemoryInstance
+from compozy_memory._store.core import MemoryCore
+from compozy_memory._wire.steps import Steps
+from compozy_memory.adapters._door import AnyMemory, Door, running_loop
 from compozy_memory.adapters._reads import summaries_then_messages
-from compozy_memory.adapters._sync import run_sync
 
 __all__ = ["CompozyChatMessageHistory", "from_langchain", "to_langchain"]
 
@@ -71,10 +75,11 @@ class CompozyChatMessageHistory(BaseChatMessageHistory):
     then the newest messages that fit) instead of every live message.
     """
 
-    def __init__(self, memory: MemoryInstance, *, max_tokens: int | None = None) -> None:
+    def __init__(self, memory: AnyMemory, *, max_tokens: int | None = None) -> None:
         super().__init__()
         self.memory = memory
         self.max_tokens = max_tokens
+        self._door = Door(memory, running_loop())
 
     @classmethod
     async def from_manager(
@@ -96,28 +101,38 @@ class CompozyChatMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # read-only, by design
         """Every message (or the context, with ``max_tokens``), oldest first."""
-        return run_sync(self.aget_messages(), method="messages", instead="aget_messages()")
+        return [to_langchain(m) for m in self._door.call(self._read)]
 
     async def aget_messages(self) -> list[BaseMessage]:
-        if self.max_tokens is None:
-            stored = await summaries_then_messages(self.memory)
-        else:
-            stored = await self.memory.context(self.max_tokens)
-        return [to_langchain(m) for m in stored]
+        return [to_langchain(m) for m in await self._door.acall(self._read)]
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        run_sync(self.aadd_messages(messages), method="add_messages", instead="aadd_messages()")
+        self._door.call(_appending([from_langchain(m) for m in messages]))
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        converted = [from_langchain(m) for m in messages]
-        for start in range(0, len(converted), MAX_BATCH):
-            await self.memory.append_many(converted[start : start + MAX_BATCH])
+        await self._door.acall(_appending([from_langchain(m) for m in messages]))
 
     def clear(self) -> None:
-        run_sync(self.aclear(), method="clear", instead="aclear()")
+        self._door.call(lambda memory: memory._clear())
 
     async def aclear(self) -> None:
-        await self.memory.clear()
+        await self._door.acall(lambda memory: memory._clear())
+
+    def _read(self, memory: MemoryCore) -> Steps[list[Message]]:
+        if self.max_tokens is None:
+            return (yield from summaries_then_messages(memory))
+        layers = yield from memory._context_layers(self.max_tokens, None, 0)
+        return layers.messages
+
+
+def _appending(converted: list[dict[str, Any]]) -> Callable[[MemoryCore], Steps[None]]:
+    """Steps that append ``converted`` (batches above the script's limit in several calls)."""
+
+    def steps(memory: MemoryCore) -> Steps[None]:
+        for start in range(0, len(converted), MAX_BATCH):
+            yield from memory._append_many(converted[start : start + MAX_BATCH], None, False, None)
+
+    return steps
 
 
 def from_langchain(message: BaseMessage) -> dict[str, Any]:

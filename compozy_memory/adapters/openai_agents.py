@@ -1,7 +1,8 @@
 """An OpenAI Agents SDK session kept in a compozy memory (extra ``openai-agents``).
 
-:class:`CompozySession` implements the SDK's ``Session`` protocol over one
-:class:`~compozy_memory.MemoryInstance`: one memory is one session. Build it on a memory, or
+:class:`CompozySession` implements the SDK's ``Session`` protocol over one memory (a
+:class:`~compozy_memory.MemoryInstance` or a :class:`~compozy_memory.SyncMemoryInstance`): one
+memory is one session. Build it on a memory, or
 with :meth:`CompozySession.from_manager` on a memory a :class:`~compozy_memory.MemoryManager`
 opens (its policy and flushing apply), or :meth:`CompozySession.from_url`.
 
@@ -24,6 +25,10 @@ What maps to what:
   the fleet changes nothing and is retried by the SDK, never a clear followed by an add.
 * ``close()``: closes the client when the session opened it (:meth:`from_url`); a closed
   session refuses further calls.
+* Event loops: the SDK may call a session on any loop (``Runner.run_sync`` makes a new one
+  per call). On the loop its client belongs to, the session uses the memory's async handle;
+  on any other, its blocking twin in a worker thread (see
+  :mod:`compozy_memory.adapters._door`), so a session made on one loop works on the next.
 
 Each input item is one memory message, and ``get_items`` returns exactly the dicts that were
 added (equal, key order included), as long as they are JSON:
@@ -61,8 +66,11 @@ from compozy_memory._manager import MemoryManager
 from compozy_memory._model.keys import decode_key
 from compozy_memory._model.limits import MAX_BATCH
 from compozy_memory._model.messages import Message
-from compozy_memory._store.instance import MemoryInstance, MessageInput
-from compozy_memory._wire.connection import connect
+from compozy_memory._store.core import MemoryCore, MessageInput
+from compozy_memory._store.instance import MemoryInstance
+from compozy_memory._wire.connection import close_twin, connect
+from compozy_memory._wire.steps import Steps
+from compozy_memory.adapters._door import AnyMemory, Door, running_loop
 from compozy_memory.adapters._edits import remove_at, replace_if_unchanged
 from compozy_memory.adapters._reads import summaries_then_messages
 from compozy_memory.errors import ConfigurationError, SessionClosedError
@@ -85,12 +93,13 @@ class CompozySession:
 
     def __init__(
         self,
-        memory: MemoryInstance,
+        memory: AnyMemory,
         *,
         session_id: str | None = None,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> None:
         self.memory = memory
+        self._door = Door(memory, running_loop())
         self.session_id = session_id if session_id is not None else _key_text(memory)
         self.session_settings: SessionSettings | None = (
             SessionSettings()
@@ -143,22 +152,28 @@ class CompozySession:
         """The summaries, then every item, or the newest ``limit`` of those, oldest first."""
         self._check_open()
         chosen = resolve_session_limit(limit, self.session_settings)
-        return [to_item(m) for m in await summaries_then_messages(self.memory, chosen)]
+        stored = await self._door.acall(lambda m: summaries_then_messages(m, chosen))
+        return [to_item(m) for m in stored]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         self._check_open()
         converted = [from_item(item) for item in items]
-        for start in range(0, len(converted), MAX_BATCH):
-            await self.memory.append_many(converted[start : start + MAX_BATCH])
+
+        def appending(memory: MemoryCore) -> Steps[None]:
+            for start in range(0, len(converted), MAX_BATCH):
+                batch = converted[start : start + MAX_BATCH]
+                yield from memory._append_many(batch, None, False, None)
+
+        await self._door.acall(appending)
 
     async def pop_item(self) -> TResponseInputItem | None:
         self._check_open()
-        removed = await remove_at(self.memory, -1)
+        removed = await self._door.acall(lambda m: remove_at(m, -1))
         return None if removed is None else to_item(removed)
 
     async def clear_session(self) -> None:
         self._check_open()
-        await self.memory.clear()
+        await self._door.acall(lambda m: m._clear())
 
     async def close(self) -> None:
         """Refuse further calls; close the client if :meth:`from_url` opened it."""
@@ -166,7 +181,12 @@ class CompozySession:
             return
         self._closed = True
         if self._owns_client:
-            await self.memory.client.aclose()
+            memory = self.memory
+            if isinstance(memory, MemoryInstance):
+                close_twin(memory.client)
+                await memory.client.aclose()
+            else:
+                memory.client.close()
 
     async def _get_compaction_snapshot(
         self,
@@ -180,7 +200,7 @@ class CompozySession:
         self._check_open()
         if self._items_overridden():
             return None
-        snap = await self.memory.conversation()
+        snap = await self._door.acall(lambda m: m._conversation())
         live = list(snap.messages)
         tail = live[max(0, len(live) - limit) :]
         items = [to_item(m) for m in tail]
@@ -193,7 +213,7 @@ class CompozySession:
                 while before and prune_prefix(to_item(before[0])):
                     before.pop(0)
             kept: list[MessageInput] = [*before, *(from_item(item) for item in output)]
-            return await replace_if_unchanged(self.memory, snap, kept)
+            return await self._door.acall(lambda m: replace_if_unchanged(m, snap, kept))
 
         return _CompactionSnapshot(
             items, not snap.summaries and len(tail) == len(live), replace_suffix
@@ -206,7 +226,8 @@ class CompozySession:
         self._check_open()
         if self._items_overridden():
             return False
-        await self.memory.replace([from_item(item) for item in items])
+        converted = [from_item(item) for item in items]
+        await self._door.acall(lambda m: m._replace(converted, None, None, None, None))
         return True
 
     def _items_overridden(self) -> bool:
@@ -289,7 +310,7 @@ def to_item(message: Message) -> TResponseInputItem:
     return cast("TResponseInputItem", {"role": role, "content": message.content})
 
 
-def _key_text(memory: MemoryInstance) -> str:
+def _key_text(memory: AnyMemory) -> str:
     try:
         return decode_key(memory.keys.key)
     except ConfigurationError:  # a shortened key: its text is gone, the key names it

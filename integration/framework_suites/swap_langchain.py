@@ -10,6 +10,8 @@ import langchain_core.chat_history
 import pytest
 from langchain_core.messages import BaseMessage
 
+from compozy_memory._model.tokens import default_counter
+from compozy_memory._wire.scripts import library
 from compozy_memory.adapters.langchain import CompozyChatMessageHistory
 from integration.framework_suites import engine as suite
 
@@ -25,6 +27,11 @@ class InMemoryChatMessageHistory(CompozyChatMessageHistory):
 
 def pytest_configure(config: pytest.Config) -> None:
     del config
+    # The server starts, the token encoder and the scripts load now, not inside the first
+    # test's event loop (whose blocking-call checks would flag them, not the adapter).
+    suite.url()
+    default_counter()
+    library()  # every script, read from lua/ once
     langchain_core.chat_history.InMemoryChatMessageHistory = InMemoryChatMessageHistory  # type: ignore[assignment,misc]
 
 

@@ -21,6 +21,7 @@ import agents.memory.sqlite_session as sqlite_module
 import pytest
 from agents.memory import SessionSettings
 
+from compozy_memory import MemoryInstance
 from compozy_memory.adapters.openai_agents import CompozySession
 from integration.framework_suites import engine as suite
 
@@ -101,7 +102,9 @@ class RedisSession(CompozySession):
 
     async def ping(self) -> bool:
         self._check_open()
-        return bool(await self.memory.client.ping())
+        memory = self.memory
+        assert isinstance(memory, MemoryInstance)  # the suites open async handles
+        return bool(await memory.client.ping())
 
 
 class SQLAlchemySession(CompozySession):

@@ -1,0 +1,341 @@
+"""SyncMemoryInstance: the same handle on one memory, on redis-py's blocking client.
+
+Every method runs the steps :class:`~compozy_memory.MemoryInstance` runs (they live in
+:class:`~compozy_memory._store.core.MemoryCore`) on a
+:class:`~compozy_memory._wire.sync_transport.SyncTransport`, in the calling thread: no event
+loop, so a sync handle works in plain threads and inside a running loop alike (there it blocks
+the loop for the call, as any blocking client does). The methods are documented on
+:class:`~compozy_memory.MemoryInstance`; what differs is said here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import Any, Literal, TypeVar
+
+from compozy_memory._metrics import MemoryMetrics
+from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.limits import MOVE_STEP
+from compozy_memory._model.messages import Message
+from compozy_memory._model.policy import MemoryPolicy
+from compozy_memory._model.results import (
+    AppendResult,
+    ContextLayers,
+    Conversation,
+    FlushResult,
+    Hits,
+    MemoryHealth,
+    Snapshot,
+    TrimResult,
+)
+from compozy_memory._model.tokens import TokenCounter
+from compozy_memory._store.core import MemoryCore, MessageInput
+from compozy_memory._store.facts import Facts
+from compozy_memory._store.indexer import Indexer, IndexProgress
+from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
+from compozy_memory._wire.client_calls import SyncRedisClient
+from compozy_memory._wire.retry import RetryPolicy
+from compozy_memory._wire.steps import Op, Steps
+from compozy_memory._wire.sync_transport import SyncTransport
+
+__all__ = ["SyncFacts", "SyncIndexer", "SyncMemoryInstance", "SyncResults"]
+
+T = TypeVar("T")
+
+
+class SyncMemoryInstance(MemoryCore):
+    """A blocking handle on one memory instance, for threads.
+
+    Works with ``redis.Redis`` and ``redis.cluster.RedisCluster`` (see
+    :func:`~compozy_memory.connect_sync`); one client and its handles may be shared by any
+    number of threads. Every write is the same single script call as
+    :class:`~compozy_memory.MemoryInstance`'s, retried within ``retry``, waited for replicas
+    under a ``persistence.wait`` policy. Calls are not batched (each blocks only its thread).
+
+    After writes, indexing (and flushing, for a manager's memory) runs on the process's
+    background threads; :attr:`indexer` ``.wait_idle()`` waits for it.
+    """
+
+    transport: SyncTransport
+
+    def __init__(
+        self,
+        client: SyncRedisClient,
+        keys: InstanceKeys,
+        *,
+        policy: MemoryPolicy | None = None,
+        counter: TokenCounter | None = None,
+        read_only: bool = False,
+        retry: RetryPolicy | None = None,
+        memory_id: str = "memory",
+        metrics: MemoryMetrics | None = None,
+        results: ResultStore | None = None,
+        background_index: bool = True,
+    ) -> None:
+        transport = SyncTransport(
+            client,
+            retry=retry,
+            wait=(policy or MemoryPolicy()).wait,
+            key=keys.prefix,
+            memory=memory_id,
+            metrics=metrics,
+        )
+        super().__init__(
+            client,
+            keys,
+            transport,
+            policy=policy,
+            counter=counter,
+            read_only=read_only,
+            memory_id=memory_id,
+            metrics=metrics,
+            results=results,
+            background_index=background_index,
+        )
+        self.client: SyncRedisClient = client
+        #: The indexer (``memory.indexer.wait_idle()`` waits for the background catch-up).
+        self.indexer = SyncIndexer(self.index_ops, transport)
+        #: Session facts: ``memory.facts.set("name", "Ada")``.
+        self.facts = SyncFacts(self.fact_ops, transport)
+        #: The result store of ``append(..., offload=True)`` and the recall tools.
+        self.results = SyncResults(self.result_ops, transport)
+
+    @classmethod
+    def open(
+        cls, client: SyncRedisClient, *, project: str, key: str, **options: Any
+    ) -> SyncMemoryInstance:
+        """A handle on ``key`` (encoded) in ``project``'s namespace."""
+        return cls(client, InstanceKeys.build(project, key), **options)
+
+    def _run(self, steps: Steps[T] | Op[T]) -> T:
+        return self.transport.drive(steps)
+
+    # -- writes -------------------------------------------------------------------------
+
+    def append(
+        self,
+        message: MessageInput,
+        *,
+        dedupe_key: str | None = None,
+        offload: bool = False,
+        namespace: Namespace | None = None,
+    ) -> AppendResult:
+        """Store one message (:meth:`MemoryInstance.append`)."""
+        return self._run(self._append_many((message,), dedupe_key, offload, namespace))
+
+    def append_many(
+        self,
+        messages: Iterable[MessageInput],
+        *,
+        dedupe_key: str | None = None,
+        offload: bool = False,
+        namespace: Namespace | None = None,
+    ) -> AppendResult:
+        """Store several messages in one atomic step (:meth:`MemoryInstance.append_many`)."""
+        return self._run(self._append_many(messages, dedupe_key, offload, namespace))
+
+    def replace(
+        self,
+        messages: Iterable[MessageInput],
+        *,
+        if_last_id: int | None = None,
+        if_incarnation: str | None = None,
+        if_version: str | None = None,
+        dedupe_key: str | None = None,
+    ) -> AppendResult:
+        """Swap the conversation for ``messages`` (:meth:`MemoryInstance.replace`)."""
+        return self._run(
+            self._replace(messages, if_last_id, if_incarnation, if_version, dedupe_key)
+        )
+
+    def trim(
+        self, *, keep_messages: int | None = None, max_tokens: int | None = None
+    ) -> TrimResult:
+        """Archive the oldest messages in bounded steps (:meth:`MemoryInstance.trim`)."""
+        return self._run(self._trim(keep_messages, max_tokens))
+
+    def clear(self) -> int:
+        """Remove everything of the memory (:meth:`MemoryInstance.clear`)."""
+        return self._run(self._clear())
+
+    def set_ttl(self, ttl: timedelta | float | None) -> int:
+        """Set or remove the TTL of every key (:meth:`MemoryInstance.set_ttl`)."""
+        return self._run(self._set_ttl(ttl))
+
+    def import_transcript(self, text: str) -> int:
+        """Write a JSON Lines transcript into this empty memory
+        (:meth:`MemoryInstance.import_transcript`)."""
+        return self._run(self._import_transcript(text))
+
+    def flush(self) -> FlushResult:
+        """Flush now, in this thread (:meth:`MemoryInstance.flush`); the summarizer runs on
+        the summarizers' event loop thread."""
+        return self._run(self._flush())
+
+    # -- reads --------------------------------------------------------------------------
+
+    def read(self, start: int = 0, stop: int = -1) -> list[Message]:
+        """Messages from ``start`` to ``stop``, paged, one state (:meth:`MemoryInstance.read`)."""
+        return self._run(self._read(start, stop))
+
+    def conversation(self) -> Conversation:
+        """Summaries and live messages of one state, with its version
+        (:meth:`MemoryInstance.conversation`)."""
+        return self._run(self._conversation())
+
+    def snapshot(self, limit: int = MOVE_STEP) -> Snapshot:
+        """Totals, summaries and the oldest messages, read atomically
+        (:meth:`MemoryInstance.snapshot`)."""
+        return self._run(self._snapshot(limit))
+
+    def recall(self, offset: int = 0, limit: int = 100) -> list[Message]:
+        """Archived originals, oldest first (:meth:`MemoryInstance.recall`)."""
+        return self._run(self._recall(offset, limit))
+
+    def export_transcript(
+        self, format: Literal["markdown", "jsonl"] = "markdown", *, include_archived: bool = False
+    ) -> str:
+        """The memory as Markdown or JSON Lines (:meth:`MemoryInstance.export_transcript`)."""
+        return self._run(self._export_transcript(format, include_archived))
+
+    def read_window(
+        self, max_tokens: int | None = None, *, max_messages: int | None = None
+    ) -> list[Message]:
+        """Pinned messages, then the newest that fit (:meth:`MemoryInstance.read_window`)."""
+        return self._run(self._read_window(max_tokens, max_messages))
+
+    def context(
+        self,
+        max_tokens: int | None = None,
+        *,
+        query: str | None = None,
+        reserve_output: int = 0,
+    ) -> list[Message]:
+        """What to send an LLM within the budget (:meth:`MemoryInstance.context`)."""
+        return self._run(self._context_layers(max_tokens, query, reserve_output)).messages
+
+    def context_layers(
+        self,
+        max_tokens: int | None = None,
+        *,
+        query: str | None = None,
+        reserve_output: int = 0,
+    ) -> ContextLayers:
+        """:meth:`context`, layer by layer (:meth:`MemoryInstance.context_layers`)."""
+        return self._run(self._context_layers(max_tokens, query, reserve_output))
+
+    def search(
+        self,
+        query: str,
+        limit: int = 10,
+        *,
+        roles: Iterable[str] | None = None,
+        since_id: int | None = None,
+    ) -> Hits:
+        """The messages that best match ``query`` (:meth:`MemoryInstance.search`)."""
+        return self._run(self._search(query, limit, roles, since_id))
+
+    def recall_messages(self, ids: Iterable[int]) -> list[Message]:
+        """Bring archived messages back into context (:meth:`MemoryInstance.recall_messages`)."""
+        return self._run(self._recall_messages(ids))
+
+    def clear_recalled(self) -> int:
+        """Drop every recalled message from the context."""
+        return self._run(self._clear_recalled())
+
+    def len(self) -> int:
+        """Number of live messages."""
+        return self._run(self._len())
+
+    def token_count(self) -> int:
+        """Exact tokens of the live messages, from the totals the scripts keep."""
+        return self._run(self._token_count())
+
+    def health(self) -> MemoryHealth:
+        """Totals, flush and index state, in one read (:meth:`MemoryInstance.health`)."""
+        return self._run(self._health())
+
+
+class SyncFacts:
+    """A sync handle's session facts (:class:`~compozy_memory.Facts`), returning results."""
+
+    def __init__(self, facts: Facts, transport: SyncTransport) -> None:
+        self._facts = facts
+        self._transport = transport
+
+    def set(
+        self, key: str | Mapping[str, str] | None = None, value: str | None = None, /, **more: str
+    ) -> list[str]:
+        """Set one fact or many, atomically; returns the keys the cap evicted."""
+        return self._transport.drive(self._facts.set(key, value, **more))
+
+    def get(self, key: str) -> str | None:
+        return self._transport.drive(self._facts.get(key))
+
+    def delete(self, *keys: str) -> int:
+        """Remove facts; returns how many existed."""
+        return self._transport.drive(self._facts.delete(*keys))
+
+    def items(self) -> list[tuple[str, str]]:
+        """Every fact as (key, value), least recently set first."""
+        return self._transport.drive(self._facts.items())
+
+
+class SyncResults:
+    """A sync handle's result store (:class:`~compozy_memory.ResultStore`), returning
+    results."""
+
+    def __init__(self, store: ResultStore, transport: SyncTransport) -> None:
+        self.store = store
+        self._transport = transport
+
+    def store_result(
+        self,
+        data: bytes | str,
+        *,
+        namespace: Namespace,
+        ttl: timedelta | None = None,
+        kind: str | None = None,
+        pin: bool = False,
+        pin_ttl: timedelta | None = None,
+    ) -> DataRef:
+        """Store ``data`` in ``namespace`` (:meth:`ResultStore.store_result`)."""
+        op = self.store.store_result(
+            data, namespace=namespace, ttl=ttl, kind=kind, pin=pin, pin_ttl=pin_ttl
+        )
+        return self._transport.drive(op)
+
+    def load_result(self, ref: DataRef | str) -> bytes:
+        """The bytes ``ref`` names, checked against its SHA-256."""
+        return self._transport.drive(self.store.load_result(ref))
+
+    def load_slice(self, ref: DataRef | str, start: int, length: int) -> bytes:
+        return self._transport.drive(self.store.load_slice(ref, start, length))
+
+    def release(self, ref: DataRef) -> int:
+        """One message fewer points at ``ref``; returns the count left."""
+        return self._transport.drive(self.store.release(ref))
+
+
+class SyncIndexer:
+    """A sync handle's indexer (:class:`~compozy_memory.Indexer`), returning results."""
+
+    def __init__(self, indexer: Indexer, transport: SyncTransport) -> None:
+        self.indexer = indexer
+        self._transport = transport
+
+    @property
+    def dirty(self) -> bool:
+        return self.indexer.dirty
+
+    def catch_up(self, *, max_steps: int | None = None) -> IndexProgress:
+        """Index what is waiting, in this thread (:meth:`Indexer.catch_up`)."""
+        return self._transport.drive(self.indexer.catch_up(max_steps=max_steps))
+
+    def compact(self) -> int:
+        return self._transport.drive(self.indexer.compact())
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait for the background catch-up, if any; False if ``timeout`` passed first."""
+        return self.indexer.wait_idle_sync(timeout)

@@ -28,6 +28,8 @@ class Row:
     observed: str
     command: str
     group: str = "faults"
+    #: The numbered item of the issue its group answers (see ``ISSUES`` in the report), or 0.
+    item: int = 0
 
 
 def record_row(row: Row, nodeid: str) -> None:

@@ -417,19 +417,36 @@ async def test_tail_follows_until_ctrl_c(fleet: Fleet) -> None:
     assert process.returncode == 0, err
 
 
-async def test_clear_keeps_the_memorys_ttl(fleet: Fleet) -> None:
+@pytest.mark.faults
+async def test_clear_keeps_the_memorys_ttl(fleet: Fleet, record: Any) -> None:
     memory = await fleet.memory("ann", 2)  # the resource's TTL: 1 h
     before = await fleet.client.pttl(memory.keys.meta)
     assert 3_500_000 < before <= 3_600_000
     argv: tuple[str, ...] = ("clear", "-p", fleet.project, "chat:user:ann", "--yes")
-    assert await asyncio.to_thread(fleet.run, *argv) == 0
+    exits = [await asyncio.to_thread(fleet.run, *argv)]
     after = await fleet.client.pttl(memory.keys.meta)
     assert 0 < after <= before  # still expiring, not later than it would have
     assert await memory.len() == 0
     plain = MemoryInstance.open(fleet.client, project=fleet.project, key="no-ttl")
     await plain.append({"role": "user", "content": "x", "tokens": 1})
-    assert await asyncio.to_thread(fleet.run, "clear", "-p", fleet.project, "no-ttl", "-y") == 0
-    assert await fleet.client.pttl(plain.keys.meta) == -1  # none before, none after
+    exits.append(await asyncio.to_thread(fleet.run, "clear", "-p", fleet.project, "no-ttl", "-y"))
+    assert exits == [0, 0]
+    plain_after = await fleet.client.pttl(plain.keys.meta)
+    assert plain_after == -1  # none before, none after
+    record(
+        group="adversarial-2",
+        item=9,
+        fault="compozy-memory clear of a memory whose meta had a 1 h TTL, and of one with none",
+        engine="valkey",
+        promise="clear keeps the memory's TTL: it still expires, no later than before; one "
+        "without a TTL gets none",
+        operations=len(exits),
+        acknowledged=exits.count(0),
+        lost=int(after < 0),  # a TTL clear dropped
+        duplicated=int(plain_after >= 0),  # a TTL clear made up
+        observed=f"TTL {before / 3_600_000:.3f} h before clear, {after / 3_600_000:.3f} h after; "
+        f"the memory without a TTL still has none (PTTL {plain_after})",
+    )
 
 
 async def test_ctrl_c_at_a_confirmation_prompt_aborts_with_130(fleet: Fleet) -> None:

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,10 @@ from compozy_memory._ops.cli import main
 from compozy_memory.embedded import EmbeddedServer
 from integration.projects import chat_project
 
-HOSTILE_TEXT = "hi \x1b]0;PWNED\x07 \x1b]52;c;cm0gLXJm\x07 \x9b31m [red]x[/red] ticket:T-1: :smile:"
+HOSTILE_TEXT = (  # title, clipboard (OSC 52), C1 CSI, clear screen, markup, emoji codes
+    "hi \x1b]0;PWNED\x07 \x1b]52;c;cm0gLXJm\x07 \x9b31m \x1b[2J\x1b[H "
+    "[red]x[/red] ticket:T-1: :smile:"
+)
 HOSTILE_AGENT = "bot\x1b]2;PWNED\x07[b]"
 USERS = [
     "alice-with-a-very-long-user-identifier-0000000001",
@@ -37,6 +41,7 @@ USERS = [
     "b" * 60,  # a key wider than 80 columns
 ]
 CLI = str(Path(sys.executable).parent / "compozy-memory")
+ROWS = "150"  # all the output fits: a line gone from the top means the screen was cleared
 
 
 def tmux_binary() -> str:
@@ -93,9 +98,9 @@ class Tmux:
         name = f"w{width}"
         # A fixed size, set before the command starts (a detached window may be resized
         # after its first command has read the size otherwise).
-        self("-f", "/dev/null", "new-session", "-d", "-s", name, "-x", str(width), "-y", "60")
+        self("-f", "/dev/null", "new-session", "-d", "-s", name, "-x", str(width), "-y", ROWS)
         self("set-option", "-t", name, "window-size", "manual")
-        self("resize-window", "-t", name, "-x", str(width), "-y", "60")
+        self("resize-window", "-t", name, "-x", str(width), "-y", ROWS)
         self("respawn-pane", "-k", "-t", name, f"stty size; {command}")
         deadline = time.monotonic() + timeout
         while True:
@@ -116,25 +121,52 @@ def tmux() -> Iterator[Tmux]:
     server.close()
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("width", [80, 200])
 async def test_keys_are_whole_and_data_is_text_at_80_and_200_columns(
-    seeded: tuple[str, str], tmux: Tmux, width: int
+    seeded: tuple[str, str], tmux: Tmux, width: int, record: Any
 ) -> None:
     project, url = seeded
     base = f"{CLI} --url {url}"
+    verbs = ["ls", "show", "tail", "export"]
     command = (
         f"{base} ls -p {project}; {base} show -p {project} {keys()[2]} -n 1; "
-        f"{base} tail -p {project} {keys()[0]} -n 1; echo DONE-MARK; sleep 60"
+        f"{base} tail -p {project} {keys()[0]} -n 1; {base} export -p {project} {keys()[1]}; "
+        "echo DONE-MARK; sleep 60"
     )
     screen = await asyncio.to_thread(tmux.run, width, command, "DONE-MARK")
     assert "DONE-MARK" in screen, screen
+    title = screen.rsplit("[title]", 1)[1]
+    acted = [
+        *(["the pane retitled"] if "PWNED" in title else []),
+        *(["the screen cleared"] if not screen.startswith(f"{ROWS} {width}\n") else []),
+        *(["markup or emoji rendered"] if "[red]x[/red] ticket:T-1: :smile:" not in screen else []),
+    ]
     for key in keys():
         assert key in screen, screen  # whole, on one (joined) line
     assert "…" not in screen
-    assert "PWNED" not in screen.rsplit("[title]", 1)[1]  # no escape retitled the pane
+    assert acted == [], screen
     assert "\\x1b]0;PWNED\\x07" in screen  # shown as text instead
     assert "\\x1b]2;PWNED\\x07[b]" in screen  # the agent name too
-    assert "[red]x[/red] ticket:T-1: :smile:" in screen  # no markup, no emoji
+    for escape in ("\\x1b]52;c;", "\\x9b31m", "\\x1b[2J"):
+        assert escape in screen, screen
+    shown = screen.count("\\x1b]0;PWNED\\x07")
+    record(
+        group="adversarial-2",
+        item=8,
+        fault="message text and agent names holding OSC 52 clipboard write, title change, "
+        f"clear screen, C1 CSI, Rich markup and emoji codes: {', '.join(verbs)} on a "
+        f"{width}-column terminal (tmux)",
+        engine="valkey",
+        promise="what memories hold reaches the terminal as text: escapes shown escaped, "
+        "markup and emoji codes as written",
+        operations=len(verbs),
+        acknowledged=len(verbs),
+        lost=len(acted),
+        duplicated=0,
+        observed=f"the hostile message shown escaped {shown} times, the agent name escaped; "
+        "pane title unchanged, screen not cleared, 'ticket:T-1: :smile:' printed as written",
+    )
     if width == 200:  # the keys fit: a boxed table, numbers right-aligned under the header
         header = next(line for line in screen.splitlines() if "MESSAGES" in line)
         assert header.startswith("┃ KEY"), screen

@@ -53,26 +53,35 @@ async def test_a_version_read_before_writes_that_restored_the_count_is_refused(
     assert again.last_id == seen.last_id
     assert again.incarnation == seen.incarnation
     before = [m.content for m in await mem.read()]
+    went_through: list[bool] = []  # each replace of this stale read
     with pytest.raises(ConflictError, match="was written since"):
         await mem.replace(turns(100, 1), if_version=seen.version)
-    assert [m.content for m in await mem.read()] == before
+    went_through.append(False)
+    after = [m.content for m in await mem.read()]
+    assert after == before
     # The count and incarnation alone would have passed (and replaced other writers' turns).
     last_id_only = await mem.replace(
         turns(100, 1), if_last_id=seen.last_id, if_incarnation=seen.incarnation
     )
     assert not last_id_only.duplicate
+    went_through.append(True)
+    replaced = len(set(before) - {m.content for m in await mem.read()})
     record(
-        group="adversarial",
-        fault="replace with a version read before the memory went back to an earlier state "
-        "and other writers brought last_id to the same number",
+        group="adversarial-2",
+        item=4,
+        fault="replace(if_last_id, if_incarnation) computed on unreplicated state, after the "
+        "memory went back to an earlier state (as on a promoted replica) and other writers "
+        "brought last_id to the same number",
         engine=engine.name,
-        promise="a compare-and-set on the version fails whenever any other write happened",
-        operations=2,
-        acknowledged=1,
-        lost=0,
+        promise="a compare-and-set on the version (chained by every write) fails whenever "
+        "any other write happened",
+        operations=len(went_through),
+        acknowledged=sum(went_through),
+        lost=len(set(before) - set(after)),
         duplicated=0,
-        observed="replace(if_version=) refused (ConflictError), the messages unchanged; "
-        "replace(if_last_id=, if_incarnation=) of the same read went through",
+        observed=f"replace(if_version=) refused (ConflictError), the {len(after)} messages "
+        f"unchanged; replace(if_last_id=, if_incarnation=) of the same read went through "
+        f"and replaced {replaced} of them, other writers' turns included",
     )
 
 
@@ -84,8 +93,10 @@ async def test_a_handle_that_only_read_never_skips_the_incarnation(
     reader = memory(client, memory_key)
     last_id = (await reader.health()).last_id
     # A handle that saw no incarnation refuses to guess one.
+    refused = 0
     with pytest.raises(UsageError, match="incarnation"):
         await reader.replace(turns(10, 1), if_last_id=last_id)
+    refused += 1
     await reader.read()  # now it saw one
     # The conversation expires; a new one under the same key reaches the same last id.
     await client.delete(*writer.keys.data)
@@ -93,38 +104,60 @@ async def test_a_handle_that_only_read_never_skips_the_incarnation(
     assert (await writer.health()).last_id == last_id
     with pytest.raises(ConflictError, match="expired and was written again"):
         await reader.replace(turns(10, 1), if_last_id=last_id)
-    assert [m.content for m in await writer.read()] == [t["content"] for t in turns(20, 3)]
+    refused += 1
+    new = [m.content for m in await writer.read()]
+    assert new == [t["content"] for t in turns(20, 3)]
     record(
-        group="adversarial",
+        group="adversarial-2",
+        item=5,
         fault="replace(if_last_id=) from a handle that only read, after the memory expired and "
         "a new conversation reached the same last id",
         engine=engine.name,
         promise="every compare-and-set names the incarnation it was read in",
         operations=2,
-        acknowledged=0,
-        lost=0,
+        acknowledged=2 - refused,
+        lost=len({t["content"] for t in turns(20, 3)} - set(new)),
         duplicated=0,
-        observed="refused twice: UsageError before any read, ConflictError after the read",
+        observed=f"refused {refused} of 2: UsageError before any read, ConflictError after "
+        f"the read; the new conversation's {len(new)} messages unchanged",
     )
 
 
 async def test_a_memory_of_a_newer_data_format_is_refused_whole(
-    client: RedisClient, memory_key: str, engine: EngineSpec
+    client: RedisClient, memory_key: str, engine: EngineSpec, record: Any
 ) -> None:
     mem = memory(client, memory_key)
     await mem.append_many(turns(0, 3))
     await client.hset(mem.keys.meta, "fmt", DATA_FORMAT + 1)
     before = await client.lrange(mem.keys.msgs, 0, -1)
-    for call in (
+    calls = (
         mem.append({"role": "user", "content": "x"}),
         mem.trim(keep_messages=0),
         mem.read(),
         mem.context(1_000),
         mem.search("turn"),
-    ):
+    )
+    refused = 0
+    for call in calls:
         with pytest.raises(DataFormatError, match="newer"):
             await call
-    assert await client.lrange(mem.keys.msgs, 0, -1) == before
+        refused += 1
+    after = await client.lrange(mem.keys.msgs, 0, -1)
+    assert after == before
+    record(
+        group="adversarial-2",
+        item=10,
+        fault=f"a memory whose meta names a newer data format ({DATA_FORMAT + 1}) met by this "
+        "release: append, trim, read, context, search",
+        engine=engine.name,
+        promise="a newer format is refused with a typed error (DataFormatError), nothing written",
+        operations=len(calls),
+        acknowledged=len(calls) - refused,
+        lost=len(set(before) - set(after)),
+        duplicated=len(after) - len(before),
+        observed=f"DataFormatError from {refused} of {len(calls)} calls; the {len(after)} "
+        "stored messages unchanged",
+    )
 
 
 async def test_a_memory_of_the_first_format_is_migrated_in_bounded_steps(
@@ -162,18 +195,22 @@ async def test_a_memory_of_the_first_format_is_migrated_in_bounded_steps(
     assert health.data_format == DATA_FORMAT
     assert health.evicted == ()
     assert health.indexed == 41
-    assert set(range(1, 31)) <= {h.id for h in await mem.search("refunds", limit=50)}
-    assert (await mem.trim(keep_messages=0)).removed_count == 11
+    found = {h.id for h in await mem.search("refunds", limit=50)}
+    assert set(range(1, 31)) <= found
+    removed = (await mem.trim(keep_messages=0)).removed_count
+    assert removed == 11
     record(
-        group="adversarial",
-        fault="a memory of the first data format (old index layout, no fmt) met by this release",
+        group="adversarial-2",
+        item=10,
+        fault="a memory of the first data format (no fmt in meta, the old index layout of "
+        "stale postings) met by this release, writes going on",
         engine=engine.name,
-        promise="an older format is migrated in bounded steps; a newer one is refused "
-        "(DataFormatError) with nothing written",
-        operations=3,
-        acknowledged=3,
-        lost=0,
-        duplicated=0,
-        observed=f"old index keys deleted, {health.indexed} messages indexed again in "
-        f"{progress.steps} steps, search and trim work",
+        promise="an older format is migrated in bounded steps, nothing lost on the way",
+        operations=4,  # an append, the indexer's catch-up, a search, a trim
+        acknowledged=4,
+        lost=len(set(range(1, 31)) - found) + 11 - removed,
+        duplicated=health.indexed - 41,
+        observed=f"fmt {health.data_format}; old index keys deleted, {health.indexed} messages "
+        f"indexed again in {progress.steps} indexer step(s); search found all 30 archived, trim "
+        f"removed {removed}",
     )

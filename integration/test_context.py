@@ -23,6 +23,7 @@ from compozy_memory import (
 from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._wire.translate import RedisClient
+from integration.engines import EngineSpec
 from integration.index_state import built_from_scratch, stored_index
 
 PROJECT = "ctx"
@@ -202,21 +203,41 @@ async def test_recalled_messages_join_the_context_until_cleared(
     assert (await mem.context_layers()).recalled == ()
 
 
+@pytest.mark.faults
 async def test_a_count_limit_bounds_the_recall_layer_too(
-    client: RedisClient, memory_key: str
+    client: RedisClient, memory_key: str, engine: EngineSpec, record: Any
 ) -> None:
     """A memory limited by count only: recalling a hundred messages (the most one call takes)
     gives the recall layer its share of ``max_messages``, never a context past the limit."""
     mem = memory(client, memory_key, max_messages=20)
     await mem.append_many([chat(n) for n in range(300)])
     await mem.trim(keep_messages=30)
-    assert len(await mem.recall_messages(range(1, 101))) == 100
+    recalled = await mem.recall_messages(range(1, 101))
+    assert len(recalled) == 100
     layers = await mem.context_layers()
     shown = [*layers.recalled, *layers.backfill, *layers.window]
     assert len(shown) == 20
     assert len(layers.recalled) == int(20 * mem.policy.context.recall_share)
-    assert [m.id for m in layers.window] == list(range(300 - len(layers.window) + 1, 301))
-    assert len(await mem.context()) == 20
+    newest = list(range(300 - len(layers.window) + 1, 301))
+    assert [m.id for m in layers.window] == newest
+    context = await mem.context()
+    assert len(context) == 20
+    record(
+        group="adversarial-2",
+        item=6,
+        fault="one recall of 100 archived messages into a count-only memory "
+        "(max_messages=20, no token budget), then context()",
+        engine=engine.name,
+        promise="the recall layer gets its share of max_messages; context() never returns "
+        "more than max_messages",
+        operations=2,  # the recall, the context
+        acknowledged=2,
+        lost=len(set(newest) - {m.id for m in layers.window}),
+        duplicated=max(0, len(context) - 20),  # messages past the limit
+        observed=f"{len(recalled)} recalled; context() returned {len(context)} messages: "
+        f"{len(layers.recalled)} recalled, {len(layers.backfill)} backfill, "
+        f"{len(layers.window)} newest",
+    )
 
 
 @pytest.mark.slow

@@ -65,25 +65,30 @@ async def test_a_pinned_result_lives_as_long_as_the_memory_that_writes_on(
     ref = await offload(mem, payload)
     key = result_key(PROJECT, ref.namespace, ref.sha256)
     started = asyncio.get_running_loop().time()
-    writes = 0
+    writes = expired = 0
     # The memory is written every half second for three TTLs: its keys never expire, and
     # the result it pins must not either.
     while asyncio.get_running_loop().time() - started < 3 * ttl.total_seconds():
         await mem.append({"role": "user", "content": f"still talking {writes}"})
         writes += 1
         await asyncio.sleep(0.5)
-        assert await client.exists(key), f"the pinned result expired after {writes} writes"
-    assert await mem.results.load_result(ref) == payload.encode()
+        expired += not await client.exists(key)
+    assert expired == 0, f"the pinned result was gone at {expired} of {writes} checks"
+    loaded = await mem.results.load_result(ref)
+    assert loaded == payload.encode()
     record(
-        group="adversarial",
-        fault="a result pinned by a memory whose TTL (2 s) is renewed by writes for 6 s",
+        group="adversarial-2",
+        item=1,
+        fault="a result offloaded from a memory whose TTL (2 s) later writes keep renewing "
+        "for 6 s; load_result at the end",
         engine=engine.name,
         promise="a pinned result lives as long as the memory that pins it",
-        operations=writes,
-        acknowledged=writes,
-        lost=0,
+        operations=writes + 1,
+        acknowledged=writes + (loaded == payload.encode()),
+        lost=expired,
         duplicated=0,
-        observed=f"{writes} writes over 6 s; load_result read the result at the end",
+        observed=f"{writes} writes over 6 s; the result was there at each of {writes} checks "
+        "and load_result read it whole at the end",
     )
 
 
@@ -92,32 +97,35 @@ async def test_only_the_memory_that_pinned_a_result_releases_it_once(
 ) -> None:
     owner = memory(client, memory_key)
     ref = await offload(owner, big())
-    assert await refs(client, ref) == 1
+    seen = [await refs(client, ref)]
     # Another memory forges a message naming the same result: its clear must not unpin it.
     forger = memory(client, memory_key + ":forger")
     await forger.append(
         {"role": "user", "content": "see this", "metadata": {"result_ref": ref.to_json()}}
     )
     await forger.clear()
-    assert await refs(client, ref) == 1
+    seen.append(await refs(client, ref))
     # A replace that keeps the stub moves nothing out of this memory's own pins record.
     kept = [m for m in await owner.read() if m.metadata and "result_ref" in m.metadata]
     await owner.replace(kept)
-    assert await refs(client, ref) == 1
+    seen.append(await refs(client, ref))
     # The owner's clear releases its one pin, once.
     await owner.clear()
-    assert await refs(client, ref) == 0
+    seen.append(await refs(client, ref))
     await owner.clear()
-    assert await refs(client, ref) == 0
+    seen.append(await refs(client, ref))
+    assert seen == [1, 1, 1, 0, 0]
     record(
-        group="adversarial",
-        fault="a forged result_ref in another memory, a replace that keeps the stub, two clears",
+        group="adversarial-2",
+        item=2,
+        fault="another memory's clear() of a forged result_ref; a replace that keeps the stub; "
+        "the owner's clear twice",
         engine=engine.name,
         promise="only the memory that pinned a result releases it, once per pin",
-        operations=5,
-        acknowledged=5,
-        lost=0,
-        duplicated=0,
-        observed="refs 1 after the forger's clear and after the replace; 0 after the owner's "
-        "first clear, still 0 after its second",
+        operations=len(seen) - 1,
+        acknowledged=len(seen) - 1,
+        lost=seen[0] - min(seen[:3]),  # pins dropped before the owner's clear
+        duplicated=seen[3] - seen[4],  # releases after the owner's one pin was gone
+        observed=f"refs after the offload, the forger's clear, the replace, the owner's two "
+        f"clears: {seen}",
     )

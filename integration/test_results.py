@@ -50,6 +50,53 @@ def five_megabytes() -> str:
     return "\n".join(f"row {i:07d}: " + "value " * 10 for i in range(72_000))
 
 
+@pytest.mark.parametrize("max_tokens", [50, 40])
+async def test_an_offloaded_stub_fits_a_small_budget(
+    client: RedisClient, memory_key: str, max_tokens: int
+) -> None:
+    """With max_tokens 50, a 2,000-character line used to become a stub of ~200 tokens and
+    raise MessageTooLargeError; the stub now shows less of its result until it fits."""
+    mem = MemoryInstance.open(
+        client,
+        project=PROJECT,
+        key=memory_key,
+        counter=HeuristicCounter(),
+        policy=MemoryPolicy(max_tokens=max_tokens),
+    )
+    line = "lorem ipsum dolor sit amet " * 75
+    ack = await mem.append({"role": "user", "content": line}, offload=True)
+    assert ack.total_tokens <= max_tokens
+    (stub,) = await mem.read()
+    assert isinstance(stub.content, str)
+    assert stub.content.startswith("[stored result ")
+    assert stub.metadata is not None
+    ref = DataRef.from_json(stub.metadata["result_ref"])
+    assert await mem.results.load_result(ref) == line.encode()
+    small = await mem.append({"role": "user", "content": "hi"}, offload=True)
+    assert small.total_tokens - ack.total_tokens == (await mem.read())[-1].tokens
+
+
+async def test_a_budget_too_small_for_any_stub_is_a_typed_error_that_stores_nothing(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = MemoryInstance.open(
+        client,
+        project=PROJECT,
+        key=memory_key,
+        counter=HeuristicCounter(),
+        policy=MemoryPolicy(max_tokens=4, ttl=timedelta(minutes=5)),  # a TTL: results are pinned
+    )
+    payload = "x " * 500
+    with pytest.raises(MessageTooLargeError, match="no room for even the stub"):
+        await mem.append({"role": "user", "content": payload}, offload=True)
+    assert await mem.read() == []
+    sha = hashlib.sha256(payload.encode()).hexdigest()
+    key = result_key(PROJECT, Namespace.global_().encoded, sha)
+    assert await client.exists(key)
+    assert await client.hget(key, "refs") in (None, b"0", "0")  # its pin was released
+    assert await client.hlen(mem.keys.respins) == 0  # and the memory never recorded it
+
+
 async def test_a_5mb_tool_result_is_offloaded_and_round_trips(
     client: RedisClient, memory_key: str
 ) -> None:

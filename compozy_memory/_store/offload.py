@@ -19,7 +19,7 @@ from compozy_memory._store.results_store import Namespace
 from compozy_memory._wire.background import TaskTrigger, ThreadTrigger
 from compozy_memory._wire.retry import no_retries
 from compozy_memory._wire.steps import Steps, adrive, drive, is_sync
-from compozy_memory.errors import CompozyMemoryError, InvalidMessageError
+from compozy_memory.errors import CompozyMemoryError, InvalidMessageError, MessageTooLargeError
 
 __all__ = ["PinKeeper", "clear_releasing_pins", "offloaded"]
 
@@ -40,8 +40,13 @@ def offloaded(
         except InvalidMessageError:
             out.append(raw)  # _encode reports it with its position
             continue
-        if limit is None or count_message(message, memory.counter) <= limit:
+        if limit is None:
             out.append(message)
+            continue
+        tokens = count_message(message, memory.counter)
+        if tokens <= limit:
+            # counted here, so the append does not count it again
+            out.append(message.model_copy(update={"tokens": tokens}))
             continue
         out.append((yield from _stub(memory, message, namespace)))
     return out
@@ -71,13 +76,36 @@ def _stub(memory: Handle, message: Message, namespace: Namespace) -> Steps[Messa
         pin_ttl=timedelta(milliseconds=ttl) if ttl else None,
         ttl=None if pin or not ttl else timedelta(milliseconds=ttl),
     )
-    if pin:
-        yield from memory.gateway.note_pin(memory.result_ops.key_of(ref))
-    lines = [line[:_STUB_LINE] for line in preview.splitlines()[:_STUB_LINES]]
-    stub = (
+    limit = memory.policy.max_tokens
+    header = (
         f"[stored result {ref.token}: {kind}, {ref.size} bytes, "
-        f"{len(preview.splitlines())} lines; the load_result tool reads it]\n" + "\n".join(lines)
+        f"{len(preview.splitlines())} lines; the load_result tool reads it]"
     )
+    # The stub must fit the budget it was made for: fewer and shorter preview lines until it
+    # does, then the header alone, then a shorter one.
+    for lines, width in _STUB_SHAPES:
+        shown = [line[:width] for line in preview.splitlines()[:lines]]
+        stub = _stub_message(message, "\n".join([header, *shown]), ref.to_json(), memory)
+        if limit is None or stub.tokens is None or stub.tokens <= limit:
+            break
+    else:
+        stub = _stub_message(message, f"[stored result {ref.token}]", ref.to_json(), memory)
+    if limit is None or stub.tokens is None or stub.tokens <= limit:
+        if pin:  # the memory records its pin only for a stub it keeps
+            yield from memory.gateway.note_pin(memory.result_ops.key_of(ref))
+        return stub
+    if pin:
+        yield from memory.result_ops.gateway.release(memory.result_ops.key_of(ref))
+    raise MessageTooLargeError(
+        f"max_tokens {limit} leaves no room for even the stub of an offloaded result "
+        f"({stub.tokens} tokens)",
+        key=memory.key,
+    )
+
+
+def _stub_message(message: Message, stub: str, ref: object, memory: Handle) -> Message:
+    """``message`` with its content replaced by ``stub`` (tool calls kept; each tool result
+    becomes the stub), counted once here so the append does not count it again."""
     content: str | list[dict[str, Any]]
     if isinstance(message.content, str):
         content = stub
@@ -89,8 +117,8 @@ def _stub(memory: Handle, message: Message, namespace: Namespace) -> Steps[Messa
             if b.get("type") == "tool_result"
         ]
         content = [*kept, *results] or [{"type": "text", "text": stub}]
-    metadata = {**(message.metadata or {}), "result_ref": ref.to_json()}
-    return Message.model_validate(
+    metadata = {**(message.metadata or {}), "result_ref": ref}
+    made = Message.model_validate(
         {
             **message.model_dump(by_alias=True, exclude_none=True),
             "content": content,
@@ -98,11 +126,12 @@ def _stub(memory: Handle, message: Message, namespace: Namespace) -> Steps[Messa
             "tokens": None,
         }
     )
+    return made.model_copy(update={"tokens": count_message(made, memory.counter)})
 
 
-# A stub shows at most this many lines of its result, each cut to this many characters.
-_STUB_LINES = 5
-_STUB_LINE = 160
+# A stub shows at most this many lines of its result, each cut to this many characters: the
+# first shape that fits the memory's max_tokens.
+_STUB_SHAPES = ((5, 160), (3, 120), (2, 80), (1, 60), (0, 0))
 
 
 def _result_text(content: object) -> str:

@@ -1,4 +1,4 @@
-"""Running 3 spawned writer processes x 200 appends through one adapter into one session."""
+"""Running 4 spawned writer processes x 200 appends through one adapter into one session."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from threading import Barrier
 
-WRITERS = 3
+WRITERS = 4
 APPENDS = 200
 
 

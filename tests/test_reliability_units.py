@@ -30,6 +30,7 @@ from compozy_memory import (
 )
 from compozy_memory._config.schema import MemoryResource
 from compozy_memory._ops.acl import READ_COMMANDS, WRITE_COMMANDS, acl_rules
+from compozy_memory._wire.pipelining import exchange
 from compozy_memory._wire.scripts import SCRIPT_NAMES, script
 from compozy_memory._wire.translate import translate
 
@@ -203,3 +204,39 @@ def test_connect_sets_timeouts_unless_told_otherwise() -> None:
     assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (5.0, 5.0)
     own = connect("redis://127.0.0.1:1/0", socket_timeout=0.5)
     assert own.connection_pool.connection_kwargs["socket_timeout"] == 0.5  # type: ignore[union-attr]
+
+
+class _ClosedUnderWrite:
+    """A redis-py connection whose transport the peer closed: on some Pythons redis-py then
+    leaks asyncio's internals from the write (redis-py issue 4287)."""
+
+    def __init__(self, raised: Exception) -> None:
+        self.raised = raised
+
+    async def send_packed_command(self, payload: object, check_health: bool = True) -> None:
+        raise self.raised
+
+    def pack_commands(self, commands: object) -> list[bytes]:
+        return [b""]
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        AttributeError("'NoneType' object has no attribute 'writelines'"),
+        AttributeError("'NoneType' object has no attribute '_add_writer'"),
+        TypeError("'NoneType' object is not callable"),
+    ],
+)
+async def test_a_connection_closed_under_a_pipeline_is_a_dropped_connection(
+    raised: Exception,
+) -> None:
+    connection: Any = _ClosedUnderWrite(raised)
+    with pytest.raises(redis_errors.ConnectionError, match="closed while in use"):
+        await exchange(connection, [("PING",)])
+
+
+async def test_other_errors_of_a_pipeline_write_are_not_taken_for_a_dropped_connection() -> None:
+    connection: Any = _ClosedUnderWrite(AttributeError("'Connection' object has no attribute 'x'"))
+    with pytest.raises(AttributeError):
+        await exchange(connection, [("PING",)])

@@ -71,12 +71,13 @@ class Exec:
             if self.node is not None:
                 return await client.execute_command(*self.command, target_nodes=self.node)
             return await client.execute_command(*self.command)
-        except AttributeError as exc:
-            # redis-py's async Cluster client can close a connection another task is using
-            # while it follows a MOVED redirect (its stream becomes None mid-call). Treat that
-            # like any dropped connection: the call is retried, and dedupe keys make a repeat
-            # harmless.
-            if is_cluster(client) and "'NoneType' object" in str(exc):
+        except (AttributeError, TypeError) as exc:
+            # redis-py can close a connection another task is using (the Cluster client
+            # following a MOVED redirect), or a peer can close an idle pooled one, and it
+            # then leaks asyncio's internals (its stream None) instead of a ConnectionError
+            # (redis-py issue 4287). Treat that like any dropped connection: the call is
+            # retried, and dedupe keys make a repeat harmless.
+            if "'NoneType' object" in str(exc):
                 raise redis_errors.ConnectionError(
                     f"connection closed while in use ({exc})"
                 ) from exc

@@ -201,17 +201,9 @@ class ClusterBatcher:
             renew = getattr(node, "disconnect_if_needed", None)
             if renew is not None:
                 await renew(connection)
-            try:
-                return await exchange(connection, commands)
-            except AttributeError as exc:
-                # redis-py can close a connection of a node while another task uses it (a
-                # refresh of the slot map drops idle connections as they are taken): its
-                # stream becomes None mid-call. That is a dropped connection.
-                if "'NoneType' object" not in str(exc):
-                    raise
-                raise redis_errors.ConnectionError(
-                    f"connection closed while in use ({exc})"
-                ) from exc
+            # A connection redis-py closed under us (a refresh of the slot map drops idle
+            # connections as they are taken) comes out of exchange as a ConnectionError.
+            return await exchange(connection, commands)
         except BaseException as exc:
             # A reply may be half read: the connection cannot be trusted with another caller.
             await connection.disconnect()

@@ -117,7 +117,8 @@ async def exchange(connection: AbstractConnection, commands: list[tuple[Any, ...
     """Send ``commands`` on ``connection`` in one write and read every reply, in order.
 
     A command's error reply comes back as its exception, in its place. Any other failure
-    propagates, and the caller must disconnect ``connection``: a reply may be half read.
+    propagates (a connection closed under the write as ConnectionError), and the caller must
+    disconnect ``connection``: a reply may be half read.
 
     Commands are packed by hiredis, in C: redis-py's asyncio connection packs in Python, which
     costs more than the script itself for an 11-argument FCALL."""
@@ -125,7 +126,15 @@ async def exchange(connection: AbstractConnection, commands: list[tuple[Any, ...
         payload: bytes | list[bytes] = b"".join(_pack(command) for command in commands)
     else:  # pragma: no cover
         payload = connection.pack_commands(commands)
-    await connection.send_packed_command(payload, check_health=False)
+    try:
+        await connection.send_packed_command(payload, check_health=False)
+    except (AttributeError, TypeError) as exc:
+        if "'NoneType' object" not in str(exc):
+            raise
+        # redis-py lets a transport closed under it (by the peer, or by another task on a
+        # Cluster's slot refresh) leak asyncio's internals instead of a ConnectionError
+        # (redis-py issue 4287): nothing was sent, so it is a dropped connection, retried.
+        raise redis_errors.ConnectionError(f"connection closed while in use ({exc})") from exc
     replies: list[Any] = []
     for _ in commands:
         try:

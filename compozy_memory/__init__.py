@@ -39,9 +39,13 @@ from compozy_memory._model.tokens import (
     TokenCounter,
 )
 from compozy_memory._ops.exporter import MetricsServer, start_metrics_server
+from compozy_memory._search.dense import Embedder
+from compozy_memory._search.fusion import DEFAULT_FUSION, Fusion
+from compozy_memory._search.static_model import StaticEmbedder
 from compozy_memory._store.indexer import Indexer, IndexProgress
 from compozy_memory._store.instance import Facts, MemoryInstance
 from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
+from compozy_memory._store.vectors import Vectorizer, VectorProgress
 from compozy_memory._store.warmup import warm
 from compozy_memory._telemetry import instrument as instrument_opentelemetry
 from compozy_memory._telemetry import uninstrument as uninstrument_opentelemetry
@@ -86,6 +90,7 @@ from compozy_memory.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_FUSION",
     "NO_RETRY",
     "AnthropicSummarizer",
     "AnthropicTokenCounter",
@@ -108,6 +113,7 @@ __all__ = [
     "Conversation",
     "DataFormatError",
     "DataRef",
+    "Embedder",
     "ExtractiveSummarizer",
     "Facts",
     "FencedLock",
@@ -116,6 +122,7 @@ __all__ = [
     "FlushResult",
     "FlushSettings",
     "Flusher",
+    "Fusion",
     "HeuristicCounter",
     "Hit",
     "Hits",
@@ -156,6 +163,7 @@ __all__ = [
     "SessionClosedError",
     "Snapshot",
     "StartupError",
+    "StaticEmbedder",
     "StepRequiredError",
     "Summarizer",
     "Summary",
@@ -166,6 +174,8 @@ __all__ = [
     "TrimResult",
     "UnsupportedServerError",
     "UsageError",
+    "VectorProgress",
+    "Vectorizer",
     "WaitPolicy",
     "__version__",
     "connect",

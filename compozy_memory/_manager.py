@@ -32,6 +32,8 @@ from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import UNBOUNDED_TOKENS
 from compozy_memory._model.results import FlushCommit
 from compozy_memory._model.tokens import TokenCounter, counter_for_encoding, default_counter
+from compozy_memory._search.dense import Embedder
+from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._store.sessions import IndexEntry, SessionIndex, SessionPage, uuid7
 from compozy_memory._store.warmup import warm
@@ -64,6 +66,11 @@ class MemoryManager:
     Messages without ``tokens`` are counted as each resource's ``tokenizer`` says (cl100k
     when it says nothing), unless ``counter`` is given: then it counts for every memory.
     Local counters are shared per encoding across the process; API counters per model.
+
+    With an ``embedder`` (an :class:`~compozy_memory.Embedder`, such as the offline
+    :class:`~compozy_memory.StaticEmbedder`), every memory keeps dense vectors beside its
+    index and fuses them with BM25 in ``search()`` and a query's ``context()`` (``fusion``:
+    how, :data:`~compozy_memory.DEFAULT_FUSION` by default).
     """
 
     def __init__(
@@ -77,8 +84,13 @@ class MemoryManager:
         summarizer: Summarizer | None = None,
         metrics: MemoryMetrics | None = None,
         retry: RetryPolicy | None = None,
+        embedder: Embedder | None = None,
+        fusion: Fusion | None = None,
     ) -> None:
         self.registry = registry
+        #: Dense scores for every memory's search (none by default): see MemoryInstance.
+        self.embedder = embedder
+        self.fusion = fusion
         self.retry = retry
         self.client = client
         self.counter = counter if counter is not None else default_counter()
@@ -172,6 +184,8 @@ class MemoryManager:
                 retry=self.retry,
                 memory_id=resource.id,
                 metrics=self.metrics,
+                embedder=self.embedder,
+                fusion=self.fusion,
             )
             entry = None if reference.read_only else self.sessions.entry(_agent_id(values, agent))
             limited = resource.effective_max_tokens is not None or resource.max_messages is not None

@@ -35,6 +35,8 @@ def test_public_surface_is_pinned() -> None:
             "MemoryMetrics", "MetricsServer", "start_metrics_server",
             "instrument_opentelemetry", "uninstrument_opentelemetry",
             "DataRef", "Facts", "Namespace", "ResultCorruptError", "ResultStore",
+            "DEFAULT_FUSION", "Embedder", "Fusion", "StaticEmbedder", "VectorProgress",
+            "Vectorizer",
         ]
     )  # fmt: skip
     for name in compozy_memory.__all__:

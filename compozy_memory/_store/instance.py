@@ -22,6 +22,8 @@ from compozy_memory._model.results import (
     TrimResult,
 )
 from compozy_memory._model.tokens import TokenCounter, default_counter
+from compozy_memory._search.dense import Embedder
+from compozy_memory._search.fusion import DEFAULT_FUSION, Fusion
 from compozy_memory._store.edits import replace_live, trim_oldest
 from compozy_memory._store.encoding import (
     MessageInput,
@@ -35,6 +37,7 @@ from compozy_memory._store.offload import PinKeeper, clear_releasing_pins, offlo
 from compozy_memory._store.reads import ContextReads
 from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._wire.eviction import eviction_policy, eviction_warning
+from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import ScriptArg
@@ -104,6 +107,8 @@ class MemoryInstance(ContextReads):
         metrics: MemoryMetrics | None = None,
         results: ResultStore | None = None,
         background_index: bool = True,
+        embedder: Embedder | None = None,
+        fusion: Fusion | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -138,6 +143,16 @@ class MemoryInstance(ContextReads):
         #: (``await memory.indexer.catch_up()`` to wait for it).
         self.indexer = Indexer(
             self.gateway, metrics=transport.metrics, name=memory_id, background=background_index
+        )
+        #: Dense scores fused with BM25 in :meth:`search` and a query's :meth:`context`:
+        #: none by default. ``vectors`` keeps the memory's vectors caught up with its index
+        #: (``await memory.vectors.catch_up()`` to wait for it).
+        self.embedder = embedder
+        self.fusion = fusion or DEFAULT_FUSION
+        self.vectors = (
+            Vectorizer(self.gateway, embedder, self.indexer, name=memory_id)
+            if embedder is not None
+            else None
         )
         #: Session facts (the kernel layer of :meth:`context`): ``await memory.facts.set(...)``.
         self.facts = Facts(self)
@@ -213,7 +228,7 @@ class MemoryInstance(ContextReads):
         if not args:
             raise InvalidMessageError("append_many needs at least one message", key=self.key)
         result = await self.gateway.append(args, token)
-        self.indexer.notice()
+        self._noticed()
         self.pins.notice()
         if self._flusher is not None:
             self._flusher.notice(result)
@@ -269,7 +284,7 @@ class MemoryInstance(ContextReads):
             if_version=if_version,
             token=token,
         )
-        self.indexer.notice()
+        self._noticed()
         if self._index is not None:
             self._last_id = result.last_id
             self._index.noticed(self, result)
@@ -366,7 +381,7 @@ class MemoryInstance(ContextReads):
         from compozy_memory._store import transcripts
 
         count = await transcripts.import_transcript(self, text)
-        self.indexer.notice()  # the import's messages are indexed from here on
+        self._noticed()  # the import's messages are indexed (and embedded) from here on
         return count
 
     def attach_index(self, hook: IndexHook | None) -> None:
@@ -415,6 +430,12 @@ class MemoryInstance(ContextReads):
         return dataclasses.replace(health, eviction_policy=policy, eviction_warning=warning)
 
     # -- internals ----------------------------------------------------------------------
+
+    def _noticed(self) -> None:
+        """A write left messages to index (and to embed, with an embedder)."""
+        self.indexer.notice()
+        if self.vectors is not None:
+            self.vectors.notice()
 
     def _dedupe_token(self, dedupe_key: str | None) -> str:
         return dedupe_token(dedupe_key, self.key)

@@ -18,9 +18,13 @@ from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import ContextLayers, Conversation, Hits
 from compozy_memory._search.analysis import KINDS, OTHER_KIND
+from compozy_memory._search.dense import Embedder
+from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.facts import Facts
+from compozy_memory._store.hybrid import fused_hits, fused_ranking
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.selection import query_terms, whole_tool_exchanges
+from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory.errors import ConcurrentChangeError, ReadOnlyMemoryError, UsageError
 
@@ -38,6 +42,9 @@ class ContextReads:
     policy: MemoryPolicy
     facts: Facts
     indexer: Indexer
+    embedder: Embedder | None
+    fusion: Fusion
+    vectors: Vectorizer | None
     key: str
     read_only: bool
 
@@ -147,8 +154,20 @@ class ContextReads:
                 key=self.key,
             )
         terms = query_terms(query, self.key)
+        hits: list[int] = []
         if terms:
             await self._fresh_index()
+        if terms and self.embedder is not None and self.policy.search.limit > 0:
+            assert query is not None
+            ranking = await fused_ranking(
+                self.gateway,
+                self.embedder,
+                self.fusion,
+                query,
+                terms,
+                limit=self.policy.search.limit,
+            )
+            hits, terms = [doc_id for doc_id, _ in ranking.best], []
         shares = self.policy.context
         layers = await self.gateway.context(
             budget - reserve_output,
@@ -157,6 +176,7 @@ class ContextReads:
             backfill=shares.backfill and self._has_token_budget(max_tokens),
             max_messages=self.policy.max_messages,
             terms=terms,
+            hits=hits,
             facts_header=self.facts.header_tokens,
         )
         recalled = whole_tool_exchanges(layers.recalled)
@@ -195,12 +215,27 @@ class ContextReads:
             return Hits()
         await self._fresh_index()
         kinds = sorted({KINDS.get(r, OTHER_KIND) for r in wanted})
-        if _telemetry.capturing():  # opt-in: the query goes on the span
-            with _telemetry.content(query=query):
+
+        async def ranked() -> Hits:
+            if self.embedder is None:
                 return await self.gateway.search(
                     terms, limit=limit, since_id=since_id or 0, kinds=kinds
                 )
-        return await self.gateway.search(terms, limit=limit, since_id=since_id or 0, kinds=kinds)
+            return await fused_hits(
+                self.gateway,
+                self.embedder,
+                self.fusion,
+                query,
+                terms,
+                limit=limit,
+                since_id=since_id or 0,
+                kinds=kinds,
+            )
+
+        if _telemetry.capturing():  # opt-in: the query goes on the span
+            with _telemetry.content(query=query):
+                return await ranked()
+        return await ranked()
 
     async def recall_messages(self, ids: Iterable[int]) -> list[Message]:
         """Bring archived messages back into context (the recall share of :meth:`context`):
@@ -226,10 +261,12 @@ class ContextReads:
         return await self.gateway.clear_recalled()
 
     async def _fresh_index(self) -> None:
-        """Before a query: index what this handle wrote and the index has not seen (a few
-        bounded steps; the background indexer does the rest)."""
+        """Before a query: index (and embed) what this handle wrote and the index has not
+        seen (a few bounded steps; the background indexer and vector step do the rest)."""
         if self.indexer.dirty and not self.read_only:
             await self.indexer.catch_up(max_steps=4)
+        if self.vectors is not None and self.vectors.dirty and not self.read_only:
+            await self.vectors.catch_up(max_steps=1)
 
     def _has_token_budget(self, max_tokens: int | None) -> bool:
         return max_tokens is not None or self.policy.max_tokens is not None

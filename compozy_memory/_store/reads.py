@@ -30,6 +30,9 @@ from compozy_memory.errors import ConcurrentChangeError, ReadOnlyMemoryError, Us
 
 __all__ = ["ContextReads"]
 
+#: How far back ``context()`` looks for the newest user turn, its implicit query.
+_USER_TURN_LOOKBACK = 8
+
 
 #: Times a paged read starts again because a write changed the memory between its pages.
 _READ_ATTEMPTS = 5
@@ -125,9 +128,11 @@ class ContextReads:
     ) -> list[Message]:
         """What to send an LLM, within ``max_tokens - reserve_output`` tokens, in one atomic
         read: the pinned messages (system prompt, profile), the rolling summary, messages
-        recalled by the recall tools and the archived messages that best answer ``query``,
-        then the newest messages, and (when all of those fit with room to spare) the newest
-        archived originals before them. See :meth:`context_layers`.
+        recalled by the recall tools and the earlier messages that best answer ``query``
+        (without one, the newest user turn's text: ``ContextPolicy.implicit_query``), then
+        the newest messages, and (when all of those fit with room to spare) the newest
+        archived originals before them. With an embedder the hits are BM25's fused with
+        dense scores, as :meth:`search` ranks them. See :meth:`context_layers`.
 
         Raises ContextOverflowError if the pinned messages alone exceed the budget."""
         return (
@@ -153,6 +158,9 @@ class ContextReads:
                 f"reserve_output must be an integer in [0, {budget}], got {reserve_output!r}",
                 key=self.key,
             )
+        shares = self.policy.context
+        if query is None and shares.implicit_query and shares.recall_share > 0:
+            query = await self._newest_user_turn()
         terms = query_terms(query, self.key)
         hits: list[int] = []
         if terms:
@@ -168,7 +176,6 @@ class ContextReads:
                 limit=self.policy.search.limit,
             )
             hits, terms = [doc_id for doc_id, _ in ranking.best], []
-        shares = self.policy.context
         layers = await self.gateway.context(
             budget - reserve_output,
             summary_share=shares.summary_share,
@@ -259,6 +266,15 @@ class ContextReads:
         """Drop every recalled message from the context (they stay in the archive)."""
         self._check_writable("clear_recalled")
         return await self.gateway.clear_recalled()
+
+    async def _newest_user_turn(self) -> str | None:
+        """The text of the newest user message among the last few (a tool result, which
+        has no text, is passed over), or None."""
+        page = await self.gateway.read_page(-_USER_TURN_LOOKBACK, -1)
+        for message in reversed(page.messages):
+            if message.role == "user" and message.priority != 0 and message.text.strip():
+                return message.text
+        return None
 
     async def _fresh_index(self) -> None:
         """Before a query: index (and embed) what this handle wrote and the index has not

@@ -115,7 +115,8 @@ async def measure(
                 await flusher.wait_idle()
             await mem.flush()
             if ask:
-                kept[setting].update(await asked(client, mem, conv, budget, f"{run}:{res.id}"))
+                where = f"{run}:{res.id}:{conv.conversation_id}"
+                kept[setting].update(await asked(client, mem, conv, budget, where))
             else:
                 text = joined(await mem.context(budget))
                 for q in conv.questions:

@@ -19,13 +19,20 @@ from typing import Any
 import pytest
 
 from compozy_memory import (
+    ConfigurationError,
     InvalidMessageError,
     MemoryEvictedError,
     MemoryInstance,
     MemoryPolicy,
     StaticEmbedder,
 )
-from compozy_memory._model.limits import MAX_SPEAKER_NAMES, VECTOR_SCAN_IDS
+from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.limits import (
+    MAX_SPEAKER_NAMES,
+    MAX_VECTOR_BYTES,
+    VECTOR_SCAN_IDS,
+    VECTOR_STEP_BYTES,
+)
 from compozy_memory._search.dense import quantize
 from compozy_memory._store.vectors import model_id
 from compozy_memory._wire.translate import RedisClient
@@ -288,6 +295,53 @@ async def test_an_index_rebuild_keeps_the_vectors(client: RedisClient, memory_ke
     assert (await mem.search("What kind of dog does Ann have?"))[0].id == 4
 
 
+class Wide(Concepts):
+    """Concepts spread over the widest vectors a memory keeps: a step stores fewer of them."""
+
+    model = "concepts-wide"
+    dimensions = MAX_VECTOR_BYTES
+
+    async def embed(self, texts: Sequence[str], *, query: bool = False) -> list[list[float]]:
+        narrow = await super().embed(texts, query=query)
+        return [
+            v * (MAX_VECTOR_BYTES // len(v)) + [0.0] * (MAX_VECTOR_BYTES % len(v)) for v in narrow
+        ]
+
+
+async def test_the_widest_vectors_are_stored_in_smaller_steps(
+    client: RedisClient, memory_key: str
+) -> None:
+    turns = [turn("Cy", f"Note number {i} of the minutes.") for i in range(40)]
+    wide, narrow = memory(client, memory_key, Wide()), memory(client, memory_key + ":n", Concepts())
+    for mem in (wide, narrow):
+        await mem.append_many([*turns, *CHAT])
+        await caught_up(mem)
+    assert wide.vectors is not None
+    assert wide.vectors.step_docs == VECTOR_STEP_BYTES // MAX_VECTOR_BYTES < len(turns)
+    vectors = await stored(client, wide)
+    assert len(vectors) == len(turns) + len(CHAT)
+    assert {len(v) for v in vectors.values()} == {MAX_VECTOR_BYTES}
+    # The same concepts over 4,096 dimensions rank as over 5.
+    query = "Which city did Bob travel to?"
+    hits, expected = await wide.search(query), await narrow.search(query)
+    assert [h.id for h in hits] == [h.id for h in expected]
+    assert [h.score for h in hits] == pytest.approx([h.score for h in expected], abs=0.02)
+    assert len(turns) + 5 in [h.id for h in hits[:3]]  # the trip to Lisbon
+
+
+@pytest.mark.parametrize("dimensions", [0, MAX_VECTOR_BYTES + 1, "256"])
+async def test_an_embedder_of_impossible_dimensions_is_refused(
+    client: RedisClient, memory_key: str, dimensions: Any
+) -> None:
+    class Odd(Concepts):
+        pass
+
+    Odd.dimensions = dimensions
+    with pytest.raises(ConfigurationError, match="dimensions are 1 to"):
+        memory(client, memory_key, Odd())
+    assert await client.exists(InstanceKeys.build("dense", memory_key).meta) == 0
+
+
 @pytest.mark.parametrize(
     ("vectors", "names", "problem"),
     [
@@ -295,6 +349,7 @@ async def test_an_index_rebuild_keeps_the_vectors(client: RedisClient, memory_ke
         ([(1, b"\x40" * 5), (2, b"\x40" * 4)], [], "one length"),
         ([(1, b"")], [], "bytes in 1..127"),
         ([(9, b"\x40" * 5)], [], "a vector id"),
+        ([(1, b"\x40" * MAX_VECTOR_BYTES)] * 17, [], "bytes of vectors"),
         ([], [f"n{i}" for i in range(MAX_SPEAKER_NAMES + 1)], "speaker names"),
     ],
 )

@@ -10,7 +10,8 @@
 --            other client moved it meanwhile); upto: vx_next moves past this id
 --   names    speaker names to keep beside the vectors, tab-separated: merged with those kept,
 --            at most MAX_SPEAKER_NAMES of at most MAX_TERM_BYTES bytes
---   n        vectors that follow, at most VECTOR_STEP_DOCS: (id, vector) pairs, each id in
+--   n        vectors that follow, at most VECTOR_STEP_DOCS and VECTOR_STEP_BYTES of vectors in
+--            all: (id, vector) pairs, each id in
 --            vx_next..upto, each vector 1..MAX_VECTOR_BYTES bytes of 1..127 (ASCII: a client
 --            that decodes replies reads them whole), all of one length
 -- REPLY: {applied vx_next stored}
@@ -37,11 +38,14 @@ for i = 1, n do
   ids[i] = int_arg(ARGV[at], 'a vector id', math.max(expected, 1), upto)
   local size = #ARGV[at + 1]
   if size < 1 or size > MAX_VECTOR_BYTES or (width and size ~= width)
-      or string.find(ARGV[at + 1], '[%z\128-\255]') then
+      or string.find(ARGV[at + 1], '[^\1-\127]') then
     fail('INVALID', 'a vector has 1 to ' .. MAX_VECTOR_BYTES .. ' bytes in 1..127 (text), all '
       .. 'vectors of a call one length')
   end
   width = size
+end
+if width and n * width > VECTOR_STEP_BYTES then
+  fail('INVALID', 'a step stores at most ' .. VECTOR_STEP_BYTES .. ' bytes of vectors')
 end
 local names = {}
 for name in string.gmatch(a_names, '[^\t]+') do

@@ -62,13 +62,12 @@ end
 
 -- 2. Their envelopes: archived ones by seq, summaries from their short list, live ones from
 -- where the first of them sits (the live list holds them in id order, pinned ones between).
-local found, live = {}, {}
+local found, live, archived = {}, {}, {}
 local summaries = nil
-local base = tonumber(m.archive_base) or 0
 for _, w in ipairs(wanted) do
   local id, kind, seq = w[1], w[2], w[3]
   if seq > 0 then
-    found[id] = redis.call('LINDEX', k_archive, seq - base - 1) or nil
+    archived[#archived + 1] = seq
   elseif kind == KINDS.summary then
     if not summaries then
       summaries = {}
@@ -80,6 +79,23 @@ for _, w in ipairs(wanted) do
   else
     live[#live + 1] = id
   end
+end
+-- Archived ones by runs of consecutive seqs, one LRANGE a run (most are one run).
+table.sort(archived)
+local base = tonumber(m.archive_base) or 0
+local run = 1
+while run <= #archived do
+  local last_run = run
+  while last_run < #archived and archived[last_run + 1] == archived[last_run] + 1 do
+    last_run = last_run + 1
+  end
+  local at = archived[run] - base - 1
+  if at + last_run - run >= 0 then
+    for _, env in ipairs(redis.call('LRANGE', k_archive, math.max(at, 0), at + last_run - run)) do
+      found[envelope_head(env)] = env
+    end
+  end
+  run = last_run + 1
 end
 if #live > 0 then
   local count = tonumber(m.count) or 0

@@ -49,6 +49,7 @@ __all__ = [
     "RESCORE_TERMS",
     "UNBOUNDED_TOKENS",
     "VECTOR_SCAN_IDS",
+    "VECTOR_STEP_BYTES",
     "VECTOR_STEP_DOCS",
 ]
 
@@ -129,12 +130,14 @@ RESCORE_BLOCKS = 64
 #: read of its blocks' directory); the others weigh least in BM25 and are left out.
 RESCORE_TERMS = 8
 
-#: Dense scores (an ``Embedder``): the vectors one step stores, the ids one pending read looks
-#: through (most are consecutive; ids the archive's cap dropped are passed over), the bytes of
-#: one stored vector (a byte a dimension: up to 4,096 dimensions), the BM25
+#: Dense scores (an ``Embedder``): the vectors one step stores and their bytes in all (each
+#: byte is checked to be text), the ids one pending read looks through (most are consecutive;
+#: ids the archive's cap dropped are passed over), the bytes of one stored vector (a byte a
+#: dimension: up to 4,096 dimensions), the BM25
 #: candidates whose vectors one search reads (each with its two neighbours), and the speaker
 #: names kept beside the vectors (left out of what is embedded), of at most MAX_TERM_BYTES each.
 VECTOR_STEP_DOCS = 128
+VECTOR_STEP_BYTES = 64 * 1024
 VECTOR_SCAN_IDS = 4_096
 MAX_VECTOR_BYTES = 4_096
 MAX_SEARCH_CANDIDATES = 200
@@ -184,6 +187,7 @@ LUA_CONSTANTS: dict[str, int] = {
     "RESCORE_BLOCKS": RESCORE_BLOCKS,
     "RESCORE_TERMS": RESCORE_TERMS,
     "VECTOR_STEP_DOCS": VECTOR_STEP_DOCS,
+    "VECTOR_STEP_BYTES": VECTOR_STEP_BYTES,
     "VECTOR_SCAN_IDS": VECTOR_SCAN_IDS,
     "MAX_VECTOR_BYTES": MAX_VECTOR_BYTES,
     "MAX_SEARCH_CANDIDATES": MAX_SEARCH_CANDIDATES,

@@ -36,8 +36,8 @@ from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.offload import PinKeeper, clear_releasing_pins, offloaded
 from compozy_memory._store.reads import ContextReads
 from compozy_memory._store.results_store import Namespace, ResultStore
-from compozy_memory._wire.eviction import eviction_policy, eviction_warning
 from compozy_memory._store.vectors import Vectorizer
+from compozy_memory._wire.eviction import eviction_policy, eviction_warning
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.scripts import ScriptArg
@@ -91,6 +91,11 @@ class MemoryInstance(ContextReads):
     :attr:`indexer` catches up in the background, in bounded steps (``background_index=False``
     leaves that to the operations that need it: a search indexes this handle's writes first,
     and trim, replace and flush the messages they move).
+
+    With an ``embedder`` (:class:`~compozy_memory.Embedder`), :attr:`vectors` keeps a dense
+    vector of every indexed message the same way, and :meth:`search` and a query's
+    :meth:`context` fuse BM25 with dense scores as ``fusion`` says
+    (:data:`~compozy_memory.DEFAULT_FUSION` by default).
     """
 
     def __init__(
@@ -150,7 +155,9 @@ class MemoryInstance(ContextReads):
         self.embedder = embedder
         self.fusion = fusion or DEFAULT_FUSION
         self.vectors = (
-            Vectorizer(self.gateway, embedder, self.indexer, name=memory_id)
+            Vectorizer(
+                self.gateway, embedder, self.indexer, name=memory_id, background=background_index
+            )
             if embedder is not None
             else None
         )

@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from compozy_memory._model.limits import (
     MAX_SPEAKER_NAMES,
     MAX_TERM_BYTES,
+    MAX_VECTOR_BYTES,
+    VECTOR_STEP_BYTES,
     VECTOR_STEP_DOCS,
 )
 from compozy_memory._search.dense import VECTOR_FORMAT, Embedder, dense_text, embed_all
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.vector_calls import VectorPending
-from compozy_memory.errors import CompozyMemoryError
+from compozy_memory.errors import CompozyMemoryError, ConfigurationError
 
 __all__ = ["VectorProgress", "Vectorizer", "model_id", "speakers"]
 
@@ -82,9 +84,17 @@ class Vectorizer:
         debounce: float = 0.05,
         background: bool = True,
     ) -> None:
+        dimensions = embedder.dimensions
+        if not isinstance(dimensions, int) or not 1 <= dimensions <= MAX_VECTOR_BYTES:
+            raise ConfigurationError(
+                f"{embedder.model}: an embedder's dimensions are 1 to {MAX_VECTOR_BYTES}, got "
+                f"{dimensions!r}"
+            )
         self.gateway = gateway
         self.embedder = embedder
         self.indexer = indexer
+        #: Messages one step embeds: as many as fit VECTOR_STEP_BYTES of vectors.
+        self.step_docs = max(1, min(VECTOR_STEP_DOCS, VECTOR_STEP_BYTES // dimensions))
         self.name = name
         self.debounce = debounce
         #: False: writes never start a catch-up; only :meth:`catch_up` does.
@@ -142,7 +152,7 @@ class Vectorizer:
         steps = embedded = 0
         caught_up = False
         while max_steps is None or steps < max_steps:
-            pending = await self.gateway.vec_pending(VECTOR_STEP_DOCS, _READ_BYTES)
+            pending = await self.gateway.vec_pending(self.step_docs, _READ_BYTES)
             if pending.model and pending.model != self.model:
                 await self.gateway.vec_reset(self.model)
                 log.info(

@@ -115,7 +115,7 @@ async def test_a_flusher_paused_across_expiry_cannot_commit_into_the_new_convers
     await old.append_many([turn(n) for n in range(30)])
     lease = await FencedLock(old.gateway).try_acquire()
     assert lease is not None
-    snapshot = await old.gateway.snapshot(1000)
+    snapshot = await old.gateway.snapshot(256)
     plan = plan_flush(snapshot, FlushSettings(max_tokens=300, summary_tokens=50))
     assert not plan.empty
     # The memory expires while the flusher is paused; a new conversation starts under the

@@ -19,22 +19,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import time
-import uuid
 from typing import Any
 
-import redis as redis_sync
-
 from benchmarks.bench_recall import corpus
-from benchmarks.bench_server_time import COUNTER, Meter, Probe, _realtime, messages, print_table
+from benchmarks.bench_server_time import (
+    COUNTER,
+    Meter,
+    Probe,
+    Tenant,
+    _realtime,
+    messages,
+    print_table,
+)
 from compozy_memory import MemoryInstance, MemoryPolicy, StaticEmbedder, connect
 from compozy_memory._model import limits
-from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._ops.acl import acl_setuser
 from compozy_memory._store.selection import query_terms
 from compozy_memory._wire.delivery import install
-from compozy_memory._wire.scripts import script
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import start_server
 
@@ -62,14 +63,13 @@ async def build(meter: Meter, mem: MemoryInstance, archived: int, live: int) -> 
     await mem.trim(keep_messages=live)
     assert mem.vectors is not None
     mem.vectors.background = False
-    row = await meter.measure(
+    await meter.measure(
         "vector step (every step)",
         f"{archived + live:,} messages, {mem.vectors.step_docs} a step",
         mem.vectors.catch_up,
     )
     for name, worst in sorted(worst_by_script(meter).items()):
         print(f"    of which {name}: worst {worst / 1000:.2f} ms")
-    del row
     return [q for q, _ in questions]
 
 
@@ -159,32 +159,28 @@ async def loaded(meter: Meter, mem: MemoryInstance, questions: list[str], archiv
 
 async def tenant(meter: Meter, url: str) -> None:
     """Crafted calls past every cap of the dense scripts, by FCALL: each refused."""
-    admin = redis_sync.Redis.from_url(url)
-    secret = uuid.uuid4().hex
-    admin.execute_command(*acl_setuser("tenant", PROJECT, read_only=False, password=secret))  # type: ignore[no-untyped-call]
-    host, port = url.removeprefix("redis://").split("/")[0].split(":")
-    client = redis_sync.Redis(host=host, port=int(port), username="tenant", password=secret)
-    keys = InstanceKeys.build(PROJECT, "loaded")
+    crafter = Tenant(url, PROJECT, "loaded")
 
-    def call(name: str, args: list[Any]) -> None:
-        code = script(name)
-        names = [getattr(keys, part) for part in code.contract.keys]
-        with contextlib.suppress(redis_sync.ResponseError):
-            client.execute_command(  # type: ignore[no-untyped-call]
-                "FCALL_RO" if code.read_only else "FCALL", code.function, len(names), *names, *args
-            )
+    pairs = [x for i in range(10_000) for x in (i + 1, "A" * 300)]
+    crafted: list[tuple[str, str, list[Any]]] = [
+        ("vec_apply", "10,000 vectors", [0, "m", 1, 10**9, "", 10_000, *pairs]),
+        ("vec_apply", "10,000 names", [0, "m", 1, 10**9, "\t".join(["n" * 60] * 10_000), 0]),
+        ("vec_pending", "10^9 documents", [10**9, 10**12]),
+        (
+            "search_candidates",
+            "5,000 terms, 10^6 candidates",
+            [10**6, "1.2", "0.75", 0, "", *(f"w{i}" for i in range(5_000))],
+        ),
+        ("search_fetch", "100,000 ids", [str(i) for i in range(1, 100_001)]),
+        ("vec_reset", "a 10,000-byte model name", [0, "m" * 10_000]),
+    ]
+    for name, what, args in crafted:
 
-    async def crafted() -> None:
-        pairs = [x for i in range(10_000) for x in (i + 1, "A" * 300)]
-        call("vec_apply", [0, "m", 1, 10**9, "", 10_000, *pairs])
-        call("vec_apply", [0, "m", 1, 10**9, "\t".join(["n" * 60] * 10_000), 0])
-        call("vec_pending", [10**9, 10**12])
-        call("search_candidates", [10**6, "1.2", "0.75", 0, "", *(f"w{i}" for i in range(5_000))])
-        call("search_fetch", [str(i) for i in range(1, 100_001)])
-        call("vec_reset", [0, "m" * 10_000])
+        async def refused(name: str = name, args: list[Any] = args) -> None:
+            crafter.call(name, args)
 
-    await meter.measure("tenant: crafted dense inputs", "past every cap, by FCALL", crafted)
-    admin.execute_command("ACL", "DELUSER", "tenant")  # type: ignore[no-untyped-call]
+        await meter.measure(f"tenant: {name}", f"{what}, by FCALL", refused)
+    crafter.close()
 
 
 async def run(args: Any) -> None:

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import sys
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -389,3 +392,16 @@ async def test_the_offline_model_ranks_the_answer_first(
     await caught_up(mem)
     hits = await mem.search("Which city did Bob travel to?")
     assert hits[0].id == 5
+
+
+def test_the_example_runs_and_the_docs_show_its_providers() -> None:
+    root = Path(__file__).resolve().parent.parent
+    example = root / "examples" / "dense_search.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "I adopted a puppy last week: Rex!"
+    source = example.read_text()
+    providers = source[source.index("class OpenAIEmbedder") : source.index("async def main")]
+    assert providers.strip() in (root / "docs" / "dense-search.md").read_text()

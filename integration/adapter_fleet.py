@@ -1,4 +1,4 @@
-"""Running 8 spawned writer processes x 250 appends through one adapter into one session."""
+"""Running 4 spawned writer processes x 200 appends through one adapter into one session."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from threading import Barrier
 
-WRITERS = 8
-APPENDS = 250
+WRITERS = 4
+APPENDS = 200
 
 
 @dataclass(frozen=True)

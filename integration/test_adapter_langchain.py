@@ -188,8 +188,7 @@ async def test_runnable_with_message_history_records_each_turn(memory: MemoryIns
     ]
 
 
-@pytest.mark.timeout(60)
-async def test_eight_processes_append_through_the_adapter_losing_nothing(
+async def test_writer_processes_append_through_the_adapter_losing_nothing(
     valkey_server: EmbeddedServer,
 ) -> None:
     key = f"lc-fleet:{uuid.uuid4().hex}"

@@ -200,8 +200,7 @@ def test_chat_memory_buffer_keeps_its_history_in_the_store(valkey_server: Embedd
         run_sync(client.aclose(), method="aclose", instead="")
 
 
-@pytest.mark.timeout(60)
-async def test_eight_processes_add_messages_through_the_adapter_losing_nothing(
+async def test_writer_processes_add_messages_through_the_adapter_losing_nothing(
     valkey_server: EmbeddedServer, client: RedisClient
 ) -> None:
     key = f"li-fleet:{uuid.uuid4().hex}"

@@ -243,8 +243,7 @@ async def test_the_sdk_runner_keeps_its_history_in_the_session(memory: MemoryIns
     ]  # fmt: skip
 
 
-@pytest.mark.timeout(60)
-async def test_eight_processes_add_items_through_the_adapter_losing_nothing(
+async def test_writer_processes_add_items_through_the_adapter_losing_nothing(
     valkey_server: EmbeddedServer,
 ) -> None:
     key = f"oa-fleet:{uuid.uuid4().hex}"

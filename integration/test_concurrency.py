@@ -19,8 +19,8 @@ from integration.engines import EngineSpec
 from integration.faults import meta_counts
 from integration.workers import WRITER_TTL_SECONDS, append_worker, tokens_for
 
-WRITERS = 8
-APPENDS = 250
+WRITERS = 4
+APPENDS = 200
 PROJECT = "fleet"
 
 

@@ -21,7 +21,7 @@ from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.runtime_workers import FACT_TTL_SECONDS, facts_worker
 
-WRITERS = 8
+WRITERS = 4
 SETS = 40
 CAP = 50
 PROJECT = "facts"

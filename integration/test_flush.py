@@ -29,8 +29,8 @@ from integration.flush_support import (
     writer_with_flushes,
 )
 
-WRITERS = 8
-APPENDS = 250
+WRITERS = 4
+APPENDS = 200
 BUDGET = 1500
 
 
@@ -218,7 +218,7 @@ async def test_the_commit_script_refuses_stale_epochs_and_moved_messages(
 async def test_writers_and_flushers_together_lose_nothing(
     engine: EngineSpec, memory_key: str
 ) -> None:
-    """8 processes x 250 appends; each process also flushes (300 ms summaries) whenever its
+    """4 processes x 200 appends; each process also flushes (300 ms summaries) whenever its
     appends pass the threshold, contending for the one lock."""
     spawn = multiprocessing.get_context("spawn")
     loop = asyncio.get_running_loop()
@@ -260,7 +260,7 @@ COUNTED_APPENDS = 100
 async def test_max_messages_holds_under_writers_and_flushers(
     engine: EngineSpec, memory_key: str
 ) -> None:
-    """``message_count_based`` with ``max_messages: 10``: 8 processes x 100 appends, each
+    """``message_count_based`` with ``max_messages: 10``: 4 processes x 100 appends, each
     flushing (50 ms summaries) as its appends pass 80% of the count, contending for the lock.
     After the flushes settle, at most 10 messages are live and every acknowledged id is live
     or covered by exactly one summary."""

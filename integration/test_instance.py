@@ -234,6 +234,7 @@ async def test_replace_archives_the_old_and_honours_if_last_id(
         5,
         1,
     )
+    await mem.indexer.wait_idle()
     before = await state(client, mem.keys)
     with pytest.raises(ConflictError, match="expected last_id 4, found 5"):
         await mem.replace([{"role": "user", "content": "stale", "tokens": 1}], if_last_id=4)
@@ -333,6 +334,7 @@ async def test_scripts_validate_everything_before_their_first_write(
     keys = InstanceKeys.build(PROJECT, memory_key)
     mem = memory(client, memory_key)
     await mem.append({"role": "user", "content": "before", "tokens": 5})
+    await mem.indexer.wait_idle()
     before = await state(client, keys)
     good: list[ScriptArg] = [3, 2, '{"role":"user","content":"ok"}']
     ok: dict[str, ScriptArg] = {"ttl_ms": 0, "max_tokens": 0, "dedupe_key": "", "n": 2}
@@ -407,6 +409,7 @@ async def test_read_only_handle_refuses_every_write_before_redis(
     writer = memory(client, memory_key)
     await writer.append({"role": "user", "content": "shared", "tokens": 2})
     reader = memory(client, memory_key, read_only=True)
+    await writer.indexer.wait_idle()
     before = await state(client, writer.keys)
     for call in (
         reader.append({"role": "user", "content": "x"}),

@@ -7,8 +7,9 @@ of theirs could allocate past ``maxmemory`` or loop and stop the server for ever
 
 The library is loaded by an operator (``compozy-memory install``) or, where the user may run
 ``FUNCTION LOAD``, on first use: a call that finds no function loads the library on the node
-that answered and runs again. A server without Functions, or a user allowed ``EVALSHA`` but not
-``FUNCTION LOAD``, gets the scripts by EVALSHA instead (see
+that answered and runs again (after several loads that another client's FUNCTION FLUSH undid,
+that one call is sent with its source by EVALSHA/EVAL instead). A server without Functions,
+or a user allowed ``EVALSHA`` but not ``FUNCTION LOAD``, gets the scripts by EVALSHA instead (see
 :func:`~compozy_memory._wire.translate.run_script`). The choice is made once per client.
 
 On a Cluster, redis-py would ask the server for the keys of every FCALL (``COMMAND GETKEYS``),
@@ -159,8 +160,12 @@ class Delivery:
             except redis_errors.ResponseError as exc:
                 if _unknown_command(exc):
                     raise _NoFunctions from exc
-                if not _function_missing(exc) or attempt == _LOAD_ATTEMPTS - 1:
+                if not _function_missing(exc):
                     raise translate(exc, script.name, key) from error_cause(exc)
+                if attempt == _LOAD_ATTEMPTS - 1:
+                    # the library keeps vanishing between our load and our call (FUNCTION
+                    # FLUSH in a loop, a failover storm): this call carries its source
+                    return await run_script(self.client, script, keys, args, key)
                 await self._load(node, key)
                 continue
             except redis_errors.RedisError as exc:

@@ -22,6 +22,7 @@ from compozy_memory import (
 )
 from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._metrics import FlushMetrics
+from compozy_memory._model.policy import ContextPolicy
 from compozy_memory._wire.translate import RedisClient
 from integration.index_state import built_from_scratch, stored_index
 
@@ -189,7 +190,8 @@ async def test_a_query_brings_the_answer_into_the_context(
 async def test_recalled_messages_join_the_context_until_cleared(
     client: RedisClient, memory_key: str
 ) -> None:
-    mem = memory(client, memory_key, max_tokens=600)
+    # Without the implicit query's hits, the recall layer is what the tools brought back.
+    mem = memory(client, memory_key, max_tokens=600, context=ContextPolicy(implicit_query=False))
     await mem.append_many([chat(n) for n in range(100)])
     await mem.trim(keep_messages=5)
     brought = await mem.recall_messages([3, 4, 999])

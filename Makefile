@@ -1,6 +1,6 @@
 .DEFAULT_GOAL := all
 
-.PHONY: install format lint mypy test test-fast test-lowest demo bench all
+.PHONY: install format lint mypy test test-fast test-lowest demo bench docs all
 
 install:
 	scripts/bootstrap
@@ -30,6 +30,12 @@ test-lowest:
 
 demo:
 	scripts/demo
+
+# The documentation site in site/ (the docs extra, in dev), after checking that the generated
+# parts of docs/ (CLI reference, lua/ and module tables) are what the code gives now.
+docs: install
+	scripts/gen_docs --check
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict
 
 # The published report, docs/benchmarks/ (JSON, Markdown, PNG charts): Redis 7 (redis-server
 # on PATH) and a 3-master Cluster of it; this library against raw RPUSH, the spec's design and

@@ -7,7 +7,10 @@
    counted by tiktoken (``engine="tiktoken"``, in the counting thread), with the counts
    supplied, and through a ``MemoryManager`` (which also keeps the project's session index:
    off the append path; its last call is sent between rounds, untimed, as no append waits
-   for it), against a ``MemoryInstance`` with the same resource policy. Every message's text
+   for it), against a ``MemoryInstance`` with the same resource policy. Those modes measure
+   the append path with the search index's background catch-up off; "indexed" (counts
+   supplied) runs it and waits for it, so its rate is what the server sustains with the index
+   kept current (each message's terms cost index_apply's server time once). Every message's text
    is new, in every mode (no cached count helps). Modes alternate within a round, in reverse
    order every other round; each ratio is the median over ``--rounds`` of that round's ratio
    to the same round's raw RPUSH, which keeps a shared machine's swings out of the ratios;
@@ -85,16 +88,17 @@ async def append_round(
 ) -> float:
     """Messages per second for SESSIONS sessions doing ``appends`` each: "raw" (RPUSH of
     the JSON), "counted" (the library counts, its default engine), "tiktoken" (counted by
-    tiktoken), "supplied" (counts given), "manager" (counted, through a MemoryManager's
-    handles, which also keep the session index) or "policy" (counted, on a MemoryInstance
-    with the manager's resource policy: TTL, budget; the manager's baseline)."""
+    tiktoken), "supplied" (counts given), "indexed" (counts given, indexed in the background
+    and waited for), "manager" (counted, through a MemoryManager's handles, which also keep
+    the session index) or "policy" (counted, on a MemoryInstance with the manager's resource
+    policy: TTL, budget; the manager's baseline). Only "indexed" runs the background indexer."""
     rng = random.Random(seed)
     bodies = [texts(rng, appends) for _ in range(SESSIONS)]
     run = uuid.uuid4().hex
     # Flushing off: this measures appends, not summaries (bench_flush measures those).
     manager = MemoryManager(MemoryRegistry.load(PROJECT), client, flushing=False)
     counts = {}
-    if mode == "supplied":
+    if mode in ("supplied", "indexed"):
         exact = TiktokenCounter()
         counts = {t: exact.count(t) + 3 for session in bodies for t in session}
     counter = CachedCounter(TiktokenCounter(engine="tiktoken")) if mode == "tiktoken" else None
@@ -119,10 +123,13 @@ async def append_round(
             )
         else:
             mem = MemoryInstance.open(client, project="bench", key=f"{run}:{s}", counter=counter)
+        # The append path alone; "indexed" also runs the background indexer and waits for it.
+        mem.indexer.background = mode == "indexed"
         for message in messages:
-            if mode == "supplied":
+            if mode in ("supplied", "indexed"):
                 message["tokens"] = counts[message["content"]]
             await mem.append(message)
+        await mem.indexer.wait_idle()
 
     if mode == "manager":  # warmed once, as an application's manager is: not timed
         await manager.start()
@@ -259,7 +266,9 @@ async def bytes_per_message(client: Redis) -> None:
 async def main(args: argparse.Namespace) -> None:
     server = None if args.url else start_server()
     url = args.url or server.url  # type: ignore[union-attr]
-    client = Redis.from_url(url, max_connections=SESSIONS)
+    # A connection a session for raw RPUSH, and room for the handles' background work (the
+    # indexer, the session index) that may still be running from an earlier mode's round.
+    client = Redis.from_url(url, max_connections=SESSIONS + 16)
     try:
         modes = tuple(args.modes.split(","))
         if "raw" not in modes:
@@ -289,6 +298,7 @@ async def main(args: argparse.Namespace) -> None:
             ("counted", f"append, counted by the library (exact, default engine: {engine})"),
             ("tiktoken", "append, counted by tiktoken (exact, in the counting thread)"),
             ("supplied", "append, counts supplied"),
+            ("indexed", "append, counts supplied, indexed in the background (waited for)"),
             ("policy", "append, counted, with the manager's resource policy (TTL, budget)"),
             ("manager", "append through MemoryManager, counted (and the session index)"),
         ):
@@ -327,7 +337,7 @@ if __name__ == "__main__":
     parser.add_argument("--cold", type=int, default=5, help="fresh processes per kind (0: none)")
     parser.add_argument(
         "--modes",
-        default="raw,counted,tiktoken,supplied,policy,manager",
+        default="raw,counted,tiktoken,supplied,indexed,policy,manager",
         help="the append modes to measure, comma-separated (raw always is)",
     )
     asyncio.run(main(parser.parse_args()))

@@ -11,7 +11,7 @@ questions the answer is the day, which only a dated summary line can carry). The
 
 ``--setting share,tokens[,implicit]`` (repeatable) scores a memory whose
 ``context.summary_share`` is ``share``, whose ``flushing_strategy.summary_tokens`` is
-``tokens`` and whose ``context.implicit_query`` is ``implicit`` (1 or 0; default 1: the
+``tokens`` and whose ``context.implicit_query`` is ``implicit`` (1 or 0; 1: the
 newest user turn is the query of the recall share); the default is the library's own.
 
 ``--ask`` scores the other case of the implicit query: the question is the newest user

@@ -190,8 +190,7 @@ async def test_a_query_brings_the_answer_into_the_context(
 async def test_recalled_messages_join_the_context_until_cleared(
     client: RedisClient, memory_key: str
 ) -> None:
-    # Without the implicit query's hits, the recall layer is what the tools brought back.
-    mem = memory(client, memory_key, max_tokens=600, context=ContextPolicy(implicit_query=False))
+    mem = memory(client, memory_key, max_tokens=600)
     await mem.append_many([chat(n) for n in range(100)])
     await mem.trim(keep_messages=5)
     brought = await mem.recall_messages([3, 4, 999])
@@ -202,6 +201,23 @@ async def test_recalled_messages_join_the_context_until_cleared(
     assert (await mem.health()).recalled == 2
     assert await mem.clear_recalled() == 2
     assert (await mem.context_layers()).recalled == ()
+
+
+async def test_a_count_limit_bounds_the_recall_layer_too(
+    client: RedisClient, memory_key: str
+) -> None:
+    """A memory limited by count only: recalling a hundred messages (the most one call takes)
+    gives the recall layer its share of ``max_messages``, never a context past the limit."""
+    mem = memory(client, memory_key, max_messages=20)
+    await mem.append_many([chat(n) for n in range(300)])
+    await mem.trim(keep_messages=30)
+    assert len(await mem.recall_messages(range(1, 101))) == 100
+    layers = await mem.context_layers()
+    shown = [*layers.recalled, *layers.backfill, *layers.window]
+    assert len(shown) == 20
+    assert len(layers.recalled) == int(20 * mem.policy.context.recall_share)
+    assert [m.id for m in layers.window] == list(range(300 - len(layers.window) + 1, 301))
+    assert len(await mem.context()) == 20
 
 
 @pytest.mark.slow
@@ -297,3 +313,17 @@ async def test_the_memory_tools_answer_calls_in_both_wire_formats(
     assert json.loads(await tools.call("clear_recalled", {}))["cleared"] == 1
     unknown = json.loads(await tools.call("delete_everything", {}))
     assert "unknown tool" in unknown["error"]
+
+
+async def test_the_implicit_query_brings_back_what_the_newest_user_turn_asks(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key, max_tokens=600, context=ContextPolicy(implicit_query=True))
+    await mem.append({"role": "user", "content": "My sister adopted a greyhound called Pixel."})
+    await mem.append_many([chat(n) for n in range(60)])
+    await mem.trim(keep_messages=5)
+    await mem.append({"role": "user", "content": "What was the name of my sister's greyhound?"})
+    texts = [m.text for m in (await mem.context_layers()).recalled]
+    assert "My sister adopted a greyhound called Pixel." in texts
+    plain = memory(client, memory_key, max_tokens=600)
+    assert (await plain.context_layers()).recalled == ()

@@ -1,4 +1,4 @@
-"""The README's demo command keeps working."""
+"""The README's demo command keeps working (its example: integration/test_docs_blocks.py)."""
 
 from __future__ import annotations
 
@@ -27,15 +27,3 @@ def test_replicas_demo_runs_on_the_embedded_engine() -> None:
         assert f"{key} " in done.stdout
     # the memories flushed while the replicas wrote, and alice's context shows a summary
     assert "summary of" in done.stdout, done.stdout + done.stderr
-
-
-def test_the_readmes_first_example_runs(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("```python\nimport asyncio") + len("```python\n")
-    example = tmp_path / "example.py"
-    example.write_text(readme[start : readme.index("```", start)])
-    done = subprocess.run(
-        [sys.executable, str(example)], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("range(2, 4) ")

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
 from compozy_memory import (
     BackendUnavailableError,
+    HeuristicCounter,
     MemoryInstance,
     MemoryManager,
     MemoryRegistry,
     connect,
     warm,
 )
+from compozy_memory._ops.acl import acl_setuser
+from compozy_memory._wire.delivery import install
 from compozy_memory._wire.scripts import library
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
@@ -120,3 +126,37 @@ async def test_warm_leaves_nothing_behind_but_a_key_about_to_expire(
             assert 0 < await node.pttl(key) <= 10_000, key
         await node.aclose()
     assert found >= 1  # the probe did write, through the whole append path
+
+
+async def test_warm_succeeds_for_tenants_who_may_not_write_the_probe(
+    standalone: EngineSpec,
+) -> None:
+    admin = Redis.from_url(standalone.url)
+    await install(admin)
+    names = []
+    try:
+        for read_only in (False, True):
+            name = f"u{uuid.uuid4().hex[:12]}"
+            await admin.execute_command(  # type: ignore[no-untyped-call]
+                *acl_setuser(name, "acme", read_only=read_only, password="pw-" + name)
+            )
+            names.append(name)
+            tenant = Redis.from_url(
+                standalone.url.replace("redis://", f"redis://{name}:pw-{name}@")
+            )
+            try:
+                await asyncio.wait_for(warm(tenant), 30)
+                mem = MemoryInstance.open(
+                    tenant, project="acme", key=name, counter=HeuristicCounter()
+                )
+                if not read_only:
+                    assert (await mem.append({"role": "user", "content": "hi"})).first_id == 1
+            finally:
+                await tenant.aclose()
+        async for key in admin.scan_iter(match="compozy:compozy-warm:*"):
+            assert key.endswith(b":meta"), key
+            assert 0 < await admin.pttl(key) <= 10_000, key
+    finally:
+        for name in names:
+            await admin.acl_deluser(name)
+        await admin.aclose()

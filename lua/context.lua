@@ -11,7 +11,8 @@
 --   recall_share      likewise for recalled messages and the query's hits, 0..1
 --   backfill          1: when every live message fits, fill what is left from the archive,
 --                     newest first (what the summary condensed, in the original); 0: no
---   max_messages      the window and the backfill hold at most this many messages together,
+--   max_messages      the window, the recall layer and the backfill hold at most this many
+--                     messages together (the recall layer at most recall_share of them),
 --                     the newest; -1: MAX_CONTEXT_MESSAGES (always the most)
 --   limit, k1, b, neighbour_weight   search parameters, as for search.lua
 --   hits              '' or the query's hits as the client ranked them (fused with dense
@@ -48,7 +49,11 @@ if summary_share == nil or recall_share == nil or summary_share < 0 or recall_sh
 end
 local backfill = int_arg(a_backfill, 'backfill', 0, 1)
 local max_messages = int_arg(a_max_messages, 'max_messages', -1, nil)
-if max_messages < 0 or max_messages > MAX_CONTEXT_MESSAGES then
+-- A count limit gives the recall layer its share of the messages, as a budget does of tokens.
+local recall_most = math.huge
+if max_messages >= 0 and max_messages <= MAX_CONTEXT_MESSAGES then
+  recall_most = math.floor(max_messages * recall_share)
+else
   max_messages = MAX_CONTEXT_MESSAGES
 end
 local limit = int_arg(a_limit, 'limit', 0, MAX_SEARCH_LIMIT)
@@ -166,8 +171,8 @@ local recall_cap = math.floor(shared * recall_share)
 local window, window_ids = {}, {}
 local offset, size, reached_oldest = 0, 16, false
 local pending, next_pending = {}, 1  -- the last chunk read, newest first, from next_pending
-local function extend(room)
-  while #window < max_messages do
+local function extend(room, most)
+  while #window < most do
     if next_pending > #pending then
       if reached_oldest then
         return room
@@ -200,7 +205,11 @@ local function extend(room)
   end
   return room
 end
-rest = extend(rest - recall_cap) + recall_cap
+local window_first = max_messages
+if recall_most < max_messages then
+  window_first = max_messages - recall_most
+end
+rest = extend(rest - recall_cap, window_first) + recall_cap
 
 -- 5. Hits for the query, their neighbours, and recalled messages, within their share, each
 -- once and none the window shows already.
@@ -211,7 +220,8 @@ local function offer(env, score)
     return
   end
   local id, t = envelope_head(env)
-  if not shown[id] and not window_ids[id] and used + t <= recall_cap then
+  if not shown[id] and not window_ids[id] and used + t <= recall_cap
+      and #layer / 2 < recall_most then
     shown[id] = true
     used = used + t
     layer[#layer + 1] = score
@@ -247,20 +257,20 @@ end
 rest = rest - used
 
 -- 6. The window again, with what the recall layer left.
-rest = extend(rest)
+rest = extend(rest, max_messages - #layer / 2)
 
 -- 7. Backfill: every live message fits; what is left shows the newest archived originals.
 local filled = {}
 if backfill == 1 and reached_oldest and next_pending > #pending and rest > 0 then
   offset, size = 0, 16
   local done = false
-  while not done and #window + #filled < max_messages do
+  while not done and #window + #filled + #layer / 2 < max_messages do
     local chunk = redis.call('LRANGE', k_archive, -(offset + size), -(offset + 1))
     for i = #chunk, 1, -1 do
       local env = chunk[i]
       local id, t = envelope_head(env)
       if not shown[id] and not string.find(env, '"type":"summary"', 1, true) then
-        if t > rest or #window + #filled >= max_messages then
+        if t > rest or #window + #filled + #layer / 2 >= max_messages then
           done = true
           break
         end

@@ -19,12 +19,14 @@ def test_readme_quick_start_names_the_two_commands() -> None:
     assert "scripts/test" in (ROOT / ".ci" / "run").read_text()
 
 
-def test_readme_shows_the_acl_line_the_cli_prints(capsys: pytest.CaptureFixture[str]) -> None:
+def test_operations_page_shows_the_acl_line_the_cli_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from compozy_memory._ops.cli import main
 
     assert main(["acl", "--project", "acme", "--user", "support-bot", "--read-only"]) == 0
     line = capsys.readouterr().out.strip()
-    assert line in (ROOT / "README.md").read_text()
+    assert line in (ROOT / "docs" / "operations.md").read_text()
 
 
 def test_the_package_index_gets_classifiers_urls_and_keywords() -> None:

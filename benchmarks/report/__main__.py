@@ -108,8 +108,8 @@ async def run(binary: str, settings: Settings, command: str) -> dict[str, Any]:
 
 
 def _refresh_readme(report: dict[str, Any], out: Path) -> None:
-    """A full run into docs/benchmarks/ also refreshes the summary in the project README."""
-    readme = Path("README.md")
+    """A full run into docs/benchmarks/ also refreshes the summary in docs/performance.md."""
+    readme = Path("docs/performance.md")
     if report["quick"] or out.resolve() != Path("docs/benchmarks").resolve():
         return
     if readme.is_file() and update_readme(report, readme):

@@ -302,8 +302,8 @@ README_END = "<!-- bench:end -->"
 
 
 def readme_section(report: dict[str, Any]) -> str:
-    """The summary the project README shows: one table per contender, one of this library's
-    other ratios, and the throughput chart."""
+    """The summary docs/performance.md shows: one table per contender, one of this library's
+    other ratios, and the throughput chart (linked from docs/, beside docs/benchmarks/)."""
     m = report["machine"]
     lines = [
         README_START,
@@ -362,7 +362,7 @@ def readme_section(report: dict[str, Any]) -> str:
             *extra,
             "",
         ]
-    lines += [f"![append throughput](docs/benchmarks/{CHARTS['appends']})", README_END]
+    lines += [f"![append throughput](benchmarks/{CHARTS['appends']})", README_END]
     return "\n".join(lines)
 
 

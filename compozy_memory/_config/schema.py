@@ -143,7 +143,7 @@ class ContextConfig(StrictModel):
     summary_share: float = Field(default=0.3, ge=0, le=1)
     recall_share: float = Field(default=0.4, ge=0, le=1)
     backfill: bool = True
-    implicit_query: bool = True
+    implicit_query: bool = False
 
     @model_validator(mode="after")
     def _shares_fit(self) -> ContextConfig:

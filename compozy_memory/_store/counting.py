@@ -7,8 +7,7 @@ and counted in one go when the iteration ends, by one of two roads:
 - **On the loop**, for a counter that counts many texts at once but holds the GIL (the
   default ``rs-bpe`` engine, ``count_many``): a thread would add hops and save nothing,
   while counting a tick's texts back to back keeps the encoder's tables in the CPU cache
-  (``benchmarks/bench_append.py``: 0.59x raw RPUSH against 0.52x counting each text as its
-  append asks).
+  (``benchmarks/bench_append.py`` compares it with counting each text as its append asks).
 - **On a worker thread**, for counters that are safe there (``thread_safe = True``: the
   ``tiktoken`` engine, and a :class:`CachedCounter` around it): tiktoken gives up the GIL
   while it encodes, so the loop goes on sending and reading other calls. The texts go in

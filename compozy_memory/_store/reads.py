@@ -149,8 +149,9 @@ class ContextReads:
         """:meth:`context`, layer by layer. The shares come from the policy's
         :class:`ContextPolicy`; a tool call and its results are never split.
 
-        With a ``max_messages`` policy, the backfill and window together hold at most that
-        many messages, the newest; a memory limited by count only has no token limit (and
+        With a ``max_messages`` policy, the recall layer, the backfill and the window together
+        hold at most that many messages, the newest (the recall layer at most ``recall_share``
+        of them, as of a token budget); a memory limited by count only has no token limit (and
         no backfill, which would then read the whole archive)."""
         budget = self._budget("context", max_tokens)
         if not isinstance(reserve_output, int) or not 0 <= reserve_output <= budget:

@@ -37,8 +37,8 @@ MAX_PIPELINE = 256
 #: same iteration and send it in the same next pipeline: the client would work while the
 #: server waited, then wait while the server worked. In turns, the first callers' next calls
 #: leave while the last ones are still being handed their replies, and client and server
-#: overlap (``benchmarks/bench_append.py``: appends with their counts supplied went from
-#: 0.76x to 0.94x raw RPUSH, medians of six interleaved rounds).
+#: overlap (``benchmarks/bench_append.py`` measures it: appends with their counts supplied,
+#: against raw RPUSH).
 RESUME_GROUP = 16
 
 # hiredis's stub types the command as a one-element tuple; it takes any length.

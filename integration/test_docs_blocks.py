@@ -1,10 +1,11 @@
-"""Every code block of README.md is run or checked, or marked as not run, with a reason.
+"""Every code block of README.md and docs/ is run or checked, or marked as not run, with a reason.
 
 - ``python``: a whole program runs as a script (from the repository's root, with the
   Anthropic client pointed at ``examples/stub_messages_api.py`` through the environment); a
   block defining ``test_`` functions runs under pytest; a fragment marked
   ``<!-- runs-with: NAME ... -->`` runs with those names given (``client``, ``memory``,
-  ``manager``, ``system_prompt``, ``text``) and top-level ``await`` allowed.
+  ``manager``, ``system_prompt``, ``text``) and top-level ``await`` allowed. A ``text`` block
+  marked ``<!-- prints -->`` right after a program or fragment is what it prints, exactly.
 - ``yaml``: a project (``project:``) or memory resource (``resource:``) is loaded by the
   project loader, the memory's other settings too, merged into a small memory resource (a
   block naming one setting several times shows alternatives: each is loaded alone); any
@@ -14,14 +15,17 @@
   python files and modules, compose services. Nothing long-running is started;
   ``compozy-memory validate`` and ``acl`` are run and the output shown must be theirs.
 - ``lua``: an extract of a file in lua/.
-- ``text``: not code. A block with no language, or another one, fails unless marked
-  ``<!-- not-run: REASON -->``, which skips it with that reason.
+- ``text``: not code (the usage lines of the generated CLI reference, say: those are
+  checked by ``tests/test_docs_generated.py``). A block with no language, or another one,
+  fails unless marked ``<!-- not-run: REASON -->``, which skips it with that reason.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
+import io
 import itertools
 import os
 import re
@@ -34,7 +38,7 @@ import tomllib
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -47,13 +51,13 @@ from compozy_memory._config.loader import load_project
 from compozy_memory.embedded import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```([\w-]*)\n(.*?)^```\s*$", re.S | re.M)
-MARKER = re.compile(r"<!--\s*(not-run|runs-with):\s*(.*?)\s*-->\s*$")
+MARKER = re.compile(r"<!--\s*(not-run|runs-with|prints):?\s*(.*?)\s*-->\s*$")
 GIVEN = {"client", "memory", "manager", "system_prompt", "text"}
 # Programs from outside the repository that the README may name.
 EXTERNAL = {"apt-get", "git", "curl", "docker"}
-RUN_AND_COMPARE = {"validate", "acl"}  # offline, quick, and their output is shown
+RUN_AND_COMPARE = {"validate", "acl", "render-key"}  # offline, quick, and their output is shown
 SUPPORT_CLAUDE = """\
 resource: memory
 id: support-claude
@@ -68,16 +72,24 @@ tokenizer:
 
 @dataclass(frozen=True)
 class Block:
+    page: str  # relative to the repository
     line: int
     lang: str
     code: str
-    marker: str | None  # not-run, runs-with
+    marker: str | None  # not-run, runs-with, prints
     argument: str
+    prints: str | None = None  # the next block, when it is marked prints
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
 
     @property
     def kind(self) -> str:
         if self.marker == "not-run":
             return "not-run"
+        if self.marker == "prints":
+            return "prints"
         if self.lang == "python":
             if self.marker == "runs-with":
                 return "python fragment"
@@ -93,46 +105,63 @@ class Block:
         return "unmarked"
 
 
-def blocks() -> list[Block]:
-    text = README.read_text()
-    found = []
+def page_blocks(page: Path) -> list[Block]:
+    text = page.read_text()
+    found: list[Block] = []
     for match in FENCE.finditer(text):
         before = text[: match.start()].rstrip().rsplit("\n", 1)[-1]
         marker = MARKER.search(before)
-        found.append(
-            Block(
-                line=text.count("\n", 0, match.start()) + 1,
-                lang=match.group(1),
-                code=match.group(2),
-                marker=marker.group(1) if marker else None,
-                argument=marker.group(2) if marker else "",
-            )
+        block = Block(
+            page=page.relative_to(ROOT).as_posix(),
+            line=text.count("\n", 0, match.start()) + 1,
+            lang=match.group(1),
+            code=match.group(2),
+            marker=marker.group(1) if marker else None,
+            argument=marker.group(2) if marker else "",
         )
+        if block.marker == "prints" and found and found[-1].lang == "python":
+            found[-1] = replace(found[-1], prints=block.code)
+        found.append(block)
     return found
+
+
+def blocks() -> list[Block]:
+    return [block for page in PAGES for block in page_blocks(page)]
 
 
 BLOCKS = blocks()
 
 
 def block_id(block: Block) -> str:
-    return f"L{block.line}-{block.kind.replace(' ', '-')}"
+    return f"{block.page}:L{block.line}-{block.kind.replace(' ', '-')}"
 
 
 def test_every_block_is_run_checked_or_marked() -> None:
     kinds = Counter(b.kind for b in BLOCKS)
     table = ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items()))
     ran = sum(n for k, n in kinds.items() if k.startswith("python"))
-    checked = sum(n for k, n in kinds.items() if k in ("shell", "console", "yaml", "lua"))
+    checked = sum(n for k, n in kinds.items() if k in ("shell", "console", "yaml", "lua", "prints"))
     skipped = kinds["not-run"] + kinds["text"]
     print(
-        f"\nREADME: {len(BLOCKS)} blocks; ran {ran}, checked {checked}, skipped {skipped} ({table})"
+        f"\n{len(PAGES)} pages, {len(BLOCKS)} blocks; ran {ran}, checked {checked}, "
+        f"not code {skipped} ({table})"
     )
-    unmarked = [
-        f"line {b.line} ({b.lang or 'no language'})" for b in BLOCKS if b.kind == "unmarked"
-    ]
+    unmarked = [f"{b.where} ({b.lang or 'no language'})" for b in BLOCKS if b.kind == "unmarked"]
     assert not unmarked, f"label these text or console, or mark them not-run: {unmarked}"
-    assert len(BLOCKS) >= 15, table  # the fences are found
-    assert ran >= 6, table
+    assert len(BLOCKS) >= 40, table  # the fences are found
+    assert ran >= 9, table
+    assert kinds["prints"] >= 3, table
+    readme = [b for b in BLOCKS if b.page == "README.md"]
+    assert any(b.kind == "python" and b.prints for b in readme), "the README's example"
+
+
+def test_a_prints_block_follows_the_python_that_prints_it() -> None:
+    for before, block in itertools.pairwise(BLOCKS):
+        if block.kind == "prints":
+            assert block.lang == "text", f"{block.where}: a prints block is text"
+            assert before.page == block.page, f"{block.where}: <!-- prints --> after no block"
+            assert before.kind.startswith("python"), f"{block.where}: after no python block"
+            assert before.prints == block.code
 
 
 # -- python ------------------------------------------------------------------------------------
@@ -162,37 +191,39 @@ def stub_env(stub: str) -> dict[str, str]:
     return {**os.environ, "ANTHROPIC_BASE_URL": stub, "ANTHROPIC_API_KEY": "stub"}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "block", [b for b in BLOCKS if b.kind == "python"], ids=block_id
-)  # fmt: skip
-def test_python_programs_run(block: Block, stub: str, tmp_path: Path) -> None:
-    script = tmp_path / f"readme_{block.line}.py"
-    script.write_text(block.code)
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=ROOT,
+def run_python(args: list[str], cwd: Path, stub: str) -> subprocess.CompletedProcess[str]:
+    """This Python on ``args``, its Anthropic client pointed at the stub."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
         env=stub_env(stub),
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "block", [b for b in BLOCKS if b.kind == "python"], ids=block_id
+)  # fmt: skip
+def test_python_programs_run(block: Block, stub: str, tmp_path: Path) -> None:
+    script = tmp_path / f"docs_{block.line}.py"
+    script.write_text(block.code)
+    done = run_python([str(script)], ROOT, stub)
     assert done.returncode == 0, done.stdout + done.stderr
+    if block.prints is not None:
+        assert done.stdout == block.prints, f"{block.where} prints:\n{done.stdout}"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "python pytest"], ids=block_id)
 def test_python_tests_pass_under_pytest(block: Block, stub: str, tmp_path: Path) -> None:
     (tmp_path / "test_readme_block.py").write_text(block.code)
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path,  # no project configuration: what a user with none gets
-        env=stub_env(stub),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    # cwd: no project configuration, what a user with none gets
+    done = run_python(
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)], tmp_path, stub
     )
     assert done.returncode == 0, done.stdout + done.stderr
     tests = len(re.findall(r"^(async )?def test_", block.code, re.M))
@@ -236,12 +267,16 @@ async def test_python_fragments_run_with_what_they_name(
     block: Block, given: dict[str, Any]
 ) -> None:
     names = set(block.argument.split())
-    assert names <= GIVEN, f"line {block.line}: runs-with names {names - GIVEN}"
-    namespace = {"__name__": f"readme_{block.line}", **{n: given[n] for n in names}}
-    code = compile(block.code, f"README.md:{block.line}", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    result = eval(code, namespace)  # noqa: S307 (the README's own code)
-    if result is not None:
-        await result
+    assert names <= GIVEN, f"{block.where}: runs-with names {names - GIVEN}"
+    namespace = {"__name__": f"docs_{block.line}", **{n: given[n] for n in names}}
+    code = compile(block.code, block.where, "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        result = eval(code, namespace)  # noqa: S307 (the documentation's own code)
+        if result is not None:
+            await result
+    if block.prints is not None:
+        assert printed.getvalue() == block.prints, f"{block.where} prints:\n{printed.getvalue()}"
     # A fragment names every outside value it uses: it was given nothing else.
     tree = ast.parse(block.code)
     assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.ctx != ast.Load()}
@@ -250,7 +285,7 @@ async def test_python_fragments_run_with_what_they_name(
         for node in ast.walk(tree)
         if isinstance(node, ast.Name) and node.id in GIVEN - names - assigned
     }
-    assert not unknown, f"line {block.line}: add {unknown} to runs-with"
+    assert not unknown, f"{block.where}: add {unknown} to runs-with"
 
 
 # -- yaml --------------------------------------------------------------------------------------
@@ -282,7 +317,7 @@ def load_in_project(tmp_path: Path, main: str, memories: dict[str, str]) -> None
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "yaml"], ids=block_id)
 def test_yaml_blocks_load(block: Block, tmp_path: Path) -> None:
     data = yaml.safe_load(block.code)
-    assert isinstance(data, dict), f"line {block.line}: not a mapping"
+    assert isinstance(data, dict), f"{block.where}: not a mapping"
     examples = ROOT / "examples" / "project" / "memory"
     if "project" in data:
         load_in_project(tmp_path, block.code, {p.name: p.read_text() for p in examples.iterdir()})
@@ -374,7 +409,7 @@ def commands(lines: list[str]) -> Iterator[list[str]]:
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "shell"], ids=block_id)
 def test_shell_blocks_name_programs_that_exist(block: Block) -> None:
     found = list(commands(block.code.splitlines()))
-    assert found, f"line {block.line}: no command"
+    assert found, f"{block.where}: no command"
     for words in found:
         check_command(words)
 
@@ -393,7 +428,7 @@ def transcript(code: str) -> list[tuple[str, list[str]]]:
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "console"], ids=block_id)
 def test_console_blocks_show_real_commands(block: Block) -> None:
     runs = transcript(block.code)
-    assert runs, f"line {block.line}: no $ line"
+    assert runs, f"{block.where}: no $ line"
     for command, shown in runs:
         (words,) = commands([command])
         check_command(words)
@@ -411,7 +446,7 @@ def test_console_blocks_show_real_commands(block: Block) -> None:
             missing = [
                 s for s in shown if s.strip() not in ("", "...") and s.rstrip() not in printed
             ]
-            assert not missing, f"line {block.line}: `{command}` does not print {missing}"
+            assert not missing, f"{block.where}: `{command}` does not print {missing}"
 
 
 # -- lua ---------------------------------------------------------------------------------------
@@ -420,14 +455,10 @@ def test_console_blocks_show_real_commands(block: Block) -> None:
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "lua"], ids=block_id)
 def test_lua_blocks_are_extracts_of_the_scripts(block: Block) -> None:
     sources = [p.read_text() for p in (ROOT / "lua").rglob("*.lua")]
-    assert any(block.code in source for source in sources), f"line {block.line}: not in lua/"
+    assert any(block.code in source for source in sources), f"{block.where}: not in lua/"
 
 
-@pytest.mark.parametrize(
-    "block", [b for b in BLOCKS if b.kind in ("not-run", "text")], ids=block_id
-)  # fmt: skip
-def test_blocks_not_run(block: Block) -> None:
-    if block.kind == "text":
-        pytest.skip(f"line {block.line}: text, not code")
-    assert block.argument, f"line {block.line}: not-run needs a reason"
-    pytest.skip(f"line {block.line}: not run: {block.argument}")
+def test_a_block_not_run_says_why() -> None:
+    for block in (b for b in BLOCKS if b.kind == "not-run"):
+        assert block.argument, f"{block.where}: not-run needs a reason"
+        print(f"{block.where}: not run: {block.argument}")

@@ -1,4 +1,5 @@
-"""Adversarial review 15: batch token counts, the tick's counting batch, and its failure paths."""
+"""Token counts of a batch: each text counted as it would be alone, the tick's counting
+batch, and its failure paths."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from compozy_memory._model.limits import (
 )
 from compozy_memory._search.dense import VECTOR_FORMAT, Embedder, dense_text, embed_all
 from compozy_memory._store.indexer import Indexer
-from compozy_memory._wire.background import TaskTrigger, ThreadTrigger, run_coroutine
+from compozy_memory._wire.background import Debounced, run_coroutine
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps, drive, is_sync, op
 from compozy_memory._wire.vector_calls import VectorPending
@@ -128,10 +128,11 @@ class Vectorizer:
         self.model = model_id(embedder)
         #: A write of this handle left messages without a vector.
         self.dirty = False
-        self._trigger: TaskTrigger | ThreadTrigger = (
-            ThreadTrigger(self._catch_up_sync, debounce)
-            if is_sync(gateway.transport)
-            else TaskTrigger(self._catch_up_async, debounce)
+        self._job = Debounced(
+            sync=is_sync(gateway.transport),
+            work_async=self._catch_up_async,
+            work_sync=self._catch_up_sync,
+            debounce=debounce,
         )
 
     @property
@@ -146,27 +147,22 @@ class Vectorizer:
         self.dirty = True
         if not self.background or self.gateway.read_only:
             return
-        self._trigger.fire()
+        self._job.fire()
 
     async def wait_idle(self) -> None:
         """Wait for the background catch-up, if any (for shutdown and tests)."""
-        if isinstance(self._trigger, TaskTrigger):
-            await self._trigger.wait_idle()
+        await self._job.wait_idle()
 
     def wait_idle_sync(self, timeout: float | None = None) -> bool:
         """:meth:`wait_idle` for a sync handle's vectorizer; False if ``timeout`` passed."""
-        return not isinstance(self._trigger, ThreadTrigger) or self._trigger.wait_idle(timeout)
+        return self._job.wait_idle_sync(timeout)
 
     async def _catch_up_async(self) -> None:
+        await self.indexer.wait_idle()
         try:
-            await self.indexer.wait_idle()
             await self.catch_up()
-        except CompozyMemoryError:
-            log.exception("embedding %s failed", self.gateway.name, extra={"memory": self.name})
-        except Exception:  # a provider's own error (network, quota): the next write retries
-            log.exception(
-                "the embedder failed on %s", self.gateway.name, extra={"memory": self.name}
-            )
+        except Exception as exc:
+            self._failed(exc)
 
     def _catch_up_sync(self) -> None:
         try:
@@ -175,12 +171,15 @@ class Vectorizer:
             if self.indexer.dirty:
                 drive(self.indexer.catch_up(), self.transport)
             drive(self.catch_up(), self.transport)
-        except CompozyMemoryError:
-            log.exception("embedding %s failed", self.gateway.name, extra={"memory": self.name})
-        except Exception:  # a provider's own error (network, quota): the next write retries
-            log.exception(
-                "the embedder failed on %s", self.gateway.name, extra={"memory": self.name}
-            )
+        except Exception as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        """Log a background catch-up's failure: the next write tries again."""
+        what = "embedding %s failed"
+        if not isinstance(exc, CompozyMemoryError):  # a provider's own (network, quota)
+            what = "the embedder failed on %s"
+        log.error(what, self.gateway.name, exc_info=exc, extra={"memory": self.name})
 
     # -- steps ------------------------------------------------------------------------------
 

@@ -9,11 +9,18 @@ question counts as kept when all its answer words are in ``context(B)`` (for "wh
 questions the answer is the day, which only a dated summary line can carry). The
 ``window`` column is the newest messages that fit ``B``.
 
-``--setting share,tokens`` (repeatable) scores a memory whose ``context.summary_share`` is
-``share`` and whose ``flushing_strategy.summary_tokens`` is ``tokens``; the default is the
-library's own.
+``--setting share,tokens[,implicit]`` (repeatable) scores a memory whose
+``context.summary_share`` is ``share``, whose ``flushing_strategy.summary_tokens`` is
+``tokens`` and whose ``context.implicit_query`` is ``implicit`` (1 or 0; 1: the
+newest user turn is the query of the recall share); the default is the library's own.
 
-Run: ``python -m benchmarks.bench_hard_context [--split tuning] [--setting 0.5,1000]``.
+``--ask`` scores the other case of the implicit query: the question is the newest user
+turn. For each question the flushed memory is copied (``export_transcript`` and
+``import_transcript``), the question appended as a user message, and ``context(B)`` taken
+without a query, then the copy cleared; a question counts when its answer is in that
+context.
+
+Run: ``python -m benchmarks.bench_hard_context [--split tuning] [--setting 0.5,1000,0]``.
 """
 
 from __future__ import annotations
@@ -31,18 +38,23 @@ from redis.asyncio import Redis
 from benchmarks.bench_recall import answered, joined, window_only
 from benchmarks.hard_recall_data import SPLITS, Split, generate
 from benchmarks.recall_data import Conversation
-from compozy_memory import MemoryManager, MemoryRegistry
-from compozy_memory._config.schema import MemoryResource
+from compozy_memory import MemoryInstance, MemoryManager, MemoryRegistry
+from compozy_memory._config.schema import FlushingStrategy, MemoryResource
 from compozy_memory._model.policy import ContextPolicy
 from compozy_memory.embedded import start_server
 
 PARALLEL = 4
-DEFAULT_SETTING = (ContextPolicy().summary_share, 500)
+Setting = tuple[float, int, bool]
+DEFAULT_SETTING: Setting = (
+    ContextPolicy().summary_share,
+    FlushingStrategy().summary_tokens,
+    ContextPolicy().implicit_query,
+)
 
 
-def resource(budget: int, share: float, tokens: int) -> MemoryResource:
+def resource(budget: int, share: float, tokens: int, implicit: bool) -> MemoryResource:
     """An extractive memory of ``budget`` tokens with this summary share and size."""
-    name = f"hard-{budget}-{round(share * 100)}-{tokens}"
+    name = f"hard-{budget}-{round(share * 100)}-{tokens}-{int(implicit)}"
     return MemoryResource.model_validate(
         {
             "id": name,
@@ -50,26 +62,50 @@ def resource(budget: int, share: float, tokens: int) -> MemoryResource:
             "summarizer": {"type": "extractive"},
             "default_key_template": "{{ .conv }}",
             "flushing_strategy": {"summary_tokens": tokens},
-            "context": {"summary_share": share, "recall_share": min(0.4, 1 - share)},
+            "context": {
+                "summary_share": share,
+                "recall_share": min(0.4, 1 - share),
+                "implicit_query": implicit,
+            },
         }
     )
+
+
+async def asked(
+    client: Redis, mem: MemoryInstance, conv: Conversation, budget: int, run: str
+) -> Counter[str]:
+    """Kept answers when each question is the newest user turn of a copy of ``mem``."""
+    kept: Counter[str] = Counter()
+    transcript = await mem.export_transcript("jsonl")
+    for n, q in enumerate(conv.questions):
+        copy = MemoryInstance.open(
+            client, project="bench", key=f"{run}:ask:{n}", policy=mem.policy, counter=mem.counter
+        )
+        await copy.import_transcript(transcript)
+        await copy.append({"role": "user", "name": "Asker", "content": q.question})
+        if answered(q, joined(await copy.context(budget))):
+            kept[q.kind] += 1
+            kept["all"] += 1
+        await copy.clear()
+    return kept
 
 
 async def measure(
     client: Redis,
     conversations: Sequence[Conversation],
     budget: int,
-    settings: Sequence[tuple[float, int]],
+    settings: Sequence[Setting],
     run: str,
-) -> tuple[Counter[str], dict[tuple[float, int], Counter[str]]]:
+    ask: bool = False,
+) -> tuple[Counter[str], dict[Setting, Counter[str]]]:
     """Kept answers by kind (and ``all``): for the window, and for each setting."""
-    resources = [resource(budget, share, tokens) for share, tokens in settings]
+    resources = [resource(budget, *setting) for setting in settings]
     manager = MemoryManager(MemoryRegistry("bench", resources), client)
     window: Counter[str] = Counter()
-    kept: dict[tuple[float, int], Counter[str]] = {s: Counter() for s in settings}
+    kept: dict[Setting, Counter[str]] = {s: Counter() for s in settings}
     gate = asyncio.Semaphore(PARALLEL)
 
-    async def one(conv: Conversation, setting: tuple[float, int], res: MemoryResource) -> None:
+    async def one(conv: Conversation, setting: Setting, res: MemoryResource) -> None:
         async with gate:
             mem = await manager.get(res.id, {"conv": f"{run}-{conv.conversation_id}"})
             flusher = mem.flusher
@@ -78,11 +114,15 @@ async def measure(
                 await mem.append(message)
                 await flusher.wait_idle()
             await mem.flush()
-            text = joined(await mem.context(budget))
-            for q in conv.questions:
-                if answered(q, text):
-                    kept[setting][q.kind] += 1
-                    kept[setting]["all"] += 1
+            if ask:
+                where = f"{run}:{res.id}:{conv.conversation_id}"
+                kept[setting].update(await asked(client, mem, conv, budget, where))
+            else:
+                text = joined(await mem.context(budget))
+                for q in conv.questions:
+                    if answered(q, text):
+                        kept[setting][q.kind] += 1
+                        kept[setting]["all"] += 1
             await mem.clear()
 
     async def newest(conv: Conversation) -> None:
@@ -103,31 +143,34 @@ def report(
     conversations: Sequence[Conversation],
     budget: int,
     window: Counter[str],
-    kept: dict[tuple[float, int], Counter[str]],
+    kept: dict[Setting, Counter[str]],
+    ask: bool = False,
 ) -> None:
-    asked = Counter(q.kind for c in conversations for q in c.questions)
-    asked["all"] = sum(asked.values())
-    kinds = ["all", *sorted(k for k in asked if k != "all")]
-    print(f"### {split}: share of questions whose answer is in context({budget})")
+    n_asked = Counter(q.kind for c in conversations for q in c.questions)
+    n_asked["all"] = sum(n_asked.values())
+    kinds = ["all", *sorted(k for k in n_asked if k != "all")]
+    where = ", the question the newest user turn" if ask else ""
+    print(f"### {split}: share of questions whose answer is in context({budget}){where}")
     print()
     print(
-        "| summary_share, summary_tokens | "
-        + " | ".join(f"{k} (n={asked[k]})" for k in kinds)
+        "| summary_share, summary_tokens, implicit_query | "
+        + " | ".join(f"{k} (n={n_asked[k]})" for k in kinds)
         + " |"
     )
     print("| --- |" + " ---: |" * len(kinds))
-    print(f"| window only | {window['all'] / asked['all']:.3f} |" + " |" * (len(kinds) - 1))
-    for (share, tokens), counts in kept.items():
-        cells = " | ".join(f"{counts[k] / asked[k]:.3f}" for k in kinds)
-        print(f"| {share:g}, {tokens} | {cells} |")
+    print(f"| window only | {window['all'] / n_asked['all']:.3f} |" + " |" * (len(kinds) - 1))
+    for (share, tokens, implicit), counts in kept.items():
+        cells = " | ".join(f"{counts[k] / n_asked[k]:.3f}" for k in kinds)
+        print(f"| {share:g}, {tokens}, {int(implicit)} | {cells} |")
     print()
 
 
 async def run(args: Any) -> None:
     settings = [DEFAULT_SETTING] if not args.setting else []
     for spec in args.setting:
-        share, _, tokens = spec.partition(",")
-        settings.append((float(share), int(tokens)))
+        parts = spec.split(",")
+        implicit = bool(int(parts[2])) if len(parts) > 2 else True
+        settings.append((float(parts[0]), int(parts[1]), implicit))
     server = None if args.url else start_server()
     client = Redis.from_url(args.url or server.url, max_connections=16)  # type: ignore[union-attr]
     started = time.perf_counter()
@@ -135,8 +178,10 @@ async def run(args: Any) -> None:
         for split in args.split:
             conversations = generate(split, args.conversations)
             tag = uuid.uuid4().hex[:8]
-            window, kept = await measure(client, conversations, args.budget, settings, tag)
-            report(split, conversations, args.budget, window, kept)
+            window, kept = await measure(
+                client, conversations, args.budget, settings, tag, args.ask
+            )
+            report(split, conversations, args.budget, window, kept, args.ask)
     finally:
         await client.aclose()
         if server:
@@ -153,8 +198,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--setting",
         action="append",
         default=[],
-        help="summary_share,summary_tokens to score (repeatable); default: the library's",
+        help="summary_share,summary_tokens[,implicit_query] to score (repeatable); default: "
+        "the library's",
     )
+    parser.add_argument("--ask", action="store_true", help="the question is the newest turn")
     parser.add_argument("--url", help="an existing server; default: start an embedded Valkey")
     asyncio.run(run(parser.parse_args(argv)))
 

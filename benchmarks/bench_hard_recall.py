@@ -2,7 +2,7 @@
 
 No Redis: each conversation's messages (all of them, as a search over the whole memory
 would see them) are indexed in the reference BM25 ``Index`` and embedded with the offline
-``StaticEmbedder`` (int8 vectors), and each question is scored four ways:
+``StaticEmbedder`` (7-bit vectors, as stored), and each question is scored four ways:
 
 * ``bm25``: BM25 with the neighbour boost (the library's defaults);
 * ``bm25/fusion``: the fusion below with no dense score (its rank transform and neighbour
@@ -122,7 +122,7 @@ def recall(
 
 def rerank_ms(scored: Sequence[Scored], fusion: Fusion) -> float:
     """Mean milliseconds of the Python side of a rerank: the candidates, their cosines
-    (int8, numpy) and the fusion, from BM25 scores and stored vectors in memory."""
+    (7-bit integers, numpy) and the fusion, from BM25 scores and stored vectors in memory."""
     started = time.perf_counter()
     for s in scored:
         keep = sorted(candidate_ids(s.bm25, fusion.candidates, s.index.__contains__))
@@ -156,7 +156,7 @@ def report(split: Split, scored: Sequence[Scored], fusion: Fusion) -> None:
     sizes = [len(candidate_ids(s.bm25, fusion.candidates, s.index.__contains__)) for s in scored]
     print(
         f"rerank: {sum(sizes) / max(1, len(sizes)):.0f} candidates a query on average, "
-        f"{rerank_ms(scored, fusion):.2f} ms a query in Python (candidates, int8 cosines, fusion)"
+        f"{rerank_ms(scored, fusion):.2f} ms a query in Python (candidates, cosines, fusion)"
     )
     print()
 
@@ -193,8 +193,8 @@ async def run(args: Any) -> None:
     embedder.embed_now(texts)
     per_message = (time.perf_counter() - begun) * 1e6 / len(texts)
     print(
-        f"embedder {embedder.model} ({embedder.dimensions} dimensions, int8: "
-        f"{embedder.dimensions + 4} bytes a message); embedding: {per_message:.0f} us a "
+        f"embedder {embedder.model} ({embedder.dimensions} dimensions, 7-bit: "
+        f"{embedder.dimensions} bytes a message); embedding: {per_message:.0f} us a "
         "message\n"
     )
     fusion = replace(DEFAULT_FUSION, candidates=args.candidates or DEFAULT_FUSION.candidates)

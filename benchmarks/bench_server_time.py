@@ -459,23 +459,40 @@ async def index_maintenance(meter: Meter, mem: MemoryInstance, archived: int) ->
     await meter.measure("index: rebuild (every step)", "live and archive", mem.indexer.catch_up)
 
 
-async def tenant(meter: Meter, url: str, client: RedisClient, mem: MemoryInstance) -> None:
-    """A tenant with exactly the ACL line `compozy-memory acl` prints, calling the installed
-    functions with inputs past every cap: each is refused; the time is what it costs."""
-    admin = redis_sync.Redis.from_url(url)
-    secret = uuid.uuid4().hex
-    admin.execute_command(*acl_setuser("tenant", PROJECT, read_only=False, password=secret))  # type: ignore[no-untyped-call]
-    host, port = url.removeprefix("redis://").split("/")[0].split(":")
-    tenant_client = redis_sync.Redis(host=host, port=int(port), username="tenant", password=secret)
-    keys = InstanceKeys.build(PROJECT, "loaded")
+class Tenant:
+    """A tenant of ``project`` with exactly the ACL line `compozy-memory acl` prints, calling
+    the installed functions on one memory's keys by FCALL; ``close()`` removes the user."""
 
-    def call(name: str, args: list[Any]) -> None:
+    def __init__(self, url: str, project: str = PROJECT, key: str = "loaded") -> None:
+        self.admin = redis_sync.Redis.from_url(url)
+        secret = uuid.uuid4().hex
+        self.admin.execute_command(
+            *acl_setuser("tenant", project, read_only=False, password=secret)
+        )  # type: ignore[no-untyped-call]
+        host, port = url.removeprefix("redis://").split("/")[0].split(":")
+        self.client = redis_sync.Redis(
+            host=host, port=int(port), username="tenant", password=secret
+        )
+        self.keys = InstanceKeys.build(project, key)
+
+    def call(self, name: str, args: list[Any]) -> None:
+        """Call script ``name`` with ``args``; a refusal is what is expected."""
         code = script(name)
-        names = [getattr(keys, part) for part in code.contract.keys]
+        names = [getattr(self.keys, part) for part in code.contract.keys]
         with contextlib.suppress(redis_sync.ResponseError):
-            tenant_client.execute_command(  # type: ignore[no-untyped-call]
+            self.client.execute_command(  # type: ignore[no-untyped-call]
                 "FCALL_RO" if code.read_only else "FCALL", code.function, len(names), *names, *args
             )
+
+    def close(self) -> None:
+        self.admin.execute_command("ACL", "DELUSER", "tenant")  # type: ignore[no-untyped-call]
+
+
+async def tenant(meter: Meter, url: str, client: RedisClient, mem: MemoryInstance) -> None:
+    """The tenant's calls with inputs past every cap: each is refused; the time is what it
+    costs."""
+    crafter = Tenant(url)
+    call, tenant_client = crafter.call, crafter.client
 
     async def crafted() -> None:
         terms = "\t".join(f"t{uuid.uuid4().hex[:12]}\t1" for _ in range(1_000))
@@ -508,7 +525,7 @@ async def tenant(meter: Meter, url: str, client: RedisClient, mem: MemoryInstanc
         f"  (the same 1,000,000 values as one RPUSH: {worst / 1000:.2f} ms in the server, PING "
         f"{meter.probe.read():.2f} ms)"
     )
-    admin.execute_command("ACL", "DELUSER", "tenant")  # type: ignore[no-untyped-call]
+    crafter.close()
 
 
 async def destructive(

@@ -39,10 +39,14 @@ from compozy_memory._model.tokens import (
     TokenCounter,
 )
 from compozy_memory._ops.exporter import MetricsServer, start_metrics_server
+from compozy_memory._search.dense import Embedder
+from compozy_memory._search.fusion import DEFAULT_FUSION, Fusion
+from compozy_memory._search.static_model import StaticEmbedder
 from compozy_memory._store.indexer import Indexer, IndexProgress
 from compozy_memory._store.instance import Facts, MemoryInstance
 from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
 from compozy_memory._store.sync_instance import SyncMemoryInstance
+from compozy_memory._store.vectors import Vectorizer, VectorProgress
 from compozy_memory._store.warmup import warm, warm_sync
 from compozy_memory._sync_manager import SyncMemoryManager
 from compozy_memory._telemetry import instrument as instrument_opentelemetry
@@ -88,6 +92,7 @@ from compozy_memory.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_FUSION",
     "NO_RETRY",
     "AnthropicSummarizer",
     "AnthropicTokenCounter",
@@ -110,6 +115,7 @@ __all__ = [
     "Conversation",
     "DataFormatError",
     "DataRef",
+    "Embedder",
     "ExtractiveSummarizer",
     "Facts",
     "FencedLock",
@@ -118,6 +124,7 @@ __all__ = [
     "FlushResult",
     "FlushSettings",
     "Flusher",
+    "Fusion",
     "HeuristicCounter",
     "Hit",
     "Hits",
@@ -158,6 +165,7 @@ __all__ = [
     "SessionClosedError",
     "Snapshot",
     "StartupError",
+    "StaticEmbedder",
     "StepRequiredError",
     "Summarizer",
     "Summary",
@@ -170,6 +178,8 @@ __all__ = [
     "TrimResult",
     "UnsupportedServerError",
     "UsageError",
+    "VectorProgress",
+    "Vectorizer",
     "WaitPolicy",
     "__version__",
     "connect",

@@ -29,6 +29,8 @@ from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.tokens import TokenCounter, counter_for_encoding, default_counter
+from compozy_memory._search.dense import Embedder
+from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.core import MemoryCore, committed
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._store.sessions import SessionIndex, SessionPage, uuid7
@@ -64,6 +66,11 @@ class ManagerBase(Generic[H]):
     :class:`MemoryManager` hands out :class:`MemoryInstance` handles (``redis.asyncio``),
     :class:`~compozy_memory.SyncMemoryManager` :class:`~compozy_memory.SyncMemoryInstance`
     ones (redis-py's blocking client); each adds only how it starts, looks up and closes.
+
+    With an ``embedder`` (an :class:`~compozy_memory.Embedder`, such as the offline
+    :class:`~compozy_memory.StaticEmbedder`), every memory keeps dense vectors beside its
+    index and fuses them with BM25 in ``search()`` and a query's ``context()`` (``fusion``:
+    how, :data:`~compozy_memory.DEFAULT_FUSION` by default).
     """
 
     def __init__(
@@ -77,8 +84,13 @@ class ManagerBase(Generic[H]):
         summarizer: Summarizer | None = None,
         metrics: MemoryMetrics | None = None,
         retry: RetryPolicy | None = None,
+        embedder: Embedder | None = None,
+        fusion: Fusion | None = None,
     ) -> None:
         self.registry = registry
+        #: Dense scores for every memory's search (none by default): see MemoryInstance.
+        self.embedder = embedder
+        self.fusion = fusion
         self.retry = retry
         self.client = client
         self.counter = counter if counter is not None else default_counter()
@@ -300,6 +312,8 @@ class MemoryManager(ManagerBase[MemoryInstance]):
         summarizer: Summarizer | None = None,
         metrics: MemoryMetrics | None = None,
         retry: RetryPolicy | None = None,
+        embedder: Embedder | None = None,
+        fusion: Fusion | None = None,
     ) -> None:
         super().__init__(
             registry,
@@ -310,6 +324,8 @@ class MemoryManager(ManagerBase[MemoryInstance]):
             summarizer=summarizer,
             metrics=metrics,
             retry=retry,
+            embedder=embedder,
+            fusion=fusion,
         )
         self.client: RedisClient = client
 
@@ -326,6 +342,8 @@ class MemoryManager(ManagerBase[MemoryInstance]):
             retry=self.retry,
             memory_id=resource.id,
             metrics=self.metrics,
+            embedder=self.embedder,
+            fusion=self.fusion,
         )
 
     async def start(self) -> None:

@@ -14,6 +14,8 @@ from compozy_memory._manager import ManagerBase
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.tokens import TokenCounter
+from compozy_memory._search.dense import Embedder
+from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.sessions import SessionPage
 from compozy_memory._store.sync_instance import SyncMemoryInstance
 from compozy_memory._store.warmup import warm_sync
@@ -49,6 +51,8 @@ class SyncMemoryManager(ManagerBase[SyncMemoryInstance]):
         summarizer: Summarizer | None = None,
         metrics: MemoryMetrics | None = None,
         retry: RetryPolicy | None = None,
+        embedder: Embedder | None = None,
+        fusion: Fusion | None = None,
     ) -> None:
         super().__init__(
             registry,
@@ -59,6 +63,8 @@ class SyncMemoryManager(ManagerBase[SyncMemoryInstance]):
             summarizer=summarizer,
             metrics=metrics,
             retry=retry,
+            embedder=embedder,
+            fusion=fusion,
         )
         self.client: SyncRedisClient = client
 
@@ -74,6 +80,8 @@ class SyncMemoryManager(ManagerBase[SyncMemoryInstance]):
             retry=self.retry,
             memory_id=resource.id,
             metrics=self.metrics,
+            embedder=self.embedder,
+            fusion=self.fusion,
         )
 
     def start(self) -> None:

@@ -22,6 +22,7 @@ from compozy_memory import (
 )
 from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._metrics import FlushMetrics
+from compozy_memory._model.policy import ContextPolicy
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.index_state import built_from_scratch, stored_index
@@ -333,3 +334,17 @@ async def test_the_memory_tools_answer_calls_in_both_wire_formats(
     assert json.loads(await tools.call("clear_recalled", {}))["cleared"] == 1
     unknown = json.loads(await tools.call("delete_everything", {}))
     assert "unknown tool" in unknown["error"]
+
+
+async def test_the_implicit_query_brings_back_what_the_newest_user_turn_asks(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key, max_tokens=600, context=ContextPolicy(implicit_query=True))
+    await mem.append({"role": "user", "content": "My sister adopted a greyhound called Pixel."})
+    await mem.append_many([chat(n) for n in range(60)])
+    await mem.trim(keep_messages=5)
+    await mem.append({"role": "user", "content": "What was the name of my sister's greyhound?"})
+    texts = [m.text for m in (await mem.context_layers()).recalled]
+    assert "My sister adopted a greyhound called Pixel." in texts
+    plain = memory(client, memory_key, max_tokens=600)
+    assert (await plain.context_layers()).recalled == ()

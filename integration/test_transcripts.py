@@ -78,6 +78,23 @@ async def test_export_import_export_is_identical(client: RedisClient, memory_key
         await mem.import_transcript(exported)
 
 
+async def test_an_import_larger_than_an_index_step_is_indexed_whole(
+    client: RedisClient, memory_key: str
+) -> None:
+    # The indexer's step takes the live tail and the archive being built: together more
+    # than one step's documents (INDEX_STEP_DOCS), which are cut into steps.
+    mem = MemoryInstance.open(client, project=PROJECT, key=memory_key, counter=HeuristicCounter())
+    turns = [{"role": "user", "content": f"note {i}"} for i in range(700)]
+    await mem.append_many(turns)
+    await mem.trim(keep_messages=400)
+    copy = MemoryInstance.open(client, project=PROJECT, key=memory_key + ":copy")
+    await copy.import_transcript(await mem.export_transcript("jsonl"))
+    await copy.indexer.wait_idle()  # the background indexer may take some of it
+    assert (await copy.indexer.catch_up()).unindexed == 0
+    for i in (5, 150, 299, 300, 650):  # archived and live alike
+        assert (await copy.search(f"note {i}"))[0].id == i + 1
+
+
 async def test_markdown_folds_tools_and_marks_summaries(
     client: RedisClient, memory_key: str
 ) -> None:

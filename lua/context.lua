@@ -2,7 +2,7 @@
 -- context.lua: what to send an LLM, assembled in layers within a token budget, atomically.
 -- USES: args bm25 docs envelope meta query
 -- KEYS: msgs meta archive summaries recalled ixpost ixdocs ixgone facts factord
--- ARGV: budget facts_header summary_share recall_share backfill max_messages limit k1 b neighbour_weight terms...
+-- ARGV: budget facts_header summary_share recall_share backfill max_messages limit k1 b neighbour_weight hits terms...
 --   budget            tokens the context may take
 --   facts_header      tokens of the facts message without its lines (its heading and the
 --                     per-message overhead, counted by the client's counter); -1: leave
@@ -15,6 +15,9 @@
 --                     messages together (the recall layer at most recall_share of them),
 --                     the newest; -1: MAX_CONTEXT_MESSAGES (always the most)
 --   limit, k1, b, neighbour_weight   search parameters, as for search.lua
+--   hits              '' or the query's hits as the client ranked them (fused with dense
+--                     scores): comma-separated ids, best first, at most MAX_SEARCH_LIMIT,
+--                     offered instead of a search of terms (then none)
 --   terms             the query's terms; none: no search
 -- REPLY: {unindexed incarnation version pinned[] facts[2] summaries[] recall[2] backfill[] window[]}
 --   unindexed  messages the query could not search yet (as for search.lua)
@@ -23,7 +26,8 @@
 --   facts      (key, 'tokens<TAB>value') pairs, least recently set first
 --   summaries  oldest first
 --   recall     (score, envelope) pairs: the query's hits and their neighbours, best first,
---              then recalled messages, newest first; score is '' for a recalled message
+--              then recalled messages, newest first; score is '' for a recalled message,
+--              and a hit's rank (1 = best) for hits the client ranked
 --   backfill, window  oldest first
 -- Layers claim the budget in this order: pinned messages (all of them, else the error),
 -- session facts (newest set first, all that fit what pinned messages leave), summaries
@@ -54,6 +58,13 @@ else
 end
 local limit = int_arg(a_limit, 'limit', 0, MAX_SEARCH_LIMIT)
 local terms = query_terms(ARGV, ARGS_FROM)
+local ranked = {}
+for id in string.gmatch(a_hits, '[^,]+') do
+  ranked[#ranked + 1] = {int_arg(id, 'a hit id', 1, nil), tostring(#ranked + 1)}
+end
+if #ranked > MAX_SEARCH_LIMIT or (#ranked > 0 and #terms > 0) then
+  fail('INVALID', 'at most ' .. MAX_SEARCH_LIMIT .. ' hits, and no terms with them')
+end
 local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
   {'ix_next', 'ix_seq', 'ix_len', 'ix_maxdead', 'last_id', 'p:0:count', 'p:0:tokens', 'pins',
   'ver'})
@@ -217,12 +228,19 @@ local function offer(env, score)
     layer[#layer + 1] = env
   end
 end
-if #terms > 0 and limit > 0 and (tonumber(m.fmt) or 1) >= DATA_FORMAT then
+if (#terms > 0 or #ranked > 0) and limit > 0 and (tonumber(m.fmt) or 1) >= DATA_FORMAT then
   local docs = doc_reader(k_ixdocs)
   local state = {count = live, archive_base = tonumber(m.archive_base) or 0}
-  for _, hit in ipairs(bm25_search(K, terms, o)) do
+  local hits = ranked
+  if #terms > 0 then
+    hits = bm25_search(K, terms, o)
+  end
+  for n, hit in ipairs(hits) do
+    if n > limit then
+      break
+    end
     local id = hit[1]
-    local score = string.format('%.6f', hit[2])
+    local score = type(hit[2]) == 'string' and hit[2] or string.format('%.6f', hit[2])
     offer((locate(K, docs, id, state)), score)
     offer((locate(K, docs, id + 1, state)), score)  -- the reply, then what led to it
     offer((locate(K, docs, id - 1, state)), score)

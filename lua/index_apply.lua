@@ -2,7 +2,7 @@
 -- index_apply.lua: one bounded step of the indexer: index what index_pending.lua returned,
 -- take removed documents' terms out of the document frequencies.
 -- USES: archive args deltas envelope index meta
--- KEYS: msgs meta archive summaries ixpost ixdocs ixgone
+-- KEYS: msgs meta archive summaries ixpost ixdocs ixgone ixvec
 -- ARGV: ttl_ms archive_max analyzer ix_next upto seq_from seq_upto n_gone gone_first n_add documents...
 --   ttl_ms       TTL set on every key; 0 leaves TTLs alone
 --   archive_max  the archive's cap, enforced a step at a time here too (it may have shrunk)

@@ -18,6 +18,7 @@ from compozy_memory._wire import scripts as scripts_module
 from compozy_memory._wire.contracts import KEY_ORDER, ScriptArg, parse_contract
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import SCRIPT_NAMES, helpers, library, lua_dir, script
+from compozy_memory._wire.vector_calls import VectorPending
 from tests.fakes import FakeTransport, commit_reply, gateway, pending_reply, snapshot_reply
 
 RESULT_KEY = "compozy:units:result:{agent:a}:" + "0" * 64
@@ -119,6 +120,23 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     ),
     "index_compact": (lambda g: g.index_compact(), [0, 0, 0, 1]),
     "index_reset": (lambda g: g.index_reset(force=False), [0, 2]),
+    "vec_pending": (lambda g: g.vec_pending(8, 1000), [b"", 1, 0, b"", 0]),
+    "vec_apply": (
+        lambda g: g.vec_apply(
+            VectorPending("", 1, 2, (), ()),
+            model="m/3/v2",
+            upto=2,
+            names=["ann"],
+            vectors=[(1, b"\x40\x41\x42")],
+        ),
+        [1, 3, 1],
+    ),
+    "vec_reset": (lambda g: g.vec_reset("m/3/v2"), 1),
+    "search_candidates": (
+        lambda g: g.search_candidates(["hi"], candidates=4, since_id=0, kinds=[]),
+        [0, 0, b"m/3/v2", b"ann", 2, b"1.5", b"@AB", 3, b"", b""],
+    ),
+    "search_fetch": (lambda g: g.search_fetch([2]), [0]),
 }
 
 

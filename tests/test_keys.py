@@ -165,6 +165,7 @@ def test_layout() -> None:
         "compozy:p:memory:{user:1}:ix:p",
         "compozy:p:memory:{user:1}:ix:d",
         "compozy:p:memory:{user:1}:ix:gone",
+        "compozy:p:memory:{user:1}:ix:v",
         "compozy:p:memory:{user:1}:facts",
         "compozy:p:memory:{user:1}:factord",
         "compozy:p:memory:{user:1}:respins",

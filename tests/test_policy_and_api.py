@@ -36,6 +36,8 @@ def test_public_surface_is_pinned() -> None:
             "instrument_opentelemetry", "uninstrument_opentelemetry",
             "DataRef", "Facts", "Namespace", "ResultCorruptError", "ResultStore",
             "SyncMemoryInstance", "SyncMemoryManager", "connect_sync", "warm_sync",
+            "DEFAULT_FUSION", "Embedder", "Fusion", "StaticEmbedder", "VectorProgress",
+            "Vectorizer",
         ]
     )  # fmt: skip
     for name in compozy_memory.__all__:

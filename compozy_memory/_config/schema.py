@@ -143,6 +143,7 @@ class ContextConfig(StrictModel):
     summary_share: float = Field(default=0.3, ge=0, le=1)
     recall_share: float = Field(default=0.4, ge=0, le=1)
     backfill: bool = True
+    implicit_query: bool = False
 
     @model_validator(mode="after")
     def _shares_fit(self) -> ContextConfig:
@@ -154,7 +155,9 @@ class ContextConfig(StrictModel):
         return self
 
     def policy(self) -> ContextPolicy:
-        return ContextPolicy(self.summary_share, self.recall_share, self.backfill)
+        return ContextPolicy(
+            self.summary_share, self.recall_share, self.backfill, self.implicit_query
+        )
 
 
 class SearchConfig(StrictModel):

@@ -167,6 +167,12 @@ class InstanceKeys:
         return f"{self.prefix}:ix:gone"
 
     @property
+    def ixvec(self) -> str:
+        """Dense vectors of indexed messages (with an ``Embedder``): a HASH of message id ->
+        quantized vector (``compozy_memory._search.dense``)."""
+        return f"{self.prefix}:ix:v"
+
+    @property
     def legacy_ixpost(self) -> str:
         """The index postings of data format 1 (a ZSET): deleted when the index is rebuilt."""
         return f"{self.prefix}:ix:post"
@@ -210,6 +216,7 @@ class InstanceKeys:
             self.ixpost,
             self.ixdocs,
             self.ixgone,
+            self.ixvec,
             self.facts,
             self.factord,
             self.respins,

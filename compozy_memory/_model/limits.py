@@ -34,9 +34,12 @@ __all__ = [
     "MAX_RECALL_IDS",
     "MAX_RESULT_BYTES",
     "MAX_RESULT_PINS",
+    "MAX_SEARCH_CANDIDATES",
     "MAX_SEARCH_LIMIT",
+    "MAX_SPEAKER_NAMES",
     "MAX_SUMMARIES",
     "MAX_TERM_BYTES",
+    "MAX_VECTOR_BYTES",
     "MOVE_STEP",
     "POSTINGS_BLOCK",
     "QUERY_BUDGET",
@@ -45,6 +48,9 @@ __all__ = [
     "RESCORE_POOL",
     "RESCORE_TERMS",
     "UNBOUNDED_TOKENS",
+    "VECTOR_SCAN_IDS",
+    "VECTOR_STEP_BYTES",
+    "VECTOR_STEP_DOCS",
 ]
 
 #: The layout of a memory's data this release reads and writes (meta's ``fmt``). Format 2
@@ -124,6 +130,19 @@ RESCORE_BLOCKS = 64
 #: read of its blocks' directory); the others weigh least in BM25 and are left out.
 RESCORE_TERMS = 8
 
+#: Dense scores (an ``Embedder``): the vectors one step stores and their bytes in all (each
+#: byte is checked to be text), the ids one pending read looks through (most are consecutive;
+#: ids the archive's cap dropped are passed over), the bytes of one stored vector (a byte a
+#: dimension: up to 4,096 dimensions), the BM25
+#: candidates whose vectors one search reads (each with its two neighbours), and the speaker
+#: names kept beside the vectors (left out of what is embedded), of at most MAX_TERM_BYTES each.
+VECTOR_STEP_DOCS = 128
+VECTOR_STEP_BYTES = 64 * 1024
+VECTOR_SCAN_IDS = 4_096
+MAX_VECTOR_BYTES = 4_096
+MAX_SEARCH_CANDIDATES = 200
+MAX_SPEAKER_NAMES = 32
+
 #: Bytes of a session fact's key and of its value (UTF-8).
 MAX_FACT_KEY = 256
 MAX_FACT_VALUE = 1_024
@@ -167,6 +186,12 @@ LUA_CONSTANTS: dict[str, int] = {
     "RESCORE_POOL": RESCORE_POOL,
     "RESCORE_BLOCKS": RESCORE_BLOCKS,
     "RESCORE_TERMS": RESCORE_TERMS,
+    "VECTOR_STEP_DOCS": VECTOR_STEP_DOCS,
+    "VECTOR_STEP_BYTES": VECTOR_STEP_BYTES,
+    "VECTOR_SCAN_IDS": VECTOR_SCAN_IDS,
+    "MAX_VECTOR_BYTES": MAX_VECTOR_BYTES,
+    "MAX_SEARCH_CANDIDATES": MAX_SEARCH_CANDIDATES,
+    "MAX_SPEAKER_NAMES": MAX_SPEAKER_NAMES,
     "MAX_FACT_KEY": MAX_FACT_KEY,
     "MAX_FACT_VALUE": MAX_FACT_VALUE,
     "MAX_FACTS": MAX_FACTS,

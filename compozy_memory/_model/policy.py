@@ -74,11 +74,15 @@ class ContextPolicy:
     """How ``context()`` shares its budget once the pinned messages are counted: at most
     ``summary_share`` of the rest for summaries, ``recall_share`` for recalled messages and
     a query's hits, the remainder for the newest messages; with ``backfill``, what every
-    live message leaves unused shows the newest archived originals."""
+    live message leaves unused shows the newest archived originals. With
+    ``implicit_query``, a ``context()`` given no query searches for the newest user turn's
+    text: what the user just asked brings back what answers it (off by default: at a small
+    budget its hits take the room of the newest turns)."""
 
     summary_share: float = 0.3
     recall_share: float = 0.4
     backfill: bool = True
+    implicit_query: bool = False
 
     def __post_init__(self) -> None:
         shares = (self.summary_share, self.recall_share)

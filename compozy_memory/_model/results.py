@@ -238,8 +238,9 @@ class FlushResult:
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    """One search result: a message, its BM25 score (neighbours included), and the messages
-    next to it (the turn before and after), where there are some."""
+    """One search result: a message, its score (BM25's, or BM25 fused with dense scores
+    with an embedder; neighbours included), and the messages next to it (the turn before and
+    after), where there are some."""
 
     id: int
     score: float

@@ -44,7 +44,8 @@ __all__ = [
     "stemmer",
 ]
 
-ANALYZER_VERSION = 1
+#: 2: a message's date terms come from its metadata.date before its ts.
+ANALYZER_VERSION = 2
 #: Characters of a message's text the index analyses: the start of a huge tool result says
 #: what it is, and the analysis (here) and the indexing step (in Redis) stay bounded.
 MAX_INDEX_TEXT = 32_768
@@ -386,9 +387,8 @@ _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 
 
 def _message_day_terms(message: Mapping[str, Any]) -> tuple[str, ...]:
-    ts = message.get("ts")
-    if isinstance(ts, int | float) and not isinstance(ts, bool):
-        return _day_terms(int(ts // _MS_PER_DAY))
+    # The day it was said (an ISO metadata.date, for a conversation imported or replayed
+    # later) before the day it was appended (ts), as the summaries date their lines.
     metadata = message.get("metadata")
     if isinstance(metadata, Mapping):
         raw = metadata.get("date")
@@ -396,8 +396,12 @@ def _message_day_terms(message: Mapping[str, Any]) -> tuple[str, ...]:
             try:
                 day = date.fromisoformat(raw[:10])
             except ValueError:
-                return ()
-            return _day_terms(day.toordinal() - _EPOCH_ORDINAL)
+                pass
+            else:
+                return _day_terms(day.toordinal() - _EPOCH_ORDINAL)
+    ts = message.get("ts")
+    if isinstance(ts, int | float) and not isinstance(ts, bool):
+        return _day_terms(int(ts // _MS_PER_DAY))
     return ()
 
 
@@ -405,8 +409,9 @@ def message_terms(message: Mapping[str, Any], *, limit: int | None = None) -> Me
     """Index terms of one archived message: its text, its speaker and its date.
 
     The speaker is the ``name`` field, else the role, so "what did Caroline say about ..."
-    prefers Caroline's messages; the date comes from ``ts`` (milliseconds, UTC), else from an
-    ISO ``metadata.date``, so "when ... in May 2023" can match. Returns term frequencies and
+    prefers Caroline's messages; the date comes from an ISO ``metadata.date`` (the day it was
+    said), else from ``ts`` (milliseconds, UTC: the day it was appended), so "when ... in May
+    2023" can match. Returns term frequencies and
     the document length (the number of terms, repeats included).
     """
     text = message_text(message)

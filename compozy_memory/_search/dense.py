@@ -2,10 +2,10 @@
 
 Any embedding provider plugs in by implementing :class:`Embedder` (an ``async`` batch call);
 a few lines wrap OpenAI, Voyage, fastembed or sentence-transformers. Vectors are stored
-quantized: unit-normalised, then int8 with one float32 scale, ``4 + dimensions`` bytes a
-message (260 for the 256-dimension default model, against 1,024 as float32), and cosine
-similarity is computed on the integers. Everything here runs without numpy (used when
-present), so the package imports without the ``embeddings`` extra.
+quantized: 7-bit integer components as ASCII, one byte a dimension (256 a message for the
+256-dimension default model, against 1,024 as float32), and cosine similarity is computed on
+the integers. Everything here runs without numpy (used when present), so the package imports
+without the ``embeddings`` extra.
 
 A provider in a few lines (OpenAI's async client)::
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import re
-import struct
 from array import array
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -47,10 +46,13 @@ __all__ = [
 ]
 
 #: Bumped when the byte layout of :func:`quantize` changes: stored vectors of another format
-#: are rebuilt, not read.
-VECTOR_FORMAT = 1
-_HEADER = struct.Struct("<f")
-_INT8_MAX = 127
+#: are rebuilt, not read. Format 2: 7-bit components as ASCII, no scale (format 1 held a
+#: float32 scale and int8 components: binary, which a client that decodes replies cannot read).
+VECTOR_FORMAT = 2
+#: Components run from -_PEAK to _PEAK, stored as the byte ``component + _OFFSET`` (1..127).
+_PEAK = 63
+_OFFSET = 64
+_ASCII = frozenset(range(1, 128))
 
 
 @runtime_checkable
@@ -110,50 +112,50 @@ def speaker_names(messages: Iterable[Mapping[str, Any]]) -> frozenset[str]:
 
 
 def quantize(vector: Sequence[float]) -> bytes:
-    """``vector`` as ``4 + len(vector)`` bytes: a float32 scale, then int8 components of the
-    unit-normalised vector (``component = int8 * scale``). A zero vector stays zero."""
-    norm = math.sqrt(math.fsum(x * x for x in vector))
-    if not vector or not math.isfinite(norm):
+    """``vector`` as ``len(vector)`` bytes of ASCII: each component of the vector scaled so
+    its largest is 63, rounded to an integer in -63..63 and stored as that plus 64.
+
+    A vector's length is irrelevant to cosine similarity, so no scale is kept: the cosine is
+    computed on the integers (:func:`cosine`), within about 0.02 of the float value at 256
+    dimensions. Text-safe, so a stored vector comes back whole through a client that decodes
+    replies as UTF-8. A zero vector stays zero."""
+    peak = max((abs(x) for x in vector), default=0.0)
+    if not vector or not math.isfinite(math.fsum(x * x for x in vector)) or math.isnan(peak):
         raise UsageError("an embedding must be a non-empty vector of finite numbers")
-    peak = max(abs(x) for x in vector) / norm if norm else 0.0
     if peak == 0.0:
-        return _HEADER.pack(0.0) + bytes(len(vector))
-    factor = _INT8_MAX / (peak * norm)
-    ints = array("b", (round(x * factor) for x in vector))
-    return _HEADER.pack(peak / _INT8_MAX) + ints.tobytes()
+        return bytes([_OFFSET]) * len(vector)
+    factor = _PEAK / peak
+    return bytes(round(x * factor) + _OFFSET for x in vector)
 
 
-def unpack(blob: bytes) -> tuple[float, array[int]]:
-    """The scale and the int8 components of a :func:`quantize` result."""
-    if len(blob) <= _HEADER.size:
-        raise UsageError(f"a stored vector has {len(blob)} bytes, too few to hold one")
-    (scale,) = _HEADER.unpack_from(blob)
-    ints = array("b")
-    ints.frombytes(blob[_HEADER.size :])
-    return scale, ints
+def unpack(blob: bytes) -> array[int]:
+    """The integer components of a :func:`quantize` result; UsageError for bytes that are
+    not one (empty, or outside 1..127)."""
+    if not blob or not _ASCII.issuperset(blob):
+        raise UsageError(f"a stored vector is 1 or more bytes in 1..127, got {blob[:16]!r}")
+    return array("b", (b - _OFFSET for b in blob))
 
 
 def quantized_dimensions(blob: bytes) -> int:
     """How many components a :func:`quantize` result holds."""
-    return len(blob) - _HEADER.size
+    return len(blob)
 
 
-def cosine(query: tuple[float, array[int]], doc: tuple[float, array[int]]) -> float:
-    """Cosine similarity of two :func:`unpack` results (within about 0.01 of the float32
-    value at 256 dimensions). Vectors of different lengths score 0."""
-    scale, ints = query
-    other_scale, other = doc
-    if len(ints) != len(other):
+def cosine(query: array[int], doc: array[int]) -> float:
+    """Cosine similarity of two :func:`unpack` results. Vectors of different lengths, or a
+    zero vector, score 0."""
+    if len(query) != len(doc):
         return 0.0
-    return scale * other_scale * sum(map(int.__mul__, ints, other))
+    norms = math.sqrt(sum(x * x for x in query) * sum(y * y for y in doc))
+    return sum(map(int.__mul__, query, doc)) / norms if norms else 0.0
 
 
 def cosines(query: bytes, docs: Sequence[bytes]) -> list[float]:
     """:func:`cosine` of a stored query vector with each of ``docs``, in order.
 
-    With numpy installed (the ``embeddings`` extra brings it) one int8 matrix product, about
-    0.1 ms for 300 candidates of 256 dimensions; else the same sums in pure Python (about
-    40 us a candidate)."""
+    With numpy installed (the ``embeddings`` extra brings it) one integer matrix product,
+    about 0.1 ms for 300 candidates of 256 dimensions; else the same sums in pure Python
+    (about 40 us a candidate)."""
     if not docs:
         return []
     try:
@@ -161,16 +163,16 @@ def cosines(query: bytes, docs: Sequence[bytes]) -> list[float]:
     except ImportError:  # pragma: no cover - exercised only without numpy
         head = unpack(query)
         return [cosine(head, unpack(doc)) for doc in docs]
-    scale, width = _HEADER.unpack_from(query)[0], quantized_dimensions(query)
     same = [len(doc) == len(query) for doc in docs]
     rows = [doc for doc, ok in zip(docs, same, strict=True) if ok]
     out = [0.0] * len(docs)
     if rows:
-        matrix = np.frombuffer(b"".join(d[_HEADER.size :] for d in rows), dtype=np.int8)
-        vector = np.frombuffer(query, dtype=np.int8, offset=_HEADER.size).astype(np.int32)
-        scales = np.array([_HEADER.unpack_from(d)[0] for d in rows], dtype=np.float64)
-        dots = matrix.reshape(len(rows), width).astype(np.int32) @ vector
-        values = iter((scales * dots * scale).tolist())
+        vector = np.frombuffer(query, dtype=np.uint8).astype(np.int32) - _OFFSET
+        stored = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), len(query))
+        matrix = stored.astype(np.int32) - _OFFSET
+        norms = np.sqrt((matrix * matrix).sum(axis=1) * float(vector @ vector))
+        dots = matrix @ vector
+        values = iter(np.divide(dots, norms, out=np.zeros(len(rows)), where=norms > 0).tolist())
         out = [next(values) if ok else 0.0 for ok in same]
     return out
 

@@ -34,6 +34,8 @@ from compozy_memory._model.results import (
     TrimResult,
 )
 from compozy_memory._model.tokens import TokenCounter, default_counter
+from compozy_memory._search.dense import Embedder
+from compozy_memory._search.fusion import DEFAULT_FUSION, Fusion
 from compozy_memory._store import transcripts
 from compozy_memory._store.edits import replace_live, trim_oldest
 from compozy_memory._store.encoding import (
@@ -48,6 +50,7 @@ from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.offload import PinKeeper, clear_releasing_pins, offloaded
 from compozy_memory._store.reads import ContextReads
 from compozy_memory._store.results_store import Namespace, ResultStore
+from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.eviction import eviction_policy, eviction_warning
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import ScriptArg
@@ -112,6 +115,8 @@ class MemoryCore(ContextReads):
         metrics: MemoryMetrics | None,
         results: ResultStore | None,
         background_index: bool = True,
+        embedder: Embedder | None = None,
+        fusion: Fusion | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -141,6 +146,18 @@ class MemoryCore(ContextReads):
             self.gateway, metrics=transport.metrics, name=memory_id, background=background_index
         )
         self.fact_ops = Facts(self)
+        #: Dense scores fused with BM25 in search and a query's context: none by default.
+        self.embedder = embedder
+        self.fusion = fusion or DEFAULT_FUSION
+        # Keeps the vectors caught up with the index, as steps (each handle shows it as
+        # ``vectors``), with an embedder only.
+        self.vector_ops = (
+            Vectorizer(
+                self.gateway, embedder, self.index_ops, name=memory_id, background=background_index
+            )
+            if embedder is not None
+            else None
+        )
         self.result_ops = results or ResultStore(client, keys.project, transport=transport)
         #: Renews the TTL of the results this memory's messages pin, as its writes renew its.
         self.pins = PinKeeper(self)
@@ -208,7 +225,7 @@ class MemoryCore(ContextReads):
         if not args:
             raise InvalidMessageError("append_many needs at least one message", key=self.key)
         result = yield from self.gateway.append(args, token)
-        self.index_ops.notice()
+        self._noticed()
         self.pins.notice()
         if self._flusher is not None:
             self._flusher.notice(result)
@@ -248,7 +265,7 @@ class MemoryCore(ContextReads):
             if_version=if_version,
             token=token,
         )
-        self.index_ops.notice()
+        self._noticed()
         if self._index is not None:
             self._last_id = result.last_id
             self._index.noticed(self, result)
@@ -281,7 +298,7 @@ class MemoryCore(ContextReads):
     def _import_transcript(self, text: str) -> Steps[int]:
         self._check_writable("import_transcript")
         count = yield from transcripts.import_transcript(self, text)
-        self.index_ops.notice()  # the import's messages are indexed from here on
+        self._noticed()  # the import's messages are indexed (and embedded) from here on
         return count
 
     def _flush(self) -> Op[FlushResult]:
@@ -354,6 +371,12 @@ class MemoryCore(ContextReads):
         if warning:
             _log.warning("%s: %s", self.key, warning)
         return dataclasses.replace(health, eviction_policy=policy, eviction_warning=warning)
+
+    def _noticed(self) -> None:
+        """A write left messages to index (and to embed, with an embedder)."""
+        self.index_ops.notice()
+        if self.vector_ops is not None:
+            self.vector_ops.notice()
 
     def _encode(self, messages: Iterable[MessageInput]) -> Steps[list[ScriptArg]]:
         return encode_messages(messages, self.policy, self.counter, self.key)

@@ -225,7 +225,9 @@ class Indexer:
         upto, seq_upto = pending.upto, pending.seq_upto
         for (where, seq, message), (arg, n) in zip(items, analysed, strict=True):
             if documents and (
-                postings + n > INDEX_STEP_POSTINGS or size + len(arg) > MAX_CALL_BYTES
+                postings + n > INDEX_STEP_POSTINGS
+                or size + len(arg) > MAX_CALL_BYTES
+                or len(documents) >= INDEX_STEP_DOCS  # live and archived: up to twice that
             ):
                 # The rest waits for the next step: this one covers up to just before it (the
                 # live tail and summaries come first, then the archive being rebuilt).

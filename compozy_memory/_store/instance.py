@@ -22,6 +22,8 @@ from compozy_memory._model.results import (
     TrimResult,
 )
 from compozy_memory._model.tokens import TokenCounter
+from compozy_memory._search.dense import Embedder
+from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.core import (
     FlushHook,
     IndexHook,
@@ -33,6 +35,7 @@ from compozy_memory._store.facts import Facts
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._store.sync_instance import SyncMemoryInstance
+from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.connection import sync_twin
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.steps import Steps
@@ -61,6 +64,11 @@ class MemoryInstance(MemoryCore):
     :attr:`indexer` catches up in the background, in bounded steps (``background_index=False``
     leaves that to the operations that need it: a search indexes this handle's writes first,
     and trim, replace and flush the messages they move).
+
+    With an ``embedder`` (:class:`~compozy_memory.Embedder`), :attr:`vectors` keeps a dense
+    vector of every indexed message the same way, and :meth:`search` and a query's
+    :meth:`context` fuse BM25 with dense scores as ``fusion`` says
+    (:data:`~compozy_memory.DEFAULT_FUSION` by default).
     """
 
     transport: Transport
@@ -79,6 +87,8 @@ class MemoryInstance(MemoryCore):
         metrics: MemoryMetrics | None = None,
         results: ResultStore | None = None,
         background_index: bool = True,
+        embedder: Embedder | None = None,
+        fusion: Fusion | None = None,
     ) -> None:
         transport = Transport(
             client,
@@ -100,11 +110,16 @@ class MemoryInstance(MemoryCore):
             metrics=metrics,
             results=results,
             background_index=background_index,
+            embedder=embedder,
+            fusion=fusion,
         )
         self.client: RedisClient = client
         #: Keeps the search index caught up, in the background after this handle's writes
         #: (``await memory.indexer.catch_up()`` to wait for it).
         self.indexer: Indexer = self.index_ops
+        #: With an embedder, keeps the vectors caught up with the index, in the background
+        #: after this handle's writes (``await memory.vectors.catch_up()`` to wait for it).
+        self.vectors: Vectorizer | None = self.vector_ops
         #: Session facts (the kernel layer of :meth:`context`): ``await memory.facts.set(...)``.
         self.facts: Facts = self.fact_ops
         #: Where ``append(..., offload=True)`` stores large results, and the recall tools
@@ -133,6 +148,8 @@ class MemoryInstance(MemoryCore):
                 retry=self.retry,
                 memory_id=self.memory_id,
                 metrics=self.gateway.metrics,
+                embedder=self.embedder,
+                fusion=self.fusion,
             )
             if self._flusher is not None:
                 twin.attach_flusher(
@@ -311,9 +328,11 @@ class MemoryInstance(MemoryCore):
     ) -> list[Message]:
         """What to send an LLM, within ``max_tokens - reserve_output`` tokens, in one atomic
         read: the pinned messages (system prompt, profile), the rolling summary, messages
-        recalled by the recall tools and the archived messages that best answer ``query``,
-        then the newest messages, and (when all of those fit with room to spare) the newest
-        archived originals before them. See :meth:`context_layers`.
+        recalled by the recall tools and the earlier messages that best answer ``query``
+        (without one, the newest user turn's text: ``ContextPolicy.implicit_query``), then
+        the newest messages, and (when all of those fit with room to spare) the newest
+        archived originals before them. With an embedder the hits are BM25's fused with
+        dense scores, as :meth:`search` ranks them. See :meth:`context_layers`.
 
         Raises ContextOverflowError if the pinned messages alone exceed the budget."""
         layers = await self._run(self._context_layers(max_tokens, query, reserve_output))

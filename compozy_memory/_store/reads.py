@@ -20,14 +20,21 @@ from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import ContextLayers, Hits
 from compozy_memory._search.analysis import KINDS, OTHER_KIND
+from compozy_memory._search.dense import Embedder
+from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.facts import Facts
+from compozy_memory._store.hybrid import fused_hits, fused_ranking
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.selection import query_terms, whole_tool_exchanges
+from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import ReadOnlyMemoryError, UsageError
 
 __all__ = ["ContextReads"]
+
+#: How far back ``context()`` looks for the newest user turn, its implicit query.
+_USER_TURN_LOOKBACK = 8
 
 
 class ContextReads:
@@ -37,6 +44,9 @@ class ContextReads:
     policy: MemoryPolicy
     fact_ops: Facts
     index_ops: Indexer
+    embedder: Embedder | None
+    fusion: Fusion
+    vector_ops: Vectorizer | None
     key: str
     read_only: bool
 
@@ -71,10 +81,24 @@ class ContextReads:
                 f"reserve_output must be an integer in [0, {budget}], got {reserve_output!r}",
                 key=self.key,
             )
+        shares = self.policy.context
+        if query is None and shares.implicit_query and shares.recall_share > 0:
+            query = yield from self._newest_user_turn()
         terms = query_terms(query, self.key)
+        hits: list[int] = []
         if terms:
             yield from self._fresh_index()
-        shares = self.policy.context
+        if terms and self.embedder is not None and self.policy.search.limit > 0:
+            assert query is not None
+            ranking = yield from fused_ranking(
+                self.gateway,
+                self.embedder,
+                self.fusion,
+                query,
+                terms,
+                limit=self.policy.search.limit,
+            )
+            hits, terms = [doc_id for doc_id, _ in ranking.best], []
         layers = yield from self.gateway.context(
             budget - reserve_output,
             summary_share=shares.summary_share,
@@ -82,6 +106,7 @@ class ContextReads:
             backfill=shares.backfill and self._has_token_budget(max_tokens),
             max_messages=self.policy.max_messages,
             terms=terms,
+            hits=hits,
             facts_header=self.fact_ops.header_tokens,
         )
         recalled = whole_tool_exchanges(layers.recalled)
@@ -106,7 +131,22 @@ class ContextReads:
             return Hits()
         yield from self._fresh_index()
         kinds = sorted({KINDS.get(r, OTHER_KIND) for r in wanted})
-        searching = self.gateway.search(terms, limit=limit, since_id=since_id or 0, kinds=kinds)
+        searching: Steps[Hits]
+        if self.embedder is None:
+            searching = iter(
+                self.gateway.search(terms, limit=limit, since_id=since_id or 0, kinds=kinds)
+            )
+        else:
+            searching = fused_hits(
+                self.gateway,
+                self.embedder,
+                self.fusion,
+                query,
+                terms,
+                limit=limit,
+                since_id=since_id or 0,
+                kinds=kinds,
+            )
         if _telemetry.capturing():  # opt-in: the query goes on the span
             with _telemetry.content(query=query):
                 return (yield from searching)
@@ -131,11 +171,22 @@ class ContextReads:
         self._check_writable("clear_recalled")
         return (yield from self.gateway.clear_recalled())
 
+    def _newest_user_turn(self) -> Steps[str | None]:
+        """The text of the newest user message among the last few (a tool result, which
+        has no text, is passed over), or None."""
+        page = yield from self.gateway.read_page(-_USER_TURN_LOOKBACK, -1)
+        for message in reversed(page.messages):
+            if message.role == "user" and message.priority != 0 and message.text.strip():
+                return message.text
+        return None
+
     def _fresh_index(self) -> Steps[None]:
-        """Before a query: index what this handle wrote and the index has not seen (a few
-        bounded steps; the background indexer does the rest)."""
+        """Before a query: index (and embed) what this handle wrote and the index has not
+        seen (a few bounded steps; the background indexer and vector step do the rest)."""
         if self.index_ops.dirty and not self.read_only:
             yield from self.index_ops.catch_up(max_steps=4)
+        if self.vector_ops is not None and self.vector_ops.dirty and not self.read_only:
+            yield from self.vector_ops.catch_up(max_steps=1)
 
     def _has_token_budget(self, max_tokens: int | None) -> bool:
         return max_tokens is not None or self.policy.max_tokens is not None

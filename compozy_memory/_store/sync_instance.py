@@ -30,16 +30,19 @@ from compozy_memory._model.results import (
     TrimResult,
 )
 from compozy_memory._model.tokens import TokenCounter
+from compozy_memory._search.dense import Embedder
+from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.core import MemoryCore, MessageInput
 from compozy_memory._store.facts import Facts
 from compozy_memory._store.indexer import Indexer, IndexProgress
 from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
+from compozy_memory._store.vectors import Vectorizer, VectorProgress
 from compozy_memory._wire.client_calls import SyncRedisClient
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.steps import Op, Steps
 from compozy_memory._wire.sync_transport import SyncTransport
 
-__all__ = ["SyncFacts", "SyncIndexer", "SyncMemoryInstance", "SyncResults"]
+__all__ = ["SyncFacts", "SyncIndexer", "SyncMemoryInstance", "SyncResults", "SyncVectorizer"]
 
 T = TypeVar("T")
 
@@ -53,8 +56,10 @@ class SyncMemoryInstance(MemoryCore):
     :class:`~compozy_memory.MemoryInstance`'s, retried within ``retry``, waited for replicas
     under a ``persistence.wait`` policy. Calls are not batched (each blocks only its thread).
 
-    After writes, indexing (and flushing, for a manager's memory) runs on the process's
-    background threads; :attr:`indexer` ``.wait_idle()`` waits for it.
+    After writes, indexing (embedding, with an ``embedder``; flushing, for a manager's
+    memory) runs on the process's background threads; :attr:`indexer` ``.wait_idle()`` waits
+    for it. An embedder's coroutines run on the event loop a daemon thread keeps for
+    summarizers.
     """
 
     transport: SyncTransport
@@ -72,6 +77,8 @@ class SyncMemoryInstance(MemoryCore):
         metrics: MemoryMetrics | None = None,
         results: ResultStore | None = None,
         background_index: bool = True,
+        embedder: Embedder | None = None,
+        fusion: Fusion | None = None,
     ) -> None:
         transport = SyncTransport(
             client,
@@ -92,10 +99,16 @@ class SyncMemoryInstance(MemoryCore):
             metrics=metrics,
             results=results,
             background_index=background_index,
+            embedder=embedder,
+            fusion=fusion,
         )
         self.client: SyncRedisClient = client
         #: The indexer (``memory.indexer.wait_idle()`` waits for the background catch-up).
         self.indexer = SyncIndexer(self.index_ops, transport)
+        #: With an embedder, keeps the vectors caught up (``memory.vectors.wait_idle()``).
+        self.vectors = (
+            SyncVectorizer(self.vector_ops, transport) if self.vector_ops is not None else None
+        )
         #: Session facts: ``memory.facts.set("name", "Ada")``.
         self.facts = SyncFacts(self.fact_ops, transport)
         #: The result store of ``append(..., offload=True)`` and the recall tools.
@@ -339,3 +352,28 @@ class SyncIndexer:
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait for the background catch-up, if any; False if ``timeout`` passed first."""
         return self.indexer.wait_idle_sync(timeout)
+
+
+class SyncVectorizer:
+    """A sync handle's vectorizer (:class:`~compozy_memory.Vectorizer`), returning results."""
+
+    def __init__(self, vectors: Vectorizer, transport: SyncTransport) -> None:
+        self.vectors = vectors
+        self._transport = transport
+
+    @property
+    def dirty(self) -> bool:
+        return self.vectors.dirty
+
+    @property
+    def model(self) -> str:
+        return self.vectors.model
+
+    def catch_up(self, *, max_steps: int | None = None) -> VectorProgress:
+        """Embed what the index holds without a vector, in this thread
+        (:meth:`Vectorizer.catch_up`)."""
+        return self._transport.drive(self.vectors.catch_up(max_steps=max_steps))
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait for the background catch-up, if any; False if ``timeout`` passed first."""
+        return self.vectors.wait_idle_sync(timeout)

@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "BACKGROUND_THREADS",
+    "Debounced",
     "TaskTrigger",
     "ThreadTrigger",
     "Trigger",
@@ -125,6 +126,33 @@ class ThreadTrigger:
 
 
 _IDLE, _DUE, _RUNNING, _AGAIN = range(4)
+
+
+class Debounced:
+    """A handle's background job of either kind: ``work_sync`` on a thread when ``sync``,
+    ``work_async`` in a task otherwise; both waits answer at once for the other kind."""
+
+    def __init__(
+        self,
+        *,
+        sync: bool,
+        work_async: Callable[[], Awaitable[None]],
+        work_sync: Callable[[], None],
+        debounce: float,
+    ) -> None:
+        self.trigger: TaskTrigger | ThreadTrigger = (
+            ThreadTrigger(work_sync, debounce) if sync else TaskTrigger(work_async, debounce)
+        )
+
+    def fire(self) -> None:
+        self.trigger.fire()
+
+    async def wait_idle(self) -> None:
+        if isinstance(self.trigger, TaskTrigger):
+            await self.trigger.wait_idle()
+
+    def wait_idle_sync(self, timeout: float | None = None) -> bool:
+        return not isinstance(self.trigger, ThreadTrigger) or self.trigger.wait_idle(timeout)
 
 
 class _Pool:

@@ -42,6 +42,7 @@ KEY_ORDER = (
     "ixpost",
     "ixdocs",
     "ixgone",
+    "ixvec",
     "facts",
     "factord",
     "respins",

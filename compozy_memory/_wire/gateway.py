@@ -34,6 +34,7 @@ from compozy_memory._wire.replies import TrimStep
 from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.steps import PAUSE, Steps, op
 from compozy_memory._wire.transport import ScriptTransport
+from compozy_memory._wire.vector_calls import VectorCalls
 from compozy_memory.errors import ReplicationError
 
 __all__ = ["MemoryGateway", "ScriptTransport"]
@@ -42,7 +43,7 @@ __all__ = ["MemoryGateway", "ScriptTransport"]
 _PARSE_CHUNK = 64
 
 
-class MemoryGateway(MaintenanceCalls):
+class MemoryGateway(MaintenanceCalls, VectorCalls):
     """Every script call of one memory, typed."""
 
     # -- writes -------------------------------------------------------------------------
@@ -258,10 +259,12 @@ class MemoryGateway(MaintenanceCalls):
         backfill: bool,
         max_messages: int | None,
         terms: Sequence[str] = (),
+        hits: Sequence[int] = (),
         facts_header: int = 0,
     ) -> Steps[ContextLayers]:
         """The layers of a context within ``budget`` (see ``lua/context.lua``);
-        ``facts_header``: the tokens of the facts message without its lines."""
+        ``facts_header``: the tokens of the facts message without its lines; ``hits``: the
+        query's hits as the client ranked them, offered instead of a search of ``terms``."""
         search = self.policy.search
         reply = yield self._reading(
             "context",
@@ -276,6 +279,7 @@ class MemoryGateway(MaintenanceCalls):
                 "k1": repr(search.k1),
                 "b": repr(search.b),
                 "neighbour_weight": repr(search.neighbour_weight),
+                "hits": ",".join(str(i) for i in hits),
             },
             terms,
         )

@@ -88,6 +88,11 @@ SCRIPT_NAMES = (
     "index_apply",
     "index_compact",
     "index_reset",
+    "vec_pending",
+    "vec_apply",
+    "vec_reset",
+    "search_candidates",
+    "search_fetch",
 )
 _USES_LINE = re.compile(r"^-- USES:(.*)$", re.MULTILINE)
 # A helper file's top-level definitions: 'local function name(' and 'local NAME ='.

@@ -6,7 +6,8 @@
 -- indexed before it may move here (the scripts that move messages check it), so moving it
 -- only records its seq in its document record. What the cap drops leaves the index at once
 -- for counting (its record is marked removed, ix_docs and ix_len shrink) and its envelope goes
--- to ixgone, where the indexer later takes its terms' document frequencies down.
+-- to ixgone, where the indexer later takes its terms' document frequencies down; its vector
+-- (ixvec, with an embedder) goes with it. Every script that moves messages declares ixvec.
 
 -- Moves the cap's excess off the archive's front, at most ARCHIVE_DROP_STEP envelopes (the
 -- rest on later calls). Returns how many it dropped.
@@ -38,6 +39,13 @@ local function archive_cap(k, archive_max)
   end
   redis.call('LTRIM', k.archive, drop, -1)
   redis.call('HINCRBY', k.meta, 'archive_base', drop)
+  -- Their vectors go at once (every id: while an index is rebuilt a record may be missing).
+  if redis.call('EXISTS', k.ixvec) == 1 then
+    local vectors = redis.call('HDEL', k.ixvec, unpack(ids))  -- at most ARCHIVE_DROP_STEP
+    if vectors > 0 then
+      redis.call('HINCRBY', k.meta, 'vx_count', -vectors)
+    end
+  end
   if n_docs > 0 then
     docs_write(k.ixdocs, changes)
     redis.call('RPUSH', k.ixgone, unpack(removed))

@@ -10,7 +10,9 @@
 -- A document's final score adds neighbour_weight times the better of its two neighbours'
 -- scores: in a conversation the answer often sits in the turn after the one with the
 -- question's words. since_id (0: none) and kinds (a set of document kinds, or nil) filter
--- documents. options: limit k1 b neighbour_weight since_id kinds n_docs total_length maxdead.
+-- documents. options: limit k1 b neighbour_weight since_id kinds n_docs total_length maxdead,
+-- and pool: how many of the ranked documents to return (default: limit). A search for limit
+-- ranks 4 x limit of them (RESCORE_POOL when common terms are rescored) at no extra cost.
 
 local function better(x, y)
   if x[2] ~= y[2] then
@@ -168,7 +170,7 @@ local function bm25_search(k, terms, o)
     ranked = pool
   end
   local out = {}
-  for i = 1, math.min(#ranked, limit) do
+  for i = 1, math.min(#ranked, o.pool or limit) do
     out[i] = ranked[i]
   end
   return out

@@ -45,7 +45,7 @@ local function check_parts(m, k, parts)
     if expected ~= nil then
       local found
       if part[3] == 'exists' then
-        -- Documents counted: the records are there (none counted: nothing to check).
+        -- Documents (or vectors) counted: the key is there (none counted: nothing to check).
         found = expected > 0 and redis.call('EXISTS', part[1]) or 0
         expected = expected > 0 and 1 or 0
       else
@@ -85,6 +85,9 @@ local function counted_parts(m, k, which)
       parts.index = {k.ixdocs, fmt >= 2 and (tonumber(m.ix_docs) or 0) or nil, 'exists'}
     elseif name == 'ixgone' then
       parts.ixgone = {k.ixgone, fmt >= 2 and (tonumber(m.ix_gone) or 0) or nil}
+    elseif name == 'vectors' then
+      -- Vectors counted: the HASH is there (lib/vectors.lua).
+      parts.vectors = {k.ixvec, tonumber(m.vx_count) or 0, 'exists'}
     end
   end
   return parts
@@ -92,7 +95,7 @@ end
 
 -- The fields every guarded read of meta takes.
 local GUARD_FIELDS = {'inc', 'fmt', 'imp', 'count', 'archived', 'archive_base',
-  'summary_count', 'ix_docs', 'ix_gone'}
+  'summary_count', 'ix_docs', 'ix_gone', 'vx_count'}
 
 -- Refuses a write while an import fills the memory (import.lua).
 local function check_not_importing(m)

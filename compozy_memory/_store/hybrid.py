@@ -1,0 +1,115 @@
+"""Search with dense scores: BM25 candidates and their vectors from one script call, the
+query embedded here, both fused (:mod:`compozy_memory._search.fusion`).
+
+The server gives the best ``Fusion.candidates`` documents by BM25 with their neighbours and
+the vectors stored for them (``lua/search_candidates.lua``); the query's vector is compared
+with those (int8 cosines, numpy when installed), the two scores are fused with the neighbour
+boost, and the best ``limit`` are read with their neighbouring turns
+(``lua/search_fetch.lua``). A document not embedded yet gets the candidates' mean dense
+score, neither favoured nor buried. Without vectors of this embedder's model (none stored
+yet, or another model's) or when the embedder fails, the ranking is BM25's with the neighbour
+boost, as without an embedder.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from compozy_memory._model.results import Hit, Hits
+from compozy_memory._search.bm25 import neighbour_boost, top_k
+from compozy_memory._search.dense import Embedder, cosines, strip_names
+from compozy_memory._search.fusion import Fusion, fuse
+from compozy_memory._store.vectors import Embed, model_id
+from compozy_memory._wire.gateway import MemoryGateway
+from compozy_memory._wire.steps import Steps
+from compozy_memory._wire.vector_calls import Candidates
+from compozy_memory.errors import CompozyMemoryError
+
+__all__ = ["Ranking", "fused_hits", "fused_ranking"]
+
+log = logging.getLogger("compozy_memory.vectors")
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """A query's best documents, ``(id, score)`` best first, and what the server said."""
+
+    best: list[tuple[int, float]]
+    unindexed: int
+    #: Whether dense scores took part (False: BM25 alone).
+    dense: bool
+
+
+def fused_ranking(
+    gateway: MemoryGateway,
+    embedder: Embedder,
+    fusion: Fusion,
+    query: str,
+    terms: Sequence[str],
+    *,
+    limit: int,
+    since_id: int = 0,
+    kinds: Sequence[int] = (),
+) -> Steps[Ranking]:
+    """The ``limit`` best documents for ``query`` (``terms``: its analysed terms), fused."""
+    found = yield from gateway.search_candidates(
+        terms, candidates=fusion.candidates, since_id=since_id, kinds=kinds
+    )
+    bm25 = {i: s for i, s in zip(found.ids, found.bm25, strict=True) if s is not None}
+    exists = set(found.ids)
+    dense = yield from _dense_scores(embedder, query, found)
+    if dense is None:
+        scores = neighbour_boost(bm25, gateway.policy.search.neighbour_weight, exists)
+        return Ranking(top_k(scores, limit), found.unindexed, False)
+    return Ranking(top_k(fuse(bm25, dense, exists, fusion), limit), found.unindexed, True)
+
+
+def fused_hits(
+    gateway: MemoryGateway,
+    embedder: Embedder,
+    fusion: Fusion,
+    query: str,
+    terms: Sequence[str],
+    *,
+    limit: int,
+    since_id: int = 0,
+    kinds: Sequence[int] = (),
+) -> Steps[Hits]:
+    """:func:`fused_ranking`'s documents as hits, with the turns next to them."""
+    ranking = yield from fused_ranking(
+        gateway, embedder, fusion, query, terms, limit=limit, since_id=since_id, kinds=kinds
+    )
+    scores = dict(ranking.best)
+    fetched = yield from gateway.search_fetch([doc_id for doc_id, _ in ranking.best])
+    out = Hits(
+        Hit(doc_id, scores[doc_id], message, before, after, where)
+        for doc_id, where, message, before, after in fetched
+    )
+    out.unindexed = ranking.unindexed
+    return out
+
+
+def _dense_scores(
+    embedder: Embedder, query: str, found: Candidates
+) -> Steps[dict[int, float] | None]:
+    """Cosines of the query with the candidates' vectors, a mean for those without one; None
+    when there is nothing to compare (no vectors of this model, or the embedder failed)."""
+    ids = [i for i, v in zip(found.ids, found.vectors, strict=True) if v is not None]
+    if not ids or found.model != model_id(embedder):
+        return None
+    try:
+        (vector,) = yield Embed(embedder, [strip_names(query, frozenset(found.names))], True)
+    except CompozyMemoryError:
+        raise
+    except Exception:  # the provider's own failure: search goes on with BM25 alone
+        log.warning("the embedder failed on a query; BM25 alone ranks it", exc_info=True)
+        return None
+    values = cosines(vector, [v for v in found.vectors if v is not None])
+    dense = dict(zip(ids, values, strict=True))
+    if len(dense) < len(found.ids):
+        mean = sum(values) / len(values)
+        for doc_id in found.ids:
+            dense.setdefault(doc_id, mean)
+    return dense

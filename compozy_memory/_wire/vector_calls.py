@@ -1,0 +1,185 @@
+"""The calls of dense search: the vector step's (``lua/vec_*.lua``) and a fused search's
+(``lua/search_candidates.lua``, ``lua/search_fetch.lua``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compozy_memory._model.messages import Message
+from compozy_memory._wire import replies
+from compozy_memory._wire.gateway_base import GatewayBase
+from compozy_memory._wire.steps import Steps, op
+
+__all__ = ["Candidates", "VectorApplied", "VectorCalls", "VectorPending"]
+
+
+@dataclass(frozen=True, slots=True)
+class VectorPending:
+    """What ``lua/vec_pending.lua`` says the vector step has to do next."""
+
+    #: The model of the stored vectors ('' before any).
+    model: str
+    vx_next: int
+    #: The step moves ``vx_next`` past this id (``vx_next - 1``: nothing to do).
+    upto: int
+    #: The speaker names kept beside the vectors.
+    names: tuple[str, ...]
+    #: The messages to embed, by id.
+    messages: tuple[Message, ...]
+
+    @property
+    def idle(self) -> bool:
+        return self.upto < self.vx_next
+
+
+@dataclass(frozen=True, slots=True)
+class VectorApplied:
+    """What one vector step did."""
+
+    applied: bool
+    vx_next: int
+    #: Vectors the memory holds after the step.
+    stored: int
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """``lua/search_candidates.lua``'s reply: the documents a fused search scores, as three
+    parallel tuples (a few hundred of them a query: no object each)."""
+
+    unindexed: int
+    unembedded: int
+    model: str
+    names: tuple[str, ...]
+    ids: tuple[int, ...]
+    #: BM25 scores; None for a neighbour that matched no term.
+    bm25: tuple[float | None, ...]
+    #: Stored vectors; None where there is none yet.
+    vectors: tuple[bytes | None, ...]
+
+
+def _blob(value: Any) -> bytes | None:
+    """A stored vector as bytes (a client that decodes replies hands back text: vectors are
+    ASCII, see ``compozy_memory._search.dense.quantize``)."""
+    if not value:
+        return None
+    return value if isinstance(value, bytes) else value.encode("ascii")
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    return tuple(n for n in replies.text(value).split("\t") if n)
+
+
+class VectorCalls(GatewayBase):
+    """Vector and fused-search calls of one memory."""
+
+    @op
+    def vec_pending(self, max_docs: int, max_bytes: int) -> Steps[VectorPending]:
+        """What the vector step has to embed next (``lua/vec_pending.lua``)."""
+        reply = self._decode(
+            "vec_pending",
+            (yield self._reading("vec_pending", {"max_docs": max_docs, "max_bytes": max_bytes})),
+        )
+        return VectorPending(
+            replies.text(reply["model"]),
+            int(reply["vx_next"]),
+            int(reply["upto"]),
+            _names(reply["names"]),
+            tuple(replies.messages(reply["envelope"])),
+        )
+
+    @op
+    def vec_apply(
+        self,
+        pending: VectorPending,
+        *,
+        model: str,
+        upto: int,
+        names: Sequence[str],
+        vectors: Sequence[tuple[int, bytes]],
+    ) -> Steps[VectorApplied]:
+        """One step of the vector step (``lua/vec_apply.lua``)."""
+        rest: list[str | bytes | int] = []
+        for doc_id, blob in vectors:
+            rest += [doc_id, blob]
+        reply = self._decode(
+            "vec_apply",
+            (
+                yield self._writing(
+                    "vec_apply",
+                    {
+                        "ttl_ms": self.ttl_ms,
+                        "model": model,
+                        "vx_next": pending.vx_next,
+                        "upto": upto,
+                        "names": "\t".join(names),
+                        "n": len(vectors),
+                    },
+                    rest,
+                )
+            ),
+        )
+        return VectorApplied(
+            bool(int(reply["applied"])), int(reply["vx_next"]), int(reply["stored"])
+        )
+
+    @op
+    def vec_reset(self, model: str) -> Steps[bool]:
+        """Drop vectors of another model than ``model``; False if they were of it."""
+        reply = yield self._writing("vec_reset", {"ttl_ms": self.ttl_ms, "model": model})
+        return bool(int(self._decode("vec_reset", reply)["reset"]))
+
+    @op
+    def search_candidates(
+        self, terms: Sequence[str], *, candidates: int, since_id: int, kinds: Sequence[int]
+    ) -> Steps[Candidates]:
+        """A query's best BM25 documents, their neighbours and their stored vectors."""
+        search = self.policy.search
+        reply = self._decode(
+            "search_candidates",
+            (
+                yield self._reading(
+                    "search_candidates",
+                    {
+                        "candidates": candidates,
+                        "k1": repr(search.k1),
+                        "b": repr(search.b),
+                        "since_id": since_id,
+                        "kinds": ",".join(str(k) for k in kinds),
+                    },
+                    terms,
+                )
+            ),
+        )
+        flat = reply["docs"]
+        return Candidates(
+            int(reply["unindexed"]),
+            int(reply["unembedded"]),
+            replies.text(reply["model"]),
+            _names(reply["names"]),
+            tuple(map(int, flat[0::3])),
+            tuple(float(s) if s else None for s in flat[1::3]),
+            tuple(map(_blob, flat[2::3])),
+        )
+
+    @op
+    def search_fetch(
+        self, ids: Sequence[int]
+    ) -> Steps[list[tuple[int, str, Message, Message | None, Message | None]]]:
+        """The messages ``ids`` with their neighbours: (id, where, message, before, after),
+        in the order asked, those no longer there left out."""
+        if not ids:
+            return []
+        reply = self._decode("search_fetch", (yield self._reading("search_fetch", {}, ids)))
+        return [
+            (
+                int(doc_id),
+                replies.text(where),
+                Message.model_validate_json(env),
+                Message.model_validate_json(before) if before else None,
+                Message.model_validate_json(after) if after else None,
+            )
+            for doc_id, where, env, before, after in reply["hits"]
+        ]

@@ -10,7 +10,7 @@ from compozy_memory._config.agents import MemoryReference
 from compozy_memory._config.registry import MemoryRegistry
 from compozy_memory._config.schema import MemoryResource
 from compozy_memory._flush.summarizers import Summarizer
-from compozy_memory._manager import ManagerBase
+from compozy_memory._manager_base import ManagerBase
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.tokens import TokenCounter

@@ -22,8 +22,9 @@ from compozy_memory import (
     SearchPolicy,
 )
 from compozy_memory._model.limits import QUERY_BUDGET
-from compozy_memory._search.analysis import analyze_query, document_terms
+from compozy_memory._search.analysis import analyze_query
 from compozy_memory._search.bm25 import Index
+from compozy_memory._search.documents import document_terms
 from compozy_memory._wire.translate import RedisClient
 
 pytestmark = pytest.mark.slow

@@ -16,8 +16,8 @@ from compozy_memory._search.analysis import (
     analyze,
     analyze_query,
     cap_term,
-    message_terms,
 )
+from compozy_memory._search.documents import message_terms
 
 
 def _ts(year: int, month: int, day: int) -> int:

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compozy_memory._search.analysis import analyze_query, message_terms
+from compozy_memory._search.analysis import analyze_query
 from compozy_memory._search.bm25 import Index, bm25_scores, idf, neighbour_boost, top_k
+from compozy_memory._search.documents import message_terms
 
 CHAT = [
     ("Melanie", "Hey Caroline! How was your week?"),

@@ -21,6 +21,7 @@ RANK = {
     "_config": 5,
     "_context": 6,
     "_manager": 7,
+    "_manager_base": 7,
     "_sync_manager": 7,
     "_ops": 8,
     "adapters": 9,

@@ -1,4 +1,4 @@
-"""Turn archived messages and search queries into index terms.
+"""Turn text (messages and search queries) into index terms.
 
 The same function must analyse what is indexed and what is asked, on every process that
 touches an index, so everything here is deterministic and versioned: a change of the stop
@@ -9,49 +9,29 @@ another version has to be rebuilt rather than queried.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import threading
 import unicodedata
-from collections import Counter
-from collections.abc import Mapping
-from datetime import date
-from functools import lru_cache
 from itertools import chain
-from typing import Any, NamedTuple, Protocol
+from typing import Protocol
 
 import stopwordsiso
 
-from compozy_memory._model.limits import MAX_DOC_TERMS, MAX_TERM_BYTES
-from compozy_memory._model.messages import Message
+from compozy_memory._model.limits import MAX_TERM_BYTES
 
 __all__ = [
     "ANALYZER_VERSION",
-    "KINDS",
-    "MAX_INDEX_TEXT",
     "MAX_TERM_BYTES",
     "STOP_WORDS",
-    "MessageTerms",
     "analyze",
     "analyze_query",
     "cap_term",
-    "date_terms",
-    "document",
-    "document_terms",
-    "kind_of",
-    "message_terms",
-    "message_text",
+    "stem_word",
     "stemmer",
 ]
 
 #: 2: a message's date terms come from its metadata.date before its ts.
 ANALYZER_VERSION = 2
-#: Characters of a message's text the index analyses: the start of a huge tool result says
-#: what it is, and the analysis (here) and the indexing step (in Redis) stay bounded.
-MAX_INDEX_TEXT = 32_768
-#: A document's kind in the index (``lua/lib/docs.lua``), by role; summaries are their own.
-KINDS = {"user": 1, "assistant": 2, "system": 3, "tool": 4, "developer": 5, "summary": 6}
-OTHER_KIND = 7
 _HASH_HEX = 8
 
 
@@ -160,7 +140,7 @@ def _fold_accents(text: str) -> str:
     return unicodedata.normalize("NFC", stripped)
 
 
-def _stem(word: str) -> str:
+def stem_word(word: str) -> str:
     memo = _state.stems
     stem = memo.get(word)
     if stem is None:
@@ -174,7 +154,7 @@ def _stem(word: str) -> str:
 def _word(token: str, out: list[str]) -> None:
     """Append the term for one alphabetic word (after the stop list and the stemmer)."""
     if token not in STOP_WORDS:
-        out.append(cap_term(_stem(token)))
+        out.append(cap_term(stem_word(token)))
 
 
 def _cjk(token: str, out: list[str]) -> None:
@@ -276,180 +256,3 @@ def analyze(text: str) -> list[str]:
 def analyze_query(text: str) -> list[str]:
     """Analyse a search query: the terms of ``text``, each once, in order of appearance."""
     return list(dict.fromkeys(analyze(text)))
-
-
-_MONTHS = (
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-)
-
-
-def date_terms(day: date) -> list[str]:
-    """Terms that let a question about a time find a message from then.
-
-    The month name (stemmed like any word), the year and the ISO date: "in May 2023" and
-    "on 2023-05-08" both match a message sent on that day.
-    """
-    return [_stem(_MONTHS[day.month - 1]), str(day.year), day.isoformat()]
-
-
-class MessageTerms(NamedTuple):
-    """What one message contributes to the index: term frequencies and document length."""
-
-    tf: Counter[str]
-    length: int
-
-
-def _flatten(value: Any, out: list[str]) -> None:
-    if isinstance(value, str):
-        out.append(value)
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            _flatten(item, out)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _flatten(item, out)
-    elif isinstance(value, bool) or value is None:
-        return
-    elif isinstance(value, int | float):
-        out.append(str(value))
-
-
-def _block_text(block: Any, out: list[str]) -> None:
-    if isinstance(block, str):
-        out.append(block)
-        return
-    if not isinstance(block, Mapping):
-        return
-    kind = block.get("type")
-    if kind == "tool_use":
-        # The tool's name says what was looked up; the input values say which record
-        # (an order id, a city). Keys are schema, the same in every call: left out.
-        name = block.get("name")
-        if isinstance(name, str):
-            out.append(name)
-        _flatten(block.get("input"), out)
-    elif kind == "tool_result":
-        content = block.get("content")
-        if isinstance(content, list):
-            for item in content:
-                _block_text(item, out)
-        elif isinstance(content, str):
-            out.append(content)
-        elif content is not None:
-            out.append(json.dumps(content, sort_keys=True))
-    else:
-        text = block.get("text")
-        if isinstance(text, str):
-            out.append(text)
-        thinking = block.get("thinking")
-        if isinstance(thinking, str):
-            out.append(thinking)
-
-
-def message_text(message: Mapping[str, Any]) -> str:
-    """The searchable text of a message: string content or text blocks, tool calls' names
-    and input values, tool results' content, joined by newlines."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    if isinstance(content, list):
-        for block in content:
-            _block_text(block, parts)
-    return "\n".join(parts)
-
-
-_MS_PER_DAY = 86_400_000
-
-
-@lru_cache(maxsize=4096)
-def _day_terms(day_number: int) -> tuple[str, ...]:
-    return tuple(date_terms(date.fromordinal(_EPOCH_ORDINAL + day_number)))
-
-
-@lru_cache(maxsize=1024)
-def _speaker_terms(speaker: str) -> tuple[str, ...]:
-    return tuple(analyze(speaker))
-
-
-_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
-
-
-def _message_day_terms(message: Mapping[str, Any]) -> tuple[str, ...]:
-    # The day it was said (an ISO metadata.date, for a conversation imported or replayed
-    # later) before the day it was appended (ts), as the summaries date their lines.
-    metadata = message.get("metadata")
-    if isinstance(metadata, Mapping):
-        raw = metadata.get("date")
-        if isinstance(raw, str):
-            try:
-                day = date.fromisoformat(raw[:10])
-            except ValueError:
-                pass
-            else:
-                return _day_terms(day.toordinal() - _EPOCH_ORDINAL)
-    ts = message.get("ts")
-    if isinstance(ts, int | float) and not isinstance(ts, bool):
-        return _day_terms(int(ts // _MS_PER_DAY))
-    return ()
-
-
-def message_terms(message: Mapping[str, Any], *, limit: int | None = None) -> MessageTerms:
-    """Index terms of one archived message: its text, its speaker and its date.
-
-    The speaker is the ``name`` field, else the role, so "what did Caroline say about ..."
-    prefers Caroline's messages; the date comes from an ISO ``metadata.date`` (the day it was
-    said), else from ``ts`` (milliseconds, UTC: the day it was appended), so "when ... in May
-    2023" can match. Returns term frequencies and
-    the document length (the number of terms, repeats included).
-    """
-    text = message_text(message)
-    terms = analyze(text if limit is None else text[:limit])
-    speaker = message.get("name") or message.get("role")
-    if isinstance(speaker, str):
-        terms.extend(_speaker_terms(speaker))
-    terms.extend(_message_day_terms(message))
-    return MessageTerms(Counter(terms), len(terms))
-
-
-def document_terms(message: Message) -> MessageTerms:
-    """What a stored message contributes to the index: :func:`message_terms` of at most
-    ``MAX_INDEX_TEXT`` characters of its text, keeping its ``MAX_DOC_TERMS`` most frequent
-    distinct terms (the earliest first among equals); the length counts every analysed term,
-    up to 65,535."""
-    data = message.model_dump(mode="json", by_alias=True, exclude_none=True)
-    tf, length = message_terms(data, limit=MAX_INDEX_TEXT)
-    if len(tf) > MAX_DOC_TERMS:
-        order = {term: i for i, term in enumerate(tf)}
-        kept = sorted(tf, key=lambda term: (-tf[term], order[term]))[:MAX_DOC_TERMS]
-        tf = Counter({term: tf[term] for term in sorted(kept, key=order.__getitem__)})
-    return MessageTerms(tf, min(length, 65_535))
-
-
-def kind_of(message: Message) -> int:
-    """The message's kind in the index: its role's, or the summary kind."""
-    if message.content_type == "summary":
-        return KINDS["summary"]
-    return KINDS.get(message.role, OTHER_KIND)
-
-
-def document(message: Message, *, seq: int = 0, summary: bool = False) -> str:
-    """The index's argument for one message (``lua/lib/index.lua``):
-    ``id<TAB>kind<TAB>length<TAB>seq<TAB>term<TAB>tf...``. Terms never hold whitespace, so a
-    tab separates them."""
-    assert message.id is not None, "messages read from Redis carry their id"
-    tf, length = document_terms(message)
-    kind = KINDS["summary"] if summary else kind_of(message)
-    head = f"{message.id}\t{kind}\t{length}\t{seq}"
-    return "\t".join([head, *(f"{term}\t{count}" for term, count in tf.items())])

@@ -28,7 +28,7 @@ from array import array
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from compozy_memory._search.analysis import message_text
+from compozy_memory._search.documents import message_text
 from compozy_memory.errors import ConfigurationError, UsageError
 
 __all__ = [

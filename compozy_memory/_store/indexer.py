@@ -34,7 +34,8 @@ from compozy_memory._model.limits import (
     MAX_CALL_BYTES,
 )
 from compozy_memory._model.messages import Message
-from compozy_memory._search.analysis import ANALYZER_VERSION, document, document_terms
+from compozy_memory._search.analysis import ANALYZER_VERSION
+from compozy_memory._search.documents import document, document_terms
 from compozy_memory._wire.background import TaskTrigger, ThreadTrigger
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.replies import IndexPending

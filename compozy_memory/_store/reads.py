@@ -19,8 +19,8 @@ from compozy_memory._model.limits import (
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import ContextLayers, Hits
-from compozy_memory._search.analysis import KINDS, OTHER_KIND
 from compozy_memory._search.dense import Embedder
+from compozy_memory._search.documents import KINDS, OTHER_KIND
 from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.facts import Facts
 from compozy_memory._store.hybrid import fused_hits, fused_ranking

@@ -11,8 +11,12 @@ questions the answer is the day, which only a dated summary line can carry). The
 
 ``--setting share,tokens[,implicit]`` (repeatable) scores a memory whose
 ``context.summary_share`` is ``share``, whose ``flushing_strategy.summary_tokens`` is
-``tokens`` and whose ``context.implicit_query`` is ``implicit`` (1 or 0; 1: the
-newest user turn is the query of the recall share); the default is the library's own.
+``tokens`` (``share``: the library's default, share x B) and whose
+``context.implicit_query`` is ``implicit`` (1 or 0; 1: the newest user turn is the query of
+the recall share); the default is the library's own.
+
+``--query`` scores ``context(B, query=question)`` instead: the question given as the query
+of the recall share, each on the same flushed memory.
 
 ``--ask`` scores the other case of the implicit query: the question is the newest user
 turn. For each question the flushed memory is copied (``export_transcript`` and
@@ -20,7 +24,8 @@ turn. For each question the flushed memory is copied (``export_transcript`` and
 without a query, then the copy cleared; a question counts when its answer is in that
 context.
 
-Run: ``python -m benchmarks.bench_hard_context [--split tuning] [--setting 0.5,1000,0]``.
+Run: ``python -m benchmarks.bench_hard_context [--split tuning] [--setting 0.5,1000,0]
+[--query | --ask]``.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from compozy_memory._model.policy import ContextPolicy
 from compozy_memory.embedded import start_server
 
 PARALLEL = 4
-Setting = tuple[float, int, bool]
+Setting = tuple[float, int | None, bool]
 DEFAULT_SETTING: Setting = (
     ContextPolicy().summary_share,
     FlushingStrategy().summary_tokens,
@@ -52,16 +57,17 @@ DEFAULT_SETTING: Setting = (
 )
 
 
-def resource(budget: int, share: float, tokens: int, implicit: bool) -> MemoryResource:
-    """An extractive memory of ``budget`` tokens with this summary share and size."""
-    name = f"hard-{budget}-{round(share * 100)}-{tokens}-{int(implicit)}"
+def resource(budget: int, share: float, tokens: int | None, implicit: bool) -> MemoryResource:
+    """An extractive memory of ``budget`` tokens with this summary share and size (None: the
+    library's, which follows the share)."""
+    name = f"hard-{budget}-{round(share * 100)}-{tokens or 'share'}-{int(implicit)}"
     return MemoryResource.model_validate(
         {
             "id": name,
             "max_tokens": budget,
             "summarizer": {"type": "extractive"},
             "default_key_template": "{{ .conv }}",
-            "flushing_strategy": {"summary_tokens": tokens},
+            "flushing_strategy": {} if tokens is None else {"summary_tokens": tokens},
             "context": {
                 "summary_share": share,
                 "recall_share": min(0.4, 1 - share),
@@ -97,6 +103,7 @@ async def measure(
     settings: Sequence[Setting],
     run: str,
     ask: bool = False,
+    query: bool = False,
 ) -> tuple[Counter[str], dict[Setting, Counter[str]]]:
     """Kept answers by kind (and ``all``): for the window, and for each setting."""
     resources = [resource(budget, *setting) for setting in settings]
@@ -114,12 +121,16 @@ async def measure(
                 await mem.append(message)
                 await flusher.wait_idle()
             await mem.flush()
+            # Flushes (each one summarizer call): what a larger summary costs with an LLM.
+            kept[setting]["flushes"] += (await mem.health()).flush_count
             if ask:
                 where = f"{run}:{res.id}:{conv.conversation_id}"
                 kept[setting].update(await asked(client, mem, conv, budget, where))
             else:
                 text = joined(await mem.context(budget))
                 for q in conv.questions:
+                    if query:
+                        text = joined(await mem.context(budget, query=q.question))
                     if answered(q, text):
                         kept[setting][q.kind] += 1
                         kept[setting]["all"] += 1
@@ -145,23 +156,26 @@ def report(
     window: Counter[str],
     kept: dict[Setting, Counter[str]],
     ask: bool = False,
+    query: bool = False,
 ) -> None:
     n_asked = Counter(q.kind for c in conversations for q in c.questions)
     n_asked["all"] = sum(n_asked.values())
     kinds = ["all", *sorted(k for k in n_asked if k != "all")]
     where = ", the question the newest user turn" if ask else ""
+    where = ", the question the query" if query else where
     print(f"### {split}: share of questions whose answer is in context({budget}){where}")
     print()
     print(
         "| summary_share, summary_tokens, implicit_query | "
         + " | ".join(f"{k} (n={n_asked[k]})" for k in kinds)
-        + " |"
+        + " | flushes a conversation |"
     )
-    print("| --- |" + " ---: |" * len(kinds))
-    print(f"| window only | {window['all'] / n_asked['all']:.3f} |" + " |" * (len(kinds) - 1))
+    print("| --- |" + " ---: |" * (len(kinds) + 1))
+    print(f"| window only | {window['all'] / n_asked['all']:.3f} |" + " |" * len(kinds))
     for (share, tokens, implicit), counts in kept.items():
         cells = " | ".join(f"{counts[k] / n_asked[k]:.3f}" for k in kinds)
-        print(f"| {share:g}, {tokens}, {int(implicit)} | {cells} |")
+        cells += f" | {counts['flushes'] / len(conversations):.1f}"
+        print(f"| {share:g}, {tokens or 'share x B'}, {int(implicit)} | {cells} |")
     print()
 
 
@@ -170,7 +184,8 @@ async def run(args: Any) -> None:
     for spec in args.setting:
         parts = spec.split(",")
         implicit = bool(int(parts[2])) if len(parts) > 2 else True
-        settings.append((float(parts[0]), int(parts[1]), implicit))
+        tokens = None if parts[1] == "share" else int(parts[1])
+        settings.append((float(parts[0]), tokens, implicit))
     server = None if args.url else start_server()
     client = Redis.from_url(args.url or server.url, max_connections=16)  # type: ignore[union-attr]
     started = time.perf_counter()
@@ -179,9 +194,9 @@ async def run(args: Any) -> None:
             conversations = generate(split, args.conversations)
             tag = uuid.uuid4().hex[:8]
             window, kept = await measure(
-                client, conversations, args.budget, settings, tag, args.ask
+                client, conversations, args.budget, settings, tag, args.ask, args.query
             )
-            report(split, conversations, args.budget, window, kept, args.ask)
+            report(split, conversations, args.budget, window, kept, args.ask, args.query)
     finally:
         await client.aclose()
         if server:
@@ -202,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "the library's",
     )
     parser.add_argument("--ask", action="store_true", help="the question is the newest turn")
+    parser.add_argument("--query", action="store_true", help="the question is the query")
     parser.add_argument("--url", help="an existing server; default: start an embedded Valkey")
     asyncio.run(run(parser.parse_args(argv)))
 

@@ -129,7 +129,7 @@ async def connected_clients(engine: EngineSpec) -> int:
 
 async def test_lookups_leak_nothing(engine: EngineSpec, manager: MemoryManager) -> None:
     await manager.start()  # opens the pool's first connection and loads the scripts
-    tasks_before = len(asyncio.all_tasks())
+    tasks_before = asyncio.all_tasks()
     clients_before = await connected_clients(engine)
     for i in range(5_000):
         handle = await manager.get("customer-support", context(f"user-{i}"))
@@ -137,7 +137,7 @@ async def test_lookups_leak_nothing(engine: EngineSpec, manager: MemoryManager) 
     del handle
     gc.collect()
     assert manager.open_handles == 0
-    assert len(asyncio.all_tasks()) == tasks_before
+    assert asyncio.all_tasks() <= tasks_before  # no task started (one of start()'s may end)
     assert await connected_clients(engine) == clients_before  # lookups open no connection
 
 

@@ -59,7 +59,8 @@ def test_defaults_follow_the_spec() -> None:
     assert r.type == "token_based"
     assert r.flushing_strategy.type == "hybrid_summary"
     assert r.flushing_strategy.summarize_threshold == 0.8
-    assert r.flushing_strategy.summary_tokens == 500
+    assert r.flushing_strategy.summary_tokens is None  # follows the summary share
+    assert r.context.summary_share == 0.5
     assert r.flushing_strategy.summarize_oldest_percent == 30
     assert r.summarizer.type == "extractive"  # our default: it keeps facts (README)
     assert r.compression is None

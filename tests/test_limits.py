@@ -41,6 +41,7 @@ def test_a_count_only_memory_flushes_by_count_with_no_token_limit() -> None:
     assert settings.max_messages == 10
     assert settings.max_tokens == UNBOUNDED_TOKENS
     assert settings.trigger_messages == 8  # summarize_threshold 0.8 of the count
+    assert settings.summary_tokens == 500  # no budget to take a share of
 
 
 def test_a_memory_with_both_limits_flushes_towards_both() -> None:

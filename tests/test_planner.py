@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -456,3 +457,23 @@ def test_a_long_tail_after_the_question_does_not_block_the_count() -> None:
     plan = plan_flush(snapshot(messages), FlushSettings(max_tokens=10**12, max_messages=10))
     assert 1 not in ids(plan)  # the question stays
     assert plan.projected_count <= 10
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "context", "strategy", "summary_tokens"),
+    [
+        (4000, {}, {}, 2000),  # the default share (0.5) of the budget
+        (4000, {"summary_share": 0.3}, {}, 1200),  # follows the share
+        (4000, {"summary_share": 0.3}, {"summary_tokens": 500}, 500),  # asked for less
+        (4000, {"summary_share": 0.3}, {"summary_tokens": 3000}, 1200),  # never past the share
+        (4000, {"summary_share": 0.6, "recall_share": 0.2}, {}, 2000),  # nor half the budget
+        (120, {}, {}, 60),
+    ],
+)
+def test_a_summary_gets_the_room_context_gives_summaries(
+    max_tokens: int, context: dict[str, float], strategy: dict[str, int], summary_tokens: int
+) -> None:
+    resource = MemoryResource.model_validate(
+        {"id": "m", "max_tokens": max_tokens, "context": context, "flushing_strategy": strategy}
+    )
+    assert flush_settings(resource).summary_tokens == summary_tokens

@@ -104,7 +104,9 @@ class TokenAllocation(StrictModel):
 class FlushingStrategy(StrictModel):
     type: Literal["hybrid_summary", "fifo"] = "hybrid_summary"
     summarize_threshold: float = Field(default=0.8, gt=0, le=1)
-    summary_tokens: PositiveInt = 500
+    #: A summary's budget; None: the context's ``summary_share`` of ``max_tokens`` (at most
+    #: half of it), the room ``context()`` gives summaries.
+    summary_tokens: PositiveInt | None = None
     summarize_oldest_percent: int = Field(default=30, ge=1, le=100)
 
 
@@ -140,7 +142,7 @@ class LockingConfig(StrictModel):
 class ContextConfig(StrictModel):
     """``context:``: how ``context()`` shares the budget left after pinned messages."""
 
-    summary_share: float = Field(default=0.3, ge=0, le=1)
+    summary_share: float = Field(default=0.5, ge=0, le=1)
     recall_share: float = Field(default=0.4, ge=0, le=1)
     backfill: bool = True
     implicit_query: bool = False

@@ -18,7 +18,7 @@ from compozy_memory._config.schema import (
 from compozy_memory._flush.anthropic_summary import AnthropicSummarizer
 from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._flush.planner import EVICTABLE_PRIORITY
-from compozy_memory._flush.settings import BatchSizes, Compression, FlushSettings
+from compozy_memory._flush.settings import BatchSizes, Compression, FlushSettings, summary_budget
 from compozy_memory._flush.summarizers import RuleBasedSummarizer, Summarizer
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.limits import UNBOUNDED_TOKENS
@@ -87,10 +87,8 @@ def flush_settings(resource: MemoryResource) -> FlushSettings:
         max_tokens=budget,
         summarize_threshold=strategy.summarize_threshold,
         summarize_oldest_percent=strategy.summarize_oldest_percent,
-        # A summary larger than its share of a context would never be shown (context() takes
-        # a summary whole or not at all).
-        summary_tokens=min(
-            strategy.summary_tokens, budget // 2, int(budget * resource.context.summary_share)
+        summary_tokens=summary_budget(
+            resource.effective_max_tokens, resource.context.summary_share, strategy.summary_tokens
         ),
         strategy=strategy.type,
         priority_limits=limits,

@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
-__all__ = ["BatchSizes", "Compression", "FlushSettings"]
+__all__ = ["DEFAULT_SUMMARY_TOKENS", "BatchSizes", "Compression", "FlushSettings", "summary_budget"]
+
+#: A summary's budget when nothing sizes it: a memory without a token budget.
+DEFAULT_SUMMARY_TOKENS = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +39,7 @@ class FlushSettings:
     max_tokens: int
     summarize_threshold: float = 0.8
     summarize_oldest_percent: int = 30
-    summary_tokens: int = 500
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS
     strategy: Literal["hybrid_summary", "fifo"] = "hybrid_summary"
     priority_limits: Mapping[int, int] = field(default_factory=dict)
     compression: Compression | None = None
@@ -65,3 +68,14 @@ class FlushSettings:
     def over_count(self, count: int) -> bool:
         """Whether ``count`` live messages exceed ``max_messages``."""
         return self.max_messages is not None and count > self.max_messages
+
+
+def summary_budget(max_tokens: int | None, share: float, wanted: int | None = None) -> int:
+    """The tokens a summary may take in a memory of ``max_tokens``: ``wanted`` (when given)
+    but never more than ``share`` of the budget nor half of it, since ``context()`` takes a
+    summary whole or not at all and would never show a larger one; ``share`` of the budget
+    when nothing is wanted. Without a token budget: ``wanted``, or 500."""
+    if max_tokens is None:
+        return wanted or DEFAULT_SUMMARY_TOKENS
+    room = max(1, min(max_tokens // 2, int(max_tokens * share)))
+    return room if wanted is None else min(wanted, room)

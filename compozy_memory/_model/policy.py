@@ -79,7 +79,7 @@ class ContextPolicy:
     text: what the user just asked brings back what answers it (off by default: at a small
     budget its hits take the room of the newest turns)."""
 
-    summary_share: float = 0.3
+    summary_share: float = 0.5
     recall_share: float = 0.4
     backfill: bool = True
     implicit_query: bool = False

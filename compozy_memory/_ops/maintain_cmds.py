@@ -12,11 +12,11 @@ from rich.progress import Progress
 
 from compozy_memory._config.registry import MemoryRegistry
 from compozy_memory._flush.flusher import Flusher
-from compozy_memory._flush.settings import FlushSettings
+from compozy_memory._flush.settings import FlushSettings, summary_budget
 from compozy_memory._flush.summarizers import RuleBasedSummarizer
 from compozy_memory._manager import build_summarizer, flush_settings
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._model.policy import MemoryPolicy
+from compozy_memory._model.policy import ContextPolicy, MemoryPolicy
 from compozy_memory._model.results import FlushResult
 from compozy_memory._model.tokens import default_counter
 from compozy_memory._ops.common import (
@@ -111,7 +111,10 @@ async def _flush(
     else:
         assert max_tokens is not None
         counter = default_counter()
-        settings_ = FlushSettings(max_tokens=max_tokens)
+        settings_ = FlushSettings(
+            max_tokens=max_tokens,
+            summary_tokens=summary_budget(max_tokens, ContextPolicy().summary_share),
+        )
         summarizer, lock_ttl, policy = RuleBasedSummarizer(counter), None, None
     async with open_client(settings(ctx)) as client:
         await require_memory(client, keys)

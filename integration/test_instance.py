@@ -262,6 +262,7 @@ async def test_every_key_carries_the_ttl(client: RedisClient, memory_key: str) -
     await mem.append_many({"role": "user", "content": "x", "tokens": 1} for _ in range(3))
     await mem.trim(keep_messages=1)
     await mem.append({"role": "user", "content": "z", "tokens": 1})
+    await mem.indexer.wait_idle()  # the index is written off the write path
     # The trim archived (and indexed) two messages: six keys exist.
     parts = (
         mem.keys.msgs,

@@ -194,14 +194,9 @@ def neighbour_lift(
     that ``exists`` says are there join. With ``after == before`` this is BM25's symmetric
     neighbour boost; apart, the reply to a matching turn gains more than the turn that led
     to it, which a strict question ("where is the turn that says it?") keeps out of the way."""
-    if after == before:
+    if after == before or not scores:
         return neighbour_boost(scores, after, exists)
-    present: Callable[[int], bool] = exists if callable(exists) else exists.__contains__
-    ids = set(scores)
-    for doc_id in scores:
-        for near in (doc_id - 1, doc_id + 1):
-            if near not in ids and present(near):
-                ids.add(near)
+    ids = neighbour_boost(scores, 1.0, exists).keys()  # the scored and their neighbours
     get = scores.get
     return {
         doc_id: get(doc_id, 0.0) + max(after * get(doc_id - 1, 0.0), before * get(doc_id + 1, 0.0))

@@ -162,6 +162,28 @@ async def test_fused_search_finds_the_paraphrase_bm25_misses(
         await client.aclose()
 
 
+async def test_the_candidates_carry_the_neighbours_vectors_only_when_asked(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key, Concepts())
+    await mem.append_many(CHAT)
+    await caught_up(mem)
+    terms = ["dog"]
+    both = await mem.transport.drive(
+        mem.gateway.search_candidates(terms, candidates=5, since_id=0, kinds=[])
+    )
+    scored = await mem.transport.drive(
+        mem.gateway.search_candidates(
+            terms, candidates=5, since_id=0, kinds=[], neighbour_vectors=False
+        )
+    )
+    assert both.ids == scored.ids == (3, 2, 4)  # "dog" in turn 3, and its two neighbours
+    assert both.bm25 == scored.bm25
+    assert both.bm25[1:] == (None, None)
+    assert all(v is not None for v in both.vectors)
+    assert scored.vectors == (both.vectors[0], None, None)
+
+
 async def test_context_offers_the_fused_hits(client: RedisClient, memory_key: str) -> None:
     mem = memory(client, memory_key, Concepts(), max_tokens=2_000)
     await mem.append_many(CHAT)

@@ -162,11 +162,12 @@ def report(split: Split, scored: Sequence[Scored], fusion: Fusion) -> None:
 
 
 GRID: dict[str, tuple[Any, ...]] = {
-    "method": ("score", "rank"),
-    "dense_weight": (0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    "method": ("product", "score", "rank"),
+    "dense_weight": (0.5, 0.7, 0.75, 0.8, 0.9),
     "rank_k": (2, 5, 20),
     "candidates": (50, 100, 200),
-    "neighbour_weight": (0.3, 0.5, 0.7, 1.0),
+    "neighbour_weight": (0.7, 1.0),
+    "before_weight": (0.0, 0.3, 1.0),
 }
 
 
@@ -176,7 +177,7 @@ def tune(scored: Sequence[Scored]) -> list[tuple[float, float, Fusion]]:
     keys = list(GRID)
     for values in itertools.product(*(GRID[k] for k in keys)):
         setting: dict[str, Any] = dict(zip(keys, values, strict=True))
-        if setting["method"] == "score" and setting["rank_k"] != GRID["rank_k"][0]:
+        if setting["method"] != "rank" and setting["rank_k"] != GRID["rank_k"][0]:
             continue  # rank_k only matters to rank fusion
         fusion = replace(DEFAULT_FUSION, **setting)
         at, _ = recall(scored, "fused/rerank", fusion)

@@ -23,10 +23,12 @@ import pytest
 
 from compozy_memory import (
     ConfigurationError,
+    ContextPolicy,
     InvalidMessageError,
     MemoryEvictedError,
     MemoryInstance,
     MemoryPolicy,
+    SearchPolicy,
     StaticEmbedder,
 )
 from compozy_memory._model.keys import InstanceKeys
@@ -160,6 +162,28 @@ async def test_fused_search_finds_the_paraphrase_bm25_misses(
         await client.aclose()
 
 
+async def test_the_candidates_carry_the_neighbours_vectors_only_when_asked(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key, Concepts())
+    await mem.append_many(CHAT)
+    await caught_up(mem)
+    terms = ["dog"]
+    both = await mem.transport.drive(
+        mem.gateway.search_candidates(terms, candidates=5, since_id=0, kinds=[])
+    )
+    scored = await mem.transport.drive(
+        mem.gateway.search_candidates(
+            terms, candidates=5, since_id=0, kinds=[], neighbour_vectors=False
+        )
+    )
+    assert both.ids == scored.ids == (3, 2, 4)  # "dog" in turn 3, and its two neighbours
+    assert both.bm25 == scored.bm25
+    assert both.bm25[1:] == (None, None)
+    assert all(v is not None for v in both.vectors)
+    assert scored.vectors == (both.vectors[0], None, None)
+
+
 async def test_context_offers_the_fused_hits(client: RedisClient, memory_key: str) -> None:
     mem = memory(client, memory_key, Concepts(), max_tokens=2_000)
     await mem.append_many(CHAT)
@@ -169,6 +193,38 @@ async def test_context_offers_the_fused_hits(client: RedisClient, memory_key: st
     layers = await mem.context_layers(200, query="What kind of dog does Ann have?")
     assert 4 in {m.id for m in layers.recalled}
     assert all(m.id not in {w.id for w in layers.window} for m in layers.recalled)
+
+
+@pytest.mark.parametrize("embedder", [None, Concepts()], ids=["bm25", "fused"])
+async def test_the_implicit_query_spends_its_hits_outside_the_window(
+    client: RedisClient, memory_key: str, embedder: Concepts | None
+) -> None:
+    # The newest user turn is the query, and it is its own best match; the turns next to it
+    # match too. Those are in the window already: the hits the recall layer takes (2 here)
+    # are the best ones outside it, not the best two of which none shows.
+    policy = {
+        "max_tokens": 2_000,
+        "search": SearchPolicy(limit=2),
+        "context": ContextPolicy(implicit_query=True),
+    }
+    mem = memory(client, memory_key, embedder, **policy)
+    await mem.append(turn("Ann", "My sister adopted a greyhound called Pixel."))
+    await mem.append_many([turn("Bob", f"Filler line number {n}.") for n in range(30)])
+    await mem.trim(keep_messages=0)
+    await mem.append_many(
+        [
+            turn("Bob", "A greyhound ran past the sister cafe."),
+            turn("Bob", "Greyhound, greyhound: my sister's street is full of them."),
+            turn("Ann", "What was the name of my sister's greyhound?"),
+        ]
+    )
+    if embedder is not None:
+        await caught_up(mem)
+    layers = await mem.context_layers()
+    window = {m.id for m in layers.window}
+    assert window >= {32, 33, 34}
+    assert [m.text for m in layers.recalled][:1] == ["My sister adopted a greyhound called Pixel."]
+    assert not window & {m.id for m in layers.recalled}
 
 
 async def test_the_archive_cap_drops_vectors_with_their_messages(

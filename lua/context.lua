@@ -14,10 +14,12 @@
 --   max_messages      the window, the recall layer and the backfill hold at most this many
 --                     messages together (the recall layer at most recall_share of them),
 --                     the newest; -1: MAX_CONTEXT_MESSAGES (always the most)
---   limit, k1, b, neighbour_weight   search parameters, as for search.lua
+--   limit, k1, b, neighbour_weight   search parameters, as for search.lua; the recall
+--                     layer takes the best limit hits the window does not show
 --   hits              '' or the query's hits as the client ranked them (fused with dense
---                     scores): comma-separated ids, best first, at most MAX_SEARCH_LIMIT,
---                     offered instead of a search of terms (then none)
+--                     scores): comma-separated ids, best first, at most MAX_SEARCH_LIMIT
+--                     (more than limit: some may be in the window), offered instead of a
+--                     search of terms (then none)
 --   terms             the query's terms; none: no search
 -- REPLY: {unindexed incarnation version pinned[] facts[2] summaries[] recall[2] backfill[] window[]}
 --   unindexed  messages the query could not search yet (as for search.lua)
@@ -233,17 +235,24 @@ if (#terms > 0 or #ranked > 0) and limit > 0 and (tonumber(m.fmt) or 1) >= DATA_
   local state = {count = live, archive_base = tonumber(m.archive_base) or 0}
   local hits = ranked
   if #terms > 0 then
+    o.pool = 4 * limit  -- ranked anyway (lib/bm25.lua): room for hits the window shows
     hits = bm25_search(K, terms, o)
   end
-  for n, hit in ipairs(hits) do
-    if n > limit then
+  -- The limit counts hits outside the window: a query taken from the newest user turn
+  -- matches that turn and its neighbours first, which the window shows already.
+  local taken = 0
+  for _, hit in ipairs(hits) do
+    if taken >= limit then
       break
     end
     local id = hit[1]
-    local score = type(hit[2]) == 'string' and hit[2] or string.format('%.6f', hit[2])
-    offer((locate(K, docs, id, state)), score)
-    offer((locate(K, docs, id + 1, state)), score)  -- the reply, then what led to it
-    offer((locate(K, docs, id - 1, state)), score)
+    if not window_ids[id] then
+      taken = taken + 1
+      local score = type(hit[2]) == 'string' and hit[2] or string.format('%.6f', hit[2])
+      offer((locate(K, docs, id, state)), score)
+      offer((locate(K, docs, id + 1, state)), score)  -- the reply, then what led to it
+      offer((locate(K, docs, id - 1, state)), score)
+    end
   end
 end
 local recalled = redis.call('LRANGE', k_recalled, -MAX_RECALLED, -1)

@@ -3,8 +3,10 @@
 -- vectors of both, for the client to fuse with the query's dense score.
 -- USES: args bm25 docs meta query
 -- KEYS: msgs meta archive summaries ixpost ixdocs ixgone ixvec
--- ARGV: candidates k1 b since_id kinds terms...
+-- ARGV: candidates neighbour_vectors k1 b since_id kinds terms...
 --   candidates  the best this many documents by BM25, 1..MAX_SEARCH_CANDIDATES
+--   neighbour_vectors  1: the neighbours' vectors too; 0: theirs are '' (a fusion that
+--               scales BM25's score has no use for them: a third of the bytes)
 --   k1, b, since_id, kinds, terms   as for search.lua
 -- REPLY: {unindexed unembedded model names docs...}
 --   unindexed   messages not searchable yet (as for search.lua)
@@ -17,6 +19,7 @@
 --               are not candidates themselves, score ''; vector is '' where there is none yet
 -- Cost: a BM25 search (lib/bm25.lua) and one HMGET of at most 3 x candidates vectors.
 local candidates = int_arg(a_candidates, 'candidates', 1, MAX_SEARCH_CANDIDATES)
+local neighbour_vectors = int_arg(a_neighbour_vectors, 'neighbour_vectors', 0, 1) == 1
 local since_id = int_arg(a_since_id, 'since_id', 0, nil)
 local kinds = query_kinds(a_kinds)
 local terms = query_terms(ARGV, ARGS_FROM)
@@ -53,8 +56,9 @@ for i = 1, #hits do
   end
 end
 local vectors = {}
-if #ids > 0 and (tonumber(m.vx_count) or 0) > 0 then
-  vectors = redis.call('HMGET', k_ixvec, unpack(ids))
+local wanted = neighbour_vectors and #ids or #hits
+if wanted > 0 and (tonumber(m.vx_count) or 0) > 0 then
+  vectors = redis.call('HMGET', k_ixvec, unpack(ids, 1, wanted))
 end
 for i, id in ipairs(ids) do
   out[#out + 1] = id

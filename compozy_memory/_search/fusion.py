@@ -3,17 +3,19 @@
 Without a vector engine on the server, dense scores are computed in Python for a bounded set
 of candidates only: the best ``candidates`` BM25 documents and their two neighbours (where a
 paraphrased question's answer often sits), plus any documents the caller adds (the live
-window). :func:`fuse` then combines the two scores, by score or by rank, and applies the
-neighbour boost to the fused score.
+window). :func:`fuse` then combines the two scores, by product, score or rank, and applies
+the neighbour boost to the fused score.
 
 The defaults (:data:`DEFAULT_FUSION`) were chosen on the tuning split of the project's hard
-recall benchmark (``python -m benchmarks.bench_hard_recall --tune``) and only then measured
-on its held-out split: score fusion with the dense score weighted 0.7, a full neighbour boost
-(1.0: many answers are the reply to the turn that matched, which the dense score finds),
-100 BM25 candidates. The settings within 0.02 of its recall@10 form a broad plateau there
-(score fusion, dense weight 0.5-0.8, neighbour weight 0.7-1.0, 100-200 candidates; rank
-fusion with ``rank_k`` 2-5 about 0.02 lower), so the choice is not a sharp optimum of the
-tuning data.
+recall benchmark (``python -m benchmarks.bench_hard_recall --tune``), among the settings that
+do not lose recall to BM25 alone over 100,000 messages of the project's generated
+conversations (``python -m benchmarks.bench_dense_scale``), and only then measured on the
+held-out split: product fusion (the dense score scales BM25's, weighted 0.8: a look-alike
+turn with fewer of the query's words cannot overtake the turn that has them, which a sum
+lets it do among hundreds of near-duplicates), the turn after a match lifted by 0.95 of its
+score (the reply to the turn that asked: just under 1, so the turn that matched keeps the
+first place of a tie, which would go to the newer turn) and the turn before it by 0.3, 100
+BM25 candidates.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ __all__ = [
     "Fusion",
     "candidate_ids",
     "fuse",
+    "neighbour_lift",
+    "product_fusion",
     "rank_fusion",
     "score_fusion",
 ]
@@ -40,29 +44,40 @@ __all__ = [
 class Fusion:
     """How dense and BM25 scores are combined.
 
-    ``method`` ``"score"``: ``(1 - dense_weight) * bm25 / max(bm25) + dense_weight * dense``
-    with the dense cosine rescaled to [0, 1] over the candidates; ``"rank"``: weighted
+    ``method`` ``"product"``: ``bm25 / max(bm25) * ((1 - dense_weight) + dense_weight *
+    dense)``, with the dense cosine rescaled to [0, 1] over the candidates (the dense score
+    reorders what BM25 found, by up to ``1 / (1 - dense_weight)`` times); ``"score"``:
+    ``(1 - dense_weight) * bm25 / max(bm25) + dense_weight * dense``; ``"rank"``: weighted
     reciprocal rank fusion, ``sum(weight / (rank_k + rank))``. ``candidates``: the BM25
     documents (best first) whose vectors are read, each with its two neighbours.
-    ``neighbour_weight``: the boost a document gets from its better neighbour's fused score.
+    ``neighbour_weight``: how much of the fused score of the turn before it a turn gains (a
+    reply, from the turn that asked); ``before_weight``: likewise from the turn after it. A
+    document gains the larger of the two.
     """
 
-    method: Literal["score", "rank"] = "score"
-    dense_weight: float = 0.7
+    method: Literal["product", "score", "rank"] = "product"
+    dense_weight: float = 0.8
     rank_k: int = 5
     candidates: int = 100
-    neighbour_weight: float = 1.0
+    neighbour_weight: float = 0.95
+    before_weight: float = 0.3
 
     def __post_init__(self) -> None:
-        if self.method not in ("score", "rank"):
+        if self.method not in ("product", "score", "rank"):
             raise ConfigurationError(
-                f"fusion method must be 'score' or 'rank', not {self.method!r}"
+                f"fusion method must be 'product', 'score' or 'rank', not {self.method!r}"
             )
         if not 0 <= self.dense_weight <= 1:
             raise ConfigurationError(f"dense_weight must be in [0, 1], got {self.dense_weight}")
-        if self.rank_k < 1 or self.candidates < 1 or self.neighbour_weight < 0:
+        if (
+            self.rank_k < 1
+            or self.candidates < 1
+            or not self.neighbour_weight >= 0
+            or not self.before_weight >= 0
+        ):
             raise ConfigurationError(
-                "fusion needs rank_k >= 1, candidates >= 1 and neighbour_weight >= 0"
+                "fusion needs rank_k >= 1, candidates >= 1, neighbour_weight >= 0 and "
+                "before_weight >= 0"
             )
 
 
@@ -88,20 +103,44 @@ def candidate_ids(
     return out
 
 
+def _rescaled(dense: Mapping[int, float]) -> dict[int, float]:
+    """Dense scores min-max rescaled to [0, 1] (all 0 when they are equal)."""
+    low = min(dense.values(), default=0.0)
+    span = max(dense.values(), default=0.0) - low
+    return {doc_id: (d - low) / span if span > 0 else 0.0 for doc_id, d in dense.items()}
+
+
+def product_fusion(
+    bm25: Mapping[int, float], dense: Mapping[int, float], dense_weight: float
+) -> dict[int, float]:
+    """Max-normalised BM25 scaled by ``(1 - dense_weight) + dense_weight * dense``, the dense
+    score min-max rescaled over the documents BM25 scored: a document BM25 did not score gets
+    0 (its neighbours may lift it), one without a dense score is scaled by
+    ``1 - dense_weight``. Only the dense scores of BM25's documents count, so a search
+    need not read the vectors of their neighbours."""
+    top = max(bm25.values(), default=0.0)
+    fused = dict.fromkeys(dense.keys() - bm25.keys(), 0.0)
+    if top <= 0:
+        return fused | dict.fromkeys(bm25, 0.0)
+    scaled = _rescaled({doc_id: dense[doc_id] for doc_id in bm25 if doc_id in dense})
+    lexical = 1.0 - dense_weight
+    for doc_id, b in bm25.items():
+        fused[doc_id] = b / top * (lexical + dense_weight * scaled.get(doc_id, 0.0))
+    return fused
+
+
 def score_fusion(
     bm25: Mapping[int, float], dense: Mapping[int, float], dense_weight: float
 ) -> dict[int, float]:
     """Convex combination of max-normalised BM25 and min-max-rescaled dense scores over the
     union of both mappings (a document missing from one scores 0 there)."""
     top = max(bm25.values(), default=0.0)
-    low = min(dense.values(), default=0.0)
-    span = max(dense.values(), default=0.0) - low
+    scaled = _rescaled(dense)
     lexical = 1.0 - dense_weight
     fused: dict[int, float] = {}
     for doc_id in bm25.keys() | dense.keys():
         b = bm25.get(doc_id, 0.0) / top if top > 0 else 0.0
-        d = (dense[doc_id] - low) / span if doc_id in dense and span > 0 else 0.0
-        fused[doc_id] = lexical * b + dense_weight * d
+        fused[doc_id] = lexical * b + dense_weight * scaled.get(doc_id, 0.0)
     return fused
 
 
@@ -137,6 +176,29 @@ def fuse(
     """
     if fusion.method == "rank":
         fused = rank_fusion(bm25, dense, fusion.dense_weight, fusion.rank_k)
-    else:
+    elif fusion.method == "score":
         fused = score_fusion(bm25, dense, fusion.dense_weight)
-    return neighbour_boost(fused, fusion.neighbour_weight, exists)
+    else:
+        fused = product_fusion(bm25, dense, fusion.dense_weight)
+    return neighbour_lift(fused, fusion.neighbour_weight, fusion.before_weight, exists)
+
+
+def neighbour_lift(
+    scores: Mapping[int, float],
+    after: float,
+    before: float,
+    exists: Container[int] | Callable[[int], bool],
+) -> dict[int, float]:
+    """Each document's score plus the larger of ``after`` times the score of the turn before
+    it and ``before`` times the score of the turn after it; neighbours of scored documents
+    that ``exists`` says are there join. With ``after == before`` this is BM25's symmetric
+    neighbour boost; apart, the reply to a matching turn gains more than the turn that led
+    to it, which a strict question ("where is the turn that says it?") keeps out of the way."""
+    if after == before or not scores:
+        return neighbour_boost(scores, after, exists)
+    ids = neighbour_boost(scores, 1.0, exists).keys()  # the scored and their neighbours
+    get = scores.get
+    return {
+        doc_id: get(doc_id, 0.0) + max(after * get(doc_id - 1, 0.0), before * get(doc_id + 1, 0.0))
+        for doc_id in ids
+    }

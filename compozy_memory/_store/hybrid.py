@@ -55,7 +55,12 @@ def fused_ranking(
 ) -> Steps[Ranking]:
     """The ``limit`` best documents for ``query`` (``terms``: its analysed terms), fused."""
     found = yield from gateway.search_candidates(
-        terms, candidates=fusion.candidates, since_id=since_id, kinds=kinds
+        terms,
+        candidates=fusion.candidates,
+        since_id=since_id,
+        kinds=kinds,
+        # A product gives a document BM25 did not score nothing from its dense score.
+        neighbour_vectors=fusion.method != "product",
     )
     bm25 = {i: s for i, s in zip(found.ids, found.bm25, strict=True) if s is not None}
     exists = set(found.ids)

@@ -96,7 +96,8 @@ class ContextReads:
                 self.fusion,
                 query,
                 terms,
-                limit=self.policy.search.limit,
+                # Room for hits the window shows: context.lua takes the best limit of the rest.
+                limit=min(MAX_SEARCH_LIMIT, 4 * self.policy.search.limit),
             )
             hits, terms = [doc_id for doc_id, _ in ranking.best], []
         layers = yield from self.gateway.context(

@@ -133,9 +133,16 @@ class VectorCalls(GatewayBase):
 
     @op
     def search_candidates(
-        self, terms: Sequence[str], *, candidates: int, since_id: int, kinds: Sequence[int]
+        self,
+        terms: Sequence[str],
+        *,
+        candidates: int,
+        since_id: int,
+        kinds: Sequence[int],
+        neighbour_vectors: bool = True,
     ) -> Steps[Candidates]:
-        """A query's best BM25 documents, their neighbours and their stored vectors."""
+        """A query's best BM25 documents, their neighbours and their stored vectors (the
+        neighbours' only with ``neighbour_vectors``)."""
         search = self.policy.search
         reply = self._decode(
             "search_candidates",
@@ -144,6 +151,7 @@ class VectorCalls(GatewayBase):
                     "search_candidates",
                     {
                         "candidates": candidates,
+                        "neighbour_vectors": int(neighbour_vectors),
                         "k1": repr(search.k1),
                         "b": repr(search.b),
                         "since_id": since_id,

@@ -16,6 +16,7 @@ from compozy_memory import HeuristicCounter, MemoryInstance, SyncMemoryInstance,
 from compozy_memory._wire.background import wait_background
 from compozy_memory._wire.connection import close_twin, connect_sync
 from compozy_memory._wire.translate import RedisClient
+from integration.adapter_fleet import START_TIMEOUT
 
 PROJECT = "adapters"
 
@@ -49,7 +50,7 @@ def langchain_writer(url: str, key: str, writer: int, count: int, start: Barrier
     if writer % 4 == 2:
         memory = open_sync_memory(url, key)
         history = CompozyChatMessageHistory(memory)
-        start.wait(timeout=60)
+        start.wait(timeout=START_TIMEOUT)
         for seq in range(count):
             history.add_messages([message(seq)])
         wait_background()
@@ -58,7 +59,7 @@ def langchain_writer(url: str, key: str, writer: int, count: int, start: Barrier
     if writer % 4 == 0:
         client = connect(url)
         history = CompozyChatMessageHistory(open_memory(client, key))
-        start.wait(timeout=60)
+        start.wait(timeout=START_TIMEOUT)
         for seq in range(count):
             history.add_messages([message(seq)])
         close_unused(client)
@@ -68,7 +69,7 @@ def langchain_writer(url: str, key: str, writer: int, count: int, start: Barrier
         client = connect(url)
         history = CompozyChatMessageHistory(open_memory(client, key))
         await client.ping()
-        start.wait(timeout=60)
+        start.wait(timeout=START_TIMEOUT)
         for seq in range(count):
             await history.aadd_messages([message(seq)])
         await client.aclose()
@@ -95,7 +96,7 @@ def openai_agents_writer(url: str, key: str, writer: int, count: int, start: Bar
         # loop's client is gone with it, so later calls go by the blocking twin.
         client = connect(url)
         session = CompozySession(open_memory(client, key))
-        start.wait(timeout=60)
+        start.wait(timeout=START_TIMEOUT)
         for seq in range(count):
             asyncio.run(session.add_items([item(seq)]))  # type: ignore[list-item]
         wait_background()
@@ -106,7 +107,7 @@ def openai_agents_writer(url: str, key: str, writer: int, count: int, start: Bar
         client = connect(url)
         session = CompozySession(open_memory(client, key))
         await client.ping()
-        start.wait(timeout=60)
+        start.wait(timeout=START_TIMEOUT)
         for seq in range(count):
             await session.add_items([item(seq)])  # type: ignore[list-item]
         await client.aclose()
@@ -130,7 +131,7 @@ def llama_index_writer(url: str, key: str, writer: int, count: int, start: Barri
     if writer % 4 == 2:  # sync methods over a blocking client
         blocking = connect_sync(url)
         store = CompozyChatStore.from_client(blocking, project=PROJECT, counter=HeuristicCounter())
-        start.wait(timeout=60)
+        start.wait(timeout=START_TIMEOUT)
         for seq in range(count):
             store.add_message(key, message(seq))
         wait_background()
@@ -139,7 +140,7 @@ def llama_index_writer(url: str, key: str, writer: int, count: int, start: Barri
     if writer % 4 == 0:  # sync methods over an async client (its blocking twin)
         client = connect(url)
         store = CompozyChatStore.from_client(client, project=PROJECT, counter=HeuristicCounter())
-        start.wait(timeout=60)
+        start.wait(timeout=START_TIMEOUT)
         for seq in range(count):
             store.add_message(key, message(seq))
         close_unused(client)
@@ -149,7 +150,7 @@ def llama_index_writer(url: str, key: str, writer: int, count: int, start: Barri
         client = connect(url)
         store = CompozyChatStore.from_client(client, project=PROJECT, counter=HeuristicCounter())
         await client.ping()
-        start.wait(timeout=60)
+        start.wait(timeout=START_TIMEOUT)
         for seq in range(count):
             await store.async_add_message(key, message(seq))
         await client.aclose()

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from compozy_memory._model.exchanges import result_text
 from compozy_memory._model.limits import MAX_RESULT_PINS
 from compozy_memory._model.messages import Message
 from compozy_memory._model.tokens import count_message
@@ -59,7 +60,7 @@ def _stub(memory: Handle, message: Message, namespace: Namespace) -> Steps[Messa
         payload = json.dumps(message.content, ensure_ascii=False, separators=(",", ":"))
         kind = "json"
         preview = "\n".join(
-            _result_text(b.get("content"))
+            result_text(b.get("content"))
             if b.get("type") == "tool_result"
             else str(b.get("text", ""))
             for b in message.content
@@ -132,14 +133,6 @@ def _stub_message(message: Message, stub: str, ref: object, memory: Handle) -> M
 # A stub shows at most this many lines of its result, each cut to this many characters: the
 # first shape that fits the memory's max_tokens.
 _STUB_SHAPES = ((5, 160), (3, 120), (2, 80), (1, 60), (0, 0))
-
-
-def _result_text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(c.get("text", "")) if isinstance(c, dict) else str(c) for c in content)
-    return "" if content is None else json.dumps(content)
 
 
 def clear_releasing_pins(memory: Handle) -> Steps[int]:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from compozy_memory import FlushPlan, ScriptError
+from compozy_memory._model.facts import EncodedFact
 from compozy_memory._model.limits import LUA_CONSTANTS
 from compozy_memory._model.messages import EncodedMessage
 from compozy_memory._store.results_store import ResultGateway
@@ -72,7 +73,7 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
         ),
         [0, b"42", b"1:k", 0, 0, 0, 0, 0, 0],
     ),
-    "facts_set": (lambda g: g.facts_set([b"name", 5, b"Ada"], 200), [1]),
+    "facts_set": (lambda g: g.facts_set([EncodedFact(b"name", 5, b"Ada")], 200), [1]),
     "facts_delete": (lambda g: g.facts_delete([b"name"]), 1),
     "facts_items": (lambda g: g.facts_items(), [b"name", b"5\tAda"]),
     "result_put": (

@@ -146,7 +146,7 @@ def script_calls_built(path: Path) -> list[str]:
             and isinstance(node.args[0], ast.Constant)
             and str(node.args[0].value).upper() in _CALL_COMMANDS
         ):
-            found.append(f"sends {node.args[0].value}")
+            found.append(f"sends {str(node.args[0].value).upper()}")
     return found
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from compozy_memory._model.facts import parse_stored
+from compozy_memory._model.facts import EncodedFact, parse_stored
 from compozy_memory._model.limits import MAX_READ
 from compozy_memory._model.messages import EncodedMessage, Message
 from compozy_memory._model.results import (
@@ -219,14 +219,15 @@ class MemoryGateway(MaintenanceCalls, VectorCalls):
         return int((yield self._writing("clear_recalled", {"ttl_ms": self.ttl_ms})))
 
     @op
-    def facts_set(self, facts: Sequence[ScriptArg], cap: int) -> Steps[tuple[int, list[str]]]:
-        """``facts``: (key, tokens, value) triples, flattened; returns the number of facts
-        kept and the keys the cap evicted."""
+    def facts_set(self, facts: Sequence[EncodedFact], cap: int) -> Steps[tuple[int, list[str]]]:
+        """Set ``facts``; returns the number of facts kept and the keys the cap evicted."""
         reply = self._decode(
             "facts_set",
             (
                 yield self._writing(
-                    "facts_set", {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts) // 3}, facts
+                    "facts_set",
+                    {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts)},
+                    [value for fact in facts for value in fact],
                 )
             ),
         )

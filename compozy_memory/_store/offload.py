@@ -17,9 +17,9 @@ from compozy_memory._model.tokens import count_message
 from compozy_memory._store.encoding import MessageInput
 from compozy_memory._store.handle import Handle
 from compozy_memory._store.results_store import Namespace
-from compozy_memory._wire.background import TaskTrigger, ThreadTrigger
+from compozy_memory._wire.background import Debounced
 from compozy_memory._wire.retry import no_retries
-from compozy_memory._wire.steps import Steps, adrive, drive, is_sync
+from compozy_memory._wire.steps import Steps, adrive
 from compozy_memory.errors import CompozyMemoryError, InvalidMessageError, MessageTooLargeError
 
 __all__ = ["PinKeeper", "clear_releasing_pins", "offloaded"]
@@ -162,12 +162,7 @@ class PinKeeper:
     def __init__(self, memory: Handle) -> None:
         self._memory = memory
         self._due = 0.0
-        transport = memory.gateway.transport
-        self._trigger: TaskTrigger | ThreadTrigger = (
-            ThreadTrigger(lambda: drive(self._renewing(), transport), 0.0)
-            if is_sync(transport)
-            else TaskTrigger(lambda: adrive(self._renewing(), transport), 0.0)
-        )
+        self._job = Debounced.of_steps(self._renewing, memory.gateway.transport, 0.0)
 
     def notice(self) -> None:
         """After a write of this handle: renew the pinned results if half a TTL went by."""
@@ -175,7 +170,7 @@ class PinKeeper:
         if not ttl_ms or self._memory.read_only or time.monotonic() < self._due:
             return
         self._due = time.monotonic() + ttl_ms / 2000
-        self._trigger.fire()
+        self._job.fire()
 
     async def renew(self, ttl_ms: int) -> int:
         """Give every result this memory pins its TTL again; returns how many it renewed.

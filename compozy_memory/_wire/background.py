@@ -29,6 +29,9 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
+from compozy_memory._wire.steps import Op, Steps, adrive, drive, is_sync
+from compozy_memory.errors import CompozyMemoryError
+
 __all__ = [
     "BACKGROUND_THREADS",
     "Debounced",
@@ -130,7 +133,8 @@ _IDLE, _DUE, _RUNNING, _AGAIN = range(4)
 
 class Debounced:
     """A handle's background job of either kind: ``work_sync`` on a thread when ``sync``,
-    ``work_async`` in a task otherwise; both waits answer at once for the other kind."""
+    ``work_async`` in a task otherwise; both waits answer at once for the other kind.
+    :meth:`of_steps` makes the usual one, the same steps run on either transport."""
 
     def __init__(
         self,
@@ -142,6 +146,39 @@ class Debounced:
     ) -> None:
         self.trigger: TaskTrigger | ThreadTrigger = (
             ThreadTrigger(work_sync, debounce) if sync else TaskTrigger(work_async, debounce)
+        )
+
+    @classmethod
+    def of_steps(
+        cls,
+        steps: Callable[[], Steps[Any] | Op[Any]],
+        transport: Any,
+        debounce: float,
+        *,
+        failed: Callable[[CompozyMemoryError], None] | None = None,
+    ) -> Debounced:
+        """The job that runs ``steps()`` on ``transport`` (a task of its loop, or a background
+        thread for a sync one); a library error goes to ``failed`` (nobody waits for a
+        background job: it logs), or is raised without it."""
+
+        def work_sync() -> None:
+            try:
+                drive(steps(), transport)
+            except CompozyMemoryError as exc:
+                if failed is None:
+                    raise
+                failed(exc)
+
+        async def work_async() -> None:
+            try:
+                await adrive(steps(), transport)
+            except CompozyMemoryError as exc:
+                if failed is None:
+                    raise
+                failed(exc)
+
+        return cls(
+            sync=is_sync(transport), work_async=work_async, work_sync=work_sync, debounce=debounce
         )
 
     def fire(self) -> None:

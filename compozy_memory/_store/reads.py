@@ -138,7 +138,7 @@ class ContextReads:
                 self.gateway.search(terms, limit=limit, since_id=since_id or 0, kinds=kinds)
             )
         else:
-            searching = fused_hits(
+            ranked = fused_ranking(
                 self.gateway,
                 self.embedder,
                 self.fusion,
@@ -148,6 +148,7 @@ class ContextReads:
                 since_id=since_id or 0,
                 kinds=kinds,
             )
+            searching = fused_hits(self.gateway, ranked)
         if _telemetry.capturing():  # opt-in: the query goes on the span
             with _telemetry.content(query=query):
                 return (yield from searching)

@@ -58,3 +58,15 @@ async def test_without_a_handler_the_error_ends_the_task() -> None:
         await job.wait_idle()
     await asyncio.sleep(0)
     assert runs == [1]
+
+
+async def test_a_coroutine_standing_in_for_the_steps_is_awaited() -> None:
+    runs: list[int] = []
+
+    async def work() -> None:
+        runs.append(1)
+
+    job = Debounced.of_steps(work, AsyncIO(), 0.0)  # type: ignore[arg-type]
+    job.fire()
+    await job.wait_idle()
+    assert runs == [1]

@@ -47,7 +47,7 @@ from compozy_memory._model.results import (
 )
 from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, count_message
 from compozy_memory._store.indexer import Indexer
-from compozy_memory._wire.background import Debounced, run_coroutine
+from compozy_memory._wire.background import Backgrounded, Debounced, run_coroutine
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import (
@@ -64,7 +64,7 @@ __all__ = ["Flusher"]
 log = logging.getLogger("compozy_memory.flush")
 
 
-class Flusher:
+class Flusher(Backgrounded):
     """Flushes one memory; the manager attaches it with ``MemoryInstance.attach_flusher``."""
 
     def __init__(
@@ -115,8 +115,9 @@ class Flusher:
         self._hits = self.metrics.flush_optimization_hits.labels(memory=name)
         self._log = {"memory": name, "key": gateway.name}
         self._quiet_until = 0.0
+        # flush looked up at each run, so a wrapper set on the instance is the one run
         self._job = Debounced.of_steps(
-            self.flush, gateway.transport, self.debounce, failed=self._failed
+            lambda: self.flush(), gateway.transport, self.debounce, failed=self._failed
         )
 
     @property
@@ -168,14 +169,6 @@ class Flusher:
     def schedule(self) -> None:
         """Start a background flush soon, unless one is already running (then run once more)."""
         self._job.fire()
-
-    async def wait_idle(self) -> None:
-        """Wait for the background flush, if any (for shutdown and tests)."""
-        await self._job.wait_idle()
-
-    def wait_idle_sync(self, timeout: float | None = None) -> bool:
-        """:meth:`wait_idle` for a sync handle's flusher; False if ``timeout`` passed."""
-        return self._job.wait_idle_sync(timeout)
 
     def _failed(self, exc: CompozyMemoryError) -> None:
         """A background flush's failure is logged: nobody waits for it."""

@@ -36,7 +36,7 @@ from compozy_memory._model.limits import (
 from compozy_memory._model.messages import Message
 from compozy_memory._search.analysis import ANALYZER_VERSION
 from compozy_memory._search.documents import document, document_terms
-from compozy_memory._wire.background import Debounced
+from compozy_memory._wire.background import Backgrounded, Debounced
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.replies import IndexPending
 from compozy_memory._wire.steps import Offload, Steps, op
@@ -67,7 +67,7 @@ class IndexProgress:
     unindexed: int
 
 
-class Indexer:
+class Indexer(Backgrounded):
     """Keeps one memory's index caught up; a :class:`~compozy_memory.MemoryInstance` owns one.
 
     :meth:`catch_up` and :meth:`compact` are steps: ``await`` them on an async handle's
@@ -92,7 +92,7 @@ class Indexer:
         #: A write of this handle has left messages the index has not seen.
         self.dirty = False
         self._job = Debounced.of_steps(
-            self.catch_up, gateway.transport, debounce, failed=self._failed
+            lambda: self.catch_up(), gateway.transport, debounce, failed=self._failed
         )
         self._lag = self.metrics.index_lag.labels(memory=name)
         self._unindexed = self.metrics.index_unindexed.labels(memory=name)
@@ -109,14 +109,6 @@ class Indexer:
         if not self.background or self.gateway.read_only:
             return
         self._job.fire()
-
-    async def wait_idle(self) -> None:
-        """Wait for the background catch-up, if any (for shutdown and tests)."""
-        await self._job.wait_idle()
-
-    def wait_idle_sync(self, timeout: float | None = None) -> bool:
-        """:meth:`wait_idle` for a sync handle's indexer; False if ``timeout`` passed."""
-        return self._job.wait_idle_sync(timeout)
 
     def _failed(self, exc: CompozyMemoryError) -> None:
         """A background catch-up's failure: logged, the next write tries again."""

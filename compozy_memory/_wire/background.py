@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import heapq
+import inspect
 import itertools
 import logging
 import os
@@ -34,6 +35,7 @@ from compozy_memory.errors import CompozyMemoryError
 
 __all__ = [
     "BACKGROUND_THREADS",
+    "Backgrounded",
     "Debounced",
     "TaskTrigger",
     "ThreadTrigger",
@@ -158,8 +160,8 @@ class Debounced:
         failed: Callable[[CompozyMemoryError], None] | None = None,
     ) -> Debounced:
         """The job that runs ``steps()`` on ``transport`` (a task of its loop, or a background
-        thread for a sync one); a library error goes to ``failed`` (nobody waits for a
-        background job: it logs), or is raised without it."""
+        thread for a sync one), called anew for each run; a library error goes to
+        ``failed`` (nobody waits for a background job: it logs), or is raised without it."""
 
         def work_sync() -> None:
             try:
@@ -170,8 +172,10 @@ class Debounced:
                 failed(exc)
 
         async def work_async() -> None:
+            made = steps()
             try:
-                await adrive(steps(), transport)
+                # An Op is awaited as itself, as is a coroutine standing in for the steps.
+                await (made if inspect.isawaitable(made) else adrive(made, transport))
             except CompozyMemoryError as exc:
                 if failed is None:
                     raise
@@ -190,6 +194,21 @@ class Debounced:
 
     def wait_idle_sync(self, timeout: float | None = None) -> bool:
         return not isinstance(self.trigger, ThreadTrigger) or self.trigger.wait_idle(timeout)
+
+
+class Backgrounded:
+    """A part of a handle that works in the background after writes (the indexer, the vector
+    step, the flusher): its :class:`Debounced` job, and the waits for it."""
+
+    _job: Debounced
+
+    async def wait_idle(self) -> None:
+        """Wait for the background work, if any (for shutdown and tests)."""
+        await self._job.wait_idle()
+
+    def wait_idle_sync(self, timeout: float | None = None) -> bool:
+        """:meth:`wait_idle` for a sync handle's part; False if ``timeout`` passed."""
+        return self._job.wait_idle_sync(timeout)
 
 
 class _Pool:

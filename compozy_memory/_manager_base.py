@@ -36,9 +36,11 @@ __all__ = ["H", "ManagerBase"]
 
 _HandleKey = tuple[str, str, bool, int]
 H = TypeVar("H", bound=MemoryCore)
+#: The client type a manager takes (redis.asyncio's, or redis-py's blocking one).
+C = TypeVar("C")
 
 
-class ManagerBase(Generic[H]):
+class ManagerBase(Generic[C, H]):
     """What both managers share: configuration made into handles, counters and summarizers.
 
     :class:`MemoryManager` hands out :class:`MemoryInstance` handles (``redis.asyncio``),
@@ -54,7 +56,7 @@ class ManagerBase(Generic[H]):
     def __init__(
         self,
         registry: MemoryRegistry,
-        client: Any,
+        client: C,
         *,
         counter: TokenCounter | None = None,
         batching: bool = True,
@@ -70,7 +72,7 @@ class ManagerBase(Generic[H]):
         self.embedder = embedder
         self.fusion = fusion
         self.retry = retry
-        self.client = client
+        self.client: C = client
         self.counter = counter if counter is not None else default_counter()
         self._counter_override = counter
         self._api_counters: dict[tuple[str, float, float], AnthropicTokenCounter] = {}

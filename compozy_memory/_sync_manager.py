@@ -28,7 +28,7 @@ __all__ = ["SyncMemoryManager"]
 log = logging.getLogger("compozy_memory.manager")
 
 
-class SyncMemoryManager(ManagerBase[SyncMemoryInstance]):
+class SyncMemoryManager(ManagerBase[SyncRedisClient, SyncMemoryInstance]):
     """:class:`~compozy_memory.MemoryManager` for threads: the same memories, keys, policies,
     flushing and session index, handing out :class:`~compozy_memory.SyncMemoryInstance`
     handles on a blocking ``redis.Redis`` or ``redis.cluster.RedisCluster`` client
@@ -66,7 +66,6 @@ class SyncMemoryManager(ManagerBase[SyncMemoryInstance]):
             embedder=embedder,
             fusion=fusion,
         )
-        self.client: SyncRedisClient = client
 
     def _open(
         self, keys: InstanceKeys, resource: MemoryResource, counter: TokenCounter, read_only: bool

@@ -10,7 +10,7 @@ the loop for the call, as any blocking client does). The methods are documented 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
@@ -34,12 +34,12 @@ from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.core import MemoryCore, MessageInput
 from compozy_memory._store.facts import Facts
-from compozy_memory._store.indexer import Indexer, IndexProgress
-from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
-from compozy_memory._store.vectors import Vectorizer, VectorProgress
+from compozy_memory._store.indexer import Indexer
+from compozy_memory._store.results_store import Namespace, ResultStore
+from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.client_calls import SyncRedisClient
 from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.steps import Op, Steps
+from compozy_memory._wire.steps import Op, Steps, blocking
 from compozy_memory._wire.sync_transport import SyncTransport
 
 __all__ = ["SyncFacts", "SyncIndexer", "SyncMemoryInstance", "SyncResults", "SyncVectorizer"]
@@ -277,22 +277,10 @@ class SyncFacts:
         self._facts = facts
         self._transport = transport
 
-    def set(
-        self, key: str | Mapping[str, str] | None = None, value: str | None = None, /, **more: str
-    ) -> list[str]:
-        """Set one fact or many, atomically; returns the keys the cap evicted."""
-        return self._transport.drive(self._facts.set(key, value, **more))
-
-    def get(self, key: str) -> str | None:
-        return self._transport.drive(self._facts.get(key))
-
-    def delete(self, *keys: str) -> int:
-        """Remove facts; returns how many existed."""
-        return self._transport.drive(self._facts.delete(*keys))
-
-    def items(self) -> list[tuple[str, str]]:
-        """Every fact as (key, value), least recently set first."""
-        return self._transport.drive(self._facts.items())
+    set = blocking(Facts.set, "_facts")
+    get = blocking(Facts.get, "_facts")
+    delete = blocking(Facts.delete, "_facts")
+    items = blocking(Facts.items, "_facts")
 
 
 class SyncResults:
@@ -303,32 +291,10 @@ class SyncResults:
         self.store = store
         self._transport = transport
 
-    def store_result(
-        self,
-        data: bytes | str,
-        *,
-        namespace: Namespace,
-        ttl: timedelta | None = None,
-        kind: str | None = None,
-        pin: bool = False,
-        pin_ttl: timedelta | None = None,
-    ) -> DataRef:
-        """Store ``data`` in ``namespace`` (:meth:`ResultStore.store_result`)."""
-        op = self.store.store_result(
-            data, namespace=namespace, ttl=ttl, kind=kind, pin=pin, pin_ttl=pin_ttl
-        )
-        return self._transport.drive(op)
-
-    def load_result(self, ref: DataRef | str) -> bytes:
-        """The bytes ``ref`` names, checked against its SHA-256."""
-        return self._transport.drive(self.store.load_result(ref))
-
-    def load_slice(self, ref: DataRef | str, start: int, length: int) -> bytes:
-        return self._transport.drive(self.store.load_slice(ref, start, length))
-
-    def release(self, ref: DataRef) -> int:
-        """One message fewer points at ``ref``; returns the count left."""
-        return self._transport.drive(self.store.release(ref))
+    store_result = blocking(ResultStore.store_result, "store")
+    load_result = blocking(ResultStore.load_result, "store")
+    load_slice = blocking(ResultStore.load_slice, "store")
+    release = blocking(ResultStore.release, "store")
 
 
 class SyncIndexer:
@@ -342,12 +308,8 @@ class SyncIndexer:
     def dirty(self) -> bool:
         return self.indexer.dirty
 
-    def catch_up(self, *, max_steps: int | None = None) -> IndexProgress:
-        """Index what is waiting, in this thread (:meth:`Indexer.catch_up`)."""
-        return self._transport.drive(self.indexer.catch_up(max_steps=max_steps))
-
-    def compact(self) -> int:
-        return self._transport.drive(self.indexer.compact())
+    catch_up = blocking(Indexer.catch_up, "indexer")
+    compact = blocking(Indexer.compact, "indexer")
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait for the background catch-up, if any; False if ``timeout`` passed first."""
@@ -369,10 +331,7 @@ class SyncVectorizer:
     def model(self) -> str:
         return self.vectors.model
 
-    def catch_up(self, *, max_steps: int | None = None) -> VectorProgress:
-        """Embed what the index holds without a vector, in this thread
-        (:meth:`Vectorizer.catch_up`)."""
-        return self._transport.drive(self.vectors.catch_up(max_steps=max_steps))
+    catch_up = blocking(Vectorizer.catch_up, "vectors")
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait for the background catch-up, if any; False if ``timeout`` passed first."""

@@ -8,9 +8,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from compozy_memory._config.agents import MemoryReference
-from compozy_memory._config.schema import (
-    MemoryResource,
-)
 from compozy_memory._flush.resource_settings import (
     ALLOCATION_OF_CONTENT_TYPE,
     DEFAULT_TOKEN_ALLOCATION,
@@ -20,8 +17,6 @@ from compozy_memory._flush.resource_settings import (
     flush_settings,
 )
 from compozy_memory._manager_base import ManagerBase
-from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._model.tokens import TokenCounter
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._store.sessions import SessionPage
 from compozy_memory._store.warmup import warm
@@ -62,22 +57,10 @@ class MemoryManager(ManagerBase[RedisClient, MemoryInstance]):
     :class:`~compozy_memory.SyncMemoryManager` does the same on redis-py's blocking client.
     """
 
-    def _open(
-        self, keys: InstanceKeys, resource: MemoryResource, counter: TokenCounter, read_only: bool
-    ) -> MemoryInstance:
-        return MemoryInstance(
-            self.client,
-            keys,
-            policy=resource.policy(),
-            counter=counter,
-            read_only=read_only,
-            batching=self.batching,
-            retry=self.retry,
-            memory_id=resource.id,
-            metrics=self.metrics,
-            embedder=self.embedder,
-            fusion=self.fusion,
-        )
+    _handle_type = MemoryInstance
+
+    def _handle_options(self) -> dict[str, Any]:
+        return {"batching": self.batching}
 
     async def start(self) -> None:
         """Load now what a first append would otherwise load: every memory's token encoder,

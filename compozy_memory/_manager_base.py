@@ -5,7 +5,7 @@ summarizers, the session index)."""
 from __future__ import annotations
 
 import weakref
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from compozy_memory._config.agents import MemoryReference, configuration_level
@@ -87,10 +87,29 @@ class ManagerBase(Generic[C, H]):
         self.sessions = SessionIndex(client, registry.project, retry=retry)
         self._started = False
 
+    #: The class of the handles this manager opens.
+    _handle_type: Callable[..., H]
+
     def _open(
         self, keys: InstanceKeys, resource: MemoryResource, counter: TokenCounter, read_only: bool
     ) -> H:
-        raise NotImplementedError
+        return self._handle_type(
+            self.client,
+            keys,
+            policy=resource.policy(),
+            counter=counter,
+            read_only=read_only,
+            retry=self.retry,
+            memory_id=resource.id,
+            metrics=self.metrics,
+            embedder=self.embedder,
+            fusion=self.fusion,
+            **self._handle_options(),
+        )
+
+    def _handle_options(self) -> dict[str, Any]:
+        """What this manager's handles take beyond what every handle does."""
+        return {}
 
     def _handle(
         self,

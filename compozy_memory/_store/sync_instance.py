@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
@@ -42,9 +42,17 @@ from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.steps import Op, Steps, blocking
 from compozy_memory._wire.sync_transport import SyncTransport
 
-__all__ = ["SyncFacts", "SyncIndexer", "SyncMemoryInstance", "SyncResults", "SyncVectorizer"]
+__all__ = [
+    "SyncFacts",
+    "SyncIndexer",
+    "SyncMemoryInstance",
+    "SyncPart",
+    "SyncResults",
+    "SyncVectorizer",
+]
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 class SyncMemoryInstance(MemoryCore):
@@ -270,69 +278,63 @@ class SyncMemoryInstance(MemoryCore):
         return self._run(self._health())
 
 
-class SyncFacts:
-    """A sync handle's session facts (:class:`~compozy_memory.Facts`), returning results."""
+class SyncPart(Generic[A]):
+    """A part of a sync handle: the async part's steps run to their results in the caller's
+    thread (:func:`~compozy_memory._wire.steps.blocking`)."""
 
-    def __init__(self, facts: Facts, transport: SyncTransport) -> None:
-        self._facts = facts
+    def __init__(self, part: A, transport: SyncTransport) -> None:
+        #: The async part (its steps and state).
+        self.part = part
         self._transport = transport
 
-    set = blocking(Facts.set, "_facts")
-    get = blocking(Facts.get, "_facts")
-    delete = blocking(Facts.delete, "_facts")
-    items = blocking(Facts.items, "_facts")
+
+class SyncFacts(SyncPart[Facts]):
+    """A sync handle's session facts (:class:`~compozy_memory.Facts`), returning results."""
+
+    set = blocking(Facts.set, "part")
+    get = blocking(Facts.get, "part")
+    delete = blocking(Facts.delete, "part")
+    items = blocking(Facts.items, "part")
 
 
-class SyncResults:
+class SyncResults(SyncPart[ResultStore]):
     """A sync handle's result store (:class:`~compozy_memory.ResultStore`), returning
     results."""
 
-    def __init__(self, store: ResultStore, transport: SyncTransport) -> None:
-        self.store = store
-        self._transport = transport
-
-    store_result = blocking(ResultStore.store_result, "store")
-    load_result = blocking(ResultStore.load_result, "store")
-    load_slice = blocking(ResultStore.load_slice, "store")
-    release = blocking(ResultStore.release, "store")
+    store_result = blocking(ResultStore.store_result, "part")
+    load_result = blocking(ResultStore.load_result, "part")
+    load_slice = blocking(ResultStore.load_slice, "part")
+    release = blocking(ResultStore.release, "part")
 
 
-class SyncIndexer:
+class SyncIndexer(SyncPart[Indexer]):
     """A sync handle's indexer (:class:`~compozy_memory.Indexer`), returning results."""
 
-    def __init__(self, indexer: Indexer, transport: SyncTransport) -> None:
-        self.indexer = indexer
-        self._transport = transport
+    catch_up = blocking(Indexer.catch_up, "part")
+    compact = blocking(Indexer.compact, "part")
 
     @property
     def dirty(self) -> bool:
-        return self.indexer.dirty
-
-    catch_up = blocking(Indexer.catch_up, "indexer")
-    compact = blocking(Indexer.compact, "indexer")
+        return self.part.dirty
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait for the background catch-up, if any; False if ``timeout`` passed first."""
-        return self.indexer.wait_idle_sync(timeout)
+        return self.part.wait_idle_sync(timeout)
 
 
-class SyncVectorizer:
+class SyncVectorizer(SyncPart[Vectorizer]):
     """A sync handle's vectorizer (:class:`~compozy_memory.Vectorizer`), returning results."""
 
-    def __init__(self, vectors: Vectorizer, transport: SyncTransport) -> None:
-        self.vectors = vectors
-        self._transport = transport
+    catch_up = blocking(Vectorizer.catch_up, "part")
 
     @property
     def dirty(self) -> bool:
-        return self.vectors.dirty
+        return self.part.dirty
 
     @property
     def model(self) -> str:
-        return self.vectors.model
-
-    catch_up = blocking(Vectorizer.catch_up, "vectors")
+        return self.part.model
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait for the background catch-up, if any; False if ``timeout`` passed first."""
-        return self.vectors.wait_idle_sync(timeout)
+        return self.part.wait_idle_sync(timeout)

@@ -31,6 +31,7 @@ from compozy_memory import HeuristicCounter, InstanceKeys, MemoryPolicy
 from compozy_memory._ops.cli import main
 from compozy_memory._store.encoding import encode_messages
 from compozy_memory._store.sessions import SessionIndex
+from compozy_memory._wire.gateway import message_args
 from compozy_memory._wire.scripts import script
 from compozy_memory._wire.steps import drive
 from compozy_memory.embedded import start_server
@@ -67,7 +68,7 @@ async def fill(url: str, n: int) -> None:
                 "dedupe_key": f"fill-{i}",
                 "n": 2,
             }
-            args = append.contract.argv_for(values, body)
+            args = append.contract.argv_for(values, message_args(body))
             parts = [getattr(keys, part) for part in append.contract.keys]
             pipe.execute_command("EVALSHA", append.sha, len(parts), *parts, *args)
         replies = await pipe.execute()

@@ -8,10 +8,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from compozy_memory._config.agents import MemoryReference
-from compozy_memory._config.registry import MemoryRegistry
-from compozy_memory._config.schema import (
-    MemoryResource,
-)
 from compozy_memory._flush.resource_settings import (
     ALLOCATION_OF_CONTENT_TYPE,
     DEFAULT_TOKEN_ALLOCATION,
@@ -20,17 +16,10 @@ from compozy_memory._flush.resource_settings import (
     compression_settings,
     flush_settings,
 )
-from compozy_memory._flush.summarizers import Summarizer
 from compozy_memory._manager_base import ManagerBase
-from compozy_memory._metrics import MemoryMetrics
-from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._model.tokens import TokenCounter
-from compozy_memory._search.dense import Embedder
-from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._store.sessions import SessionPage
 from compozy_memory._store.warmup import warm
-from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.translate import RedisClient
 
 # The flush settings of a resource lived here first: callers still find them here.
@@ -50,7 +39,7 @@ log = logging.getLogger("compozy_memory.manager")
 _LAZY_START_SECONDS = 2.0
 
 
-class MemoryManager(ManagerBase[MemoryInstance]):
+class MemoryManager(ManagerBase[RedisClient, MemoryInstance]):
     """Hands out :class:`MemoryInstance` handles for a project's memories.
 
     The key of an instance is ``<memory id>:<rendered key template>``, sanitised, so two
@@ -68,50 +57,10 @@ class MemoryManager(ManagerBase[MemoryInstance]):
     :class:`~compozy_memory.SyncMemoryManager` does the same on redis-py's blocking client.
     """
 
-    def __init__(
-        self,
-        registry: MemoryRegistry,
-        client: RedisClient,
-        *,
-        counter: TokenCounter | None = None,
-        batching: bool = True,
-        flushing: bool = True,
-        summarizer: Summarizer | None = None,
-        metrics: MemoryMetrics | None = None,
-        retry: RetryPolicy | None = None,
-        embedder: Embedder | None = None,
-        fusion: Fusion | None = None,
-    ) -> None:
-        super().__init__(
-            registry,
-            client,
-            counter=counter,
-            batching=batching,
-            flushing=flushing,
-            summarizer=summarizer,
-            metrics=metrics,
-            retry=retry,
-            embedder=embedder,
-            fusion=fusion,
-        )
-        self.client: RedisClient = client
+    _handle_type = MemoryInstance
 
-    def _open(
-        self, keys: InstanceKeys, resource: MemoryResource, counter: TokenCounter, read_only: bool
-    ) -> MemoryInstance:
-        return MemoryInstance(
-            self.client,
-            keys,
-            policy=resource.policy(),
-            counter=counter,
-            read_only=read_only,
-            batching=self.batching,
-            retry=self.retry,
-            memory_id=resource.id,
-            metrics=self.metrics,
-            embedder=self.embedder,
-            fusion=self.fusion,
-        )
+    def _handle_options(self) -> dict[str, Any]:
+        return {"batching": self.batching}
 
     async def start(self) -> None:
         """Load now what a first append would otherwise load: every memory's token encoder,

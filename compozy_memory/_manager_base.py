@@ -5,7 +5,7 @@ summarizers, the session index)."""
 from __future__ import annotations
 
 import weakref
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from compozy_memory._config.agents import MemoryReference, configuration_level
@@ -36,9 +36,11 @@ __all__ = ["H", "ManagerBase"]
 
 _HandleKey = tuple[str, str, bool, int]
 H = TypeVar("H", bound=MemoryCore)
+#: The client type a manager takes (redis.asyncio's, or redis-py's blocking one).
+C = TypeVar("C")
 
 
-class ManagerBase(Generic[H]):
+class ManagerBase(Generic[C, H]):
     """What both managers share: configuration made into handles, counters and summarizers.
 
     :class:`MemoryManager` hands out :class:`MemoryInstance` handles (``redis.asyncio``),
@@ -54,7 +56,7 @@ class ManagerBase(Generic[H]):
     def __init__(
         self,
         registry: MemoryRegistry,
-        client: Any,
+        client: C,
         *,
         counter: TokenCounter | None = None,
         batching: bool = True,
@@ -70,7 +72,7 @@ class ManagerBase(Generic[H]):
         self.embedder = embedder
         self.fusion = fusion
         self.retry = retry
-        self.client = client
+        self.client: C = client
         self.counter = counter if counter is not None else default_counter()
         self._counter_override = counter
         self._api_counters: dict[tuple[str, float, float], AnthropicTokenCounter] = {}
@@ -85,10 +87,29 @@ class ManagerBase(Generic[H]):
         self.sessions = SessionIndex(client, registry.project, retry=retry)
         self._started = False
 
+    #: The class of the handles this manager opens.
+    _handle_type: Callable[..., H]
+
     def _open(
         self, keys: InstanceKeys, resource: MemoryResource, counter: TokenCounter, read_only: bool
     ) -> H:
-        raise NotImplementedError
+        return self._handle_type(
+            self.client,
+            keys,
+            policy=resource.policy(),
+            counter=counter,
+            read_only=read_only,
+            retry=self.retry,
+            memory_id=resource.id,
+            metrics=self.metrics,
+            embedder=self.embedder,
+            fusion=self.fusion,
+            **self._handle_options(),
+        )
+
+    def _handle_options(self) -> dict[str, Any]:
+        """What this manager's handles take beyond what every handle does."""
+        return {}
 
     def _handle(
         self,

@@ -8,11 +8,9 @@ from typing import Any
 
 from compozy_memory._config.agents import MemoryReference
 from compozy_memory._config.registry import MemoryRegistry
-from compozy_memory._config.schema import MemoryResource
 from compozy_memory._flush.summarizers import Summarizer
 from compozy_memory._manager_base import ManagerBase
 from compozy_memory._metrics import MemoryMetrics
-from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.tokens import TokenCounter
 from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import Fusion
@@ -28,7 +26,7 @@ __all__ = ["SyncMemoryManager"]
 log = logging.getLogger("compozy_memory.manager")
 
 
-class SyncMemoryManager(ManagerBase[SyncMemoryInstance]):
+class SyncMemoryManager(ManagerBase[SyncRedisClient, SyncMemoryInstance]):
     """:class:`~compozy_memory.MemoryManager` for threads: the same memories, keys, policies,
     flushing and session index, handing out :class:`~compozy_memory.SyncMemoryInstance`
     handles on a blocking ``redis.Redis`` or ``redis.cluster.RedisCluster`` client
@@ -66,23 +64,8 @@ class SyncMemoryManager(ManagerBase[SyncMemoryInstance]):
             embedder=embedder,
             fusion=fusion,
         )
-        self.client: SyncRedisClient = client
 
-    def _open(
-        self, keys: InstanceKeys, resource: MemoryResource, counter: TokenCounter, read_only: bool
-    ) -> SyncMemoryInstance:
-        return SyncMemoryInstance(
-            self.client,
-            keys,
-            policy=resource.policy(),
-            counter=counter,
-            read_only=read_only,
-            retry=self.retry,
-            memory_id=resource.id,
-            metrics=self.metrics,
-            embedder=self.embedder,
-            fusion=self.fusion,
-        )
+    _handle_type = SyncMemoryInstance
 
     def start(self) -> None:
         """Load every memory's token encoder, the scripts on every primary and the search

@@ -31,6 +31,7 @@ from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._flush.planner import plan_flush
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._model.limits import MAX_BATCH, MAX_PINNED
+from compozy_memory._model.messages import EncodedMessage
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.flush_support import audit
@@ -177,7 +178,7 @@ async def test_absurd_token_counts_are_refused_and_change_nothing(
         await mem.append({"role": "user", "content": "x", "tokens": tokens})
     # Past the Python checks, the script bounds them too.
     with pytest.raises(InvalidMessageError):
-        await mem.gateway.append([str(tokens), 2, b'{"role":"user","content":"x"}'], "")
+        await mem.gateway.append([EncodedMessage(tokens, 2, b'{"role":"user","content":"x"}')], "")
     health = await mem.health()
     assert health.token_count == 20
     assert len(await mem.read()) == 1

@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 
 from compozy_memory import FlushPlan, ScriptError
+from compozy_memory._model.facts import EncodedFact
 from compozy_memory._model.limits import LUA_CONSTANTS
+from compozy_memory._model.messages import EncodedMessage
 from compozy_memory._store.results_store import ResultGateway
 from compozy_memory._store.sessions import SessionIndex
 from compozy_memory._wire import replies
 from compozy_memory._wire import scripts as scripts_module
-from compozy_memory._wire.contracts import KEY_ORDER, ScriptArg, parse_contract
+from compozy_memory._wire.contracts import KEY_ORDER, parse_contract
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import SCRIPT_NAMES, helpers, library, lua_dir, script
 from compozy_memory._wire.vector_calls import VectorPending
@@ -29,7 +31,7 @@ HEALTH_REPLY += [b"_recalled_len", 0, b"_ixgone_len", 0, b"_facts_len", 0, b"_fa
 HEALTH_REPLY += [b"_ixpost", 0, b"_ixdocs", 0, b"_ttl_ms", -1]
 READ_REPLY = [0, 0, 0, b"42", b"1:k"]
 PENDING = pending_reply()
-TRIPLE: list[ScriptArg] = [3, 2, b'{"role":"user","content":"hi"}']
+TRIPLE = [EncodedMessage(3, 2, b'{"role":"user","content":"hi"}')]
 
 # One call of every gateway method that runs a script, with a reply of the script's shape.
 CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
@@ -71,7 +73,7 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
         ),
         [0, b"42", b"1:k", 0, 0, 0, 0, 0, 0],
     ),
-    "facts_set": (lambda g: g.facts_set([b"name", 5, b"Ada"], 200), [1]),
+    "facts_set": (lambda g: g.facts_set([EncodedFact(b"name", 5, b"Ada")], 200), [1]),
     "facts_delete": (lambda g: g.facts_delete([b"name"]), 1),
     "facts_items": (lambda g: g.facts_items(), [b"name", b"5\tAda"]),
     "result_put": (

@@ -119,19 +119,65 @@ def test_every_module_is_one_room() -> None:
     assert {m: n for m, n in sizes.items() if n > 460} == {}
 
 
+# What makes a script call: a script or its contract, the effect that runs one, the arguments
+# laid out by a contract, or a script command sent to a client. ``library`` (installing the
+# Functions library) and ``ScriptArg`` (a value's type) build no call.
+_CALL_NAMES = {"script", "Script", "ScriptCall", "Contract", "parse_contract", "scripts"}
+_CALL_ATTRIBUTES = {"argv_for", "evalsha", "evalsha_ro", "eval_ro", "fcall", "fcall_ro"}
+_CALL_COMMANDS = {"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"}
+
+
+def script_calls_built(path: Path) -> list[str]:
+    """How ``path`` builds a script call itself, if it does (see ``_CALL_NAMES``)."""
+    found = [
+        f"imports {name}"
+        for target, names in imports(path)
+        if target.startswith("_wire")
+        for name in names
+        if name in _CALL_NAMES
+    ]
+    found += [f"imports {t}" for t, names in imports(path) if t == "_wire.scripts" and not names]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in _CALL_ATTRIBUTES | _CALL_NAMES:
+            found.append(f"uses .{node.attr}")
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and str(node.args[0].value).upper() in _CALL_COMMANDS
+        ):
+            found.append(f"sends {str(node.args[0].value).upper()}")
+    return found
+
+
 def test_only_the_wire_builds_script_calls() -> None:
     """KEYS and ARGV are built in ``_wire`` alone (its gateways): no module elsewhere loads a
-    script or fills a contract's arguments."""
+    script, makes the effect that runs one, fills a contract's arguments or sends a script
+    command itself."""
     problems = [
-        f"{module} imports script from {target}"
+        f"{module} {how}"
         for module, path in modules().items()
         if wing(module) != "_wire"
-        for target, names in imports(path)
-        if target == "_wire.scripts" and "script" in names
-    ]
-    problems += [
-        f"{module} calls argv_for"
-        for module, path in modules().items()
-        if wing(module) != "_wire" and "argv_for(" in path.read_text()
+        for how in script_calls_built(path)
     ]
     assert problems == []
+
+
+def test_the_script_call_check_sees_each_way_of_building_one(tmp_path: Path) -> None:
+    planted = {
+        "from compozy_memory._wire.steps import ScriptCall": "imports ScriptCall",
+        "from compozy_memory._wire.scripts import script": "imports script",
+        "from compozy_memory._wire import scripts": "imports scripts",
+        "import compozy_memory._wire.scripts": "imports _wire.scripts",
+        "args = contract.argv_for(values)": "uses .argv_for",
+        "reply = await client.evalsha(sha, 1, key)": "uses .evalsha",
+        "reply = client.execute_command('FCALL', 'append', 1, key)": "sends FCALL",
+        "from compozy_memory._wire.scripts import ScriptArg, library": None,
+    }
+    for line, expected in planted.items():
+        path = tmp_path / "planted.py"
+        path.write_text(f"async def f(client, contract, values, sha, key):\n    {line}\n")
+        if line.startswith(("from", "import")):
+            path.write_text(line + "\n")
+        found = script_calls_built(path)
+        assert found == ([expected] if expected else []), line

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compozy_memory._config.schema import PROFILES, MemoryResource
-from compozy_memory._flush.planner import plan_flush, tool_groups
+from compozy_memory._flush.planner import plan_flush
 from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._manager import (
     DEFAULT_TOKEN_ALLOCATION,
@@ -16,6 +16,7 @@ from compozy_memory._manager import (
     compression_settings,
     flush_settings,
 )
+from compozy_memory._model.exchanges import exchange_groups
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import FlushPlan, Snapshot
 
@@ -301,7 +302,7 @@ def test_plans_keep_every_rule(
     kept = protected_ids(seen, budget, max_messages)
     assert not removed & kept
     # A tool call and its results are removed together, and the same way, or not at all.
-    groups = tool_groups(messages)
+    groups = exchange_groups(messages)
     for g in set(groups):
         members = {messages[i].id for i, x in enumerate(groups) if x == g}
         assert (
@@ -350,7 +351,7 @@ def test_plans_keep_every_rule(
 
 
 def _whole_group_movable(message_id: int, shown: list[Message], kept: set[int]) -> bool:
-    groups = tool_groups(shown)
+    groups = exchange_groups(shown)
     index = next(i for i, m in enumerate(shown) if m.id == message_id)
     members = [shown[i] for i, g in enumerate(groups) if g == groups[index]]
     answered = {c for m in shown for c in m.tool_result_ids}

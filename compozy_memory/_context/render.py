@@ -20,9 +20,10 @@ go together or not at all).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from compozy_memory._model.exchanges import partnered, result_text
 from compozy_memory._model.messages import Message
 
 __all__ = ["to_anthropic", "to_openai"]
@@ -30,16 +31,6 @@ __all__ = ["to_anthropic", "to_openai"]
 
 def _is_instruction(message: Message) -> bool:
     return message.role in ("system", "developer") or message.content_type == "summary"
-
-
-def _result_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            str(item.get("text", "")) if isinstance(item, dict) else str(item) for item in content
-        )
-    return "" if content is None else json.dumps(content)
 
 
 def _arguments(raw: Any) -> Any:
@@ -115,11 +106,11 @@ def _pair_tools(
         if role == "assistant":
             after = turns[i + 1][1] if i + 1 < len(turns) else []
             answered = {str(b.get("tool_use_id")) for b in after if b.get("type") == "tool_result"}
-            kept, lost = _paired(blocks, "tool_use", "id", answered, seen)
+            kept, lost = partnered(blocks, _id_of("tool_use", "id"), answered, seen)
         else:
             before = out[-1][1] if out and out[-1][0] == "assistant" else []
             calls = {str(b.get("id")) for b in before if b.get("type") == "tool_use"}
-            kept, lost = _paired(blocks, "tool_result", "tool_use_id", calls, set())
+            kept, lost = partnered(blocks, _id_of("tool_result", "tool_use_id"), calls, set())
             # Results first, as the API requires.
             kept.sort(key=lambda b: b.get("type") != "tool_result")
         dropped = dropped or lost
@@ -167,7 +158,7 @@ def _openai_messages(message: Message) -> list[dict[str, Any]]:
                         {
                             "role": "tool",
                             "tool_call_id": str(block.get("tool_use_id")),
-                            "content": _result_text(block.get("content")),
+                            "content": result_text(block.get("content")),
                         }
                     )
                 elif block.get("type") == "text" and str(block.get("text", "")).strip():
@@ -256,11 +247,7 @@ def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
         while j < len(flat) and flat[j]["role"] == "tool":
             answers.setdefault(flat[j]["tool_call_id"], flat[j])
             j += 1
-        unique = []
-        for call in entry["tool_calls"]:
-            if call["id"] in answers and call["id"] not in seen:
-                seen.add(call["id"])
-                unique.append(call)
+        unique, _ = partnered(entry["tool_calls"], lambda call: str(call["id"]), set(answers), seen)
         reply = {k: v for k, v in entry.items() if k != "tool_calls"}
         if unique:
             reply["tool_calls"] = unique
@@ -271,18 +258,6 @@ def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return head + body
 
 
-def _paired(
-    blocks: list[dict[str, Any]], kind: str, id_key: str, partners: set[str], seen: set[str]
-) -> tuple[list[dict[str, Any]], bool]:
-    """``blocks`` without the ``kind`` blocks whose id has no partner (or came already);
-    and whether any was dropped."""
-    kept, dropped = [], False
-    for block in blocks:
-        if block.get("type") == kind:
-            call_id = str(block.get(id_key))
-            if call_id not in partners or call_id in seen:
-                dropped = True
-                continue
-            seen.add(call_id)
-        kept.append(block)
-    return kept, dropped
+def _id_of(kind: str, id_key: str) -> Callable[[dict[str, Any]], str | None]:
+    """The call id of a ``kind`` block (None for a block of another type)."""
+    return lambda block: str(block.get(id_key)) if block.get("type") == kind else None

@@ -34,6 +34,7 @@ from compozy_memory._flush.salience import (
     split_sentences,
 )
 from compozy_memory._flush.summarizers import fit_text
+from compozy_memory._model.exchanges import answered_ids
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import Summary
 from compozy_memory._model.tokens import TokenCounter
@@ -126,12 +127,11 @@ _DAY_MARK_TOKENS = 7  # "[2023-05-08] "
 
 async def _units(messages: Sequence[Message]) -> list[_Unit]:
     names: set[str] = set()
-    answered: set[str] = set()
     for message in messages:
         if message.name:
             names.add(message.name.lower())
             names.update(analyze(message.name))
-        answered.update(message.tool_result_ids)
+    answered = answered_ids(messages)
     name_set = frozenset(names)
     units: list[_Unit] = []
     tool_names: dict[str, str] = {}

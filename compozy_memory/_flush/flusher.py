@@ -21,11 +21,10 @@ of an async handle and run on the summarizers' loop for a sync one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
@@ -48,9 +47,9 @@ from compozy_memory._model.results import (
 )
 from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, count_message
 from compozy_memory._store.indexer import Indexer
-from compozy_memory._wire.background import TaskTrigger, ThreadTrigger, run_coroutine
+from compozy_memory._wire.background import Backgrounded, Debounced, run_coroutine
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory._wire.steps import Steps, drive, is_sync, op
+from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import (
     CompozyMemoryError,
     ConflictError,
@@ -65,7 +64,7 @@ __all__ = ["Flusher"]
 log = logging.getLogger("compozy_memory.flush")
 
 
-class Flusher:
+class Flusher(Backgrounded):
     """Flushes one memory; the manager attaches it with ``MemoryInstance.attach_flusher``."""
 
     def __init__(
@@ -116,10 +115,9 @@ class Flusher:
         self._hits = self.metrics.flush_optimization_hits.labels(memory=name)
         self._log = {"memory": name, "key": gateway.name}
         self._quiet_until = 0.0
-        self._trigger: TaskTrigger | ThreadTrigger = (
-            ThreadTrigger(self._flush_sync, self.debounce)
-            if is_sync(gateway.transport)
-            else TaskTrigger(self._flush_async, self.debounce)
+        # flush looked up at each run, so a wrapper set on the instance is the one run
+        self._job = Debounced.of_steps(
+            lambda: self.flush(), gateway.transport, self.debounce, failed=self._failed
         )
 
     @property
@@ -170,35 +168,15 @@ class Flusher:
 
     def schedule(self) -> None:
         """Start a background flush soon, unless one is already running (then run once more)."""
-        self._trigger.fire()
+        self._job.fire()
 
-    async def wait_idle(self) -> None:
-        """Wait for the background flush, if any (for shutdown and tests)."""
-        if isinstance(self._trigger, TaskTrigger):
-            await self._trigger.wait_idle()
-
-    def wait_idle_sync(self, timeout: float | None = None) -> bool:
-        """:meth:`wait_idle` for a sync handle's flusher; False if ``timeout`` passed."""
-        return not isinstance(self._trigger, ThreadTrigger) or self._trigger.wait_idle(timeout)
-
-    async def _flush_async(self) -> None:
-        with self._reported():
-            await self.flush()
-
-    def _flush_sync(self) -> None:
-        with self._reported():
-            drive(self.flush(), self.transport)
-
-    @contextlib.contextmanager
-    def _reported(self) -> Iterator[None]:
+    def _failed(self, exc: CompozyMemoryError) -> None:
         """A background flush's failure is logged: nobody waits for it."""
-        try:
-            yield
-        except LockLostError:
+        if isinstance(exc, LockLostError):
             log.warning(
                 "flush of %s stopped: the lease was lost", self.gateway.name, extra=self._log
             )
-        except CompozyMemoryError:
+        else:
             log.exception("background flush of %s failed", self.gateway.name, extra=self._log)
 
     def _over_count(self, result: AppendResult) -> bool:

@@ -5,8 +5,9 @@ Rules, in order:
 1. Nothing is touched that is priority 0, or the newest user turn, or the messages after it
    while they fit half the budget (and, with ``max_messages``, while they are at most half
    of it; a bounded snapshot does not reach them).
-2. A tool call and its results move together: they are summarised or evicted as one unit,
-   or not at all; a call whose result is not in the snapshot stays.
+2. A tool call and its results move together (:mod:`compozy_memory._model.exchanges`): they
+   are summarised or evicted as one unit, or not at all; a call whose result is not in the
+   snapshot stays.
 3. Priority blocks over their limit lose their oldest messages to the archive, lowest
    priority first, down to priority 2: as the specification says, priority eviction never
    removes priority 0 (critical) or 1 (important); limits given for them are ignored here.
@@ -29,51 +30,30 @@ import math
 from collections.abc import Sequence
 
 from compozy_memory._flush.settings import FlushSettings
+from compozy_memory._model.exchanges import exchange_groups, pending_calls
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import FlushPlan, Snapshot, Tier
 
-__all__ = ["EVICTABLE_PRIORITY", "plan_flush", "tool_groups"]
+__all__ = ["EVICTABLE_PRIORITY", "plan_flush"]
 
 #: Priority eviction removes messages of this priority and above only (the specification's
 #: ``for priority := max; priority >= 2; priority--``): 0 is critical, 1 important.
 EVICTABLE_PRIORITY = 2
 
 
-def tool_groups(messages: Sequence[Message]) -> list[int]:
-    """A group number per message: a tool call and its results share one (union-find)."""
-    parent = list(range(len(messages)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    caller: dict[str, int] = {}
-    for i, message in enumerate(messages):
-        for call_id in message.tool_use_ids:
-            caller[call_id] = i
-    for i, message in enumerate(messages):
-        for call_id in message.tool_result_ids:
-            if call_id in caller:
-                parent[find(i)] = find(caller[call_id])
-    return [find(i) for i in range(len(messages))]
-
-
 def plan_flush(snapshot: Snapshot, settings: FlushSettings) -> FlushPlan:
     """The plan for ``snapshot``; an empty plan when nothing is due."""
     messages = snapshot.messages
     tokens = [m.tokens or 0 for m in messages]
-    groups = tool_groups(messages)
+    groups = exchange_groups(messages)
     members: dict[int, list[int]] = {}
     for i, g in enumerate(groups):
         members.setdefault(g, []).append(i)
     protected = _protected(messages, tokens, settings, complete=snapshot.complete)
     # A call whose result is not in sight (pending, or past a bounded snapshot) stays, or
     # its result would arrive without it.
-    answered = {call_id for m in messages for call_id in m.tool_result_ids}
-    for i, message in enumerate(messages):
-        if any(call_id not in answered for call_id in message.tool_use_ids):
+    for i, unanswered in enumerate(pending_calls(messages)):
+        if unanswered:
             protected[i] = True
     # A group is movable only if none of its members is protected.
     movable = [not any(protected[j] for j in members[groups[i]]) for i in range(len(messages))]

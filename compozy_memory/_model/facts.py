@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from compozy_memory._model.limits import MAX_FACT_KEY, MAX_FACT_VALUE
 from compozy_memory._model.messages import Message
@@ -29,6 +30,7 @@ from compozy_memory.errors import InvalidMessageError, UsageError
 
 __all__ = [
     "FACTS_HEADING",
+    "EncodedFact",
     "check_fact",
     "fact_line",
     "facts_message",
@@ -38,6 +40,16 @@ __all__ = [
 ]
 
 FACTS_HEADING = "Known facts:"
+
+
+class EncodedFact(NamedTuple):
+    """A fact ready to store, as ``lua/facts_set.lua`` takes it (checked by
+    :func:`check_fact`, its line counted by :func:`line_tokens`); only the gateway lays it out
+    as script arguments."""
+
+    key: bytes
+    tokens: int
+    value: bytes
 
 
 # Every character that breaks a line or steers a terminal: the C0 and C1 controls, DEL, and

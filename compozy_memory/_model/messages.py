@@ -23,7 +23,7 @@ could not be stored as UTF-8.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -39,7 +39,7 @@ from pydantic_core import PydanticSerializationError
 from compozy_memory._model.limits import MAX_MESSAGE_TOKENS, MAX_PRIORITY
 from compozy_memory.errors import InvalidMessageError
 
-__all__ = ["MAX_PRIORITY", "Message", "Role", "encode_body", "id_ranges"]
+__all__ = ["MAX_PRIORITY", "EncodedMessage", "Message", "Role", "encode_body", "id_ranges"]
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
@@ -195,6 +195,18 @@ def id_ranges(ids: Any) -> list[tuple[int, int]]:
         else:
             merged.append((first, last))
     return merged
+
+
+class EncodedMessage(NamedTuple):
+    """A message ready to store: what the append and replace scripts take for each message.
+    The store builds these; only the gateway lays them out as script arguments."""
+
+    #: Its token count (the counter's, or the one the caller gave).
+    tokens: int
+    #: Its priority (the message's, or its content type's under the policy).
+    priority: int
+    #: :func:`encode_body` of it.
+    body: bytes
 
 
 def encode_body(message: Message) -> bytes:

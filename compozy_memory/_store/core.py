@@ -22,7 +22,7 @@ from compozy_memory import _telemetry
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import MOVE_STEP
-from compozy_memory._model.messages import Message
+from compozy_memory._model.messages import EncodedMessage, Message
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     AppendResult,
@@ -53,7 +53,6 @@ from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.eviction import eviction_policy, eviction_warning
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.steps import Op, Steps
 from compozy_memory.errors import (
     ConcurrentChangeError,
@@ -378,7 +377,7 @@ class MemoryCore(ContextReads):
         if self.vector_ops is not None:
             self.vector_ops.notice()
 
-    def _encode(self, messages: Iterable[MessageInput]) -> Steps[list[ScriptArg]]:
+    def _encode(self, messages: Iterable[MessageInput]) -> Steps[list[EncodedMessage]]:
         return encode_messages(messages, self.policy, self.counter, self.key)
 
 

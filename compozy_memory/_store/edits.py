@@ -19,10 +19,10 @@ same loop.
 from __future__ import annotations
 
 from compozy_memory._model.limits import MOVE_STEP
+from compozy_memory._model.messages import EncodedMessage
 from compozy_memory._model.results import AppendResult, TrimResult
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import (
     ConcurrentChangeError,
@@ -69,14 +69,14 @@ def trim_oldest(
 def replace_live(
     gateway: MemoryGateway,
     indexer: Indexer,
-    messages: list[ScriptArg],
+    messages: list[EncodedMessage],
     *,
     if_last_id: int | None,
     if_incarnation: str,
     if_version: str | None,
     token: str,
 ) -> Steps[AppendResult]:
-    """Swap the live messages for ``messages`` (encoded triples), archiving the old ones."""
+    """Swap the live messages for ``messages``, archiving the old ones."""
     for _ in range(MOVE_RETRIES):
         try:
             return (

@@ -12,11 +12,10 @@ from datetime import timedelta
 from typing import Any
 
 from compozy_memory._model.limits import MAX_BATCH, MAX_DEDUPE_KEY, MAX_MESSAGE_TOKENS
-from compozy_memory._model.messages import Message, encode_body
+from compozy_memory._model.messages import EncodedMessage, Message, encode_body
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, message_texts
 from compozy_memory._store.counting import Count
-from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import InvalidMessageError, MessageTooLargeError, UsageError
 
@@ -27,15 +26,15 @@ MessageInput = Message | Mapping[str, Any]
 
 def encode_messages(
     messages: Iterable[MessageInput], policy: MemoryPolicy, counter: TokenCounter, key: str
-) -> Steps[list[ScriptArg]]:
-    """Validate, count and serialise every message before anything is sent: flat
-    (tokens, priority, body) triples, as the append and replace scripts take them. Texts
+) -> Steps[list[EncodedMessage]]:
+    """Validate, count and serialise every message before anything is sent, as the append
+    and replace scripts take them. Texts
     are counted with the rest of the event loop's iteration, off the loop, or at once in a
     sync caller's thread (:mod:`compozy_memory._store.counting`)."""
     prepared = _prepare(messages, key)
     texts = [text for item in prepared for text in item.texts]
     counted = iter((yield Count(counter, texts)) if texts else ())
-    args: list[ScriptArg] = []
+    encoded: list[EncodedMessage] = []
     for position, item in enumerate(prepared, start=1):
         tokens = item.message.tokens
         if tokens is None:
@@ -54,8 +53,8 @@ def encode_messages(
             if message.priority is not None
             else policy.priority_of(message.content_type)
         )
-        args += [tokens, priority, item.body]
-    return args
+        encoded.append(EncodedMessage(tokens, priority, item.body))
+    return encoded
 
 
 @dataclass(frozen=True, slots=True)

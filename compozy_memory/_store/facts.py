@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from compozy_memory._model.facts import check_fact, header_tokens, line_tokens
+from compozy_memory._model.facts import EncodedFact, check_fact, header_tokens, line_tokens
 from compozy_memory._model.limits import MAX_FACTS_PER_CALL
 from compozy_memory._store.handle import Handle
-from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import InvalidMessageError, ReadOnlyMemoryError, UsageError
 
@@ -60,12 +59,13 @@ class Facts:
             raise UsageError("facts.set needs at least one fact", key=memory.key)
         if len(pairs) > MAX_FACTS_PER_CALL:
             raise UsageError(f"at most {MAX_FACTS_PER_CALL} facts go in one call", key=memory.key)
-        args: list[ScriptArg] = []
+        encoded: list[EncodedFact] = []
         for k, v in pairs.items():
             raw_key, raw_value = check_fact(k, v, where=memory.key)
             text_key, text_value = raw_key.decode(), raw_value.decode()
-            args += [raw_key, line_tokens(text_key, text_value, memory.counter), raw_value]
-        _, evicted = yield from memory.gateway.facts_set(args, memory.policy.facts_max)
+            tokens = line_tokens(text_key, text_value, memory.counter)
+            encoded.append(EncodedFact(raw_key, tokens, raw_value))
+        _, evicted = yield from memory.gateway.facts_set(encoded, memory.policy.facts_max)
         return evicted
 
     @op

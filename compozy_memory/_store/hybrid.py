@@ -71,21 +71,10 @@ def fused_ranking(
     return Ranking(top_k(fuse(bm25, dense, exists, fusion), limit), found.unindexed, True)
 
 
-def fused_hits(
-    gateway: MemoryGateway,
-    embedder: Embedder,
-    fusion: Fusion,
-    query: str,
-    terms: Sequence[str],
-    *,
-    limit: int,
-    since_id: int = 0,
-    kinds: Sequence[int] = (),
-) -> Steps[Hits]:
-    """:func:`fused_ranking`'s documents as hits, with the turns next to them."""
-    ranking = yield from fused_ranking(
-        gateway, embedder, fusion, query, terms, limit=limit, since_id=since_id, kinds=kinds
-    )
+def fused_hits(gateway: MemoryGateway, ranked: Steps[Ranking]) -> Steps[Hits]:
+    """The documents of a ranking (the steps of :func:`fused_ranking`) as hits, with the
+    turns next to them."""
+    ranking = yield from ranked
     scores = dict(ranking.best)
     fetched = yield from gateway.search_fetch([doc_id for doc_id, _ in ranking.best])
     out = Hits(

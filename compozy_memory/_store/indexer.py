@@ -36,10 +36,10 @@ from compozy_memory._model.limits import (
 from compozy_memory._model.messages import Message
 from compozy_memory._search.analysis import ANALYZER_VERSION
 from compozy_memory._search.documents import document, document_terms
-from compozy_memory._wire.background import TaskTrigger, ThreadTrigger
+from compozy_memory._wire.background import Backgrounded, Debounced
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.replies import IndexPending
-from compozy_memory._wire.steps import Offload, Steps, drive, is_sync, op
+from compozy_memory._wire.steps import Offload, Steps, op
 from compozy_memory.errors import CompozyMemoryError, ConflictError
 
 __all__ = ["IndexProgress", "Indexer"]
@@ -67,7 +67,7 @@ class IndexProgress:
     unindexed: int
 
 
-class Indexer:
+class Indexer(Backgrounded):
     """Keeps one memory's index caught up; a :class:`~compozy_memory.MemoryInstance` owns one.
 
     :meth:`catch_up` and :meth:`compact` are steps: ``await`` them on an async handle's
@@ -91,10 +91,8 @@ class Indexer:
         self.background = background
         #: A write of this handle has left messages the index has not seen.
         self.dirty = False
-        self._trigger: TaskTrigger | ThreadTrigger = (
-            ThreadTrigger(self._catch_up_sync, debounce)
-            if is_sync(gateway.transport)
-            else TaskTrigger(self._catch_up_async, debounce)
+        self._job = Debounced.of_steps(
+            lambda: self.catch_up(), gateway.transport, debounce, failed=self._failed
         )
         self._lag = self.metrics.index_lag.labels(memory=name)
         self._unindexed = self.metrics.index_unindexed.labels(memory=name)
@@ -110,28 +108,11 @@ class Indexer:
         self.dirty = True
         if not self.background or self.gateway.read_only:
             return
-        self._trigger.fire()
+        self._job.fire()
 
-    async def wait_idle(self) -> None:
-        """Wait for the background catch-up, if any (for shutdown and tests)."""
-        if isinstance(self._trigger, TaskTrigger):
-            await self._trigger.wait_idle()
-
-    def wait_idle_sync(self, timeout: float | None = None) -> bool:
-        """:meth:`wait_idle` for a sync handle's indexer; False if ``timeout`` passed."""
-        return not isinstance(self._trigger, ThreadTrigger) or self._trigger.wait_idle(timeout)
-
-    async def _catch_up_async(self) -> None:
-        try:
-            await self.catch_up()
-        except CompozyMemoryError:
-            log.exception("indexing %s failed", self.gateway.name, extra={"memory": self.name})
-
-    def _catch_up_sync(self) -> None:
-        try:
-            drive(self.catch_up(), self.transport)
-        except CompozyMemoryError:
-            log.exception("indexing %s failed", self.gateway.name, extra={"memory": self.name})
+    def _failed(self, exc: CompozyMemoryError) -> None:
+        """A background catch-up's failure: logged, the next write tries again."""
+        log.exception("indexing %s failed", self.gateway.name, extra={"memory": self.name})
 
     # -- steps ------------------------------------------------------------------------------
 

@@ -10,15 +10,16 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from compozy_memory._model.exchanges import result_text
 from compozy_memory._model.limits import MAX_RESULT_PINS
 from compozy_memory._model.messages import Message
 from compozy_memory._model.tokens import count_message
 from compozy_memory._store.encoding import MessageInput
 from compozy_memory._store.handle import Handle
 from compozy_memory._store.results_store import Namespace
-from compozy_memory._wire.background import TaskTrigger, ThreadTrigger
+from compozy_memory._wire.background import Debounced
 from compozy_memory._wire.retry import no_retries
-from compozy_memory._wire.steps import Steps, adrive, drive, is_sync
+from compozy_memory._wire.steps import Steps, adrive
 from compozy_memory.errors import CompozyMemoryError, InvalidMessageError, MessageTooLargeError
 
 __all__ = ["PinKeeper", "clear_releasing_pins", "offloaded"]
@@ -59,7 +60,7 @@ def _stub(memory: Handle, message: Message, namespace: Namespace) -> Steps[Messa
         payload = json.dumps(message.content, ensure_ascii=False, separators=(",", ":"))
         kind = "json"
         preview = "\n".join(
-            _result_text(b.get("content"))
+            result_text(b.get("content"))
             if b.get("type") == "tool_result"
             else str(b.get("text", ""))
             for b in message.content
@@ -134,14 +135,6 @@ def _stub_message(message: Message, stub: str, ref: object, memory: Handle) -> M
 _STUB_SHAPES = ((5, 160), (3, 120), (2, 80), (1, 60), (0, 0))
 
 
-def _result_text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(c.get("text", "")) if isinstance(c, dict) else str(c) for c in content)
-    return "" if content is None else json.dumps(content)
-
-
 def clear_releasing_pins(memory: Handle) -> Steps[int]:
     """Clear ``memory``, then release the results it pinned, each as many times as this
     memory pinned it (the clear script returns them from the memory's own record, so only
@@ -169,12 +162,7 @@ class PinKeeper:
     def __init__(self, memory: Handle) -> None:
         self._memory = memory
         self._due = 0.0
-        transport = memory.gateway.transport
-        self._trigger: TaskTrigger | ThreadTrigger = (
-            ThreadTrigger(lambda: drive(self._renewing(), transport), 0.0)
-            if is_sync(transport)
-            else TaskTrigger(lambda: adrive(self._renewing(), transport), 0.0)
-        )
+        self._job = Debounced.of_steps(self._renewing, memory.gateway.transport, 0.0)
 
     def notice(self) -> None:
         """After a write of this handle: renew the pinned results if half a TTL went by."""
@@ -182,7 +170,7 @@ class PinKeeper:
         if not ttl_ms or self._memory.read_only or time.monotonic() < self._due:
             return
         self._due = time.monotonic() + ttl_ms / 2000
-        self._trigger.fire()
+        self._job.fire()
 
     async def renew(self, ttl_ms: int) -> int:
         """Give every result this memory pins its TTL again; returns how many it renewed.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from compozy_memory import _telemetry
+from compozy_memory._model.exchanges import whole_exchanges
 from compozy_memory._model.limits import (
     MAX_RECALL_IDS,
     MAX_SEARCH_LIMIT,
@@ -25,7 +26,7 @@ from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.facts import Facts
 from compozy_memory._store.hybrid import fused_hits, fused_ranking
 from compozy_memory._store.indexer import Indexer
-from compozy_memory._store.selection import query_terms, whole_tool_exchanges
+from compozy_memory._store.selection import query_terms
 from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
@@ -110,7 +111,7 @@ class ContextReads:
             hits=hits,
             facts_header=self.fact_ops.header_tokens,
         )
-        recalled = whole_tool_exchanges(layers.recalled)
+        recalled = whole_exchanges(layers.recalled)
         return ContextLayers(
             layers.pinned, layers.summaries, recalled, layers.backfill, layers.window, layers.facts
         )
@@ -138,7 +139,7 @@ class ContextReads:
                 self.gateway.search(terms, limit=limit, since_id=since_id or 0, kinds=kinds)
             )
         else:
-            searching = fused_hits(
+            ranked = fused_ranking(
                 self.gateway,
                 self.embedder,
                 self.fusion,
@@ -148,6 +149,7 @@ class ContextReads:
                 since_id=since_id or 0,
                 kinds=kinds,
             )
+            searching = fused_hits(self.gateway, ranked)
         if _telemetry.capturing():  # opt-in: the query goes on the span
             with _telemetry.content(query=query):
                 return (yield from searching)

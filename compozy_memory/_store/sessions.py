@@ -49,7 +49,7 @@ from typing import Any
 from compozy_memory._model.keys import validate_project
 from compozy_memory._model.results import AppendResult
 from compozy_memory._store.handle import Handle
-from compozy_memory._wire.background import TaskTrigger, ThreadTrigger
+from compozy_memory._wire.background import Debounced
 from compozy_memory._wire.connection import sync_twin, transport_for
 from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.session_gateway import SessionGateway, Touch
@@ -135,10 +135,12 @@ class SessionIndex:
         # manager notice at once: the lock keeps the buckets whole)
         self._pending: dict[str | None, dict[str, Touch]] = {}
         self._lock = threading.Lock()
-        self._trigger: TaskTrigger | ThreadTrigger = (
-            ThreadTrigger(self._drain_sync, 0.0)
-            if is_sync(transport)
-            else TaskTrigger(self._drain_async, 0.0)
+        # The drain reads self.transport when it runs (a test may swap it): not of_steps.
+        self._job = Debounced(
+            sync=is_sync(transport),
+            work_async=self._drain_async,
+            work_sync=self._drain_sync,
+            debounce=0.0,
         )
         self._twin: SessionIndex | None = None
 
@@ -217,12 +219,11 @@ class SessionIndex:
 
     async def flushed(self) -> None:
         """Wait until every entry noticed so far has been sent (or given up)."""
-        if isinstance(self._trigger, TaskTrigger):
-            await self._trigger.wait_idle()
+        await self._job.wait_idle()
 
     def flushed_sync(self, timeout: float | None = None) -> bool:
         """:meth:`flushed` for an index on a blocking client; False if ``timeout`` passed."""
-        return not isinstance(self._trigger, ThreadTrigger) or self._trigger.wait_idle(timeout)
+        return self._job.wait_idle_sync(timeout)
 
     def _record(self, agent: str | None, touch: Touch) -> None:
         with self._lock:
@@ -234,7 +235,7 @@ class SessionIndex:
                 bucket[touch.session] = touch
 
     def _start(self) -> None:
-        self._trigger.fire()
+        self._job.fire()
 
     async def _drain_async(self) -> None:
         await adrive(self._drain(), self.transport)

@@ -10,9 +10,9 @@ the loop for the call, as any blocking client does). The methods are documented 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
@@ -34,17 +34,25 @@ from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.core import MemoryCore, MessageInput
 from compozy_memory._store.facts import Facts
-from compozy_memory._store.indexer import Indexer, IndexProgress
-from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
-from compozy_memory._store.vectors import Vectorizer, VectorProgress
+from compozy_memory._store.indexer import Indexer
+from compozy_memory._store.results_store import Namespace, ResultStore
+from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.client_calls import SyncRedisClient
 from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.steps import Op, Steps
+from compozy_memory._wire.steps import Op, Steps, blocking
 from compozy_memory._wire.sync_transport import SyncTransport
 
-__all__ = ["SyncFacts", "SyncIndexer", "SyncMemoryInstance", "SyncResults", "SyncVectorizer"]
+__all__ = [
+    "SyncFacts",
+    "SyncIndexer",
+    "SyncMemoryInstance",
+    "SyncPart",
+    "SyncResults",
+    "SyncVectorizer",
+]
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 class SyncMemoryInstance(MemoryCore):
@@ -270,110 +278,63 @@ class SyncMemoryInstance(MemoryCore):
         return self._run(self._health())
 
 
-class SyncFacts:
-    """A sync handle's session facts (:class:`~compozy_memory.Facts`), returning results."""
+class SyncPart(Generic[A]):
+    """A part of a sync handle: the async part's steps run to their results in the caller's
+    thread (:func:`~compozy_memory._wire.steps.blocking`)."""
 
-    def __init__(self, facts: Facts, transport: SyncTransport) -> None:
-        self._facts = facts
+    def __init__(self, part: A, transport: SyncTransport) -> None:
+        #: The async part (its steps and state).
+        self.part = part
         self._transport = transport
 
-    def set(
-        self, key: str | Mapping[str, str] | None = None, value: str | None = None, /, **more: str
-    ) -> list[str]:
-        """Set one fact or many, atomically; returns the keys the cap evicted."""
-        return self._transport.drive(self._facts.set(key, value, **more))
 
-    def get(self, key: str) -> str | None:
-        return self._transport.drive(self._facts.get(key))
+class SyncFacts(SyncPart[Facts]):
+    """A sync handle's session facts (:class:`~compozy_memory.Facts`), returning results."""
 
-    def delete(self, *keys: str) -> int:
-        """Remove facts; returns how many existed."""
-        return self._transport.drive(self._facts.delete(*keys))
-
-    def items(self) -> list[tuple[str, str]]:
-        """Every fact as (key, value), least recently set first."""
-        return self._transport.drive(self._facts.items())
+    set = blocking(Facts.set, "part")
+    get = blocking(Facts.get, "part")
+    delete = blocking(Facts.delete, "part")
+    items = blocking(Facts.items, "part")
 
 
-class SyncResults:
+class SyncResults(SyncPart[ResultStore]):
     """A sync handle's result store (:class:`~compozy_memory.ResultStore`), returning
     results."""
 
-    def __init__(self, store: ResultStore, transport: SyncTransport) -> None:
-        self.store = store
-        self._transport = transport
-
-    def store_result(
-        self,
-        data: bytes | str,
-        *,
-        namespace: Namespace,
-        ttl: timedelta | None = None,
-        kind: str | None = None,
-        pin: bool = False,
-        pin_ttl: timedelta | None = None,
-    ) -> DataRef:
-        """Store ``data`` in ``namespace`` (:meth:`ResultStore.store_result`)."""
-        op = self.store.store_result(
-            data, namespace=namespace, ttl=ttl, kind=kind, pin=pin, pin_ttl=pin_ttl
-        )
-        return self._transport.drive(op)
-
-    def load_result(self, ref: DataRef | str) -> bytes:
-        """The bytes ``ref`` names, checked against its SHA-256."""
-        return self._transport.drive(self.store.load_result(ref))
-
-    def load_slice(self, ref: DataRef | str, start: int, length: int) -> bytes:
-        return self._transport.drive(self.store.load_slice(ref, start, length))
-
-    def release(self, ref: DataRef) -> int:
-        """One message fewer points at ``ref``; returns the count left."""
-        return self._transport.drive(self.store.release(ref))
+    store_result = blocking(ResultStore.store_result, "part")
+    load_result = blocking(ResultStore.load_result, "part")
+    load_slice = blocking(ResultStore.load_slice, "part")
+    release = blocking(ResultStore.release, "part")
 
 
-class SyncIndexer:
+class SyncIndexer(SyncPart[Indexer]):
     """A sync handle's indexer (:class:`~compozy_memory.Indexer`), returning results."""
 
-    def __init__(self, indexer: Indexer, transport: SyncTransport) -> None:
-        self.indexer = indexer
-        self._transport = transport
+    catch_up = blocking(Indexer.catch_up, "part")
+    compact = blocking(Indexer.compact, "part")
 
     @property
     def dirty(self) -> bool:
-        return self.indexer.dirty
-
-    def catch_up(self, *, max_steps: int | None = None) -> IndexProgress:
-        """Index what is waiting, in this thread (:meth:`Indexer.catch_up`)."""
-        return self._transport.drive(self.indexer.catch_up(max_steps=max_steps))
-
-    def compact(self) -> int:
-        return self._transport.drive(self.indexer.compact())
+        return self.part.dirty
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait for the background catch-up, if any; False if ``timeout`` passed first."""
-        return self.indexer.wait_idle_sync(timeout)
+        return self.part.wait_idle_sync(timeout)
 
 
-class SyncVectorizer:
+class SyncVectorizer(SyncPart[Vectorizer]):
     """A sync handle's vectorizer (:class:`~compozy_memory.Vectorizer`), returning results."""
 
-    def __init__(self, vectors: Vectorizer, transport: SyncTransport) -> None:
-        self.vectors = vectors
-        self._transport = transport
+    catch_up = blocking(Vectorizer.catch_up, "part")
 
     @property
     def dirty(self) -> bool:
-        return self.vectors.dirty
+        return self.part.dirty
 
     @property
     def model(self) -> str:
-        return self.vectors.model
-
-    def catch_up(self, *, max_steps: int | None = None) -> VectorProgress:
-        """Embed what the index holds without a vector, in this thread
-        (:meth:`Vectorizer.catch_up`)."""
-        return self._transport.drive(self.vectors.catch_up(max_steps=max_steps))
+        return self.part.model
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait for the background catch-up, if any; False if ``timeout`` passed first."""
-        return self.vectors.wait_idle_sync(timeout)
+        return self.part.wait_idle_sync(timeout)

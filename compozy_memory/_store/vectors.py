@@ -28,7 +28,7 @@ from compozy_memory._model.limits import (
 )
 from compozy_memory._search.dense import VECTOR_FORMAT, Embedder, dense_text, embed_all
 from compozy_memory._store.indexer import Indexer
-from compozy_memory._wire.background import Debounced, run_coroutine
+from compozy_memory._wire.background import Backgrounded, Debounced, run_coroutine
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps, drive, is_sync, op
 from compozy_memory._wire.vector_calls import VectorPending
@@ -92,7 +92,7 @@ def speakers(names: frozenset[str] | set[str]) -> list[str]:
     return sorted(n for n in names if n and "\t" not in n and len(n.encode()) <= MAX_TERM_BYTES)
 
 
-class Vectorizer:
+class Vectorizer(Backgrounded):
     """Keeps one memory's vectors caught up; a memory handle configured with an embedder owns
     one (``memory.vectors``).
 
@@ -148,14 +148,6 @@ class Vectorizer:
         if not self.background or self.gateway.read_only:
             return
         self._job.fire()
-
-    async def wait_idle(self) -> None:
-        """Wait for the background catch-up, if any (for shutdown and tests)."""
-        await self._job.wait_idle()
-
-    def wait_idle_sync(self, timeout: float | None = None) -> bool:
-        """:meth:`wait_idle` for a sync handle's vectorizer; False if ``timeout`` passed."""
-        return self._job.wait_idle_sync(timeout)
 
     async def _catch_up_async(self) -> None:
         await self.indexer.wait_idle()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import heapq
+import inspect
 import itertools
 import logging
 import os
@@ -29,8 +30,12 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
+from compozy_memory._wire.steps import Op, Steps, adrive, drive, is_sync
+from compozy_memory.errors import CompozyMemoryError
+
 __all__ = [
     "BACKGROUND_THREADS",
+    "Backgrounded",
     "Debounced",
     "TaskTrigger",
     "ThreadTrigger",
@@ -130,7 +135,8 @@ _IDLE, _DUE, _RUNNING, _AGAIN = range(4)
 
 class Debounced:
     """A handle's background job of either kind: ``work_sync`` on a thread when ``sync``,
-    ``work_async`` in a task otherwise; both waits answer at once for the other kind."""
+    ``work_async`` in a task otherwise; both waits answer at once for the other kind.
+    :meth:`of_steps` makes the usual one, the same steps run on either transport."""
 
     def __init__(
         self,
@@ -144,6 +150,41 @@ class Debounced:
             ThreadTrigger(work_sync, debounce) if sync else TaskTrigger(work_async, debounce)
         )
 
+    @classmethod
+    def of_steps(
+        cls,
+        steps: Callable[[], Steps[Any] | Op[Any]],
+        transport: Any,
+        debounce: float,
+        *,
+        failed: Callable[[CompozyMemoryError], None] | None = None,
+    ) -> Debounced:
+        """The job that runs ``steps()`` on ``transport`` (a task of its loop, or a background
+        thread for a sync one), called anew for each run; a library error goes to
+        ``failed`` (nobody waits for a background job: it logs), or is raised without it."""
+
+        def work_sync() -> None:
+            try:
+                drive(steps(), transport)
+            except CompozyMemoryError as exc:
+                if failed is None:
+                    raise
+                failed(exc)
+
+        async def work_async() -> None:
+            made = steps()
+            try:
+                # An Op is awaited as itself, as is a coroutine standing in for the steps.
+                await (made if inspect.isawaitable(made) else adrive(made, transport))
+            except CompozyMemoryError as exc:
+                if failed is None:
+                    raise
+                failed(exc)
+
+        return cls(
+            sync=is_sync(transport), work_async=work_async, work_sync=work_sync, debounce=debounce
+        )
+
     def fire(self) -> None:
         self.trigger.fire()
 
@@ -153,6 +194,21 @@ class Debounced:
 
     def wait_idle_sync(self, timeout: float | None = None) -> bool:
         return not isinstance(self.trigger, ThreadTrigger) or self.trigger.wait_idle(timeout)
+
+
+class Backgrounded:
+    """A part of a handle that works in the background after writes (the indexer, the vector
+    step, the flusher): its :class:`Debounced` job, and the waits for it."""
+
+    _job: Debounced
+
+    async def wait_idle(self) -> None:
+        """Wait for the background work, if any (for shutdown and tests)."""
+        await self._job.wait_idle()
+
+    def wait_idle_sync(self, timeout: float | None = None) -> bool:
+        """:meth:`wait_idle` for a sync handle's part; False if ``timeout`` passed."""
+        return self._job.wait_idle_sync(timeout)
 
 
 class _Pool:

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from compozy_memory._model.facts import parse_stored
+from compozy_memory._model.facts import EncodedFact, parse_stored
 from compozy_memory._model.limits import MAX_READ
-from compozy_memory._model.messages import Message
+from compozy_memory._model.messages import EncodedMessage, Message
 from compozy_memory._model.results import (
     AppendResult,
     ContextLayers,
@@ -37,10 +37,16 @@ from compozy_memory._wire.transport import ScriptTransport
 from compozy_memory._wire.vector_calls import VectorCalls
 from compozy_memory.errors import ReplicationError
 
-__all__ = ["MemoryGateway", "ScriptTransport"]
+__all__ = ["MemoryGateway", "ScriptTransport", "message_args"]
 
 # Snapshots parse this many messages between pauses (turns of the event loop).
 _PARSE_CHUNK = 64
+
+
+def message_args(messages: Sequence[EncodedMessage]) -> list[ScriptArg]:
+    """``messages`` as the append and replace scripts' trailing ARGV: ``tokens priority body``
+    for each, in order (their headers' ``messages...``)."""
+    return [value for message in messages for value in message]
 
 
 class MemoryGateway(MaintenanceCalls, VectorCalls):
@@ -49,8 +55,7 @@ class MemoryGateway(MaintenanceCalls, VectorCalls):
     # -- writes -------------------------------------------------------------------------
 
     @op
-    def append(self, messages: Sequence[ScriptArg], dedupe_key: str) -> Steps[AppendResult]:
-        """``messages``: (tokens, priority, body) triples, flattened."""
+    def append(self, messages: Sequence[EncodedMessage], dedupe_key: str) -> Steps[AppendResult]:
         return (
             yield from self._stored_counted(
                 "append",
@@ -58,7 +63,7 @@ class MemoryGateway(MaintenanceCalls, VectorCalls):
                     "ttl_ms": self.ttl_ms,
                     "max_tokens": self.policy.max_tokens or 0,
                     "dedupe_key": dedupe_key,
-                    "n": len(messages) // 3,
+                    "n": len(messages),
                 },
                 messages,
             )
@@ -67,7 +72,7 @@ class MemoryGateway(MaintenanceCalls, VectorCalls):
     @op
     def replace(
         self,
-        messages: Sequence[ScriptArg],
+        messages: Sequence[EncodedMessage],
         *,
         if_last_id: int | None,
         if_incarnation: str | None,
@@ -88,7 +93,7 @@ class MemoryGateway(MaintenanceCalls, VectorCalls):
                     "if_incarnation": if_incarnation or "",
                     "if_version": if_version or "",
                     "dedupe_key": dedupe_key,
-                    "n": len(messages) // 3,
+                    "n": len(messages),
                 },
                 messages,
             )
@@ -214,14 +219,15 @@ class MemoryGateway(MaintenanceCalls, VectorCalls):
         return int((yield self._writing("clear_recalled", {"ttl_ms": self.ttl_ms})))
 
     @op
-    def facts_set(self, facts: Sequence[ScriptArg], cap: int) -> Steps[tuple[int, list[str]]]:
-        """``facts``: (key, tokens, value) triples, flattened; returns the number of facts
-        kept and the keys the cap evicted."""
+    def facts_set(self, facts: Sequence[EncodedFact], cap: int) -> Steps[tuple[int, list[str]]]:
+        """Set ``facts``; returns the number of facts kept and the keys the cap evicted."""
         reply = self._decode(
             "facts_set",
             (
                 yield self._writing(
-                    "facts_set", {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts) // 3}, facts
+                    "facts_set",
+                    {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts)},
+                    [value for fact in facts for value in fact],
                 )
             ),
         )
@@ -394,20 +400,22 @@ class MemoryGateway(MaintenanceCalls, VectorCalls):
         return replies.flush_commit(self._decode("flush_commit", reply))
 
     def _stored_counted(
-        self, name: str, values: dict[str, ScriptArg], messages: Sequence[ScriptArg]
+        self, name: str, values: dict[str, ScriptArg], messages: Sequence[EncodedMessage]
     ) -> Steps[AppendResult]:
         """Send an append or replace, then ``compozy_memory_messages_total`` by priority (not
         for a duplicate, which stored nothing; a write not acknowledged by replicas was
         stored)."""
         try:
-            result = self._append_result(name, (yield self._writing(name, values, messages)))
+            result = self._append_result(
+                name, (yield self._writing(name, values, message_args(messages)))
+            )
         except ReplicationError as exc:
             stored = self._append_result(name, exc.result)
             if not stored.duplicate:
-                self.metrics.count_messages(self.memory, messages[1::3])
+                self.metrics.count_messages(self.memory, [m.priority for m in messages])
             raise exc.with_result(stored) from exc
         if not result.duplicate:
-            self.metrics.count_messages(self.memory, messages[1::3])
+            self.metrics.count_messages(self.memory, [m.priority for m in messages])
         return result
 
     def _append_result(self, name: str, reply: Any) -> AppendResult:

@@ -43,6 +43,7 @@ __all__ = [
     "Sleep",
     "Steps",
     "adrive",
+    "blocking",
     "drive",
     "is_sync",
     "op",
@@ -239,6 +240,22 @@ class _Bound(Protocol):
 
 
 S = TypeVar("S", bound=_Bound)
+
+
+def blocking(
+    method: Callable[Concatenate[S, P], Op[T]], part: str
+) -> Callable[Concatenate[Any, P], T]:
+    """A sync twin's method: ``method`` (an :func:`op` of the object the twin holds as
+    ``part``) run to its result on the twin's ``_transport``; same parameters, same
+    documentation."""
+
+    def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        result: T = self._transport.drive(method(getattr(self, part), *args, **kwargs))
+        return result
+
+    call.__name__ = call.__qualname__ = method.__name__
+    call.__doc__ = method.__doc__
+    return call
 
 
 def op(method: Callable[Concatenate[S, P], Steps[T]]) -> Callable[Concatenate[S, P], Op[T]]:

@@ -1,0 +1,72 @@
+"""``Debounced.of_steps``: the same steps as a background job on a task or on a thread."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from compozy_memory._wire.background import Debounced
+from compozy_memory._wire.steps import PAUSE, Steps
+from compozy_memory.errors import CompozyMemoryError, ConflictError
+
+
+class SyncIO:
+    synchronous = True
+
+
+class AsyncIO:
+    synchronous = False
+
+
+def counting(runs: list[int], fail: bool = False) -> Steps[None]:
+    yield PAUSE
+    runs.append(len(runs) + 1)
+    if fail:
+        raise ConflictError("lost a race")
+
+
+@pytest.mark.parametrize("io", [SyncIO(), AsyncIO()])
+async def test_a_burst_of_fires_costs_one_or_two_runs_on_either_kind(io: Any) -> None:
+    runs: list[int] = []
+    job = Debounced.of_steps(lambda: counting(runs), io, 0.01)
+    for _ in range(50):
+        job.fire()
+    await job.wait_idle()
+    assert job.wait_idle_sync(5.0)
+    assert 1 <= len(runs) <= 2
+
+
+@pytest.mark.parametrize("io", [SyncIO(), AsyncIO()])
+async def test_a_library_error_goes_to_the_handler(io: Any) -> None:
+    runs: list[int] = []
+    seen: list[CompozyMemoryError] = []
+    job = Debounced.of_steps(lambda: counting(runs, fail=True), io, 0.0, failed=seen.append)
+    job.fire()
+    await job.wait_idle()
+    assert job.wait_idle_sync(5.0)
+    assert runs == [1]
+    assert [type(e) for e in seen] == [ConflictError]
+
+
+async def test_without_a_handler_the_error_ends_the_task() -> None:
+    runs: list[int] = []
+    job = Debounced.of_steps(lambda: counting(runs, fail=True), AsyncIO(), 0.0)
+    job.fire()
+    with pytest.raises(ConflictError):
+        await job.wait_idle()
+    await asyncio.sleep(0)
+    assert runs == [1]
+
+
+async def test_a_coroutine_standing_in_for_the_steps_is_awaited() -> None:
+    runs: list[int] = []
+
+    async def work() -> None:
+        runs.append(1)
+
+    job = Debounced.of_steps(work, AsyncIO(), 0.0)  # type: ignore[arg-type]
+    job.fire()
+    await job.wait_idle()
+    assert runs == [1]

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from benchmarks.bm25_reference import Index
 from compozy_memory import Hit, MemoryInstance, Message, SearchPolicy
 from compozy_memory._model.limits import QUERY_BUDGET
 from compozy_memory._search.analysis import analyze_query
-from compozy_memory._search.bm25 import Index
 from compozy_memory._search.documents import document_terms
 from compozy_memory._wire.translate import RedisClient
 from integration.memories import memory

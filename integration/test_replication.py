@@ -378,7 +378,10 @@ async def test_waitaof_fsyncs_before_returning() -> None:
     p = start_pair(find_binary("valkey-server"), aof=True)
     try:
         primary = Redis.from_url(p.primary.url)
-        mem = memory(primary, wait=WaitPolicy(replicas=1, aof=True))
+        # What is checked is that the append waits for the fsync, not how fast: a busy machine
+        # took over the default second to fsync a replica that had just synced.
+        wait = WaitPolicy(replicas=1, aof=True, timeout=timedelta(seconds=15))
+        mem = memory(primary, wait=wait)
         result = await mem.append({"role": "user", "content": "durable"})
         assert result.first_id == 1
         await primary.aclose()

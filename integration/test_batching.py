@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from compozy_memory import ConflictError, HeuristicCounter, MemoryInstance, MessageTooLargeError
+from compozy_memory import ConflictError, MemoryInstance, MessageTooLargeError
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
+from integration.memories import COUNTER
 
 SESSIONS = 40
 TURNS = 25
@@ -18,9 +19,7 @@ TURNS = 25
 
 def sessions(client: RedisClient, prefix: str) -> list[MemoryInstance]:
     return [
-        MemoryInstance.open(
-            client, project="batch", key=f"{prefix}:{s}", counter=HeuristicCounter()
-        )
+        MemoryInstance.open(client, project="batch", key=f"{prefix}:{s}", counter=COUNTER)
         for s in range(SESSIONS)
     ]
 

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from compozy_memory import (
-    HeuristicCounter,
     InvalidMessageError,
     MemoryInstance,
     MemoryPolicy,
@@ -20,7 +19,7 @@ from compozy_memory import (
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
-from integration.memories import memory
+from integration.memories import COUNTER, memory
 from integration.runtime_workers import FACT_TTL_SECONDS, facts_worker
 
 WRITERS = 4
@@ -111,7 +110,7 @@ async def test_set_get_delete_items_and_ttl(client: RedisClient, memory_key: str
 async def test_context_shows_facts_after_pinned_within_the_budget(
     client: RedisClient, memory_key: str
 ) -> None:
-    counter = HeuristicCounter()
+    counter = COUNTER
     mem = MemoryInstance.open(client, project=PROJECT, key=memory_key, counter=counter)
     await mem.append({"role": "system", "content": "You are a support agent.", "priority": 0})
     await mem.append_many(

@@ -16,7 +16,6 @@ from redis.asyncio import Redis
 
 from compozy_memory import (
     CompozyMemoryError,
-    HeuristicCounter,
     InvalidMessageError,
     MemoryInstance,
     MemoryPolicy,
@@ -25,7 +24,7 @@ from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedServer
 from integration.engines import EngineSpec
 from integration.faults import consistency_problems
-from integration.memories import memory, turn
+from integration.memories import COUNTER, memory, turn
 
 # Run by scripts/reliability: its counts become rows of RELIABILITY.md.
 pytestmark = pytest.mark.faults
@@ -121,7 +120,7 @@ async def one_example(
             client,
             project="fuzz",
             key=memory_key,
-            counter=HeuristicCounter(),
+            counter=COUNTER,
             policy=MemoryPolicy(max_tokens=2_000),
         )
         before = await client.lrange(mem.keys.msgs, 0, -1), await client.hgetall(mem.keys.meta)

@@ -12,7 +12,6 @@ from redis.asyncio import Redis
 
 from compozy_memory import (
     BackendUnavailableError,
-    HeuristicCounter,
     MemoryInstance,
     MemoryManager,
     MemoryRegistry,
@@ -24,6 +23,7 @@ from compozy_memory._wire.delivery import install
 from compozy_memory._wire.scripts import library
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
+from integration.memories import COUNTER
 from tests.counters import WordCounter
 
 PROJECT = Path(__file__).resolve().parent.parent / "examples" / "project"
@@ -132,9 +132,7 @@ async def test_warm_succeeds_for_tenants_who_may_not_write_the_probe(
             )
             try:
                 await asyncio.wait_for(warm(tenant), 30)
-                mem = MemoryInstance.open(
-                    tenant, project="acme", key=name, counter=HeuristicCounter()
-                )
+                mem = MemoryInstance.open(tenant, project="acme", key=name, counter=COUNTER)
                 if not read_only:
                     assert (await mem.append({"role": "user", "content": "hi"})).first_id == 1
             finally:

@@ -27,11 +27,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from benchmarks.bench_recall import corpus
+from benchmarks.bm25_reference import DEFAULT_NEIGHBOUR_WEIGHT
 from benchmarks.recall_eval_offline import index_messages
 from compozy_memory._search.analysis import analyze_query
-from compozy_memory._search.bm25 import DEFAULT_NEIGHBOUR_WEIGHT, neighbour_boost, top_k
 from compozy_memory._search.dense import cosines, dense_text, embed_all, speaker_names, strip_names
 from compozy_memory._search.fusion import DEFAULT_FUSION, Fusion, candidate_ids, fuse
+from compozy_memory._search.ranking import neighbour_boost, top_k
 from compozy_memory._search.static_model import StaticEmbedder
 
 PREVIOUS = Fusion(method="score", dense_weight=0.7, neighbour_weight=1.0, before_weight=1.0)

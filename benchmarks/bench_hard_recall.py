@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from benchmarks.bm25_reference import DEFAULT_NEIGHBOUR_WEIGHT, Index, neighbour_boost, top_k
 from benchmarks.hard_recall_data import SPLITS, HardQuestion, Split, generate
 from benchmarks.recall_data import Conversation
 from benchmarks.recall_eval_offline import index_messages
 from compozy_memory._search.analysis import analyze_query
-from compozy_memory._search.bm25 import DEFAULT_NEIGHBOUR_WEIGHT, Index, neighbour_boost, top_k
 from compozy_memory._search.dense import (
     cosines,
     dense_text,

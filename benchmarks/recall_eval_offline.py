@@ -20,9 +20,9 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from benchmarks.bm25_reference import DEFAULT_NEIGHBOUR_WEIGHT, Index
 from benchmarks.recall_data import Conversation, generate
 from compozy_memory._search.analysis import analyze, analyze_query
-from compozy_memory._search.bm25 import DEFAULT_NEIGHBOUR_WEIGHT, Index
 from compozy_memory._search.documents import message_terms
 
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)

@@ -17,12 +17,13 @@ from compozy_memory._wire.background import wait_background
 from compozy_memory._wire.connection import close_twin, connect_sync
 from compozy_memory._wire.translate import RedisClient
 from integration.adapter_fleet import START_TIMEOUT
+from integration.memories import memory
 
 PROJECT = "adapters"
 
 
 def open_memory(client: RedisClient, key: str) -> MemoryInstance:
-    return MemoryInstance.open(client, project=PROJECT, key=key, counter=HeuristicCounter())
+    return memory(client, key, project=PROJECT)
 
 
 def open_sync_memory(url: str, key: str) -> SyncMemoryInstance:

@@ -19,7 +19,6 @@ from compozy_memory import (
     ExtractiveSummarizer,
     Flusher,
     FlushSettings,
-    HeuristicCounter,
     LockLostError,
     MemoryInstance,
     MemoryPolicy,
@@ -33,9 +32,9 @@ from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.faults import meta_counts
+from integration.memories import COUNTER
 
 PROJECT = "flush"
-COUNTER = HeuristicCounter()
 
 
 class SlowSummarizer:
@@ -122,6 +121,20 @@ def open_counted_memory(
         )
     )
     return memory
+
+
+def manual_flusher(memory: MemoryInstance, budget: int, **settings: Any) -> Flusher:
+    """Attach to ``memory`` an extractive flusher to ``budget`` that flushes only when told."""
+    flusher = Flusher(
+        memory.gateway,
+        FlushSettings(max_tokens=budget, summary_tokens=min(200, budget // 4), **settings),
+        ExtractiveSummarizer(COUNTER),
+        COUNTER,
+        metrics=FlushMetrics(CollectorRegistry()),
+        background=False,
+    )
+    memory.attach_flusher(flusher)
+    return flusher
 
 
 def flusher_of(memory: MemoryInstance) -> Flusher:

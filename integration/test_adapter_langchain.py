@@ -21,13 +21,14 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from compozy_memory import HeuristicCounter, MemoryInstance, SyncMemoryInstance, connect
+from compozy_memory import MemoryInstance, SyncMemoryInstance, connect
 from compozy_memory._wire.connection import connect_sync
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.adapters.langchain import CompozyChatMessageHistory
 from compozy_memory.embedded import EmbeddedServer
 from integration.adapter_fleet import APPENDS, WRITERS, in_writer_order, run_fleet, tally
 from integration.adapter_workers import PROJECT, close_unused, langchain_writer, open_memory
+from integration.memories import COUNTER
 
 
 def every_kind() -> list[BaseMessage]:
@@ -258,7 +259,7 @@ async def test_writer_processes_append_through_the_adapter_losing_nothing(
     run = await run_fleet(langchain_writer, valkey_server.url, key)
     client = connect(valkey_server.url)
     try:
-        memory = MemoryInstance.open(client, project=PROJECT, key=key, counter=HeuristicCounter())
+        memory = MemoryInstance.open(client, project=PROJECT, key=key, counter=COUNTER)
         got = await CompozyChatMessageHistory(memory).aget_messages()
     finally:
         await client.aclose()

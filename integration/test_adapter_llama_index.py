@@ -16,7 +16,6 @@ from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.storage.chat_store.base import BaseChatStore
 
 from compozy_memory import (
-    HeuristicCounter,
     MemoryInstance,
     MemoryManager,
     MemoryRegistry,
@@ -28,6 +27,7 @@ from compozy_memory.adapters.llama_index import ChatKeyListing, CompozyChatStore
 from compozy_memory.embedded import EmbeddedServer
 from integration.adapter_fleet import APPENDS, WRITERS, in_writer_order, run_fleet, tally
 from integration.adapter_workers import PROJECT, close_unused, llama_index_writer
+from integration.memories import COUNTER
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "project"
 
@@ -63,9 +63,7 @@ async def client(valkey_server: EmbeddedServer) -> AsyncIterator[RedisClient]:
 @pytest.fixture
 def store(client: RedisClient) -> CompozyChatStore:
     prefix = f"li-{uuid.uuid4().hex}:"
-    return CompozyChatStore.from_client(
-        client, project=PROJECT, key_prefix=prefix, counter=HeuristicCounter()
-    )
+    return CompozyChatStore.from_client(client, project=PROJECT, key_prefix=prefix, counter=COUNTER)
 
 
 async def test_it_is_a_llama_index_chat_store(store: CompozyChatStore) -> None:
@@ -142,7 +140,7 @@ async def test_a_plain_factory_has_no_key_listing(client: RedisClient) -> None:
 
 
 async def test_from_manager_uses_the_memory_resource(client: RedisClient) -> None:
-    manager = MemoryManager(MemoryRegistry.load(EXAMPLES), client, counter=HeuristicCounter())
+    manager = MemoryManager(MemoryRegistry.load(EXAMPLES), client, counter=COUNTER)
     store = CompozyChatStore.from_manager(manager, "customer-support")
     key = f"chat {uuid.uuid4().hex}"
     await store.async_add_message(key, ChatMessage(role="user", content="my order"))
@@ -201,9 +199,7 @@ async def test_the_memory_class_keeps_its_queue_in_compozy(client: RedisClient) 
     from compozy_memory.adapters.llama_index_memory import CompozyDBChatStore
 
     prefix = f"li-{uuid.uuid4().hex}:"
-    db = CompozyDBChatStore.from_client(
-        client, project=PROJECT, key_prefix=prefix, counter=HeuristicCounter()
-    )
+    db = CompozyDBChatStore.from_client(client, project=PROJECT, key_prefix=prefix, counter=COUNTER)
     memory = Memory.from_defaults(
         session_id="s1", chat_store=db, token_limit=60, token_flush_size=10,
         tokenizer_fn=str.split,
@@ -325,7 +321,7 @@ async def test_writer_processes_add_messages_through_the_adapter_losing_nothing(
 ) -> None:
     key = f"li-fleet:{uuid.uuid4().hex}"
     run = await run_fleet(llama_index_writer, valkey_server.url, key)
-    store = CompozyChatStore.from_client(client, project=PROJECT, counter=HeuristicCounter())
+    store = CompozyChatStore.from_client(client, project=PROJECT, counter=COUNTER)
     got = await store.aget_messages(key)
     pairs = [(int(m.additional_kwargs["writer"]), int(m.additional_kwargs["seq"])) for m in got]
     lost, duplicated = tally(pairs)

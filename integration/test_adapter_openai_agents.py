@@ -22,7 +22,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from compozy_memory import HeuristicCounter, MemoryInstance, MemoryPolicy, connect
+from compozy_memory import MemoryInstance, MemoryPolicy, connect
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.adapters.openai_agents import CompozySession
 from compozy_memory.embedded import EmbeddedServer
@@ -33,6 +33,7 @@ from integration.adapter_workers import (
     open_memory,
     openai_agents_writer,
 )
+from integration.memories import COUNTER
 
 ITEMS: list[dict[str, Any]] = [
     {"role": "developer", "content": "Answer with digits."},
@@ -296,7 +297,7 @@ async def test_writer_processes_add_items_through_the_adapter_losing_nothing(
     client = connect(valkey_server.url)
     try:
         memory = MemoryInstance.open(
-            client, project=PROJECT, key=key, counter=HeuristicCounter(), policy=MemoryPolicy()
+            client, project=PROJECT, key=key, counter=COUNTER, policy=MemoryPolicy()
         )
         items = await CompozySession(memory).get_items()
     finally:

@@ -12,11 +12,12 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from llama_index.core.llms import ChatMessage
 
-from compozy_memory import HeuristicCounter, MemoryInstance, MemoryManager, MemoryRegistry
+from compozy_memory import MemoryInstance, MemoryManager, MemoryRegistry
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.adapters.langchain import CompozyChatMessageHistory
 from compozy_memory.adapters.llama_index import SUMMARY_MARK, CompozyChatStore
 from compozy_memory.adapters.openai_agents import CompozySession
+from integration.memories import COUNTER
 
 PROJECT_YAML = """
 project: doors
@@ -38,7 +39,7 @@ MESSAGES = 80
 @pytest.fixture
 async def manager(client: RedisClient, tmp_path: Path) -> AsyncIterator[MemoryManager]:
     (tmp_path / "compozy.yaml").write_text(PROJECT_YAML)
-    manager = MemoryManager(MemoryRegistry.load(tmp_path), client, counter=HeuristicCounter())
+    manager = MemoryManager(MemoryRegistry.load(tmp_path), client, counter=COUNTER)
     yield manager
     await manager.aclose()
 

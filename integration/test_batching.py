@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from compozy_memory import ConflictError, HeuristicCounter, MemoryInstance, MessageTooLargeError
+from compozy_memory import ConflictError, MemoryInstance, MessageTooLargeError
 from compozy_memory._model.policy import MemoryPolicy
-from compozy_memory._wire.batching import batcher_for
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
+from integration.memories import COUNTER
 
 SESSIONS = 40
 TURNS = 25
@@ -19,9 +19,7 @@ TURNS = 25
 
 def sessions(client: RedisClient, prefix: str) -> list[MemoryInstance]:
     return [
-        MemoryInstance.open(
-            client, project="batch", key=f"{prefix}:{s}", counter=HeuristicCounter()
-        )
+        MemoryInstance.open(client, project="batch", key=f"{prefix}:{s}", counter=COUNTER)
         for s in range(SESSIONS)
     ]
 
@@ -120,20 +118,6 @@ async def test_batches_decode_replies_like_their_client(
         assert [w[0].content for w in windows] == [f"hi {i}" for i in range(SESSIONS)]
     finally:
         await client.aclose()
-
-
-async def test_every_client_has_one_shared_batcher(client: RedisClient) -> None:
-    from redis.asyncio import RedisCluster
-
-    from compozy_memory._wire.cluster_batching import CLUSTER_BATCHING, ClusterBatcher
-
-    batcher = batcher_for(client)
-    assert batcher is batcher_for(client)
-    if isinstance(client, RedisCluster):
-        assert isinstance(batcher, ClusterBatcher) if CLUSTER_BATCHING else batcher is None
-    else:
-        assert batcher is not None
-        assert not isinstance(batcher, ClusterBatcher)
 
 
 async def test_callers_answered_by_one_pipeline_go_on_in_turns(

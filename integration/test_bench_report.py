@@ -17,13 +17,11 @@ from typing import Any
 
 import pytest
 
-from benchmarks.report.common import percentile
 from benchmarks.report.libs import contenders
 from benchmarks.report.render import (
     CHARTS,
     README_END,
     README_START,
-    readme_section,
     update_readme,
 )
 from integration.engines import require_redis7
@@ -151,15 +149,6 @@ def test_the_charts_are_png_images(report_dir: Path) -> None:
         assert height >= 150, (name, height)
 
 
-def test_percentile_is_the_nearest_rank() -> None:
-    values = [float(v) for v in range(1, 101)]
-    assert percentile(values, 0.99) == 100.0
-    assert percentile(values, 0.50) == 51.0
-    assert percentile([3.0], 0.99) == 3.0
-    with pytest.raises(ValueError, match="no values"):
-        percentile([], 0.5)
-
-
 def test_a_full_run_rewrites_only_the_summary_between_the_readme_markers(
     report: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -177,14 +166,3 @@ def test_a_full_run_rewrites_only_the_summary_between_the_readme_markers(
     readme.write_text("no markers here\n")
     assert not update_readme(report, readme)
     assert readme.read_text() == "no markers here\n"
-
-
-def test_the_performance_page_carries_the_published_summary() -> None:
-    text = (ROOT / "docs" / "performance.md").read_text()
-    start, end = text.index(README_START), text.index(README_END)
-    section = text[start:end]
-    assert "| raw RPUSH (baseline) |" in section
-    assert (ROOT / "docs" / "benchmarks" / CHARTS["appends"]).is_file()
-    published = json.loads((ROOT / "docs" / "benchmarks" / "report.json").read_text())
-    assert published["quick"] is False
-    assert readme_section(published) in text

@@ -7,9 +7,10 @@ import json
 import random
 import uuid
 
-from compozy_memory import HeuristicCounter, MemoryInstance
+from compozy_memory import MemoryInstance
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
+from integration.memories import COUNTER
 
 CALLERS = 600  # more than two pipelines' worth (MAX_PIPELINE is 256)
 
@@ -33,7 +34,7 @@ async def test_callers_cancelled_between_turns_never_swap_or_hang(
             client,
             project="adv15",
             key=f"{prefix}:{i}",
-            counter=HeuristicCounter(),
+            counter=COUNTER,
             background_index=False,  # the callers' calls alone
         )
         for i in range(CALLERS)

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from compozy_memory import (
-    HeuristicCounter,
     MemoryInstance,
     MemoryManager,
     MemoryRegistry,
@@ -25,6 +24,7 @@ from compozy_memory import (
 from compozy_memory._ops.cli import main
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedServer, start_server
+from integration.memories import COUNTER
 
 CLI = "compozy_memory._ops.cli"
 PROJECT = """\
@@ -74,9 +74,7 @@ async def fleet(valkey_server: EmbeddedServer, tmp_path: Path) -> AsyncIterator[
     project = f"cli-{uuid.uuid4().hex[:10]}"
     (tmp_path / "compozy.yaml").write_text(PROJECT.format(project=project))
     client = connect(valkey_server.url)
-    manager = MemoryManager(
-        MemoryRegistry.load(tmp_path), client, counter=HeuristicCounter(), flushing=False
-    )
+    manager = MemoryManager(MemoryRegistry.load(tmp_path), client, counter=COUNTER, flushing=False)
     yield Fleet(valkey_server.url, project, tmp_path, client, manager)
     await manager.aclose()
     await client.aclose()

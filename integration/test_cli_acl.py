@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from compozy_memory import HeuristicCounter, MemoryManager, MemoryRegistry
+from compozy_memory import MemoryManager, MemoryRegistry
 from compozy_memory._ops.cli import main
 from compozy_memory._wire.delivery import install
 from integration.engines import EngineSpec, spec_for
+from integration.memories import COUNTER
 from integration.projects import chat_project
 
 READS: list[list[str]] = [
@@ -69,7 +70,7 @@ class Tenant:
         """A memory of ``user``'s, written through the manager as the admin; its stored key."""
         client = self.engine.client()
         manager = MemoryManager(
-            MemoryRegistry.load(self.folder), client, counter=HeuristicCounter(), flushing=False
+            MemoryRegistry.load(self.folder), client, counter=COUNTER, flushing=False
         )
         (memory,) = await manager.for_agent("bot", {"user": user})
         for turn in range(turns):

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from redis.crc import key_slot
 
-from compozy_memory import HeuristicCounter, MemoryManager, MemoryRegistry, connect
+from compozy_memory import MemoryManager, MemoryRegistry, connect
 from compozy_memory._ops.cli import main
 from compozy_memory.embedded import EmbeddedCluster
+from integration.memories import COUNTER
 
 pytestmark = pytest.mark.cluster
 
@@ -36,9 +37,7 @@ async def test_ls_show_and_purge_on_a_cluster(
     project = f"cli-{uuid.uuid4().hex[:10]}"
     (tmp_path / "compozy.yaml").write_text(PROJECT.format(project=project))
     client = connect(valkey_cluster.url, cluster=True)
-    manager = MemoryManager(
-        MemoryRegistry.load(tmp_path), client, counter=HeuristicCounter(), flushing=False
-    )
+    manager = MemoryManager(MemoryRegistry.load(tmp_path), client, counter=COUNTER, flushing=False)
     users = [f"u{n}" for n in range(30)]
     for n, user in enumerate(users):
         (memory,) = await manager.for_agent("bot", {"user": user, "agent": "bot"})

@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 
-from compozy_memory import HeuristicCounter, MemoryManager, MemoryRegistry, connect
+from compozy_memory import MemoryManager, MemoryRegistry, connect
 from compozy_memory._ops.cli import main
 from compozy_memory.embedded import EmbeddedServer
+from integration.memories import COUNTER
 from integration.projects import chat_project
 
 HOSTILE_TEXT = (  # title, clipboard (OSC 52), C1 CSI, clear screen, markup, emoji codes
@@ -59,9 +60,7 @@ async def seeded(valkey_server: EmbeddedServer, tmp_path: Path) -> tuple[str, st
     project = f"term-{uuid.uuid4().hex[:8]}"
     chat_project(tmp_path, project, key="customer-support:user:{{ .user }}")
     client = connect(valkey_server.url)
-    manager = MemoryManager(
-        MemoryRegistry.load(tmp_path), client, counter=HeuristicCounter(), flushing=False
-    )
+    manager = MemoryManager(MemoryRegistry.load(tmp_path), client, counter=COUNTER, flushing=False)
     for user in USERS:
         (memory,) = await manager.for_agent("bot", {"user": user, "agent": HOSTILE_AGENT})
         for n in range(2):

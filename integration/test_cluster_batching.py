@@ -13,12 +13,13 @@ from typing import Any, Literal
 import pytest
 from redis.asyncio import Redis, RedisCluster
 
-from compozy_memory import ConflictError, HeuristicCounter, MemoryInstance
+from compozy_memory import ConflictError, MemoryInstance
 from compozy_memory._wire.batching import batcher_for
 from compozy_memory._wire.cluster_batching import CLUSTER_BATCHING, ClusterBatcher
 from compozy_memory._wire.delivery import delivery_for, install
 from compozy_memory._wire.scripts import script
 from compozy_memory.embedded import EmbeddedCluster
+from integration.memories import COUNTER
 
 pytestmark = [
     pytest.mark.cluster,
@@ -29,7 +30,6 @@ pytestmark = [
 
 SESSIONS = 48
 TURNS = 20
-COUNTER = HeuristicCounter()
 
 
 @pytest.fixture

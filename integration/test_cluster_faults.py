@@ -15,19 +15,18 @@ from redis.asyncio import RedisCluster
 
 from compozy_memory import (
     FencedLock,
-    HeuristicCounter,
     MemoryInstance,
     MemoryPolicy,
     RetryPolicy,
 )
 from compozy_memory.embedded import EmbeddedCluster, start_cluster
 from integration.faults import Load, consistency_problems, tally
+from integration.memories import COUNTER
 
 # Run by scripts/reliability: its counts become rows of RELIABILITY.md.
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 
 PROJECT = "cl"
-COUNTER = HeuristicCounter()
 PATIENT = RetryPolicy(attempts=100, deadline=30.0, max_backoff=0.2)
 
 

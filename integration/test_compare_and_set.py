@@ -8,27 +8,13 @@ from typing import Any
 
 import pytest
 
-from compozy_memory import (
-    ConflictError,
-    DataFormatError,
-    HeuristicCounter,
-    MemoryInstance,
-    MemoryPolicy,
-    UsageError,
-)
+from compozy_memory import ConflictError, DataFormatError, UsageError
 from compozy_memory._model.limits import DATA_FORMAT
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
+from integration.memories import memory
 
 pytestmark = pytest.mark.faults
-
-PROJECT = "cas"
-
-
-def memory(client: RedisClient, key: str, **policy: Any) -> MemoryInstance:
-    return MemoryInstance.open(
-        client, project=PROJECT, key=key, counter=HeuristicCounter(), policy=MemoryPolicy(**policy)
-    )
 
 
 def turns(start: int, n: int, who: str = "user") -> list[dict[str, Any]]:

@@ -11,12 +11,12 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from compozy_memory import HeuristicCounter
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.messages import Message
 from compozy_memory._model.tokens import count_message
 from integration.engines import EngineSpec
 from integration.faults import meta_counts
+from integration.memories import COUNTER
 from integration.workers import WRITER_TTL_SECONDS, append_worker, tokens_for
 
 WRITERS = 4
@@ -97,7 +97,7 @@ async def test_concurrent_writers_lose_nothing_while_the_scripts_are_deleted(
         per_writer[e["metadata"]["writer"]].append(e["metadata"]["seq"])
     assert all(seqs == list(range(APPENDS)) for seqs in per_writer.values())
     # Totals in meta are exactly the sum of the stored counts, which are the counts sent.
-    counter = HeuristicCounter()
+    counter = COUNTER
     for e in envelopes:
         w, seq = e["metadata"]["writer"], e["metadata"]["seq"]
         message = Message.model_validate({k: v for k, v in e.items() if k not in ("id", "ts")})

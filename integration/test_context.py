@@ -12,30 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from compozy_memory import (
-    ContextOverflowError,
-    Flusher,
-    FlushSettings,
-    HeuristicCounter,
-    MemoryInstance,
-    MemoryPolicy,
-)
+from compozy_memory import ContextOverflowError, Flusher, FlushSettings, MemoryInstance
 from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._model.policy import ContextPolicy
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.index_state import built_from_scratch, stored_index
+from integration.memories import COUNTER, memory
 
-PROJECT = "ctx"
-COUNTER = HeuristicCounter()
 SYSTEM = {"role": "system", "content": "You are the support agent of ACME.", "priority": 0}
-
-
-def memory(client: RedisClient, key: str, **policy: Any) -> MemoryInstance:
-    return MemoryInstance.open(
-        client, project=PROJECT, key=key, counter=COUNTER, policy=MemoryPolicy(**policy)
-    )
 
 
 def attach(mem: MemoryInstance, budget: int) -> Flusher:

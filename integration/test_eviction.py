@@ -18,7 +18,6 @@ from prometheus_client import CollectorRegistry
 from compozy_memory import (
     Flusher,
     FlushSettings,
-    HeuristicCounter,
     MemoryEvictedError,
     MemoryInstance,
     MemoryPolicy,
@@ -27,8 +26,7 @@ from compozy_memory._flush.extractive import ExtractiveSummarizer
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
-
-COUNTER = HeuristicCounter()
+from integration.memories import COUNTER
 
 
 async def full_memory(client: RedisClient) -> MemoryInstance:

@@ -11,7 +11,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 from redis import exceptions as redis_errors
@@ -19,23 +20,26 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 
 from compozy_memory import (
+    NO_RETRY,
     BackendPermissionError,
-    HeuristicCounter,
+    BackendUnavailableError,
     InstanceKeys,
     MemoryInstance,
     RetryPolicy,
     connect,
 )
 from compozy_memory._ops.acl import acl_setuser
+from compozy_memory._store.warmup import warm
 from compozy_memory._wire.delivery import delivery_for, install
 from compozy_memory._wire.scripts import library
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import start_cluster
 from integration.engines import EngineSpec, require_redis7
+from integration.faults import FaultProxy
+from integration.memories import COUNTER, memory
 
 pytestmark = pytest.mark.faults
 
-COUNTER = HeuristicCounter()
 QUICK = RetryPolicy(attempts=2, deadline=1.0)
 HOSTILE = [
     ("EVAL", "return 1", 0),
@@ -286,3 +290,86 @@ def test_the_install_command_loads_the_library(standalone: EngineSpec) -> None:
 
     assert main(["install", "--url", standalone.url]) == 0
     assert main(["install", "--url", "redis://127.0.0.1:1/0"]) == 3  # unreachable
+
+
+@pytest.fixture
+def proxy(standalone: EngineSpec) -> Iterator[FaultProxy]:
+    port = int(standalone.url.rsplit(":", 1)[1].split("/")[0])
+    with FaultProxy(port) as p:
+        yield p
+
+
+async def loaded(direct: Redis) -> bool:
+    name = library().name
+    listed = await direct.execute_command(  # type: ignore[no-untyped-call]
+        "FUNCTION", "LIST", "LIBRARYNAME", name
+    )
+    return bool(listed)
+
+
+async def test_a_function_load_whose_reply_is_lost_is_typed_and_retried(
+    standalone: EngineSpec, proxy: FaultProxy, record: Any
+) -> None:
+    direct = Redis.from_url(standalone.url)
+    lost_before = proxy.lost_replies
+    outcomes: list[str] = []
+    stored_once = stored_twice = 0
+    try:
+        for batching in (True, False):  # a call's own load, alone and through the batcher
+            await direct.function_flush()
+            proxy.lose_replies(1, to=(b"FUNCTION",))
+            client = connect(proxy.url)
+            # No background indexing: a catch-up still retrying later would load the library
+            # again after the FUNCTION FLUSH below, before install() and warm() are measured.
+            mem = memory(client, f"lost-load:{batching}", batching=batching, background_index=False)
+            result = await mem.append({"role": "user", "content": "hello"})
+            assert not result.duplicate
+            stored = await mem.len()
+            stored_once += stored == 1
+            stored_twice += max(0, stored - 1)
+            assert stored == 1
+            outcomes.append(f"append ({'batched' if batching else 'direct'}) stored once")
+            await mem.clear()
+            await client.aclose()
+
+        # Without retries the caller gets the typed error, and the next call goes through.
+        await direct.function_flush()
+        proxy.lose_replies(1, to=(b"FUNCTION",))
+        client = connect(proxy.url)
+        mem = memory(client, "lost-load:once", retry=NO_RETRY)
+        with pytest.raises(BackendUnavailableError, match="FUNCTION LOAD"):
+            await mem.append({"role": "user", "content": "hello"})
+        assert await loaded(direct)  # the server did load it; only the reply was lost
+        await mem.append({"role": "user", "content": "again"})
+        await mem.clear()
+        await client.aclose()
+        outcomes.append("without retries BackendUnavailableError")
+
+        for name, run in (("install", install), ("warm", warm)):
+            await direct.function_flush()
+            proxy.lose_replies(1, to=(b"FUNCTION",))
+            client = connect(proxy.url)
+            reply = await run(client)
+            if name == "install":
+                assert reply == ["standalone"]  # loaded by this call, its reply lost
+            assert await loaded(direct)
+            await client.aclose()
+            outcomes.append(f"{name} loaded it")
+    finally:
+        await direct.aclose()
+    lost = proxy.lost_replies - lost_before
+    assert lost == 5
+    record(
+        group="adversarial-2",
+        item=12,
+        fault="the reply to FUNCTION LOAD lost (the server loaded the library): appends "
+        "batched and direct, without retries, install(), warm()",
+        engine=standalone.name,
+        promise="a typed error (BackendUnavailableError), and a retry that finds the "
+        "library loaded; the append stored once",
+        operations=len(outcomes),
+        acknowledged=sum("stored once" in o or "loaded it" in o for o in outcomes),
+        lost=2 - stored_once,
+        duplicated=stored_twice,
+        observed=f"{lost} replies dropped: " + "; ".join(outcomes),
+    )

@@ -16,13 +16,16 @@ from redis.asyncio import Redis
 
 from compozy_memory import (
     CompozyMemoryError,
-    HeuristicCounter,
     InvalidMessageError,
     MemoryInstance,
     MemoryPolicy,
 )
+from compozy_memory._model.messages import EncodedMessage
+from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedServer
+from integration.engines import EngineSpec
 from integration.faults import consistency_problems
+from integration.memories import COUNTER, memory, turn
 
 # Run by scripts/reliability: its counts become rows of RELIABILITY.md.
 pytestmark = pytest.mark.faults
@@ -118,7 +121,7 @@ async def one_example(
             client,
             project="fuzz",
             key=memory_key,
-            counter=HeuristicCounter(),
+            counter=COUNTER,
             policy=MemoryPolicy(max_tokens=2_000),
         )
         before = await client.lrange(mem.keys.msgs, 0, -1), await client.hgetall(mem.keys.meta)
@@ -144,3 +147,31 @@ async def one_example(
         assert await consistency_problems(client, mem.keys) == []
     finally:
         await client.aclose()
+
+
+@pytest.mark.parametrize("tokens", [2**63, 10**300, 2**53 + 1])
+async def test_absurd_token_counts_are_refused_and_change_nothing(
+    client: RedisClient, memory_key: str, tokens: int, engine: EngineSpec, record: Any
+) -> None:
+    mem = memory(client, memory_key)
+    await mem.append(turn(1))
+    with pytest.raises(InvalidMessageError):
+        await mem.append({"role": "user", "content": "x", "tokens": tokens})
+    # Past the Python checks, the script bounds them too.
+    with pytest.raises(InvalidMessageError):
+        await mem.gateway.append([EncodedMessage(tokens, 2, b'{"role":"user","content":"x"}')], "")
+    health = await mem.health()
+    assert health.token_count == 20
+    assert len(await mem.read()) == 1
+    assert len(await mem.context(1_000)) == 1
+    record(
+        group="adversarial",
+        fault=f"token counts of {tokens:.3g} sent through the handle and to the script",
+        engine=engine.name,
+        promise="counts are bounded where they enter; totals stay exact",
+        operations=2,
+        acknowledged=0,
+        lost=0,
+        duplicated=0,
+        observed="both refused (InvalidMessageError); the memory and its totals unchanged",
+    )

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from compozy_memory import HeuristicCounter, MemoryManager, MemoryRegistry
+from compozy_memory import MemoryManager, MemoryRegistry
 from compozy_memory._wire.translate import RedisClient
+from integration.memories import COUNTER
 
 
 def project(folder: Path, strategy: str) -> MemoryRegistry:
@@ -29,7 +30,7 @@ async def test_health_reports_the_last_flush_and_the_strategy(
     client: RedisClient, tmp_path: Path, strategy: str
 ) -> None:
     registry = project(tmp_path, strategy)
-    manager = MemoryManager(registry, client, counter=HeuristicCounter())
+    manager = MemoryManager(registry, client, counter=COUNTER)
     memory = await manager.get("notes", {"workflow": {"id": uuid.uuid4().hex}})
     before = await memory.health()
     assert before.last_flush_ms is None

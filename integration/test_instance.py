@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -11,7 +12,6 @@ from redis.asyncio import RedisCluster
 
 from compozy_memory import (
     ConflictError,
-    HeuristicCounter,
     InvalidMessageError,
     MemoryInstance,
     MemoryPolicy,
@@ -25,13 +25,13 @@ from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedCluster
+from integration import memories
+from integration.memories import COUNTER
 from integration.raw import run_raw
 
 PROJECT = "itest"
-
-
-def memory(client: RedisClient, key: str, **options: Any) -> MemoryInstance:
-    return MemoryInstance.open(client, project=PROJECT, key=key, **options)
+# Memories here count with the library's default counter unless a test says otherwise.
+memory = partial(memories.memory, project=PROJECT, counter=None)
 
 
 async def state(client: RedisClient, keys: InstanceKeys) -> dict[str, object]:
@@ -86,7 +86,7 @@ async def test_append_assigns_ids_counts_and_keeps_totals_exact(
 
 
 async def test_messages_round_trip_every_shape(client: RedisClient, memory_key: str) -> None:
-    mem = memory(client, memory_key, counter=HeuristicCounter())
+    mem = memory(client, memory_key, counter=COUNTER)
     sent = [
         Message(role="user", content="naïve café — 東京 🚀", metadata={"lang": "mixed"}),
         Message(
@@ -136,7 +136,7 @@ async def test_works_with_decode_responses(engine: Any, memory_key: str) -> None
 
 
 async def test_read_ranges(client: RedisClient, memory_key: str) -> None:
-    mem = memory(client, memory_key, counter=HeuristicCounter())
+    mem = memory(client, memory_key, counter=COUNTER)
     await mem.append_many({"role": "user", "content": f"m{i}"} for i in range(10))
     assert [m.content for m in await mem.read(2, 4)] == ["m2", "m3", "m4"]
     assert [m.content for m in await mem.read(-2)] == ["m8", "m9"]
@@ -460,7 +460,7 @@ async def test_a_handles_own_keys_are_remembered_compactly_within_the_window(
 ) -> None:
     # A call with no dedupe_key gets '~<process>:<n>'. One process's keys share one record
     # (meta 'w:<process>') and one member of the dedupe set, not one member a write.
-    mem = memory(client, memory_key, counter=HeuristicCounter())
+    mem = memory(client, memory_key, counter=COUNTER)
     token = "~testprocess:7"
     first = await mem.append({"role": "user", "content": "a"}, dedupe_key=token)
     for i in range(300):
@@ -496,7 +496,7 @@ async def test_a_handles_own_keys_are_remembered_compactly_within_the_window(
 async def test_a_dedupe_key_stores_once_within_its_window(
     client: RedisClient, memory_key: str
 ) -> None:
-    mem = memory(client, memory_key, counter=HeuristicCounter())
+    mem = memory(client, memory_key, counter=COUNTER)
     first = await mem.append({"role": "user", "content": "once"}, dedupe_key="event-1")
     again = await mem.append({"role": "user", "content": "once"}, dedupe_key="event-1")
     assert (first.duplicate, again.duplicate) == (False, True)

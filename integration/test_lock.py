@@ -8,14 +8,19 @@ from datetime import timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from compozy_memory import LockBusyError, LockLostError, MemoryInstance
+from compozy_memory import (
+    ExtractiveSummarizer,
+    Flusher,
+    FlushSettings,
+    LockBusyError,
+    LockLostError,
+    ReadOnlyMemoryError,
+)
 from compozy_memory._flush.lock import FencedLock
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._wire.translate import RedisClient
-
-
-def memory(client: RedisClient, key: str) -> MemoryInstance:
-    return MemoryInstance.open(client, project="locks", key=key)
+from integration.flush_support import manual_flusher
+from integration.memories import COUNTER, memory, turn
 
 
 async def test_one_holder_at_a_time_with_growing_epochs(
@@ -104,3 +109,24 @@ async def test_hold_refreshes_and_a_lost_lease_stops_the_work(
         await lease.hold(long_work)
     await thief
     assert not finished.is_set()
+
+
+async def test_a_read_only_handle_cannot_flush_or_lock(
+    client: RedisClient, memory_key: str
+) -> None:
+    writer = memory(client, memory_key)
+    await writer.append_many([turn(n) for n in range(40)])
+    reader = memory(client, memory_key, read_only=True)
+    before = await client.hgetall(writer.keys.meta)
+    with pytest.raises(ReadOnlyMemoryError):
+        reader.attach_flusher(manual_flusher(writer, 100))
+    with pytest.raises(ReadOnlyMemoryError):
+        await reader.flush()
+    with pytest.raises(ReadOnlyMemoryError):
+        Flusher(
+            reader.gateway, FlushSettings(max_tokens=100), ExtractiveSummarizer(COUNTER), COUNTER
+        )
+    with pytest.raises(ReadOnlyMemoryError):
+        await FencedLock(reader.gateway).try_acquire()
+    assert await client.hgetall(writer.keys.meta) == before
+    assert not await client.exists(writer.keys.lock)

@@ -16,7 +16,6 @@ from redis.asyncio import Redis
 
 from compozy_memory import (
     BackendUnavailableError,
-    HeuristicCounter,
     MemoryManager,
     MemoryNotFoundError,
     MemoryRegistry,
@@ -28,6 +27,7 @@ from compozy_memory import (
 from compozy_memory._config.agents import MemoryReference
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
+from integration.memories import COUNTER
 from integration.workers import shared_memory_agent
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "project"
@@ -42,7 +42,7 @@ def context(user: str = "42", workflow: str | None = None) -> dict[str, object]:
 
 @pytest.fixture
 def manager(client: RedisClient) -> MemoryManager:
-    return MemoryManager(MemoryRegistry.load(EXAMPLES), client, counter=HeuristicCounter())
+    return MemoryManager(MemoryRegistry.load(EXAMPLES), client, counter=COUNTER)
 
 
 async def test_handles_are_shared_per_memory_key_and_mode(manager: MemoryManager) -> None:
@@ -87,7 +87,7 @@ async def test_agents_sharing_a_memory_see_each_others_messages(manager: MemoryM
 async def test_read_only_handles_never_reach_redis() -> None:
     # A client that cannot connect: any command sent would raise BackendUnavailableError.
     dead = Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
-    manager = MemoryManager(MemoryRegistry.load(EXAMPLES), dead, counter=HeuristicCounter())
+    manager = MemoryManager(MemoryRegistry.load(EXAMPLES), dead, counter=COUNTER)
     reader = await manager.get(MemoryReference("project-knowledge", "read-only"))
     for write in (
         reader.append({"role": "user", "content": "x"}),
@@ -105,9 +105,7 @@ async def test_read_only_handles_never_reach_redis() -> None:
 async def test_the_manager_hands_its_retry_policy_to_every_handle() -> None:
     dead = connect("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
     quick = RetryPolicy(attempts=3, deadline=0.5, initial_backoff=0.01)
-    manager = MemoryManager(
-        MemoryRegistry.load(EXAMPLES), dead, counter=HeuristicCounter(), retry=quick
-    )
+    manager = MemoryManager(MemoryRegistry.load(EXAMPLES), dead, counter=COUNTER, retry=quick)
     handle = await manager.get("sql-agent", {"workflow": {"id": "w1"}})
     assert handle.retry is quick
     started = time.monotonic()
@@ -156,7 +154,7 @@ async def test_reload_keeps_running_handles_on_their_resource(
 ) -> None:
     shutil.copytree(EXAMPLES, tmp_path / "p")
     registry = MemoryRegistry.load(tmp_path / "p")
-    manager = MemoryManager(registry, client, counter=HeuristicCounter())
+    manager = MemoryManager(registry, client, counter=COUNTER)
     before = await manager.get("customer-support", context("7"))
     path = tmp_path / "p" / "memory" / "customer-support.yaml"
     path.write_text(path.read_text().replace("max_tokens: 4000", "max_tokens: 9000"))

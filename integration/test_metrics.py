@@ -14,7 +14,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from compozy_memory import (
     ConflictError,
     FencedLock,
-    HeuristicCounter,
     MemoryManager,
     MemoryMetrics,
     MemoryNotFoundError,
@@ -23,6 +22,7 @@ from compozy_memory import (
     start_metrics_server,
 )
 from compozy_memory._wire.translate import RedisClient
+from integration.memories import COUNTER
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -60,7 +60,7 @@ async def test_a_workload_shows_in_every_one_of_the_twelve_metrics(client: Redis
     manager = MemoryManager(
         MemoryRegistry("metrics", [resource]),
         client,
-        counter=HeuristicCounter(),
+        counter=COUNTER,
         metrics=metrics,
     )
     user = {"user": uuid.uuid4().hex}

@@ -12,22 +12,15 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from compozy_memory import (
-    BackendTimeoutError,
-    HeuristicCounter,
-    MemoryInstance,
-    RetryPolicy,
-    connect,
-)
+from compozy_memory import BackendTimeoutError, RetryPolicy, connect
 from integration.engines import EngineSpec
 from integration.faults import FaultProxy, Load, consistency_problems, tally
+from integration.memories import memory
 
 # Run by scripts/reliability: its counts become rows of RELIABILITY.md.
 pytestmark = pytest.mark.faults
 
-PROJECT = "net"
 PATIENT = RetryPolicy(attempts=50, deadline=30.0, max_backoff=0.2)
-COUNTER = HeuristicCounter()
 
 
 @pytest.fixture
@@ -48,10 +41,6 @@ def through(proxy: FaultProxy, **options: Any) -> Redis:
     client = connect(proxy.url, **options)
     assert isinstance(client, Redis)
     return client
-
-
-def memory(client: Redis, key: str, **options: Any) -> MemoryInstance:
-    return MemoryInstance.open(client, project=PROJECT, key=key, counter=COUNTER, **options)
 
 
 def new_key() -> str:

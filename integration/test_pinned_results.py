@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from compozy_memory import HeuristicCounter, MemoryInstance, MemoryPolicy, ResultStore
+from compozy_memory import MemoryInstance, ResultStore
 from compozy_memory._store.results_store import DataRef, result_key
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
+from integration.memories import memory
 
 pytestmark = pytest.mark.faults
 
@@ -26,15 +27,10 @@ def big() -> str:
     return uuid.uuid4().hex + "\n".join(f"line {i}: " + "data " * 30 for i in range(400))
 
 
-def memory(client: RedisClient, key: str, **policy: Any) -> MemoryInstance:
-    return MemoryInstance.open(
-        client,
-        project=PROJECT,
-        key=key,
-        counter=HeuristicCounter(),
-        policy=MemoryPolicy(**{"max_tokens": 500, **policy}),
-        results=ResultStore(client, PROJECT),
-    )
+def pinned(client: RedisClient, key: str, **policy: Any) -> MemoryInstance:
+    """A memory of 500 tokens whose results go to this project's store."""
+    results = ResultStore(client, PROJECT)
+    return memory(client, key, project=PROJECT, max_tokens=500, results=results, **policy)
 
 
 async def offload(mem: MemoryInstance, payload: str) -> DataRef:
@@ -60,7 +56,7 @@ async def test_a_pinned_result_lives_as_long_as_the_memory_that_writes_on(
     client: RedisClient, memory_key: str, engine: EngineSpec, record: Any
 ) -> None:
     ttl = timedelta(seconds=2)
-    mem = memory(client, memory_key, ttl=ttl)
+    mem = pinned(client, memory_key, ttl=ttl)
     payload = big()
     ref = await offload(mem, payload)
     key = result_key(PROJECT, ref.namespace, ref.sha256)
@@ -95,11 +91,11 @@ async def test_a_pinned_result_lives_as_long_as_the_memory_that_writes_on(
 async def test_only_the_memory_that_pinned_a_result_releases_it_once(
     client: RedisClient, memory_key: str, engine: EngineSpec, record: Any
 ) -> None:
-    owner = memory(client, memory_key)
+    owner = pinned(client, memory_key)
     ref = await offload(owner, big())
     seen = [await refs(client, ref)]
     # Another memory forges a message naming the same result: its clear must not unpin it.
-    forger = memory(client, memory_key + ":forger")
+    forger = pinned(client, memory_key + ":forger")
     await forger.append(
         {"role": "user", "content": "see this", "metadata": {"result_ref": ref.to_json()}}
     )

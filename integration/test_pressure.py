@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from compozy_memory import BackendOutOfMemoryError, HeuristicCounter, MemoryInstance
+from compozy_memory import BackendOutOfMemoryError, MemoryInstance
 from compozy_memory.embedded import EmbeddedServer, find_binary, start_server
 from integration.engines import require_redis7
 from integration.faults import consistency_problems, tally
+from integration.memories import COUNTER
 
 # Run by scripts/reliability: its counts become rows of RELIABILITY.md.
 pytestmark = pytest.mark.faults
-
-COUNTER = HeuristicCounter()
 
 
 @pytest.fixture(params=["valkey", "redis7"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,7 +22,6 @@ from compozy_memory import (
     Flusher,
     FlushMetrics,
     FlushSettings,
-    HeuristicCounter,
     MemoryInstance,
     MemoryPolicy,
     Message,
@@ -36,12 +34,11 @@ from compozy_memory import (
 from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer, find_binary, start_server
 from integration.engines import EngineSpec, spec_for
 from integration.faults import FaultProxy, consistency_problems
+from integration.memories import COUNTER, memory
 
 # Run by scripts/reliability: its counts become rows of RELIABILITY.md.
 pytestmark = pytest.mark.faults
 
-PROJECT = "repl"
-COUNTER = HeuristicCounter()
 ONE_REPLICA = WaitPolicy(replicas=1, timeout=timedelta(milliseconds=300))
 
 
@@ -126,21 +123,10 @@ def pair() -> Iterator[Pair]:
     p.stop()
 
 
-def memory(client: Redis, wait: WaitPolicy | None, **options: object) -> MemoryInstance:
-    return MemoryInstance.open(
-        client,
-        project=PROJECT,
-        key=f"r:{uuid.uuid4().hex}",
-        counter=COUNTER,
-        policy=MemoryPolicy(wait=wait),
-        **options,
-    )
-
-
 async def test_a_waited_write_is_on_the_replica_when_the_call_returns(pair: Pair) -> None:
     primary = Redis.from_url(pair.primary.url)
     replica = Redis.from_url(pair.replica.url)
-    mem = memory(primary, ONE_REPLICA)
+    mem = memory(primary, wait=ONE_REPLICA)
     for i in range(50):
         await mem.append({"role": "user", "content": f"m{i}"})
         assert await replica.llen(mem.keys.msgs) == i + 1  # read at once, no polling
@@ -154,7 +140,7 @@ async def test_a_missing_acknowledgement_is_a_typed_error_and_a_safe_retry(
     pair: Pair, record: Callable[..., None]
 ) -> None:
     primary = Redis.from_url(pair.primary.url)
-    mem = memory(primary, ONE_REPLICA)
+    mem = memory(primary, wait=ONE_REPLICA)
     await mem.append({"role": "user", "content": "before"})
     pair.pause_replica()
     started = time.monotonic()
@@ -194,9 +180,7 @@ async def test_a_missing_acknowledgement_is_a_typed_error_and_a_safe_retry(
 async def flushed_memory(primary: Redis, summarizer: ExtractiveSummarizer) -> MemoryInstance:
     """A memory that waits for one replica, over its budget, with a flusher attached."""
     policy = MemoryPolicy(max_tokens=400, wait=ONE_REPLICA)
-    mem = MemoryInstance.open(
-        primary, project=PROJECT, key=f"f:{uuid.uuid4().hex}", counter=COUNTER, policy=policy
-    )
+    mem = memory(primary, policy=policy)
     mem.attach_flusher(
         Flusher(
             mem.gateway,
@@ -252,7 +236,7 @@ async def test_a_flush_whose_lock_the_replica_misses_writes_nothing(pair: Pair) 
 
 async def test_asking_for_more_replicas_than_exist_fails_with_the_counts(pair: Pair) -> None:
     primary = Redis.from_url(pair.primary.url)
-    mem = memory(primary, WaitPolicy(replicas=2, timeout=timedelta(milliseconds=100)))
+    mem = memory(primary, wait=WaitPolicy(replicas=2, timeout=timedelta(milliseconds=100)))
     with pytest.raises(ReplicationError) as info:
         await mem.append({"role": "user", "content": "x"})
     assert (info.value.required, info.value.acknowledged) == (2, 1)
@@ -270,7 +254,7 @@ async def test_failover_to_a_replica_that_missed_writes(
     p = start_pair(find_binary("valkey-server"))
     try:
         primary = Redis.from_url(p.primary.url)
-        mem = memory(primary, wait)
+        mem = memory(primary, wait=wait)
         acked: set[str] = set()
         for i in range(10):
             await mem.append({"role": "user", "content": f"synced {i}"})
@@ -337,7 +321,7 @@ async def test_a_lock_epoch_survives_failover_when_wait_is_set(
     refused = 0
     try:
         primary = Redis.from_url(p.primary.url)
-        mem = memory(primary, wait)
+        mem = memory(primary, wait=wait)
         lock = FencedLock(mem.gateway, ttl=timedelta(seconds=30))
         first = await lock.try_acquire()
         assert first is not None
@@ -394,7 +378,10 @@ async def test_waitaof_fsyncs_before_returning() -> None:
     p = start_pair(find_binary("valkey-server"), aof=True)
     try:
         primary = Redis.from_url(p.primary.url)
-        mem = memory(primary, WaitPolicy(replicas=1, aof=True))
+        # What is checked is that the append waits for the fsync, not how fast: a busy machine
+        # took over the default second to fsync a replica that had just synced.
+        wait = WaitPolicy(replicas=1, aof=True, timeout=timedelta(seconds=15))
+        mem = memory(primary, wait=wait)
         result = await mem.append({"role": "user", "content": "durable"})
         assert result.first_id == 1
         await primary.aclose()
@@ -408,7 +395,7 @@ async def test_waitaof_on_a_server_without_it_is_a_clear_error(
     """Redis 7.0 has no WAITAOF, and no server takes it without appendonly."""
     client = connect(standalone.url)
     assert isinstance(client, Redis)
-    mem = memory(client, WaitPolicy(aof=True))
+    mem = memory(client, wait=WaitPolicy(aof=True))
     with pytest.raises(ScriptError, match="WAITAOF"):
         await mem.append({"role": "user", "content": "x"})
     await client.aclose()
@@ -418,5 +405,5 @@ async def test_waitaof_on_a_server_without_it_is_a_clear_error(
 async def test_wait_needs_a_standalone_client(valkey_cluster: EmbeddedCluster) -> None:
     client = spec_for("valkey-cluster", valkey_cluster).client()
     with pytest.raises(ConfigurationError, match="standalone"):
-        memory(client, ONE_REPLICA)  # type: ignore[arg-type]
+        memory(client, wait=ONE_REPLICA)
     await client.aclose()

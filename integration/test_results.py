@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 
 from compozy_memory import (
-    HeuristicCounter,
     MemoryInstance,
     MemoryPolicy,
     MemoryTools,
@@ -20,6 +19,7 @@ from compozy_memory import (
 )
 from compozy_memory._store.results_store import DataRef, result_key
 from compozy_memory._wire.translate import RedisClient
+from integration.memories import COUNTER
 
 PROJECT = "results"
 # Agent ids chosen to reach another agent's results, or to make two namespaces share a key.
@@ -60,7 +60,7 @@ async def test_an_offloaded_stub_fits_a_small_budget(
         client,
         project=PROJECT,
         key=memory_key,
-        counter=HeuristicCounter(),
+        counter=COUNTER,
         policy=MemoryPolicy(max_tokens=max_tokens),
     )
     line = "lorem ipsum dolor sit amet " * 75
@@ -83,7 +83,7 @@ async def test_a_budget_too_small_for_any_stub_is_a_typed_error_that_stores_noth
         client,
         project=PROJECT,
         key=memory_key,
-        counter=HeuristicCounter(),
+        counter=COUNTER,
         policy=MemoryPolicy(max_tokens=4, ttl=timedelta(minutes=5)),  # a TTL: results are pinned
     )
     payload = "x " * 500
@@ -104,7 +104,7 @@ async def test_a_5mb_tool_result_is_offloaded_and_round_trips(
         client,
         project=PROJECT,
         key=memory_key,
-        counter=HeuristicCounter(),
+        counter=COUNTER,
         policy=MemoryPolicy(max_tokens=2_000, ttl=timedelta(minutes=5)),
         results=ResultStore(client, PROJECT, agent="alice"),
     )
@@ -153,7 +153,7 @@ async def test_a_5mb_tool_result_is_offloaded_and_round_trips(
         client,
         project=PROJECT,
         key=memory_key + ":other",
-        counter=HeuristicCounter(),
+        counter=COUNTER,
         policy=MemoryPolicy(max_tokens=2_000),
         results=ResultStore(client, PROJECT, agent="alice"),
     )

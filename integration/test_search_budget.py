@@ -13,33 +13,17 @@ from typing import Any
 
 import pytest
 
-from compozy_memory import (
-    HeuristicCounter,
-    Hit,
-    MemoryInstance,
-    MemoryPolicy,
-    Message,
-    SearchPolicy,
-)
+from benchmarks.bm25_reference import Index
+from compozy_memory import Hit, MemoryInstance, Message, SearchPolicy
 from compozy_memory._model.limits import QUERY_BUDGET
 from compozy_memory._search.analysis import analyze_query
-from compozy_memory._search.bm25 import Index
 from compozy_memory._search.documents import document_terms
 from compozy_memory._wire.translate import RedisClient
+from integration.memories import memory
 
 pytestmark = pytest.mark.slow
 
-COUNTER = HeuristicCounter()
-
-
-def memory(client: RedisClient, key: str) -> MemoryInstance:
-    return MemoryInstance.open(
-        client,
-        project="budget",
-        key=key,
-        counter=COUNTER,
-        policy=MemoryPolicy(search=SearchPolicy(neighbour_weight=0)),
-    )
+NO_NEIGHBOURS = SearchPolicy(neighbour_weight=0)  # the reference ranks by BM25 alone
 
 
 async def reference(client: RedisClient, mem: MemoryInstance) -> Index:
@@ -74,7 +58,7 @@ async def archive(mem: MemoryInstance, turns: Sequence[dict[str, Any]]) -> None:
 async def test_a_term_in_more_documents_than_the_budget_still_counts_exactly(
     client: RedisClient, memory_key: str
 ) -> None:
-    mem = memory(client, memory_key)
+    mem = memory(client, memory_key, search=NO_NEIGHBOURS)
     turns = []
     for n in range(QUERY_BUDGET + 200):
         # "weather" is in every document: too common to read; "lighthouse" in one in 40.
@@ -96,7 +80,7 @@ async def test_a_number_term_is_not_taken_from_a_length_or_a_count(
     # three date terms make four of its length). "7" is in too many documents to read, so it
     # is scored from each candidate's own terms: it must match a term there, never a length
     # or a count that happens to be 7.
-    mem = memory(client, memory_key)
+    mem = memory(client, memory_key, search=NO_NEIGHBOURS)
     turns = [
         {"role": "user", "content": f"harbour note 7 from desk {n}", "tokens": 6}
         for n in range(QUERY_BUDGET + 50)
@@ -114,7 +98,7 @@ async def test_a_rare_term_with_few_documents_is_topped_up_from_the_next_term(
 ) -> None:
     # One document holds the rare term: the common ones' newest documents fill the hits,
     # each scored exactly, the rare one first.
-    mem = memory(client, memory_key)
+    mem = memory(client, memory_key, search=NO_NEIGHBOURS)
     turns = [
         {"role": "user", "content": f"ferry timetable for harbour {n}", "tokens": 5}
         for n in range(QUERY_BUDGET + 100)

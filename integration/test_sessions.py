@@ -8,11 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from compozy_memory import BackendUnavailableError, HeuristicCounter, MemoryManager, MemoryRegistry
+from compozy_memory import BackendUnavailableError, MemoryManager, MemoryRegistry
 from compozy_memory._store.sessions import TOUCH_ATTEMPTS
 from compozy_memory._wire.gateway import ScriptTransport
 from compozy_memory._wire.scripts import Args, Script, ScriptArg
 from compozy_memory._wire.translate import RedisClient
+from integration.memories import COUNTER
 
 PROJECT_DIR = Path(__file__).resolve().parent / "sessions_project"
 FLUSHING_DIR = Path(__file__).resolve().parent / "sessions_flushing"
@@ -20,7 +21,7 @@ FLUSHING_DIR = Path(__file__).resolve().parent / "sessions_flushing"
 
 def manager(client: RedisClient) -> MemoryManager:
     registry = MemoryRegistry.load(PROJECT_DIR)
-    mgr = MemoryManager(registry, client, counter=HeuristicCounter(), flushing=False)
+    mgr = MemoryManager(registry, client, counter=COUNTER, flushing=False)
     # A project of its own per test run, so listings see only this test's sessions.
     mgr.sessions.__init__(client, f"sessions-{uuid.uuid4().hex[:12]}")  # type: ignore[misc]
     return mgr
@@ -173,7 +174,7 @@ async def test_appends_never_wait_for_the_index_and_share_its_calls(client: Redi
 
 async def test_counts_follow_flushes_trims_and_clears(client: RedisClient) -> None:
     registry = MemoryRegistry.load(FLUSHING_DIR)
-    mgr = MemoryManager(registry, client, counter=HeuristicCounter())
+    mgr = MemoryManager(registry, client, counter=COUNTER)
     mgr.sessions.__init__(client, f"sessions-{uuid.uuid4().hex[:12]}")  # type: ignore[misc]
     (memory,) = await mgr.for_agent("writer", {"user": "ann"})
     for i in range(30):  # 10 tokens each: passes the 80% threshold of 200 tokens

@@ -11,7 +11,6 @@ import pytest
 
 from compozy_memory import (
     ConflictError,
-    HeuristicCounter,
     InvalidMessageError,
     MemoryInstance,
     MemoryRegistry,
@@ -25,6 +24,7 @@ from compozy_memory._store.sessions import SessionIndex
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedServer
 from integration.engines import EngineSpec
+from integration.memories import COUNTER
 
 FLUSHING_DIR = Path(__file__).resolve().parent / "sessions_flushing"
 
@@ -115,9 +115,7 @@ def test_the_sync_manager_flushes_in_the_background_and_lists_its_sessions(
     valkey_server: EmbeddedServer,
 ) -> None:
     client = connect_sync(valkey_server.url)
-    with SyncMemoryManager(
-        MemoryRegistry.load(FLUSHING_DIR), client, counter=HeuristicCounter()
-    ) as manager:
+    with SyncMemoryManager(MemoryRegistry.load(FLUSHING_DIR), client, counter=COUNTER) as manager:
         # A project of its own per run, so the listing sees only this test's session.
         manager.sessions = SessionIndex(client, f"sessions-{uuid.uuid4().hex[:12]}")
         (memory,) = manager.for_agent("writer", {"user": uuid.uuid4().hex})

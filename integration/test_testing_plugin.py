@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from compozy_memory import HeuristicCounter, MemoryInstance, MemoryPolicy, connect
+from compozy_memory import MemoryInstance, MemoryPolicy, connect
 from compozy_memory._wire.delivery import delivery_for
 from compozy_memory.embedded import EmbeddedServer
 from compozy_memory.testing.plugin import ContainerRedis, docker_engine_answers
+from integration.memories import COUNTER
 
 
 def test_the_plugin_is_registered_by_its_entry_point(pytestconfig: pytest.Config) -> None:
@@ -27,7 +28,7 @@ def test_compozy_server_is_a_running_server(compozy_server: EmbeddedServer) -> N
 async def exercise(client: Any) -> None:
     """The library's operations, each checked, on ``client``."""
     memory = MemoryInstance.open(
-        client, project="plugin", key="user 1", counter=HeuristicCounter(), policy=MemoryPolicy()
+        client, project="plugin", key="user 1", counter=COUNTER, policy=MemoryPolicy()
     )
     await memory.append({"role": "system", "content": "rules", "priority": 0})
     first = await memory.append_many(

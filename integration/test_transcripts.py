@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from compozy_memory import ConflictError, HeuristicCounter, MemoryInstance, MemoryPolicy
+from compozy_memory import ConflictError, MemoryInstance, MemoryPolicy
 from compozy_memory._wire.translate import RedisClient
+from integration.memories import COUNTER
 
 PROJECT = "transcripts"
 
@@ -39,7 +40,7 @@ def conversation() -> list[dict[str, object]]:
 
 async def filled(client: RedisClient, key: str) -> MemoryInstance:
     mem = MemoryInstance.open(
-        client, project=PROJECT, key=key, counter=HeuristicCounter(), policy=MemoryPolicy()
+        client, project=PROJECT, key=key, counter=COUNTER, policy=MemoryPolicy()
     )
     await mem.append_many(conversation())
     await mem.append_many([{"role": "user", "content": f"filler {i} about May"} for i in range(6)])
@@ -83,7 +84,7 @@ async def test_an_import_larger_than_an_index_step_is_indexed_whole(
 ) -> None:
     # The indexer's step takes the live tail and the archive being built: together more
     # than one step's documents (INDEX_STEP_DOCS), which are cut into steps.
-    mem = MemoryInstance.open(client, project=PROJECT, key=memory_key, counter=HeuristicCounter())
+    mem = MemoryInstance.open(client, project=PROJECT, key=memory_key, counter=COUNTER)
     turns = [{"role": "user", "content": f"note {i}"} for i in range(700)]
     await mem.append_many(turns)
     await mem.trim(keep_messages=400)

@@ -12,7 +12,6 @@ from redis.asyncio import Redis
 
 from compozy_memory import (
     BackendUnavailableError,
-    HeuristicCounter,
     MemoryInstance,
     MemoryManager,
     MemoryRegistry,
@@ -24,6 +23,8 @@ from compozy_memory._wire.delivery import install
 from compozy_memory._wire.scripts import library
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
+from integration.memories import COUNTER
+from tests.counters import WordCounter
 
 PROJECT = Path(__file__).resolve().parent.parent / "examples" / "project"
 
@@ -71,27 +72,12 @@ async def test_after_warm_the_first_append_loads_nothing(
     assert calls.get("cmdstat_fcall") == 1
 
 
-class Preloading:
-    """A counter that records where its encoder was loaded."""
-
-    thread_safe = True
-
-    def __init__(self) -> None:
-        self.loaded_in: list[str] = []
-
-    def preload(self) -> None:
-        self.loaded_in.append(threading.current_thread().name)
-
-    def count(self, text: str) -> int:
-        return len(text.split())
-
-
 async def test_warm_loads_each_counters_encoder_off_the_loop(client: RedisClient) -> None:
-    counters = [Preloading(), Preloading()]
+    counters = [WordCounter(), WordCounter()]
     await warm(client, counters=counters)
     for counter in counters:
-        assert len(counter.loaded_in) == 1
-        assert counter.loaded_in[0] != threading.current_thread().name
+        assert len(counter.preloaded_in) == 1
+        assert counter.preloaded_in[0] != threading.current_thread().name
 
 
 async def test_warm_says_when_the_server_cannot_be_reached() -> None:
@@ -146,9 +132,7 @@ async def test_warm_succeeds_for_tenants_who_may_not_write_the_probe(
             )
             try:
                 await asyncio.wait_for(warm(tenant), 30)
-                mem = MemoryInstance.open(
-                    tenant, project="acme", key=name, counter=HeuristicCounter()
-                )
+                mem = MemoryInstance.open(tenant, project="acme", key=name, counter=COUNTER)
                 if not read_only:
                     assert (await mem.append({"role": "user", "content": "hi"})).first_id == 1
             finally:

@@ -62,3 +62,13 @@ def test_the_cli_refuses_them_with_exit_2_and_one_line(
     assert out == ""
     assert err.startswith("error: ")
     assert err.count("\n") == 1, err
+
+
+def test_the_acl_command_prints_a_usable_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["acl", "--project", "acme", "--user", "bot", "--read-only"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("ACL SETUSER bot reset on ><password> ")
+    assert "%R~compozy:acme:memory:*" in line
+    assert "+rpush" not in line
+    assert main(["acl", "--project", "bad project", "--user", "bot"]) == 2
+    assert "project id" in capsys.readouterr().err

@@ -13,6 +13,7 @@ from compozy_memory._model.tokens import TokenCounter, rs_bpe_available
 from compozy_memory._store import counting
 from compozy_memory._store.counting import INLINE_CHARS, count_texts
 from compozy_memory.errors import MissingTokenCountError
+from tests.counters import BatchWordCounter
 
 PIECES = [
     "a", "b", " ", "  ", "\n", "\r\n", "\r", "\t", "'s", "'LL", "1", "123", "é", "e\u0301",
@@ -62,21 +63,6 @@ def test_long_runs_and_separator_spellings_count_alike(encoding: str) -> None:
         ]  # fmt: skip
 
 
-class Picky:
-    """Counts words; refuses a text that says so, in count and count_many alike."""
-
-    def __init__(self, thread_safe: bool) -> None:
-        self.thread_safe = thread_safe
-
-    def count(self, text: str) -> int:
-        if "refuse" in text:
-            raise MissingTokenCountError(text)
-        return len(text.split())
-
-    def count_many(self, texts: list[str]) -> list[int]:
-        return [self.count(t) for t in texts]
-
-
 def test_a_cached_batch_count_matches_counting_each_text() -> None:
     inner = TiktokenCounter(engine="tiktoken")
     cached = CachedCounter(inner, maxsize=8)
@@ -85,16 +71,16 @@ def test_a_cached_batch_count_matches_counting_each_text() -> None:
         texts = [*texts_from(rng), "same", "same"]
         assert cached.count_many(texts) == [inner.count(t) for t in texts]
     with pytest.raises(MissingTokenCountError):
-        CachedCounter(Picky(False)).count_many(["one", "refuse me"])
+        CachedCounter(BatchWordCounter(thread_safe=False)).count_many(["one", "refuse me"])
 
 
 async def test_mixed_counters_in_one_tick_each_get_their_own_counts_or_errors() -> None:
     big = "word " * (INLINE_CHARS // 5)
     counters: list[TokenCounter] = [
-        Picky(True),
-        Picky(False),
+        BatchWordCounter(thread_safe=True),
+        BatchWordCounter(thread_safe=False),
         HeuristicCounter(),
-        CachedCounter(Picky(True)),
+        CachedCounter(BatchWordCounter(thread_safe=True)),
     ]
     jobs = []
     for i in range(120):
@@ -127,7 +113,7 @@ async def test_no_caller_waits_forever_when_the_counting_threads_refuse_work() -
     """The executor may refuse a job (shut down: at interpreter exit, concurrent.futures
     refuses every new job). Its callers must not wait forever: they are counted on the
     loop instead, and still get their own counts."""
-    counter = Picky(True)
+    counter = BatchWordCounter(thread_safe=True)
     counting._executor().shutdown(wait=True)
     try:
         task = asyncio.ensure_future(count_texts(counter, ["word " * INLINE_CHARS]))

@@ -83,3 +83,26 @@ async def test_settle_and_fail_all_never_touch_a_cancelled_caller() -> None:
     cancelled = loop.create_future()
     fail_all([Call(APPEND, [], [], "k", cancelled)], asyncio.CancelledError())
     assert cancelled.cancelled()
+
+
+async def test_every_client_has_one_shared_batcher_of_its_kind() -> None:
+    """Made without a server: a client connects on its first command, never here."""
+    from redis.asyncio import Redis, RedisCluster
+
+    from compozy_memory._wire.batching import ScriptBatcher, batcher_for
+    from compozy_memory._wire.cluster_batching import CLUSTER_BATCHING, ClusterBatcher
+
+    standalone, other = Redis(host="127.0.0.1", port=1), Redis(host="127.0.0.1", port=1)
+    cluster = RedisCluster(host="127.0.0.1", port=1)
+    try:
+        batcher = batcher_for(standalone)
+        assert batcher is batcher_for(standalone)
+        assert isinstance(batcher, ScriptBatcher)
+        clustered = batcher_for(cluster)
+        assert clustered is batcher_for(cluster)
+        assert isinstance(clustered, ClusterBatcher) if CLUSTER_BATCHING else clustered is None
+        assert batcher_for(other) is not batcher  # one per client, not per server
+    finally:
+        await standalone.aclose()
+        await other.aclose()
+        await cluster.aclose()

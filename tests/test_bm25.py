@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.bm25_reference import Index, bm25_scores, idf
 from compozy_memory._search.analysis import analyze_query
-from compozy_memory._search.bm25 import Index, bm25_scores, idf, neighbour_boost, top_k
 from compozy_memory._search.documents import message_terms
+from compozy_memory._search.ranking import neighbour_boost, top_k
 
 CHAT = [
     ("Melanie", "Hey Caroline! How was your week?"),

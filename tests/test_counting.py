@@ -4,39 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
 from compozy_memory import CachedCounter, HeuristicCounter, TiktokenCounter
 from compozy_memory._store.counting import INLINE_CHARS, count_texts
 from compozy_memory.errors import MissingTokenCountError
+from tests.counters import BatchWordCounter, WordCounter
 
 BIG = "the quick brown fox jumps over the lazy dog " * (INLINE_CHARS // 40)
 
 
-class Recording:
-    """A thread-safe counter that records the thread of each count (and may be slow)."""
-
-    thread_safe = True
-
-    def __init__(self, delay: float = 0.0) -> None:
-        self.delay = delay
-        self.threads: list[str] = []
-        self.lock = threading.Lock()
-
-    def count(self, text: str) -> int:
-        with self.lock:
-            self.threads.append(threading.current_thread().name)
-        if self.delay:
-            time.sleep(self.delay)  # releases the GIL, as tiktoken's encoding does
-        if "refuse" in text:
-            raise MissingTokenCountError("no count for this one")
-        return len(text.split())
-
-
 async def test_a_ticks_texts_are_counted_together_in_a_worker_thread() -> None:
-    counter = Recording()
+    counter = WordCounter()
     texts = [[f"{BIG} caller {i}", f"name{i}"] for i in range(32)]
     results = await asyncio.gather(*(count_texts(counter, t) for t in texts))
     assert results == [[len(a.split()), 1] for a, _ in texts]
@@ -45,21 +25,18 @@ async def test_a_ticks_texts_are_counted_together_in_a_worker_thread() -> None:
 
 
 async def test_small_batches_and_unsafe_counters_count_on_the_loop() -> None:
-    counter = Recording()
+    counter = WordCounter()
     assert await count_texts(counter, ["a b c"]) == [3]
     assert counter.threads == [threading.current_thread().name]
 
-    class Unsafe(Recording):
-        thread_safe = False
-
-    unsafe = Unsafe()
+    unsafe = WordCounter(thread_safe=False)
     assert await count_texts(unsafe, [BIG]) == [len(BIG.split())]
     assert unsafe.threads == [threading.current_thread().name]
     assert await count_texts(HeuristicCounter(), [BIG]) == [HeuristicCounter().count(BIG)]
 
 
 async def test_the_loop_runs_while_texts_are_counted() -> None:
-    counter = Recording(delay=0.05)
+    counter = WordCounter(delay=0.05)
     ticks = 0
 
     async def ticker() -> None:
@@ -76,7 +53,7 @@ async def test_the_loop_runs_while_texts_are_counted() -> None:
 
 
 async def test_an_error_reaches_only_the_caller_whose_text_raised_it() -> None:
-    counter = Recording()
+    counter = WordCounter()
     good, bad = await asyncio.gather(
         count_texts(counter, [BIG, "x y"]), count_texts(counter, [BIG + " refuse"])
     )
@@ -85,7 +62,7 @@ async def test_an_error_reaches_only_the_caller_whose_text_raised_it() -> None:
 
 
 async def test_a_cancelled_caller_is_skipped() -> None:
-    counter = Recording(delay=0.02)
+    counter = WordCounter(delay=0.02)
     first = asyncio.ensure_future(count_texts(counter, [BIG + " first"]))
     second = asyncio.ensure_future(count_texts(counter, [BIG + " second"]))
     await asyncio.sleep(0)
@@ -95,27 +72,8 @@ async def test_a_cancelled_caller_is_skipped() -> None:
         await first
 
 
-class Batching:
-    """A counter that holds the GIL and counts many texts at once (as rs-bpe does): it
-    records each batch it is given and the thread that counted it."""
-
-    thread_safe = False
-
-    def __init__(self) -> None:
-        self.batches: list[tuple[str, int]] = []
-
-    def count(self, text: str) -> int:
-        return self.count_many([text])[0]
-
-    def count_many(self, texts: list[str]) -> list[int]:
-        self.batches.append((threading.current_thread().name, len(texts)))
-        if any("refuse" in text for text in texts):
-            raise MissingTokenCountError("no count for this one")
-        return [len(text.split()) for text in texts]
-
-
 async def test_a_counter_that_holds_the_gil_counts_a_ticks_texts_together_on_the_loop() -> None:
-    counter = Batching()
+    counter = BatchWordCounter()
     texts = [[f"{BIG} caller {i}", f"name{i}"] for i in range(16)]
     results = await asyncio.gather(*(count_texts(counter, t) for t in texts))
     assert results == [[len(a.split()), 1] for a, _ in texts]
@@ -123,7 +81,7 @@ async def test_a_counter_that_holds_the_gil_counts_a_ticks_texts_together_on_the
 
 
 async def test_a_batch_error_reaches_only_the_caller_whose_text_raised_it() -> None:
-    counter = Batching()
+    counter = BatchWordCounter()
     good, bad, other = await asyncio.gather(
         count_texts(counter, ["a b", "c"]),
         count_texts(counter, ["refuse this"]),
@@ -140,7 +98,7 @@ async def test_exact_counts_and_remembered_texts_stay_on_the_loop() -> None:
     texts = [f"{BIG} {i}" for i in range(4)]
     assert await count_texts(cached, texts) == [exact.count(t) for t in texts]
     assert cached.thread_safe
-    inner = Recording()
+    inner = WordCounter()
     remembering = CachedCounter(inner)
     await count_texts(remembering, [BIG])
     await count_texts(remembering, [BIG])

@@ -1,6 +1,6 @@
 """A summary's ``covers``: at most MAX_COVER_RANGES ranges, holding every id it replaced and,
 while it can, no live message (pure functions; the flushes on real engines are in
-integration/test_adversarial_23.py)."""
+integration/test_flush_bounded.py)."""
 
 from __future__ import annotations
 

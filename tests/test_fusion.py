@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from compozy_memory._search.bm25 import top_k
 from compozy_memory._search.fusion import (
     DEFAULT_FUSION,
     Fusion,
@@ -17,6 +16,7 @@ from compozy_memory._search.fusion import (
     rank_fusion,
     score_fusion,
 )
+from compozy_memory._search.ranking import top_k
 from compozy_memory.errors import ConfigurationError
 
 

@@ -1,5 +1,5 @@
 """How an ``INFO server`` reply is judged (the real Redis 6.2 is refused in
-integration/test_adversarial_23.py; these are the forms no server here can give)."""
+integration/test_old_servers.py; these are the forms no server here can give)."""
 
 from __future__ import annotations
 

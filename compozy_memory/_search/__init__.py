@@ -1,1 +1,2 @@
-"""Archive search: the analyzer that turns text into index terms, and BM25 as a reference."""
+"""Archive search: the analyzer that turns text into index terms, and the ranking of what the
+index returns (neighbour boost, fusion with dense scores)."""

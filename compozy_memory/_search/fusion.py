@@ -25,7 +25,7 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from compozy_memory._search.bm25 import neighbour_boost
+from compozy_memory._search.ranking import neighbour_boost
 from compozy_memory.errors import ConfigurationError
 
 __all__ = [

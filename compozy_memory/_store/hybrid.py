@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from compozy_memory._model.results import Hit, Hits
-from compozy_memory._search.bm25 import neighbour_boost, top_k
 from compozy_memory._search.dense import Embedder, cosines, strip_names
 from compozy_memory._search.fusion import Fusion, fuse
+from compozy_memory._search.ranking import neighbour_boost, top_k
 from compozy_memory._store.vectors import Embed, model_id
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps

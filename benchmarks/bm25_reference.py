@@ -1,9 +1,10 @@
-"""BM25 over an archive, as a plain in-memory reference.
+"""BM25 over an archive, as a plain in-memory reference (a test and benchmark oracle, not
+shipped in the wheel).
 
 ``Index`` is the specification the Redis-side index (Lua scripts over hashes) is tested
 against: after any sequence of ``add`` and ``remove`` both must hold the same postings,
-document frequencies and lengths. ``bm25_scores`` and ``neighbour_boost`` are the scoring the
-Python side applies to postings fetched from Redis, so they take plain mappings.
+document frequencies and lengths. ``bm25_scores`` is the formula over plain mappings; the
+ranking (:mod:`compozy_memory._search.ranking`) is the package's own.
 
 Postings cap: each term keeps at most ``postings_cap`` postings, those of the newest (largest)
 doc ids, so a query's cost is bounded whatever the archive's size. A posting pushed out by the
@@ -14,10 +15,11 @@ document holding the term, so IDF stays true.
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
+
+from compozy_memory._search.ranking import neighbour_boost, top_k
 
 __all__ = [
     "DEFAULT_B",
@@ -27,6 +29,7 @@ __all__ = [
     "IndexSnapshot",
     "bm25_scores",
     "idf",
+    # The ranking the package applies, so a benchmark ranks with the reference in one import.
     "neighbour_boost",
     "top_k",
 ]
@@ -81,42 +84,6 @@ def bm25_scores(
             norm = k1 * (base + length_scale * doc_lengths[doc_id])
             scores[doc_id] = get(doc_id, 0.0) + weight * tf / (tf + norm)
     return scores
-
-
-def neighbour_boost(
-    scores: Mapping[int, float],
-    weight: float,
-    exists: Container[int] | Callable[[int], bool],
-) -> dict[int, float]:
-    """Add ``weight`` times the better of its two neighbours' scores to each document.
-
-    In a conversation the answer often sits in the turn next to the one holding the
-    question's words (the reply to "where did you go?"), so a document's final score is
-    ``own + weight * max(score(id - 1), score(id + 1))``. Neighbours of scored documents
-    become candidates even with no matching term of their own, if ``exists`` says they are
-    in the index.
-    """
-    if weight == 0 or not scores:
-        return dict(scores)
-    present: Callable[[int], bool] = exists if callable(exists) else exists.__contains__
-    candidates = set(scores)
-    for doc_id in scores:
-        for near in (doc_id - 1, doc_id + 1):
-            if near not in candidates and present(near):
-                candidates.add(near)
-    get = scores.get
-    return {
-        doc_id: get(doc_id, 0.0) + weight * max(get(doc_id - 1, 0.0), get(doc_id + 1, 0.0))
-        for doc_id in candidates
-    }
-
-
-def top_k(scores: Mapping[int, float], limit: int) -> list[tuple[int, float]]:
-    """The ``limit`` best ``(doc_id, score)`` pairs, best first; ties go to the newer doc."""
-    if limit <= 0:
-        return []
-    best = heapq.nlargest(limit, scores.items(), key=lambda item: (item[1], item[0]))
-    return [(doc_id, score) for doc_id, score in best]
 
 
 class IndexSnapshot(NamedTuple):

@@ -264,7 +264,7 @@ async def test_max_messages_holds_under_writers_and_flushers(
     engine: EngineSpec, memory_key: str
 ) -> None:
     """``message_count_based`` with ``max_messages: 10``: 4 processes x 100 appends, each
-    flushing (50 ms summaries) as its appends pass 80% of the count, contending for the lock.
+    flushing (20 ms summaries) as its appends pass 80% of the count, contending for the lock.
     After the flushes settle, at most 10 messages are live and every acknowledged id is live
     or covered by exactly one summary."""
     spawn = multiprocessing.get_context("spawn")
@@ -281,7 +281,7 @@ async def test_max_messages_holds_under_writers_and_flushers(
                     w,
                     COUNTED_APPENDS,
                     0,
-                    0.05,
+                    0.02,
                     start,
                     MAX_MESSAGES,
                 )

@@ -148,8 +148,8 @@ async def report(url: str, cluster: bool) -> bool:
         for row in [header, tuple("-" * w for w in widths), *rows]:
             print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)))
         alice = memories[0]
-        # Summaries get at most 30% of a context (ContextPolicy.summary_share), and one can be
-        # as large as the memory's summary_tokens (500): 2,000 tokens leave room for it.
+        # Summaries get at most half of a context (ContextPolicy.summary_share), and this
+        # memory's YAML caps one at summary_tokens: 500: 2,000 tokens leave room for it.
         context = await alice.context(2000)
         print(f"\nWhat an LLM would get for alice within 2000 tokens ({len(context)} messages):")
         summaries = [m for m in context if m.content_type == "summary"]

@@ -127,7 +127,7 @@ async def measure(
                 where = f"{run}:{res.id}:{conv.conversation_id}"
                 kept[setting].update(await asked(client, mem, conv, budget, where))
             else:
-                text = joined(await mem.context(budget))
+                text = "" if query else joined(await mem.context(budget))
                 for q in conv.questions:
                     if query:
                         text = joined(await mem.context(budget, query=q.question))

@@ -32,6 +32,7 @@
         ├── ResultCorruptError      a stored result's bytes do not hash to its reference
         ├── MemoryEvictedError      keys of a memory were evicted or deleted: refused, not rebuilt
         ├── DataFormatError         a memory written by a newer release, in a newer format
+        ├── CorruptDataError        stored data that does not decode: damaged, or planted raw
         ├── ScriptError             a script failed in a way the library did not expect
         └── UnsupportedServerError  older than Redis 7.0 / Valkey 7.2: refused before any write
 
@@ -61,6 +62,7 @@ __all__ = [
     "ConfigurationError",
     "ConflictError",
     "ContextOverflowError",
+    "CorruptDataError",
     "DataFormatError",
     "IndexLagError",
     "InvalidMessageError",
@@ -315,6 +317,12 @@ class DataFormatError(BackendError):
     """The memory was written by a newer compozy-memory, in a data format this release does
     not read (meta's ``fmt``): upgrade this replica. (A memory of an older format is migrated
     in bounded steps instead.)"""
+
+
+class CorruptDataError(BackendError):
+    """Data read back from a memory's keys does not decode as this release wrote it (a
+    segment of the search index, an envelope): damaged, or written raw by someone with write
+    access to the keys. Refused, never guessed at."""
 
 
 class ScriptError(BackendError):

@@ -1,7 +1,7 @@
 #!lua
 -- append.lua: store one or many messages at the end of a memory, atomically and at most once.
 -- USES: args batch dedupe deltas
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone ixvec facts factord respins
+-- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins
 -- ARGV: ttl_ms max_tokens dedupe_key n messages...
 --   ttl_ms      TTL set on every key passed; 0 leaves TTLs alone
 --   max_tokens  the most tokens one message may have; 0 = no limit

@@ -2,7 +2,7 @@
 -- clear.lua: remove a memory's messages, summaries, archive (and its index and vectors),
 -- recalled messages, session facts and dedupe keys.
 -- USES: args batch deltas
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone ixvec facts factord respins legacy_ixpost legacy_ixdocs
+-- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins legacy_ixpost legacy_ixdocs legacy_ixp
 -- ARGV: ttl_ms
 --   ttl_ms  TTL for the meta key that remains; 0 keeps the TTL meta had
 -- REPLY: {removed pins[2]}
@@ -18,8 +18,8 @@ local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local kept = redis.call('HMGET', k_meta, 'count', 'last_id', 'epoch', 'inc', 'fmt')
 local pins = redis.call('HGETALL', k_respins)
 local pttl = redis.call('PTTL', k_meta)
-redis.call('UNLINK', k_msgs, k_meta, k_archive, k_summaries, k_dedupe, k_recalled, k_ixpost,
-  k_ixdocs, k_ixgone, k_ixvec, k_facts, k_factord, k_respins, k_legacy_ixpost, k_legacy_ixdocs)
+redis.call('UNLINK', k_msgs, k_meta, k_archive, k_summaries, k_dedupe, k_recalled, k_ixseg,
+  k_ixdocs, k_ixgone, k_ixvec, k_facts, k_factord, k_respins, k_legacy_ixpost, k_legacy_ixdocs, k_legacy_ixp)
 local last_id = tonumber(kept[2]) or 0
 if kept[4] then
   local restore = {'last_id', last_id, 'ix_next', last_id + 1, 'vx_next', last_id + 1,

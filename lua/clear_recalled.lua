@@ -1,7 +1,7 @@
 #!lua
 -- clear_recalled.lua: send every recalled message back to the archive (they never left it).
 -- USES: args deltas
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone ixvec facts factord respins
+-- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins
 -- ARGV: ttl_ms
 --   ttl_ms  TTL set on every key; 0 leaves TTLs alone
 -- REPLY: n

@@ -1,8 +1,8 @@
 #!lua flags=no-writes
 -- context.lua: what to send an LLM, assembled in layers within a token budget, atomically.
--- USES: args bm25 docs envelope meta query
--- KEYS: msgs meta archive summaries recalled ixpost ixdocs ixgone facts factord
--- ARGV: budget facts_header summary_share recall_share backfill max_messages limit k1 b neighbour_weight hits terms...
+-- USES: args docs envelope meta query
+-- KEYS: msgs meta archive summaries recalled ixseg ixdocs ixgone facts factord
+-- ARGV: budget facts_header summary_share recall_share backfill max_messages limit hits
 --   budget            tokens the context may take
 --   facts_header      tokens of the facts message without its lines (its heading and the
 --                     per-message overhead, counted by the client's counter); -1: leave
@@ -14,15 +14,14 @@
 --   max_messages      the window, the recall layer and the backfill hold at most this many
 --                     messages together (the recall layer at most recall_share of them),
 --                     the newest; -1: MAX_CONTEXT_MESSAGES (always the most)
---   limit, k1, b, neighbour_weight   search parameters, as for search.lua; the recall
---                     layer takes the best limit hits the window does not show
---   hits              '' or the query's hits as the client ranked them (fused with dense
---                     scores): comma-separated ids, best first, at most MAX_SEARCH_LIMIT
---                     (more than limit: some may be in the window), offered instead of a
---                     search of terms (then none)
---   terms             the query's terms; none: no search
+--   limit             the recall layer takes the best limit hits the window does not show
+--   hits              '' (no query) or the query's hits as the client ranked them
+--                     (compozy_memory/_search/scoring.py, fused with dense scores where an
+--                     embedder is set): comma-separated ids, best first, at most
+--                     MAX_SEARCH_LIMIT (more than limit: some may be in the window); an id
+--                     no longer indexed is passed over
 -- REPLY: {unindexed incarnation version pinned[] facts[2] summaries[] recall[2] backfill[] window[]}
---   unindexed  messages the query could not search yet (as for search.lua)
+--   unindexed  messages the query could not search yet (lib/query.lua)
 --   incarnation, version  the memory's, as read (for a later compare-and-set)
 --   pinned     the pinned messages (priority 0), oldest first
 --   facts      (key, 'tokens<TAB>value') pairs, least recently set first
@@ -59,18 +58,15 @@ else
   max_messages = MAX_CONTEXT_MESSAGES
 end
 local limit = int_arg(a_limit, 'limit', 0, MAX_SEARCH_LIMIT)
-local terms = query_terms(ARGV, ARGS_FROM)
 local ranked = {}
 for id in string.gmatch(a_hits, '[^,]+') do
+  if #ranked >= MAX_SEARCH_LIMIT then
+    fail('INVALID', 'at most ' .. MAX_SEARCH_LIMIT .. ' hits')
+  end
   ranked[#ranked + 1] = {int_arg(id, 'a hit id', 1, nil), tostring(#ranked + 1)}
 end
-if #ranked > MAX_SEARCH_LIMIT or (#ranked > 0 and #terms > 0) then
-  fail('INVALID', 'at most ' .. MAX_SEARCH_LIMIT .. ' hits, and no terms with them')
-end
 local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
-  {'ix_next', 'ix_seq', 'ix_len', 'ix_maxdead', 'last_id', 'p:0:count', 'p:0:tokens', 'pins',
-  'ver'})
-local o = query_options(limit, a_k1, a_b, a_neighbour_weight, 0, nil, m)
+  {'ix_next', 'ix_seq', 'last_id', 'p:0:count', 'p:0:tokens', 'pins', 'ver'})
 local n_pinned, pinned_tokens = tonumber(m['p:0:count']) or 0, tonumber(m['p:0:tokens']) or 0
 local live = tonumber(m.count) or 0
 if pinned_tokens > budget then
@@ -230,14 +226,10 @@ local function offer(env, score)
     layer[#layer + 1] = env
   end
 end
-if (#terms > 0 or #ranked > 0) and limit > 0 and (tonumber(m.fmt) or 1) >= DATA_FORMAT then
+if #ranked > 0 and limit > 0 and (tonumber(m.fmt) or 1) >= DATA_FORMAT then
   local docs = doc_reader(k_ixdocs)
   local state = {count = live, archive_base = tonumber(m.archive_base) or 0}
   local hits = ranked
-  if #terms > 0 then
-    o.pool = 4 * limit  -- ranked anyway (lib/bm25.lua): room for hits the window shows
-    hits = bm25_search(K, terms, o)
-  end
   -- The limit counts hits outside the window: a query taken from the newest user turn
   -- matches that turn and its neighbours first, which the window shows already.
   local taken = 0
@@ -246,10 +238,11 @@ if (#terms > 0 or #ranked > 0) and limit > 0 and (tonumber(m.fmt) or 1) >= DATA_
       break
     end
     local id = hit[1]
-    if not window_ids[id] then
+    local env = not window_ids[id] and (locate(K, docs, id, state))
+    if env then  -- a hit the cap dropped since the client ranked it is passed over
       taken = taken + 1
-      local score = type(hit[2]) == 'string' and hit[2] or string.format('%.6f', hit[2])
-      offer((locate(K, docs, id, state)), score)
+      local score = hit[2]
+      offer(env, score)
       offer((locate(K, docs, id + 1, state)), score)  -- the reply, then what led to it
       offer((locate(K, docs, id - 1, state)), score)
     end

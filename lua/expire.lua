@@ -1,7 +1,7 @@
 #!lua
 -- expire.lua: set or remove the TTL of every key of a memory.
 -- USES: args
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone ixvec facts factord respins
+-- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins
 -- ARGV: ttl_ms
 --   ttl_ms  the new TTL; 0 removes the TTL (PERSIST)
 -- REPLY: existing

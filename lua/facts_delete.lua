@@ -1,7 +1,7 @@
 #!lua
 -- facts_delete.lua: remove session facts by key.
 -- USES: args deltas meta
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone ixvec facts factord respins
+-- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins
 -- ARGV: ttl_ms keys...
 --   ttl_ms  TTL set on every key of the memory; 0 leaves TTLs alone
 --   keys    the fact keys to remove (at most MAX_FACTS_PER_CALL); unknown ones are skipped

@@ -1,7 +1,7 @@
 #!lua
 -- facts_set.lua: set one or many session facts (the kernel layer), capped, oldest out first.
 -- USES: args deltas meta
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone ixvec facts factord respins
+-- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins
 -- ARGV: ttl_ms cap n facts...
 --   ttl_ms  TTL set on every key of the memory; 0 leaves TTLs alone
 --   cap     the most facts kept, 1..MAX_FACTS: past it the least recently set go

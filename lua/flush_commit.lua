@@ -1,7 +1,7 @@
 #!lua
 -- flush_commit.lua: apply a flush plan atomically, or refuse it whole.
 -- USES: archive args batch clock deltas envelope meta
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone ixvec facts factord respins
+-- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins
 -- ARGV: ttl_ms archive_max epoch incarnation prefix_len n_remove n_fold summary_tokens summary_body ids...
 --   ttl_ms          TTL set on every key; 0 leaves TTLs alone
 --   archive_max     the archive keeps at most this many originals; 0 = no cap

@@ -1,13 +1,13 @@
 #!lua flags=no-writes
 -- health.lua: the totals and sizes of a memory in one consistent read.
 -- USES: (none)
--- KEYS: msgs meta archive summaries recalled ixpost ixdocs ixgone facts factord
+-- KEYS: msgs meta archive summaries recalled ixseg ixdocs ixgone facts factord
 -- ARGV: (none)
 -- REPLY: {fields...}
 -- A flat list of field, value pairs: every field of meta (tokens, count, last_id,
 -- p:<priority>:tokens, p:<priority>:count, archived, inc, fmt, ix_next, ix_docs, ...), then
 -- '_msgs_len', '_archive_len', '_summaries_len', '_recalled_len', '_ixgone_len',
--- '_facts_len', '_factord_len', '_ixpost' and '_ixdocs' (1 if the key exists) and '_ttl_ms'
+-- '_facts_len', '_factord_len', '_ixseg' and '_ixdocs' (1 if the key exists) and '_ttl_ms'
 -- (meta's PTTL: -1 none, -2 no such key): enough for the client to tell a memory whose keys
 -- were partly evicted. (Not the processes' dedupe lists, 'w:<process>': bookkeeping, and
 -- long; meta holds at most one per recent writer.)
@@ -27,7 +27,7 @@ local sizes = {
   '_ixgone_len', redis.call('LLEN', k_ixgone),
   '_facts_len', redis.call('HLEN', k_facts),
   '_factord_len', redis.call('ZCARD', k_factord),
-  '_ixpost', redis.call('EXISTS', k_ixpost),
+  '_ixseg', redis.call('EXISTS', k_ixseg),
   '_ixdocs', redis.call('EXISTS', k_ixdocs),
   '_ttl_ms', redis.call('PTTL', k_meta),
 }

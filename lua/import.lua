@@ -2,7 +2,7 @@
 -- import.lua: one bounded step of writing a transcript's envelopes, with their own ids and
 -- times, into a memory that holds none.
 -- USES: archive args deltas envelope meta
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone ixvec facts factord respins
+-- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins
 -- ARGV: ttl_ms archive_max token part at last_id items...
 --   ttl_ms       TTL set on every key; 0 leaves TTLs alone
 --   archive_max  the archive's cap, as for trim.lua

@@ -2,7 +2,7 @@
 -- index_reset.lua: drop a memory's index so the indexer builds it again in bounded steps: for
 -- a memory of an older data format (migrated so), or when asked (a new analyser).
 -- USES: args deltas meta
--- KEYS: msgs meta archive summaries ixpost ixdocs ixgone legacy_ixpost legacy_ixdocs
+-- KEYS: msgs meta archive summaries ixseg ixdocs ixgone legacy_ixpost legacy_ixdocs legacy_ixp
 -- ARGV: ttl_ms force
 --   ttl_ms  TTL set on meta; 0 leaves it alone
 --   force   1: rebuild even an index of this release's format; 0: only an older one
@@ -11,7 +11,8 @@
 --          summaries first, then the archive from its oldest envelope); 0 if it was current
 -- The keys go with UNLINK, freed in the background. meta's format becomes this release's;
 -- messages, summaries and the archive keep their layout from format 1 (only the index and the
--- counts below changed), so nothing else is rewritten.
+-- counts below changed), so nothing else is rewritten. Format 3 keeps the index as
+-- segments (lib/segments.lua) where format 2 kept postings per term (ix:p, legacy_ixp).
 -- Errors: COMPOZY_FORMAT (a newer release's memory), COMPOZY_EVICTED
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local force = int_arg(a_force, 'force', 0, 1)
@@ -20,12 +21,14 @@ local fmt = tonumber(m.fmt) or 1
 if m.inc == nil or (fmt >= DATA_FORMAT and force == 0) then
   return {0, fmt}
 end
-redis.call('UNLINK', k_ixpost, k_ixdocs, k_ixgone, k_legacy_ixpost, k_legacy_ixdocs)
+redis.call('UNLINK', k_ixseg, k_ixdocs, k_ixgone, k_legacy_ixpost, k_legacy_ixdocs, k_legacy_ixp)
 local archived = (tonumber(m.archived) or 0) - (tonumber(m.archive_base) or 0)
 redis.call('HSET', k_meta, 'fmt', DATA_FORMAT, 'ix_next', 0,
   'ix_seq', archived > 0 and (tonumber(m.archive_base) or 0) + 1 or 0,
-  'ix_docs', 0, 'ix_len', 0, 'ix_postings', 0, 'ix_dead', 0, 'ix_gone', 0, 'ix_maxdead', 0,
+  'ix_docs', 0, 'ix_len', 0, 'ix_gone', 0, 'ix_nseg', 0,
   'summary_count', redis.call('LLEN', k_summaries))
-redis.call('HDEL', k_meta, 'ix_an', 'ix_sweep')
+-- ix_gen stays: a generation is never given twice, so a reader holding the old list reads
+-- nothing of the new segments.
+redis.call('HDEL', k_meta, 'ix_an', 'ix_sweep', 'ix_postings', 'ix_dead', 'ix_maxdead')
 apply_ttl({k_meta}, ttl_ms)
 return {1, DATA_FORMAT}

@@ -2,7 +2,7 @@
 -- promote.lua: bring messages back into context by id (the recall tools): archived ones, or
 -- live ones the window no longer reaches.
 -- USES: args deltas docs envelope meta
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone ixvec facts factord respins
+-- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins
 -- ARGV: ttl_ms max_tokens ids...
 --   ttl_ms      TTL set on every key; 0 leaves TTLs alone
 --   max_tokens  recalled messages keep at most this many tokens: the oldest recalled leave

@@ -1,7 +1,7 @@
 #!lua
 -- replace.lua: swap the whole conversation for new messages, optionally only if unchanged.
 -- USES: archive args batch dedupe deltas envelope meta
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone ixvec facts factord respins
+-- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins
 -- ARGV: ttl_ms max_tokens archive_max if_last_id if_incarnation if_version dedupe_key n messages...
 --   ttl_ms          TTL set on every key; 0 leaves TTLs alone
 --   max_tokens      the most tokens one message may have; 0 = no limit

@@ -1,16 +1,25 @@
 #!lua flags=no-writes
--- search_fetch.lua: messages by id wherever they are (live, a summary, archived), with the
--- turns next to them: the hits of a search the client ranked itself (fused scores).
--- USES: args docs meta
+-- search_fetch.lua: the hits of a search the client ranked (compozy_memory/_search/scoring.py,
+-- fused with dense scores where an embedder is set): messages by id wherever they are (live,
+-- a summary, archived), with the turns next to them.
+-- USES: args docs meta query
 -- KEYS: msgs meta archive summaries ixdocs ixgone
--- ARGV: ids...
---   ids  message ids, best first, at most MAX_SEARCH_LIMIT
+-- ARGV: limit kinds ids...
+--   limit  at most this many hits, 1..MAX_SEARCH_LIMIT
+--   kinds  comma-separated kinds to keep (lib/docs.lua: 1 user, 2 assistant, 3 system,
+--          4 tool, 5 developer, 6 summary, 7 other); '' = all
+--   ids    the ranked candidates, best first, at most MAX_SEARCH_CANDIDATES
 -- REPLY: {hits[5]}
---   hits  (id, where, envelope, before, after) in the order asked, as for search.lua; an id
---         no longer indexed (the archive's cap dropped it since) is left out
+--   hits  (id, where, envelope, before, after): the first limit candidates still indexed and
+--         of a kind kept, in the order asked; where is 'live', 'summary' or 'archive';
+--         before and after are the messages with the ids next to the hit's, or '' where there
+--         is none
+-- A candidate's record is read first (a few bytes): only the hits returned are located.
+local limit = int_arg(a_limit, 'limit', 1, MAX_SEARCH_LIMIT)
+local kinds = query_kinds(a_kinds)
 local n = #ARGV - ARGS_FROM + 1
-if n > MAX_SEARCH_LIMIT then
-  fail('INVALID', 'at most ' .. MAX_SEARCH_LIMIT .. ' ids, got ' .. n)
+if n > MAX_SEARCH_CANDIDATES then
+  fail('INVALID', 'at most ' .. MAX_SEARCH_CANDIDATES .. ' ids, got ' .. n)
 end
 local ids = {}
 for i = ARGS_FROM, #ARGV do
@@ -22,6 +31,7 @@ if (tonumber(m.fmt) or 1) < DATA_FORMAT then
   return out
 end
 local docs = doc_reader(k_ixdocs)
+docs.prefetch(ids)
 local state = {count = tonumber(m.count) or 0, archive_base = tonumber(m.archive_base) or 0}
 -- Hits come in pairs (a turn and its reply, each the other's neighbour): each id is looked
 -- up once.
@@ -34,7 +44,11 @@ local function at(id)
   return seen[id]
 end
 for _, id in ipairs(ids) do
-  local hit = at(id)
+  if out[1] >= limit then
+    break
+  end
+  local kind = docs.get(id)
+  local hit = kind ~= 0 and (kinds == nil or kinds[kind]) and at(id)
   if hit then
     local before, after = at(id - 1), at(id + 1)
     out[#out + 1] = id

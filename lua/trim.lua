@@ -1,7 +1,7 @@
 #!lua
 -- trim.lua: one bounded step of moving the oldest messages to the archive until limits hold.
 -- USES: archive args batch deltas envelope meta
--- KEYS: msgs meta archive summaries dedupe recalled ixpost ixdocs ixgone ixvec facts factord respins
+-- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins
 -- ARGV: ttl_ms archive_max keep_messages max_tokens everything
 --   ttl_ms         TTL set on every key; 0 leaves TTLs alone
 --   archive_max    the archive keeps at most this many originals; 0 = no cap

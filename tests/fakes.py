@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compozy_memory import InstanceKeys, MemoryPolicy, Message
+from compozy_memory._model.limits import DATA_FORMAT
 from compozy_memory._model.messages import encode_body
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import Args, Keys, Script, ScriptArg
@@ -44,7 +45,7 @@ class Call:
 
 def pending_reply(*, ix_next: int = 1, last_id: int = 0) -> list[Any]:
     """What index_pending.lua returns for an index with nothing to do."""
-    return [2, b"", ix_next, last_id, 0, 0, last_id, 0, 0, 0]
+    return [DATA_FORMAT, b"", ix_next, last_id, 0, 0, last_id, 0, 0, 0]
 
 
 @dataclass

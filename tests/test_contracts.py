@@ -11,8 +11,9 @@ import pytest
 
 from compozy_memory import FlushPlan, ScriptError
 from compozy_memory._model.facts import EncodedFact
-from compozy_memory._model.limits import LUA_CONSTANTS
+from compozy_memory._model.limits import DATA_FORMAT, LUA_CONSTANTS
 from compozy_memory._model.messages import EncodedMessage
+from compozy_memory._search.segments import build, encode
 from compozy_memory._store.results_store import ResultGateway
 from compozy_memory._store.sessions import SessionIndex
 from compozy_memory._wire import replies
@@ -61,7 +62,6 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     "lock_acquire": (lambda g: g.lock_acquire("t" * 32, 1000), [1, b"42"]),
     "lock_refresh": (lambda g: g.lock_refresh("t" * 32, 1000), 1),
     "lock_release": (lambda g: g.lock_release("t" * 32), 1),
-    "search": (lambda g: g.search(["hi"], limit=5), [0, 0]),
     "context": (
         lambda g: g.context(
             100,
@@ -69,7 +69,7 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
             recall_share=0.4,
             backfill=True,
             max_messages=None,
-            terms=["hi"],
+            hits=[3, 1],
         ),
         [0, b"42", b"1:k", 0, 0, 0, 0, 0, 0],
     ),
@@ -108,19 +108,30 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     "promote": (lambda g: g.promote([3], 100), [0]),
     "clear_recalled": (lambda g: g.clear_recalled(), 0),
     "index_pending": (lambda g: g.index_pending(8, 1000), PENDING),
-    "index_apply": (
-        lambda g: g.index_apply(
+    "index_add": (
+        lambda g: g.index_add(
             replies.index_pending(script("index_pending").contract.decode(PENDING)),
             analyzer="1",
             upto=0,
             seq_upto=0,
-            documents=["1\t1\t2\t0\thi\t1"],
-            removed=[],
+            documents=[(1, 1, 1, 0)],
+            positive=encode(build([(1, {"hi": 1}, 1)])),
+            negative=None,
+            gone=0,
             gone_first=0,
         ),
-        [1, 2, 0, 1, 0, 1],
+        [1, 2, 0, 1, 1],
     ),
-    "index_compact": (lambda g: g.index_compact(), [0, 0, 0, 1]),
+    "index_read": (
+        lambda g: g.index_read([1], ["1.0"]),
+        [DATA_FORMAT, b"2", 0, 1, 1, 0, 0, b"1,1,1,1,1,1,0,20", b"", b"x"],
+    ),
+    "index_merge": (
+        lambda g: g.index_merge([1, 2], encode(build([(1, {"hi": 1}, 1)])), {"b0": b"x"}),
+        [1, 3, 1],
+    ),
+    "index_put": (lambda g: g.index_put(3, {"b0": b"x"}), [1, 2]),
+    "index_gc": (lambda g: g.index_gc(), 0),
     "index_reset": (lambda g: g.index_reset(force=False), [0, 2]),
     "vec_pending": (lambda g: g.vec_pending(8, 1000), [b"", 1, 0, b"", 0]),
     "vec_apply": (
@@ -135,10 +146,10 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     ),
     "vec_reset": (lambda g: g.vec_reset("m/3/v2"), 1),
     "search_candidates": (
-        lambda g: g.search_candidates(["hi"], candidates=4, since_id=0, kinds=[]),
-        [0, 0, b"m/3/v2", b"ann", 2, b"1.5", b"@AB", 3, b"", b""],
+        lambda g: g.search_candidates([(2, 1.5)], since_id=0, kinds=[]),
+        [0, b"m/3/v2", b"ann", 2, 1, b"@AB", 3, 0, b""],
     ),
-    "search_fetch": (lambda g: g.search_fetch([2]), [0]),
+    "search_fetch": (lambda g: g.search_fetch([2], limit=1), [0]),
 }
 
 

@@ -162,7 +162,7 @@ def test_layout() -> None:
         "compozy:p:memory:{user:1}:summaries",
         "compozy:p:memory:{user:1}:dedupe",
         "compozy:p:memory:{user:1}:recalled",
-        "compozy:p:memory:{user:1}:ix:p",
+        "compozy:p:memory:{user:1}:ix:s",
         "compozy:p:memory:{user:1}:ix:d",
         "compozy:p:memory:{user:1}:ix:gone",
         "compozy:p:memory:{user:1}:ix:v",

@@ -29,6 +29,7 @@ def test_public_surface_is_pinned() -> None:
             "StartupError", "SuppliedCounter", "TemplateError", "TiktokenCounter", "TokenCounter",
             "TrimResult", "UnsupportedServerError", "UsageError", "SessionClosedError",
             "Conversation", "Hits", "IndexProgress", "Indexer", "DataFormatError",
+            "CorruptDataError",
             "IndexLagError", "MemoryEvictedError", "ServerBusyError", "StepRequiredError",
             "__version__", "connect", "plan_flush", "sanitize_key", "MemoryTools",
             "tool_definitions", "to_anthropic", "to_openai", "warm",

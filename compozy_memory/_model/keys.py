@@ -150,9 +150,10 @@ class InstanceKeys:
         return f"{self.prefix}:recalled"
 
     @property
-    def ixpost(self) -> str:
-        """The index's postings: a HASH of term -> packed postings (``lua/lib/postings.lua``)."""
-        return f"{self.prefix}:ix:p"
+    def ixseg(self) -> str:
+        """The index's segments: a HASH of their list and their fields
+        (``lua/lib/segments.lua``, :mod:`compozy_memory._search.segments`)."""
+        return f"{self.prefix}:ix:s"
 
     @property
     def ixdocs(self) -> str:
@@ -181,6 +182,12 @@ class InstanceKeys:
     def legacy_ixdocs(self) -> str:
         """The index documents of data format 1 (a HASH): deleted when the index is rebuilt."""
         return f"{self.prefix}:ix:docs"
+
+    @property
+    def legacy_ixp(self) -> str:
+        """The index postings of data format 2 (a HASH of term -> packed postings): deleted
+        when the index is rebuilt."""
+        return f"{self.prefix}:ix:p"
 
     @property
     def facts(self) -> str:
@@ -213,7 +220,7 @@ class InstanceKeys:
             self.summaries,
             self.dedupe,
             self.recalled,
-            self.ixpost,
+            self.ixseg,
             self.ixdocs,
             self.ixgone,
             self.ixvec,

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 __all__ = [
     "ARCHIVE_DROP_STEP",
-    "COMPACT_FIELDS",
     "DATA_FORMAT",
     "DEDUPE_SWEEP",
     "DEDUPE_WINDOW",
+    "GC_STEP_FIELDS",
+    "INDEX_READ_BYTES",
+    "INDEX_READ_FIELDS",
     "INDEX_STEP_DOCS",
-    "INDEX_STEP_POSTINGS",
     "LUA_CONSTANTS",
     "MAX_BATCH",
     "MAX_CALL_BYTES",
@@ -36,27 +37,32 @@ __all__ = [
     "MAX_RESULT_PINS",
     "MAX_SEARCH_CANDIDATES",
     "MAX_SEARCH_LIMIT",
+    "MAX_SEGMENTS",
+    "MAX_SEGMENT_FIELDS",
+    "MAX_SEGMENT_FIELD_BYTES",
     "MAX_SPEAKER_NAMES",
     "MAX_SUMMARIES",
     "MAX_TERM_BYTES",
     "MAX_VECTOR_BYTES",
+    "MERGE_LEASE_MS",
     "MOVE_STEP",
-    "POSTINGS_BLOCK",
     "QUERY_BUDGET",
     "QUERY_POSTINGS",
     "RESCORE_BLOCKS",
     "RESCORE_POOL",
     "RESCORE_TERMS",
+    "STEP_FIELDS",
     "UNBOUNDED_TOKENS",
     "VECTOR_SCAN_IDS",
     "VECTOR_STEP_BYTES",
     "VECTOR_STEP_DOCS",
 ]
 
-#: The layout of a memory's data this release reads and writes (meta's ``fmt``). Format 2
-#: packs the index (``lua/lib/postings.lua``); a memory of format 1 has its index rebuilt in
+#: The layout of a memory's data this release reads and writes (meta's ``fmt``). Format 3
+#: keeps the index as segments the clients build (``lua/lib/segments.lua``), where format 2
+#: packed postings per term in Lua; a memory of an older format has its index rebuilt in
 #: bounded steps, one of a newer format is refused (:class:`DataFormatError`).
-DATA_FORMAT = 2
+DATA_FORMAT = 3
 
 # Every script's work is bounded by the sizes below, checked in Lua (these constants are
 # injected into every script) and in Python before a call is sent: no call holds the server
@@ -107,13 +113,23 @@ DEDUPE_WINDOW = 1_000
 #: Keys older than the window are swept when the ids cross a multiple of this.
 DEDUPE_SWEEP = 64
 
-#: The index: postings per packed block, the distinct terms one document may have, the
-#: documents and postings one indexing step writes, and the fields one compaction step reads.
-POSTINGS_BLOCK = 128
+#: The index (``compozy_memory._search.segments``): the distinct terms one document may have,
+#: the documents one indexing step covers (its segment's), the segments a memory lists (the
+#: indexer merges them in tiers long before), the fields of one segment and the bytes of one
+#: field (a bucket of its dictionary or a block of 128 postings: far less in practice), the
+#: fields one call writes (and MAX_CALL_BYTES), the fields and bytes one read returns, the
+#: fields one garbage step deletes, and how long a merge written in several steps keeps its
+#: claim on its inputs after its last step.
 MAX_DOC_TERMS = 512
-INDEX_STEP_DOCS = 64
-INDEX_STEP_POSTINGS = 512
-COMPACT_FIELDS = 8
+INDEX_STEP_DOCS = 256
+MAX_SEGMENTS = 64
+MAX_SEGMENT_FIELDS = 1_000_000
+STEP_FIELDS = 8_192
+MAX_SEGMENT_FIELD_BYTES = 1024 * 1024
+INDEX_READ_FIELDS = 4_096
+INDEX_READ_BYTES = 4 * 1024 * 1024
+GC_STEP_FIELDS = 1_024
+MERGE_LEASE_MS = 60_000
 #: Bytes of one term (longer ones are cut with a hash), and terms in one query.
 MAX_TERM_BYTES = 64
 MAX_QUERY_TERMS = 32
@@ -174,11 +190,16 @@ LUA_CONSTANTS: dict[str, int] = {
     "MAX_MESSAGE_TOKENS": MAX_MESSAGE_TOKENS,
     "DEDUPE_WINDOW": DEDUPE_WINDOW,
     "DEDUPE_SWEEP": DEDUPE_SWEEP,
-    "POSTINGS_BLOCK": POSTINGS_BLOCK,
     "MAX_DOC_TERMS": MAX_DOC_TERMS,
     "INDEX_STEP_DOCS": INDEX_STEP_DOCS,
-    "INDEX_STEP_POSTINGS": INDEX_STEP_POSTINGS,
-    "COMPACT_FIELDS": COMPACT_FIELDS,
+    "MAX_SEGMENTS": MAX_SEGMENTS,
+    "MAX_SEGMENT_FIELDS": MAX_SEGMENT_FIELDS,
+    "STEP_FIELDS": STEP_FIELDS,
+    "MAX_SEGMENT_FIELD_BYTES": MAX_SEGMENT_FIELD_BYTES,
+    "INDEX_READ_FIELDS": INDEX_READ_FIELDS,
+    "INDEX_READ_BYTES": INDEX_READ_BYTES,
+    "GC_STEP_FIELDS": GC_STEP_FIELDS,
+    "MERGE_LEASE_MS": MERGE_LEASE_MS,
     "MAX_TERM_BYTES": MAX_TERM_BYTES,
     "MAX_QUERY_TERMS": MAX_QUERY_TERMS,
     "QUERY_POSTINGS": QUERY_POSTINGS,

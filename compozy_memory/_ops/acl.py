@@ -54,6 +54,7 @@ READ_COMMANDS = (
     "hmget",
     "hgetall",
     "hexists",
+    "hstrlen",
     "hlen",
     "exists",
     "zrange",

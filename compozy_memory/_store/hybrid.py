@@ -1,8 +1,10 @@
-"""Search with dense scores: BM25 candidates and their vectors from one script call, the
-query embedded here, both fused (:mod:`compozy_memory._search.fusion`).
+"""Search with dense scores: BM25 candidates (ranked here, :mod:`compozy_memory._store.
+searching`) and their vectors, the query embedded here, both fused
+(:mod:`compozy_memory._search.fusion`).
 
-The server gives the best ``Fusion.candidates`` documents by BM25 with their neighbours and
-the vectors stored for them (``lua/search_candidates.lua``); the query's vector is compared
+The best ``Fusion.candidates`` documents by BM25 are ranked from the index's segments; the
+server gives the vectors stored for them and their neighbours
+(``lua/search_candidates.lua``); the query's vector is compared
 with those (int8 cosines, numpy when installed), the two scores are fused with the neighbour
 boost, and the best ``limit`` are read with their neighbouring turns
 (``lua/search_fetch.lua``). A document not embedded yet gets the candidates' mean dense
@@ -21,6 +23,7 @@ from compozy_memory._model.results import Hit, Hits
 from compozy_memory._search.dense import Embedder, cosines, strip_names
 from compozy_memory._search.fusion import Fusion, fuse
 from compozy_memory._search.ranking import neighbour_boost, top_k
+from compozy_memory._store.searching import bm25_ranking
 from compozy_memory._store.vectors import Embed, model_id
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
@@ -54,9 +57,16 @@ def fused_ranking(
     kinds: Sequence[int] = (),
 ) -> Steps[Ranking]:
     """The ``limit`` best documents for ``query`` (``terms``: its analysed terms), fused."""
-    found = yield from gateway.search_candidates(
+    ranked = yield from bm25_ranking(
+        gateway,
         terms,
-        candidates=fusion.candidates,
+        limit=max(1, fusion.candidates // 4),
+        pool=fusion.candidates,
+        since_id=since_id,
+        neighbour_weight=0.0,  # BM25's own scores: the fusion lifts neighbours itself
+    )
+    found = yield from gateway.search_candidates(
+        ranked.best,
         since_id=since_id,
         kinds=kinds,
         # A product gives a document BM25 did not score nothing from its dense score.
@@ -67,16 +77,20 @@ def fused_ranking(
     dense = yield from _dense_scores(embedder, query, found)
     if dense is None:
         scores = neighbour_boost(bm25, gateway.policy.search.neighbour_weight, exists)
-        return Ranking(top_k(scores, limit), found.unindexed, False)
-    return Ranking(top_k(fuse(bm25, dense, exists, fusion), limit), found.unindexed, True)
+        return Ranking(top_k(scores, limit), ranked.unindexed, False)
+    return Ranking(top_k(fuse(bm25, dense, exists, fusion), limit), ranked.unindexed, True)
 
 
-def fused_hits(gateway: MemoryGateway, ranked: Steps[Ranking]) -> Steps[Hits]:
-    """The documents of a ranking (the steps of :func:`fused_ranking`) as hits, with the
-    turns next to them."""
+def fused_hits(
+    gateway: MemoryGateway, ranked: Steps[Ranking], *, limit: int, kinds: Sequence[int] = ()
+) -> Steps[Hits]:
+    """The best ``limit`` documents of a ranking (the steps of :func:`fused_ranking`, or of
+    BM25 alone) still indexed and of ``kinds``, as hits with the turns next to them."""
     ranking = yield from ranked
     scores = dict(ranking.best)
-    fetched = yield from gateway.search_fetch([doc_id for doc_id, _ in ranking.best])
+    fetched = yield from gateway.search_fetch(
+        [doc_id for doc_id, _ in ranking.best], limit=limit, kinds=kinds
+    )
     out = Hits(
         Hit(doc_id, scores[doc_id], message, before, after, where)
         for doc_id, where, message, before, after in fetched

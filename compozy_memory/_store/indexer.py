@@ -4,15 +4,23 @@ Appends never index. After a write this handle made, the indexer runs in the bac
 (debounced: a task of the event loop for an async handle, a background thread for a sync one,
 :mod:`compozy_memory._wire.background`): it asks Redis what is not indexed yet
 (``lua/index_pending.lua``: the live tail past the index, new summaries, and while an index is
-rebuilt the archive), analyses the text here (only the client can stem), and writes one step of
-at most ``INDEX_STEP_DOCS`` documents and ``INDEX_STEP_POSTINGS`` postings
-(``lua/index_apply.lua``). Every step is checked against where the index stood when it was
-read, so indexers on many replicas can race: one step wins, the others read again. A message
-moves to the archive only once indexed (trim, replace and a flush run the indexer first when
-they must), so search never misses an archived message; the live tail it has not reached yet is
-what ``unindexed`` counts. Removed documents (dropped by the archive's cap) leave the document
-frequencies through the same steps, and compaction rewrites the blocks holding their postings
-once they are a quarter of all.
+rebuilt the archive), analyses the text and builds a segment of it here
+(:mod:`compozy_memory._search.segments`), and stores it with one call
+(``lua/index_add.lua``), which the server does in time proportional to the segment's bytes:
+no posting is decoded or encoded in Redis. Every step is checked against where the index
+stood when it was read, so indexers on many replicas can race: one step wins, the others read
+again. A message moves to the archive only once indexed (trim, replace and a flush run the
+indexer first when they must), so search never misses an archived message; the live tail it
+has not reached yet is what ``unindexed`` counts. Removed documents (dropped by the
+archive's cap) come back through the same steps as a negative segment, which takes their terms
+out of the document frequencies.
+
+After its steps the indexer keeps the segments few (:mod:`compozy_memory._search.merging`):
+it reads the segments of a tier, merges them here and stores the result in their place
+(``lua/index_merge.lua``, ``lua/index_put.lua`` for one too large for a call), and deletes
+what merges left behind a bounded step at a time (``lua/index_gc.lua``). A merge claims its
+inputs, so two indexers never merge the same segments; one that dies mid-way loses its claim
+after ``MERGE_LEASE_MS``.
 
 ``compozy_memory_index_lag_seconds`` observes, per step, how long its oldest message waited
 since it was appended (server clocks); ``compozy_memory_index_unindexed`` is the number of
@@ -23,24 +31,41 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.limits import (
     DATA_FORMAT,
+    INDEX_READ_BYTES,
+    INDEX_READ_FIELDS,
     INDEX_STEP_DOCS,
-    INDEX_STEP_POSTINGS,
     MAX_CALL_BYTES,
+    STEP_FIELDS,
 )
 from compozy_memory._model.messages import Message
 from compozy_memory._search.analysis import ANALYZER_VERSION
-from compozy_memory._search.documents import document, document_terms
+from compozy_memory._search.documents import KINDS, document_terms, kind_of
+from compozy_memory._search.merging import merge, plan_merge
+from compozy_memory._search.segments import (
+    Encoded,
+    Segment,
+    SegmentEntry,
+    build,
+    decode_segment,
+    encode,
+)
 from compozy_memory._wire.background import Backgrounded, Debounced
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.replies import IndexPending
 from compozy_memory._wire.steps import Offload, Steps, op
-from compozy_memory.errors import CompozyMemoryError, ConflictError
+from compozy_memory.errors import (
+    CompozyMemoryError,
+    ConflictError,
+    CorruptDataError,
+    MessageTooLargeError,
+)
 
 __all__ = ["IndexProgress", "Indexer"]
 
@@ -48,11 +73,14 @@ log = logging.getLogger("compozy_memory.index")
 
 #: Bytes of envelopes one pending read returns (at least one envelope, whatever its size).
 _READ_BYTES = 1024 * 1024
-#: Compaction starts once dead postings are this share of all, and at least this many.
-_COMPACT_SHARE = 0.25
-_COMPACT_MIN = 4_096
-#: Analysing more documents than this at once goes to a worker thread.
+#: Building or merging more documents than this at once goes to a worker thread.
 _THREAD_DOCS = 32
+#: A call's segment fields stay under this share of MAX_CALL_BYTES (room for the rest).
+_CALL_SHARE = 0.75
+#: Merges one catch-up runs at most (the next write's catch-up goes on).
+_MERGES_PER_CATCH_UP = 4
+
+Doc = tuple[int, "Counter[str]", int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +107,7 @@ class Indexer(Backgrounded):
         *,
         metrics: MemoryMetrics | None = None,
         name: str = "memory",
-        debounce: float = 0.05,
+        debounce: float = 0.2,
         background: bool = True,
     ) -> None:
         self.gateway = gateway
@@ -119,7 +147,7 @@ class Indexer(Backgrounded):
     @op
     def catch_up(self, *, max_steps: int | None = None) -> Steps[IndexProgress]:
         """Index what is waiting, a step at a time, until nothing is (or ``max_steps``
-        steps were written); compact when removed documents' postings have piled up."""
+        steps were written); then merge segments as their tiers fill up."""
         steps = indexed = 0
         unindexed = 0
         caught_up = False
@@ -140,23 +168,43 @@ class Indexer(Backgrounded):
                 caught_up = True
                 unindexed = 0
                 break
-            applied = yield from self._step(pending)
+            try:
+                applied = yield from self._step(pending)
+            except ConflictError as exc:
+                if "merge first" not in str(exc):
+                    raise
+                yield from self._maintain(force=True)
+                continue
             steps += 1
             if applied is not None:
                 indexed += applied
         self.dirty = not caught_up
         self._unindexed.set(unindexed)
+        if steps:
+            yield from self._maintain()
         return IndexProgress(steps, indexed, unindexed)
 
     @op
     def compact(self) -> Steps[int]:
-        """Run compaction to the end of a sweep; returns the postings it removed."""
-        removed = 0
+        """Merge every segment into one (removed documents purged) and delete what merges
+        left; returns how many segments were merged away."""
+        merged = 0
         while True:
-            gone, _, _, done = yield from self.gateway.index_compact()
-            removed += gone
-            if done:
-                return removed
+            state = yield from self.gateway.index_read()
+            if state.merges:
+                # Another indexer's merge holds some: let it finish (or its claim lapse).
+                yield from self._maintain()
+                return merged
+            inputs = plan_merge(state.segments, everything=True)
+            if not inputs:
+                yield from self._collect(state.garbage)
+                return merged
+            done = yield from self._merge(inputs)
+            if not done:
+                return merged
+            merged += len(inputs) - 1
+
+    # -- a step ---------------------------------------------------------------------------
 
     def _stale_analyzer(self, pending: IndexPending) -> bool:
         if not pending.analyzer or pending.analyzer == str(ANALYZER_VERSION):
@@ -170,80 +218,180 @@ class Indexer(Backgrounded):
         return True
 
     def _step(self, pending: IndexPending) -> Steps[int | None]:
-        """Write one step: the longest run of what ``pending`` holds that fits one call."""
-        adds, upto, seq_upto = yield from self._documents(pending)
-        removed, gone_first = self._removed(
-            pending.gones, INDEX_STEP_POSTINGS - adds[1], first=not adds[0]
-        )
-        applied = yield from self.gateway.index_apply(
+        """Write one step: what ``pending`` holds, cut down to what fits one call."""
+        items = list(pending.adds)
+        gones = list(pending.gones)
+        heavy = len(items) + len(gones) > _THREAD_DOCS
+        while True:
+            if heavy:
+                built = yield Offload(_build_step, (items, gones))
+            else:
+                built = _build_step(items, gones)
+            documents, positive, negative = built
+            size = sum(e.size + 8 * len(e.fields) for e in (positive, negative) if e)
+            fields = sum(len(e.fields) for e in (positive, negative) if e)
+            if size <= _CALL_SHARE * MAX_CALL_BYTES and fields <= STEP_FIELDS:
+                break
+            if len(items) + len(gones) <= 1:
+                raise MessageTooLargeError(
+                    "one message's index segment does not fit one call", key=self.gateway.name
+                )
+            # Half as much: the rest waits for the next step.
+            if len(items) > 1:
+                items = items[: len(items) // 2]
+            else:
+                gones = gones[: max(1, len(gones) // 2)]
+        upto, seq_upto = _covered(pending, items)
+        applied = yield from self.gateway.index_add(
             pending,
             analyzer=str(ANALYZER_VERSION),
             upto=upto,
             seq_upto=seq_upto,
-            documents=adds[0],
-            removed=removed,
-            gone_first=gone_first,
+            documents=documents,
+            positive=positive,
+            negative=negative,
+            gone=len(gones),
+            gone_first=(gones[0].id or 0) if gones else 0,
         )
         if not applied.applied:
             return None  # another indexer moved the index meanwhile: read again
-        if adds[2] is not None and adds[2].ts is not None:
-            self._lag.observe(max(0.0, time.time() - adds[2].ts / 1000))
-        if applied.dead_postings >= max(_COMPACT_MIN, _COMPACT_SHARE * applied.postings):
-            yield from self.compact()
+        if items and items[0][2].ts is not None:
+            self._lag.observe(max(0.0, time.time() - items[0][2].ts / 1000))
         return applied.indexed
 
-    def _documents(
-        self, pending: IndexPending
-    ) -> Steps[tuple[tuple[list[str], int, Message | None], int, int]]:
-        """The documents of ``pending.adds`` that fit one call, with the ids and seqs the
-        step then covers: ((arguments, postings, the oldest message), upto, seq_upto)."""
-        items = pending.adds
-        if len(items) > _THREAD_DOCS:
-            analysed: list[tuple[str, int]] = yield Offload(_analyse, (items,))
+    # -- merges ---------------------------------------------------------------------------
+
+    def _maintain(self, *, force: bool = False) -> Steps[None]:
+        """Merge the segments whose tiers are full (a few merges at most: the next catch-up
+        goes on), and delete what merges left."""
+        for _ in range(_MERGES_PER_CATCH_UP):
+            state = yield from self.gateway.index_read()
+            claimed = {g for m in state.merges for g in m.inputs}
+            inputs = plan_merge(state.segments, claimed, everything=force and not claimed)
+            if not inputs:
+                yield from self._collect(state.garbage)
+                return
+            done = yield from self._merge(inputs)
+            if not done:
+                return
+            force = False
+
+    def _collect(self, garbage: bool) -> Steps[None]:
+        left = 1 if garbage else 0
+        while left:
+            left = yield from self.gateway.index_gc()
+
+    def _merge(self, inputs: list[SegmentEntry]) -> Steps[bool]:
+        """Read ``inputs``, merge them here and store the result in their place; False when
+        another indexer got there first (nothing lost: the inputs stay)."""
+        gens = [e.gen for e in inputs]
+        values: dict[str, bytes | None] = {}
+        for chunk in _read_chunks(inputs):
+            state = yield from self.gateway.index_read(gens, chunk)
+            if state.stale:
+                return False
+            values.update(state.values)
+        parts = sum(e.docs for e in inputs)
+        work = (inputs, values)
+        if parts > _THREAD_DOCS:
+            output = yield Offload(_merged, work)
         else:
-            analysed = _analyse(items)
-        documents: list[str] = []
-        postings = size = 0
-        upto, seq_upto = pending.upto, pending.seq_upto
-        for (where, seq, message), (arg, n) in zip(items, analysed, strict=True):
-            if documents and (
-                postings + n > INDEX_STEP_POSTINGS
-                or size + len(arg) > MAX_CALL_BYTES
-                or len(documents) >= INDEX_STEP_DOCS  # live and archived: up to twice that
-            ):
-                # The rest waits for the next step: this one covers up to just before it (the
-                # live tail and summaries come first, then the archive being rebuilt).
-                if where == "a":
-                    seq_upto = seq - 1
-                else:
-                    upto = (message.id or 0) - 1
-                    seq_upto = max(0, pending.seq_from - 1)
-                break
-            documents.append(arg)
-            postings += n
-            size += len(arg)
-        oldest = items[0][2] if items else None
-        return (documents, postings, oldest), upto, seq_upto
-
-    def _removed(
-        self, gones: tuple[Message, ...], room: int, *, first: bool
-    ) -> tuple[list[str], int]:
-        """Removed documents' arguments that fit ``room`` postings (the first always, when
-        ``first``: a step with nothing else to do), and the first one's id."""
-        out: list[str] = []
-        for message in gones:
-            tf, _ = document_terms(message)
-            if len(tf) > room and not (first and not out):
-                break
-            room -= len(tf)
-            out.append(f"{message.id}\t0\t0\t0\t" + "\t".join(f"{t}\t{n}" for t, n in tf.items()))
-        return out, (gones[0].id or 0) if out else 0
+            output = _merged(*work)
+        fields = output.fields if output is not None else {}
+        chunks = _write_chunks(fields)
+        try:
+            done, gen = yield from self.gateway.index_merge(gens, output, chunks[0])
+            for part in chunks[1:-1]:
+                yield from self.gateway.index_put(gen, part)
+            if not done:
+                done, _ = yield from self.gateway.index_merge(
+                    gens, output, chunks[-1], reservation=gen
+                )
+        except ConflictError:
+            return False  # another merge took an input (or the index was dropped)
+        return done
 
 
-def _analyse(items: tuple[tuple[str, int, Message], ...]) -> list[tuple[str, int]]:
-    """Each item's index argument and its number of postings."""
-    out = []
+def _covered(pending: IndexPending, items: list[tuple[str, int, Message]]) -> tuple[int, int]:
+    """(upto, seq_upto) a step of ``items`` (a prefix of ``pending.adds``) covers."""
+    if len(items) == len(pending.adds):
+        return pending.upto, pending.seq_upto
+    nxt = pending.adds[len(items)]
+    where, seq, message = nxt
+    if where == "a":
+        return pending.upto, seq - 1
+    return (message.id or 0) - 1, max(0, pending.seq_from - 1)
+
+
+def _analysed(message: Message, *, summary: bool) -> tuple[int, int, Counter[str], int]:
+    """(id, kind, term frequencies, length) of one message."""
+    assert message.id is not None, "messages read from Redis carry their id"
+    tf, length = document_terms(message)
+    return message.id, KINDS["summary"] if summary else kind_of(message), Counter(tf), length
+
+
+def _build_step(
+    items: list[tuple[str, int, Message]], gones: list[Message]
+) -> tuple[list[tuple[int, int, int, int]], Encoded | None, Encoded | None]:
+    """The documents' records, their segment and the removed documents' negative segment."""
+    documents: list[tuple[int, int, int, int]] = []
+    docs: list[Doc] = []
     for where, seq, message in items:
-        arg = document(message, seq=seq, summary=where == "s")
-        out.append((arg, (arg.count("\t") - 3) // 2))
-    return out
+        doc_id, kind, tf, length = _analysed(message, summary=where == "s")
+        documents.append((doc_id, kind, length, seq))
+        if tf:
+            docs.append((doc_id, tf, length))
+    removed: list[Doc] = []
+    for message in gones:
+        doc_id, _, tf, length = _analysed(message, summary=False)
+        if tf:
+            removed.append((doc_id, tf, length))
+    positive = encode(build(docs)) if docs else None
+    negative = encode(build(removed, sign=-1)) if removed else None
+    return documents, positive, negative
+
+
+def _read_chunks(inputs: list[SegmentEntry]) -> list[list[str]]:
+    """The inputs' fields in reads that stay under the read caps (by their segments' mean
+    field size, with room: a field may be larger than its segment's mean)."""
+    chunks: list[list[str]] = [[]]
+    budget = INDEX_READ_BYTES // 4
+    used = 0
+    for entry in inputs:
+        names = entry.fields()
+        mean = entry.size // max(1, entry.buckets + entry.blocks) + 1
+        for name in names:
+            if chunks[-1] and (len(chunks[-1]) >= INDEX_READ_FIELDS or used + mean > budget):
+                chunks.append([])
+                used = 0
+            chunks[-1].append(name)
+            used += mean
+    return [c for c in chunks if c]
+
+
+def _write_chunks(fields: dict[str, bytes]) -> list[dict[str, bytes]]:
+    """``fields`` in calls that stay under the write caps (one call, maybe empty, at least)."""
+    chunks: list[dict[str, bytes]] = [{}]
+    used = 0
+    limit = int(_CALL_SHARE * MAX_CALL_BYTES)
+    for name, value in fields.items():
+        if chunks[-1] and (len(chunks[-1]) >= STEP_FIELDS or used + len(value) > limit):
+            chunks.append({})
+            used = 0
+        chunks[-1][name] = value
+        used += len(value) + len(name)
+    return chunks
+
+
+def _merged(inputs: list[SegmentEntry], values: dict[str, bytes | None]) -> Encoded | None:
+    """The merge of ``inputs`` (their fields in ``values``), encoded; None when they cancel
+    out whole."""
+    parts: list[Segment] = [decode_segment(e, values) for e in inputs]
+    positive, negative = merge(parts)
+    if positive is not None and negative is not None:
+        raise CorruptDataError(
+            "a merge left removals of documents no merged segment holds: the index does not "
+            "match its removals (reset it to build it again)"
+        )
+    out = positive or negative
+    return encode(out) if out is not None else None

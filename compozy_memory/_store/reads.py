@@ -14,6 +14,7 @@ from compozy_memory import _telemetry
 from compozy_memory._model.exchanges import whole_exchanges
 from compozy_memory._model.limits import (
     MAX_RECALL_IDS,
+    MAX_SEARCH_CANDIDATES,
     MAX_SEARCH_LIMIT,
     UNBOUNDED_TOKENS,
 )
@@ -24,8 +25,9 @@ from compozy_memory._search.dense import Embedder
 from compozy_memory._search.documents import KINDS, OTHER_KIND
 from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.facts import Facts
-from compozy_memory._store.hybrid import fused_hits, fused_ranking
+from compozy_memory._store.hybrid import Ranking, fused_hits, fused_ranking
 from compozy_memory._store.indexer import Indexer
+from compozy_memory._store.searching import bm25_ranking
 from compozy_memory._store.selection import query_terms
 from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.gateway import MemoryGateway
@@ -87,27 +89,27 @@ class ContextReads:
             query = yield from self._newest_user_turn()
         terms = query_terms(query, self.key)
         hits: list[int] = []
-        if terms:
+        limit = self.policy.search.limit
+        if terms and limit > 0:
             yield from self._fresh_index()
-        if terms and self.embedder is not None and self.policy.search.limit > 0:
-            assert query is not None
-            ranking = yield from fused_ranking(
-                self.gateway,
-                self.embedder,
-                self.fusion,
-                query,
-                terms,
-                # Room for hits the window shows: context.lua takes the best limit of the rest.
-                limit=min(MAX_SEARCH_LIMIT, 4 * self.policy.search.limit),
-            )
-            hits, terms = [doc_id for doc_id, _ in ranking.best], []
+            # Room for hits the window shows: context.lua takes the best limit of the rest.
+            pool = min(MAX_SEARCH_LIMIT, 4 * limit)
+            if self.embedder is not None:
+                assert query is not None
+                ranking = yield from fused_ranking(
+                    self.gateway, self.embedder, self.fusion, query, terms, limit=pool
+                )
+                best = ranking.best
+            else:
+                ranked = yield from bm25_ranking(self.gateway, terms, limit=limit, pool=pool)
+                best = ranked.best
+            hits = [doc_id for doc_id, _ in best]
         layers = yield from self.gateway.context(
             budget - reserve_output,
             summary_share=shares.summary_share,
             recall_share=shares.recall_share,
             backfill=shares.backfill and self._has_token_budget(max_tokens),
             max_messages=self.policy.max_messages,
-            terms=terms,
             hits=hits,
             facts_header=self.fact_ops.header_tokens,
         )
@@ -133,11 +135,12 @@ class ContextReads:
             return Hits()
         yield from self._fresh_index()
         kinds = sorted({KINDS.get(r, OTHER_KIND) for r in wanted})
-        searching: Steps[Hits]
+        # Candidates past the limit stand in for hits the cap dropped since they were
+        # indexed, or of other kinds (a filter takes more of them).
+        pool = min(MAX_SEARCH_CANDIDATES, (12 if kinds else 2) * limit)
+        ranked: Steps[Ranking]
         if self.embedder is None:
-            searching = iter(
-                self.gateway.search(terms, limit=limit, since_id=since_id or 0, kinds=kinds)
-            )
+            ranked = self._bm25(terms, limit, pool, since_id or 0)
         else:
             ranked = fused_ranking(
                 self.gateway,
@@ -145,15 +148,21 @@ class ContextReads:
                 self.fusion,
                 query,
                 terms,
-                limit=limit,
+                limit=pool,
                 since_id=since_id or 0,
                 kinds=kinds,
             )
-            searching = fused_hits(self.gateway, ranked)
+        searching = fused_hits(self.gateway, ranked, limit=limit, kinds=kinds)
         if _telemetry.capturing():  # opt-in: the query goes on the span
             with _telemetry.content(query=query):
                 return (yield from searching)
         return (yield from searching)
+
+    def _bm25(self, terms: list[str], limit: int, pool: int, since_id: int) -> Steps[Ranking]:
+        ranked = yield from bm25_ranking(
+            self.gateway, terms, limit=limit, pool=pool, since_id=since_id
+        )
+        return Ranking(ranked.best, ranked.unindexed, False)
 
     def _recall_messages(self, ids: Iterable[int]) -> Steps[list[Message]]:
         self._check_writable("recall_messages")

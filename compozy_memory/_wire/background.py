@@ -2,8 +2,9 @@
 
 After a write, a handle's indexer (and its flusher, past the threshold) has work to do off the
 caller's path. A :class:`Trigger` runs its ``work`` soon after it is fired, once at a time: a
-fire while the work runs makes it run once more when it ends, so a burst of writes costs one
-or two runs, never one each.
+fire while the work runs makes it run once more, a debounce after it ends, so a burst of
+writes costs one or two runs, never one each, and writes that keep coming are taken in
+batches a debounce apart.
 
 * :class:`TaskTrigger` (async handles): the work is a task of the running event loop.
 * :class:`ThreadTrigger` (sync handles): the work runs on the process's background threads
@@ -58,7 +59,8 @@ class Trigger(Protocol):
 
 class TaskTrigger:
     """Runs ``work`` in a task of the running loop ``debounce`` seconds after a fire; fired
-    while it runs, it runs once more. Fired where no loop runs, it does nothing (the next
+    while it runs, it runs once more, ``debounce`` seconds after it ends (so writes that keep
+    coming are taken in batches). Fired where no loop runs, it does nothing (the next
     operation that needs the work does it itself)."""
 
     def __init__(self, work: Callable[[], Awaitable[None]], debounce: float) -> None:
@@ -82,8 +84,8 @@ class TaskTrigger:
             await asyncio.shield(self._task)
 
     async def _run(self) -> None:
-        await asyncio.sleep(self.debounce)
         while True:
+            await asyncio.sleep(self.debounce)
             self._again = False
             await self.work()
             if not self._again:
@@ -92,7 +94,7 @@ class TaskTrigger:
 
 class ThreadTrigger:
     """Runs ``work`` on a background thread ``debounce`` seconds after a fire; fired while
-    it is due or running, it runs once more after."""
+    it is due or running, it runs once more, ``debounce`` seconds after it ends."""
 
     def __init__(self, work: Callable[[], None], debounce: float) -> None:
         self.work = work
@@ -116,18 +118,20 @@ class ThreadTrigger:
         return self._idle.wait(timeout)
 
     def _run(self) -> None:
-        while True:
-            with self._lock:
-                self._state = _RUNNING
-            try:
-                self.work()
-            except Exception:  # the work logs what it expects; this is a bug's last net
-                log.exception("background work failed")
-            with self._lock:
-                if self._state != _AGAIN:
-                    self._state = _IDLE
-                    self._idle.set()
-                    return
+        with self._lock:
+            self._state = _RUNNING
+        try:
+            self.work()
+        except Exception:  # the work logs what it expects; this is a bug's last net
+            log.exception("background work failed")
+        with self._lock:
+            if self._state != _AGAIN:
+                self._state = _IDLE
+                self._idle.set()
+                return
+            self._state = _DUE
+        # Once more, a debounce after this run: writes that keep coming are taken in batches.
+        _pool().schedule(self.debounce, self._run)
 
 
 _IDLE, _DUE, _RUNNING, _AGAIN = range(4)

@@ -39,7 +39,7 @@ KEY_ORDER = (
     "summaries",
     "dedupe",
     "recalled",
-    "ixpost",
+    "ixseg",
     "ixdocs",
     "ixgone",
     "ixvec",
@@ -47,9 +47,11 @@ KEY_ORDER = (
     "factord",
     "respins",
     "lock",
-    # The index keys of data format 1, deleted when an index is rebuilt (index_reset.lua).
+    # The index keys of data formats 1 and 2, deleted when an index is rebuilt
+    # (index_reset.lua).
     "legacy_ixpost",
     "legacy_ixdocs",
+    "legacy_ixp",
     # Keys outside a memory's slot, each script touching one of them alone: a stored result
     # (compozy_memory._store.results_store).
     "result",

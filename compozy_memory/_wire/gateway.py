@@ -24,11 +24,11 @@ from compozy_memory._model.results import (
     ContextLayers,
     FlushCommit,
     FlushPlan,
-    Hits,
     MemoryHealth,
     Snapshot,
 )
 from compozy_memory._wire import replies
+from compozy_memory._wire.index_calls import IndexCalls
 from compozy_memory._wire.maintenance import MaintenanceCalls
 from compozy_memory._wire.replies import TrimStep
 from compozy_memory._wire.scripts import ScriptArg
@@ -49,7 +49,7 @@ def message_args(messages: Sequence[EncodedMessage]) -> list[ScriptArg]:
     return [value for message in messages for value in message]
 
 
-class MemoryGateway(MaintenanceCalls, VectorCalls):
+class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
     """Every script call of one memory, typed."""
 
     # -- writes -------------------------------------------------------------------------
@@ -264,14 +264,12 @@ class MemoryGateway(MaintenanceCalls, VectorCalls):
         recall_share: float,
         backfill: bool,
         max_messages: int | None,
-        terms: Sequence[str] = (),
         hits: Sequence[int] = (),
         facts_header: int = 0,
     ) -> Steps[ContextLayers]:
         """The layers of a context within ``budget`` (see ``lua/context.lua``);
         ``facts_header``: the tokens of the facts message without its lines; ``hits``: the
-        query's hits as the client ranked them, offered instead of a search of ``terms``."""
-        search = self.policy.search
+        query's hits as the client ranked them, best first."""
         reply = yield self._reading(
             "context",
             {
@@ -281,43 +279,14 @@ class MemoryGateway(MaintenanceCalls, VectorCalls):
                 "recall_share": repr(float(recall_share)),
                 "backfill": int(backfill),
                 "max_messages": -1 if max_messages is None else max_messages,
-                "limit": search.limit,
-                "k1": repr(search.k1),
-                "b": repr(search.b),
-                "neighbour_weight": repr(search.neighbour_weight),
+                "limit": self.policy.search.limit,
                 "hits": ",".join(str(i) for i in hits),
             },
-            terms,
         )
         fields = self._decode("context", reply)
         self.incarnation = replies.text(fields["incarnation"])
         self.version = replies.text(fields["version"])
         return replies.context_layers(fields, facts_header)
-
-    @op
-    def search(
-        self,
-        terms: Sequence[str],
-        *,
-        limit: int,
-        since_id: int = 0,
-        kinds: Sequence[int] = (),
-    ) -> Steps[Hits]:
-        """The best ``limit`` messages for ``terms`` (analysed query terms)."""
-        search = self.policy.search
-        reply = yield self._reading(
-            "search",
-            {
-                "limit": limit,
-                "k1": repr(search.k1),
-                "b": repr(search.b),
-                "neighbour_weight": repr(search.neighbour_weight),
-                "since_id": since_id,
-                "kinds": ",".join(str(k) for k in kinds),
-            },
-            terms,
-        )
-        return replies.hits(self._decode("search", reply))
 
     @op
     def snapshot(self, limit: int) -> Steps[Snapshot]:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from compozy_memory._model.limits import MAX_READ
 from compozy_memory._wire import replies
 from compozy_memory._wire.gateway_base import GatewayBase
-from compozy_memory._wire.replies import IndexApplied, IndexPending
+from compozy_memory._wire.replies import IndexPending
 from compozy_memory._wire.steps import Steps, op
 
 __all__ = ["MaintenanceCalls"]
@@ -29,48 +29,6 @@ class MaintenanceCalls(GatewayBase):
             },
         )
         return replies.index_pending(self._decode("index_pending", reply))
-
-    @op
-    def index_apply(
-        self,
-        pending: IndexPending,
-        *,
-        analyzer: str,
-        upto: int,
-        seq_upto: int,
-        documents: Sequence[str],
-        removed: Sequence[str],
-        gone_first: int,
-    ) -> Steps[IndexApplied]:
-        """One step of the indexer (``lua/index_apply.lua``)."""
-        reply = yield self._writing(
-            "index_apply",
-            {
-                "ttl_ms": self.ttl_ms,
-                "archive_max": self.policy.archive_max,
-                "analyzer": analyzer,
-                "ix_next": pending.ix_next,
-                "upto": upto,
-                "seq_from": pending.seq_from,
-                "seq_upto": seq_upto,
-                "n_gone": len(removed),
-                "gone_first": gone_first,
-                "n_add": len(documents),
-            },
-            [*documents, *removed],
-        )
-        return replies.index_applied(self._decode("index_apply", reply))
-
-    @op
-    def index_compact(self) -> Steps[tuple[int, int, int, bool]]:
-        """One compaction step: (postings removed, dead postings left, postings, sweep done)."""
-        reply = self._decode("index_compact", (yield self._writing("index_compact", {"ttl_ms": 0})))
-        return (
-            int(reply["removed"]),
-            int(reply["dead_postings"]),
-            int(reply["postings"]),
-            bool(int(reply["done"])),
-        )
 
     @op
     def index_reset(self, *, force: bool) -> Steps[bool]:

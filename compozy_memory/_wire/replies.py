@@ -14,21 +14,16 @@ from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     ContextLayers,
     FlushCommit,
-    Hit,
-    Hits,
     MemoryHealth,
 )
 
 __all__ = [
-    "IndexApplied",
     "IndexPending",
     "Page",
     "TrimStep",
     "context_layers",
     "flush_commit",
     "health",
-    "hits",
-    "index_applied",
     "index_pending",
     "messages",
     "text",
@@ -123,29 +118,6 @@ def index_pending(reply: Mapping[str, Any]) -> IndexPending:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class IndexApplied:
-    """What one ``lua/index_apply.lua`` step did."""
-
-    applied: bool
-    ix_next: int
-    ix_seq: int
-    indexed: int
-    dead_postings: int
-    postings: int
-
-
-def index_applied(reply: Mapping[str, Any]) -> IndexApplied:
-    return IndexApplied(
-        bool(int(reply["applied"])),
-        int(reply["ix_next"]),
-        int(reply["ix_seq"]),
-        int(reply["indexed"]),
-        int(reply["dead_postings"]),
-        int(reply["postings"]),
-    )
-
-
 def context_layers(reply: Mapping[str, Any], facts_header: int) -> ContextLayers:
     """``lua/context.lua``'s reply, layer by layer."""
     items = []
@@ -162,23 +134,6 @@ def context_layers(reply: Mapping[str, Any], facts_header: int) -> ContextLayers
         tuple(messages(reply["window"])),
         facts,
     )
-
-
-def hits(reply: Mapping[str, Any]) -> Hits:
-    """``lua/search.lua``'s reply: (id, score, where, message, before, after) per hit."""
-    out = Hits(
-        Hit(
-            int(doc_id),
-            float(score),
-            Message.model_validate_json(env),
-            Message.model_validate_json(before) if before else None,
-            Message.model_validate_json(after) if after else None,
-            text(where),
-        )
-        for doc_id, score, where, env, before, after in reply["hits"]
-    )
-    out.unindexed = int(reply["unindexed"])
-    return out
 
 
 def health(reply: Sequence[Any], policy: MemoryPolicy) -> MemoryHealth:

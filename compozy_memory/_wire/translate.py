@@ -29,6 +29,7 @@ from compozy_memory.errors import (
     ConcurrentChangeError,
     ConflictError,
     ContextOverflowError,
+    CorruptDataError,
     DataFormatError,
     IndexLagError,
     InvalidMessageError,
@@ -73,6 +74,7 @@ _ERRORS: dict[str, type[CompozyMemoryError]] = {
     "COMPOZY_LONG": StepRequiredError,
     "COMPOZY_EVICTED": MemoryEvictedError,
     "COMPOZY_FORMAT": DataFormatError,
+    "COMPOZY_CORRUPT": CorruptDataError,
 }
 
 

@@ -49,6 +49,7 @@ class Candidates:
     """``lua/search_candidates.lua``'s reply: the documents a fused search scores, as three
     parallel tuples (a few hundred of them a query: no object each)."""
 
+    #: Messages not searchable yet (from the ranking's read; 0 here).
     unindexed: int
     unembedded: int
     model: str
@@ -134,53 +135,60 @@ class VectorCalls(GatewayBase):
     @op
     def search_candidates(
         self,
-        terms: Sequence[str],
+        ranked: Sequence[tuple[int, float]],
         *,
-        candidates: int,
         since_id: int,
         kinds: Sequence[int],
         neighbour_vectors: bool = True,
     ) -> Steps[Candidates]:
-        """A query's best BM25 documents, their neighbours and their stored vectors (the
-        neighbours' only with ``neighbour_vectors``)."""
-        search = self.policy.search
+        """The stored vectors of ``ranked`` (BM25's best documents, scored by the client) and
+        of their neighbours (the neighbours' vectors only with ``neighbour_vectors``)."""
+        scores = dict(ranked)
         reply = self._decode(
             "search_candidates",
             (
                 yield self._reading(
                     "search_candidates",
                     {
-                        "candidates": candidates,
                         "neighbour_vectors": int(neighbour_vectors),
-                        "k1": repr(search.k1),
-                        "b": repr(search.b),
                         "since_id": since_id,
                         "kinds": ",".join(str(k) for k in kinds),
                     },
-                    terms,
+                    [doc_id for doc_id, _ in ranked],
                 )
             ),
         )
         flat = reply["docs"]
+        ids = tuple(map(int, flat[0::3]))
         return Candidates(
-            int(reply["unindexed"]),
+            0,
             int(reply["unembedded"]),
             replies.text(reply["model"]),
             _names(reply["names"]),
-            tuple(map(int, flat[0::3])),
-            tuple(float(s) if s else None for s in flat[1::3]),
+            ids,
+            tuple(scores[i] if int(c) else None for i, c in zip(ids, flat[1::3], strict=True)),
             tuple(map(_blob, flat[2::3])),
         )
 
     @op
     def search_fetch(
-        self, ids: Sequence[int]
+        self, ids: Sequence[int], *, limit: int, kinds: Sequence[int] = ()
     ) -> Steps[list[tuple[int, str, Message, Message | None, Message | None]]]:
-        """The messages ``ids`` with their neighbours: (id, where, message, before, after),
-        in the order asked, those no longer there left out."""
+        """The first ``limit`` of the ranked candidates ``ids`` still indexed and of
+        ``kinds`` (every kind: empty), with their neighbours: (id, where, message, before,
+        after) in the order asked."""
         if not ids:
             return []
-        reply = self._decode("search_fetch", (yield self._reading("search_fetch", {}, ids)))
+        reply = self._decode(
+            "search_fetch",
+            (
+                yield self._reading(
+                    "search_fetch",
+                    {"limit": limit, "kinds": ",".join(str(k) for k in kinds)},
+                    ids,
+                )
+            ),
+        )
         return [
             (
                 int(doc_id),

@@ -6,7 +6,8 @@
 -- indexed before it may move here (the scripts that move messages check it), so moving it
 -- only records its seq in its document record. What the cap drops leaves the index at once
 -- for counting (its record is marked removed, ix_docs and ix_len shrink) and its envelope goes
--- to ixgone, where the indexer later takes its terms' document frequencies down; its vector
+-- to ixgone, whence the indexer writes a negative segment of its postings (lib/segments.lua)
+-- that takes its terms' document frequencies down; its vector
 -- (ixvec, with an embedder) goes with it. Every script that moves messages declares ixvec.
 
 -- Moves the cap's excess off the archive's front, at most ARCHIVE_DROP_STEP envelopes (the
@@ -26,13 +27,12 @@ local function archive_cap(k, archive_max)
   end
   local docs = doc_reader(k.ixdocs)
   docs.prefetch(ids)
-  local n_docs, length, dead_max, removed = 0, 0, 0, {}
+  local n_docs, length, removed = 0, 0, {}
   for i, id in ipairs(ids) do
     local kind, l = docs.get(id)
     if kind ~= 0 then
       n_docs = n_docs + 1
       length = length + l
-      dead_max = math.max(dead_max, id)
       changes[id] = {0, 0, 0}
       removed[#removed + 1] = gone[i]
     end
@@ -49,10 +49,9 @@ local function archive_cap(k, archive_max)
   if n_docs > 0 then
     docs_write(k.ixdocs, changes)
     redis.call('RPUSH', k.ixgone, unpack(removed))
-    local stats = redis.call('HMGET', k.meta, 'ix_docs', 'ix_len', 'ix_maxdead')
+    local stats = redis.call('HMGET', k.meta, 'ix_docs', 'ix_len')
     redis.call('HSET', k.meta, 'ix_docs', (tonumber(stats[1]) or 0) - n_docs,
-      'ix_len', (tonumber(stats[2]) or 0) - length,
-      'ix_maxdead', math.max(tonumber(stats[3]) or 0, dead_max))
+      'ix_len', (tonumber(stats[2]) or 0) - length)
     redis.call('HINCRBY', k.meta, 'ix_gone', #removed)
   end
   return drop

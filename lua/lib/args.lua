@@ -1,7 +1,7 @@
 -- lib/args.lua: arguments: typed errors and checked numbers. Every script raises its errors as
 -- 'COMPOZY_<CODE> <text>' before its first write (Redis has no rollback); the client maps
--- INVALID, TOOLARGE, CONFLICT, MOVED, STALE, OVERFLOW to typed exceptions (CORRUPT is a
--- ScriptError).
+-- INVALID, TOOLARGE, CONFLICT, MOVED, STALE, OVERFLOW, CORRUPT (stored data that does not
+-- decode: CorruptDataError) ... to typed exceptions (compozy_memory/_wire/translate.py).
 -- USES: (none)
 
 local function fail(code, text)

@@ -83,6 +83,11 @@ local function counted_parts(m, k, which)
       parts.summaries = {k.summaries, fmt >= 2 and (tonumber(m.summary_count) or 0) or nil}
     elseif name == 'index' then
       parts.index = {k.ixdocs, fmt >= 2 and (tonumber(m.ix_docs) or 0) or nil, 'exists'}
+      -- Segments listed: the HASH holding them is there (format 3 on), where the script
+      -- declares it.
+      if k.ixseg then
+        parts.segments = {k.ixseg, fmt >= 3 and (tonumber(m.ix_nseg) or 0) or nil, 'exists'}
+      end
     elseif name == 'ixgone' then
       parts.ixgone = {k.ixgone, fmt >= 2 and (tonumber(m.ix_gone) or 0) or nil}
     elseif name == 'vectors' then
@@ -95,7 +100,7 @@ end
 
 -- The fields every guarded read of meta takes.
 local GUARD_FIELDS = {'inc', 'fmt', 'imp', 'count', 'archived', 'archive_base',
-  'summary_count', 'ix_docs', 'ix_gone', 'vx_count'}
+  'summary_count', 'ix_docs', 'ix_gone', 'ix_nseg', 'vx_count'}
 
 -- Refuses a write while an import fills the memory (import.lua).
 local function check_not_importing(m)

@@ -1,0 +1,140 @@
+"""Merging segments, and which to merge next: tiers of similar sizes, and the removals to
+purge.
+
+Each indexing step adds a small segment; a search reads every segment's bucket for each of
+its terms, so segments are merged in tiers as Lucene's tiered policy does: a segment's tier
+is the power of :data:`TIER` its document count reaches past :data:`BASE`, and :data:`TIER`
+segments of one tier become one of the next. Each document is rewritten about
+``log(N / BASE) / log(TIER)`` times in its life, by clients, never by the server.
+
+Negative segments (documents removed since they were indexed) cancel out against the positive
+segments that hold those documents: once they reach :data:`PURGE_SHARE` of the documents of
+the positive segments they overlap, those are merged together, and both leave.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from itertools import pairwise
+
+from compozy_memory._model.limits import MAX_SEGMENTS
+from compozy_memory._search.segments import Postings, Segment, SegmentEntry
+from compozy_memory.errors import CorruptDataError
+
+__all__ = ["BASE", "PURGE_SHARE", "TIER", "merge", "plan_merge", "tier"]
+
+#: Segments of one tier merged into one of the next.
+TIER = 8
+#: Documents of the smallest tier's largest segment, divided by TIER.
+BASE = 16
+#: Removed documents, as a share of the documents of the segments they overlap, that make a
+#: purge merge worth its bytes.
+PURGE_SHARE = 0.25
+#: Listed segments past which the smallest are merged whatever their tiers.
+CROWDED = MAX_SEGMENTS // 2
+
+
+def tier(entry: SegmentEntry) -> int:
+    """The tier of a segment: 0 below BASE x TIER documents, then one per power of TIER."""
+    if entry.docs < BASE * TIER:
+        return 0
+    return int(math.log(entry.docs / BASE, TIER))
+
+
+def _overlap(a: SegmentEntry, b: SegmentEntry) -> bool:
+    return a.first <= b.last and b.first <= a.last
+
+
+def plan_merge(
+    segments: Sequence[SegmentEntry], claimed: Collection[int] = (), *, everything: bool = False
+) -> list[SegmentEntry]:
+    """The segments to merge next ([] for none); ``claimed``: generations another merge
+    has. ``everything``: all of them that are free (a full compaction)."""
+    free = [s for s in segments if s.gen not in claimed]
+    if everything:
+        return free if len(free) > 1 else []
+    positives = sorted((s for s in free if s.sign > 0), key=lambda s: s.first)
+    negatives = sorted((s for s in free if s.sign < 0), key=lambda s: s.first)
+    purge = _purge(positives, negatives, segments, claimed)
+    if purge:
+        return purge
+    for group in (positives, negatives):
+        by_tier: dict[int, list[SegmentEntry]] = {}
+        for s in group:
+            by_tier.setdefault(tier(s), []).append(s)
+        for level in sorted(by_tier):
+            members = by_tier[level]
+            if len(members) >= TIER:
+                return members[:TIER]
+    if len(segments) >= CROWDED:
+        for group in (positives, negatives):
+            if len(group) >= 2:
+                return sorted(group, key=lambda s: s.docs)[:TIER]
+    return []
+
+
+def _purge(
+    positives: Sequence[SegmentEntry],
+    negatives: Sequence[SegmentEntry],
+    segments: Sequence[SegmentEntry],
+    claimed: Collection[int],
+) -> list[SegmentEntry]:
+    if not negatives:
+        return []
+    removed = sum(n.docs for n in negatives)
+    overlapping = [p for p in positives if any(_overlap(p, n) for n in negatives)]
+    # Every positive segment that may hold a removed document must take part (else the
+    # removal would outlive the merge): none of them may be another merge's.
+    if any(
+        s.sign > 0 and s.gen in claimed and any(_overlap(s, n) for n in negatives) for s in segments
+    ):
+        return []
+    held = sum(p.docs for p in overlapping)
+    if not overlapping or removed < PURGE_SHARE * held:
+        return []
+    return [*overlapping, *negatives]
+
+
+def merge(parts: Sequence[Segment]) -> tuple[Segment | None, Segment | None]:
+    """Merge segments into at most one positive and one negative segment: postings add up
+    with their signs, so a document indexed by one part and removed by another leaves both.
+    Returns (positive, negative), either ``None`` when empty."""
+    net: dict[int, int] = {}
+    seen: set[tuple[int, int]] = set()
+    for part in parts:
+        for doc_id in part.docs:
+            if (doc_id, part.sign) in seen:
+                raise CorruptDataError(
+                    f"document {doc_id} is {'indexed' if part.sign > 0 else 'removed'} twice"
+                )
+            seen.add((doc_id, part.sign))
+            net[doc_id] = net.get(doc_id, 0) + part.sign
+    ordered = sorted(parts, key=lambda s: s.docs[0] if s.docs else 0)
+    disjoint = all(not a.docs or not b.docs or a.docs[-1] < b.docs[0] for a, b in pairwise(ordered))
+    out: dict[int, dict[str, Postings]] = {1: {}, -1: {}}
+    for part in ordered:
+        for term, p in part.terms.items():
+            for i, doc_id in enumerate(p.ids):
+                s = net[doc_id]
+                if s == 0:
+                    continue
+                q = out[s].get(term)
+                if q is None:
+                    q = out[s][term] = Postings()
+                q.ids.append(doc_id)
+                q.tfs.append(p.tfs[i])
+                q.lengths.append(p.lengths[i])
+    if not disjoint:
+        for terms in out.values():
+            for p in terms.values():
+                if any(b <= a for a, b in pairwise(p.ids)):
+                    order = sorted(range(len(p.ids)), key=p.ids.__getitem__)
+                    p.ids = [p.ids[i] for i in order]
+                    p.tfs = [p.tfs[i] for i in order]
+                    p.lengths = [p.lengths[i] for i in order]
+    result: list[Segment | None] = []
+    for s in (1, -1):
+        docs = sorted(d for d, v in net.items() if v == s)
+        result.append(Segment(s, out[s], docs) if docs else None)
+    return result[0], result[1]

@@ -1,0 +1,448 @@
+"""The search index's segments: immutable, packed, built and merged by clients.
+
+Redis only stores a segment's bytes; every per-posting operation (analysis, encoding, merging,
+scoring) runs on the clients, which scale with the fleet, as Lucene's and tantivy's writers do.
+A memory's index is a list of segments (``lua/lib/segments.lua`` keeps the list in the
+``ix:s`` hash beside the segments' fields): each holds the postings of a batch of documents,
+or, for a *negative* segment, those of documents removed since (the archive's cap dropped them,
+a flush folded a summary). A term's document frequency is the sum over the positive segments
+less the negative ones; a merge adds postings with their signs, so a document and its removal
+cancel out and leave the merged segment (deletes are tombstones that merges purge).
+
+A segment of generation ``g`` is stored as fields of ``ix:s``:
+
+``g.k``  bucket ``k`` (``0 <= k < buckets``) of its dictionary: the terms whose
+         :func:`bucket_of` is ``k``, with their document frequencies and, for short posting
+         lists, the postings themselves (a bucket nobody's term falls in is not stored)
+``g:j``  postings block ``j`` (``0 <= j < blocks``): :data:`BLOCK` postings of one long list
+
+So a search reads, per segment and query term, one bucket of about :data:`BUCKET_TERMS`
+terms, and the blocks of long lists only where it needs them; every field's name follows from
+the list entry (generation, buckets, blocks), so a segment is read, merged or deleted without
+listing the hash.
+
+Every byte is valid UTF-8 (ASCII but for the terms), so a field comes back whole through a
+client that decodes replies as text. Numbers are written in 7-bit digits, least significant
+first: *fixed* numbers take ``w`` digits each (``w`` per run), *varints* 6 bits a byte with
+0x40 set on every byte but the last. A bucket::
+
+    version (1 byte) | w: digits of each entry number (1 byte) | varint: bytes of the terms
+    terms, sorted, separated by b"\\n"
+    per term: df, end of its data (fixed, w digits each)
+    per term: its data (inline postings, or a reference to its blocks)
+
+A term's data is either its postings (``df <= INLINE``)::
+
+    digits of the id deltas (1..8) | digits of tfs + 4 x digits of lengths (1..3 each)
+    varint: first id - the segment's first id
+    df - 1 id deltas | df term frequencies | df document lengths      (fixed)
+
+or a reference to ``ceil(df / BLOCK)`` blocks (``df > INLINE``)::
+
+    0x7F | varint: first block | per block: varint, its last id - the previous block's last
+                                 (the first: - the segment's first id)
+
+and a block is inline postings of up to :data:`BLOCK` documents. Ids are document (message)
+ids, so postings from several segments merge by id.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate, pairwise
+
+from compozy_memory.errors import CorruptDataError
+
+__all__ = [
+    "BLOCK",
+    "BUCKET_TERMS",
+    "INLINE",
+    "Bucket",
+    "Encoded",
+    "Postings",
+    "Segment",
+    "SegmentEntry",
+    "TermEntry",
+    "block_field",
+    "bucket_field",
+    "bucket_of",
+    "build",
+    "decode_block",
+    "decode_bucket",
+    "decode_segment",
+    "encode",
+]
+
+#: Terms one bucket holds on average (a segment has ``ceil(terms / BUCKET_TERMS)`` buckets).
+BUCKET_TERMS = 32
+#: Postings of one block; a list longer than :data:`INLINE` is split into blocks.
+BLOCK = 128
+INLINE = 128
+
+_VERSION = 1
+_BLOCKS = 0x7F
+#: The most digits of a fixed number: ids are below 2 ** 53.
+_MOST_DIGITS = 8
+
+
+@dataclass(slots=True)
+class Postings:
+    """One term's postings in one segment, by increasing id: document ids, term frequencies,
+    document lengths."""
+
+    ids: list[int] = field(default_factory=list)
+    tfs: list[int] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(slots=True)
+class Segment:
+    """A segment in memory (being built or merged): ``sign`` 1, or -1 for removed documents'
+    postings; ``docs``: its documents' ids."""
+
+    sign: int
+    terms: dict[str, Postings]
+    docs: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentEntry:
+    """A segment as the list names it: enough to name its fields and plan merges."""
+
+    gen: int
+    sign: int
+    docs: int
+    first: int
+    last: int
+    buckets: int
+    blocks: int
+    size: int
+
+    def fields(self) -> list[str]:
+        """The names of every field the segment may have (empty buckets are not stored)."""
+        return [bucket_field(self.gen, k) for k in range(self.buckets)] + [
+            block_field(self.gen, j) for j in range(self.blocks)
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A segment's fields, named after its generation-to-be: ``b<k>`` and ``p<j>`` suffixes
+    (the script that stores it prefixes the generation it allocates)."""
+
+    sign: int
+    docs: int
+    first: int
+    last: int
+    buckets: int
+    blocks: int
+    fields: dict[str, bytes]
+
+    @property
+    def size(self) -> int:
+        return sum(len(v) for v in self.fields.values())
+
+
+@dataclass(frozen=True, slots=True)
+class TermEntry:
+    """A term in a bucket: its document frequency in the segment and either its postings
+    (``postings``) or where its blocks are (``first_block`` and each block's last id)."""
+
+    df: int
+    postings: Postings | None
+    first_block: int = 0
+    block_last: tuple[int, ...] = ()
+
+
+def bucket_of(term: str, buckets: int) -> int:
+    """The bucket a term falls in, of ``buckets``: CRC-32 of its UTF-8, modulo."""
+    return zlib.crc32(term.encode()) % buckets
+
+
+def bucket_field(gen: int, k: int) -> str:
+    return f"{gen}.{k}"
+
+
+def block_field(gen: int, j: int) -> str:
+    return f"{gen}:{j}"
+
+
+# -- building ---------------------------------------------------------------------------------
+
+
+def build(documents: Iterable[tuple[int, Mapping[str, int], int]], *, sign: int = 1) -> Segment:
+    """A segment of ``documents``: (id, term -> tf, length), ids unique."""
+    rows = sorted(documents, key=lambda d: d[0])
+    terms: dict[str, Postings] = {}
+    docs: list[int] = []
+    for doc_id, tf, length in rows:
+        if docs and docs[-1] == doc_id:
+            raise ValueError(f"document {doc_id} is given twice")
+        docs.append(doc_id)
+        for term, count in tf.items():
+            p = terms.get(term)
+            if p is None:
+                p = terms[term] = Postings()
+            p.ids.append(doc_id)
+            p.tfs.append(count)
+            p.lengths.append(length)
+    return Segment(sign, terms, docs)
+
+
+def _varint(out: bytearray, n: int) -> None:
+    while n >= 0x40:
+        out.append((n & 0x3F) | 0x40)
+        n >>= 6
+    out.append(n)
+
+
+def _digits(largest: int) -> int:
+    """Digits of 7 bits a fixed number needs to hold ``largest``."""
+    return max(1, (largest.bit_length() + 6) // 7)
+
+
+def _fixed(out: bytearray, values: Sequence[int], width: int) -> None:
+    if width == 1:
+        out += bytes(values)
+        return
+    for v in values:
+        for _ in range(width):
+            out.append(v & 0x7F)
+            v >>= 7
+
+
+def _run(
+    out: bytearray, ids: Sequence[int], tfs: Sequence[int], lengths: Sequence[int], base: int
+) -> None:
+    """Inline postings (ids >= base, increasing)."""
+    deltas = [b - a for a, b in pairwise(ids)]
+    wd = _digits(max(deltas, default=0))
+    wt = _digits(max(tfs))
+    wl = _digits(max(lengths))
+    if max(tfs) > 0xFFFF or max(lengths) > 0xFFFF:
+        raise ValueError("term frequencies and lengths are at most 65,535")
+    out.append(wd)
+    out.append(wt | wl << 2)
+    _varint(out, ids[0] - base)
+    _fixed(out, deltas, wd)
+    _fixed(out, tfs, wt)
+    _fixed(out, lengths, wl)
+
+
+def encode(segment: Segment) -> Encoded:
+    """A segment's fields (``b<k>`` buckets, ``p<j>`` blocks), ready to store."""
+    if not segment.docs:
+        raise ValueError("a segment holds at least one document")
+    base = segment.docs[0]
+    names = sorted(segment.terms)
+    n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
+    grouped: dict[int, list[str]] = {}
+    for term in names:
+        if "\n" in term or not term:
+            raise ValueError(f"an index term is not empty and holds no newline: {term!r}")
+        grouped.setdefault(bucket_of(term, n_buckets), []).append(term)
+    fields: dict[str, bytes] = {}
+    n_blocks = 0
+    for k, bucket_terms in sorted(grouped.items()):
+        dfs: list[int] = []
+        ends: list[int] = []
+        data = bytearray()
+        for term in bucket_terms:
+            p = segment.terms[term]
+            df = len(p.ids)
+            if df <= INLINE:
+                _run(data, p.ids, p.tfs, p.lengths, base)
+            else:
+                data.append(_BLOCKS)
+                _varint(data, n_blocks)
+                previous = base
+                for at in range(0, df, BLOCK):
+                    block = bytearray()
+                    stop = at + BLOCK
+                    _run(block, p.ids[at:stop], p.tfs[at:stop], p.lengths[at:stop], base)
+                    fields[f"p{n_blocks}"] = bytes(block)
+                    n_blocks += 1
+                    last = p.ids[min(stop, df) - 1]
+                    _varint(data, last - previous)
+                    previous = last
+            dfs.append(df)
+            ends.append(len(data))
+        text = b"\n".join(t.encode() for t in bucket_terms)
+        width = _digits(max(max(dfs), ends[-1]))
+        out = bytearray((_VERSION, width))
+        _varint(out, len(text))
+        out += text
+        entries: list[int] = []
+        for df, end in zip(dfs, ends, strict=True):
+            entries += (df, end)
+        _fixed(out, entries, width)
+        out += data
+        fields[f"b{k}"] = bytes(out)
+    return Encoded(
+        segment.sign, len(segment.docs), base, segment.docs[-1], n_buckets, n_blocks, fields
+    )
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def _read_varint(buf: bytes, at: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        try:
+            byte = buf[at]
+        except IndexError:
+            raise CorruptDataError("a varint runs past the end of an index field") from None
+        at += 1
+        if byte >= 0x80:
+            raise CorruptDataError("an index field holds a byte no segment writes")
+        n |= (byte & 0x3F) << shift
+        if byte < 0x40:
+            return n, at
+        shift += 6
+        if shift > 60:
+            raise CorruptDataError("a varint in an index field is too long")
+
+
+def _read_fixed(buf: bytes, at: int, n: int, width: int) -> tuple[list[int], int]:
+    end = at + n * width
+    if end > len(buf) or not 1 <= width <= _MOST_DIGITS:
+        raise CorruptDataError("postings run past the end of an index field")
+    chunk = buf[at:end]
+    if width == 1:
+        return list(chunk), end
+    if width == 2:
+        return [lo | hi << 7 for lo, hi in zip(chunk[0::2], chunk[1::2], strict=True)], end
+    values = []
+    for i in range(0, len(chunk), width):
+        v = 0
+        for d in reversed(chunk[i : i + width]):
+            v = v << 7 | d
+        values.append(v)
+    return values, end
+
+
+def _decode_run(buf: bytes, at: int, n: int, base: int) -> Postings:
+    if n <= 0:
+        raise CorruptDataError("a posting list is empty")
+    if at + 2 > len(buf):
+        raise CorruptDataError("postings run past the end of an index field")
+    wd, wtl = buf[at], buf[at + 1]
+    first, at = _read_varint(buf, at + 2)
+    deltas, at = _read_fixed(buf, at, n - 1, wd)
+    tfs, at = _read_fixed(buf, at, n, wtl & 3)
+    lengths, at = _read_fixed(buf, at, n, wtl >> 2)
+    ids = list(accumulate(deltas, initial=base + first))
+    return Postings(ids, tfs, lengths)
+
+
+def decode_block(buf: bytes, n: int, base: int) -> Postings:
+    """Block ``buf`` of ``n`` postings of a segment whose first id is ``base``."""
+    return _decode_run(buf, 0, n, base)
+
+
+class Bucket:
+    """One stored bucket, decoded lazily: :meth:`get` finds a term without parsing the
+    others."""
+
+    __slots__ = ("_base", "_buf", "_data", "_entries", "_terms")
+
+    def __init__(self, buf: bytes, base: int) -> None:
+        if len(buf) < 3 or buf[0] != _VERSION:
+            raise CorruptDataError("an index bucket has an unknown layout")
+        size, at = _read_varint(buf, 2)
+        text = buf[at : at + size]
+        if len(text) != size:
+            raise CorruptDataError("an index bucket's terms run past its end")
+        self._terms = text.split(b"\n") if size else []
+        self._entries, self._data = _read_fixed(buf, at + size, 2 * len(self._terms), buf[1])
+        self._buf = buf
+        self._base = base
+
+    def __len__(self) -> int:
+        return len(self._terms)
+
+    def terms(self) -> Iterator[str]:
+        return (t.decode() for t in self._terms)
+
+    def get(self, term: str) -> TermEntry | None:
+        key = term.encode()
+        lo, hi = 0, len(self._terms)
+        while lo < hi:  # terms are sorted: bisect (a bucket holds a few dozen)
+            mid = (lo + hi) // 2
+            if self._terms[mid] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(self._terms) or self._terms[lo] != key:
+            return None
+        return self._entry(lo)
+
+    def _entry(self, i: int) -> TermEntry:
+        df, end = self._entries[2 * i], self._entries[2 * i + 1]
+        start = self._data + (self._entries[2 * i - 1] if i else 0)
+        stop = self._data + end
+        if stop > len(self._buf) or start >= stop or df <= 0:
+            raise CorruptDataError("an index bucket's entries do not match its data")
+        buf = self._buf[:stop]
+        if buf[start] != _BLOCKS:
+            return TermEntry(df, _decode_run(buf, start, df, self._base))
+        first, at = _read_varint(buf, start + 1)
+        lasts: list[int] = []
+        last = self._base
+        for _ in range(math.ceil(df / BLOCK)):
+            delta, at = _read_varint(buf, at)
+            last += delta
+            lasts.append(last)
+        return TermEntry(df, None, first, tuple(lasts))
+
+    def entries(self) -> Iterator[tuple[str, TermEntry]]:
+        for i, term in enumerate(self._terms):
+            yield term.decode(), self._entry(i)
+
+
+def decode_bucket(buf: bytes, base: int) -> Bucket:
+    """A stored bucket of a segment whose first id is ``base``."""
+    return Bucket(buf, base)
+
+
+def block_postings(entry: TermEntry, i: int) -> int:
+    """How many postings block ``i`` of ``entry``'s blocks holds."""
+    return min(BLOCK, entry.df - i * BLOCK)
+
+
+def decode_segment(entry: SegmentEntry, values: Mapping[str, bytes | None]) -> Segment:
+    """A whole segment from its fields (``values`` by field name; missing buckets are
+    empty), for a merge."""
+    terms: dict[str, Postings] = {}
+    docs: set[int] = set()
+    for k in range(entry.buckets):
+        raw = values.get(bucket_field(entry.gen, k))
+        if raw is None:
+            continue
+        for term, t in Bucket(raw, entry.first).entries():
+            if t.postings is not None:
+                p = t.postings
+            else:
+                p = Postings()
+                for i in range(len(t.block_last)):
+                    block = values.get(block_field(entry.gen, t.first_block + i))
+                    if block is None:
+                        raise CorruptDataError(
+                            f"block {t.first_block + i} of index segment {entry.gen} is missing"
+                        )
+                    part = decode_block(block, block_postings(t, i), entry.first)
+                    p.ids += part.ids
+                    p.tfs += part.tfs
+                    p.lengths += part.lengths
+            if len(p.ids) != t.df:
+                raise CorruptDataError(f"term {term!r} of index segment {entry.gen} is short")
+            terms[term] = p
+            docs.update(p.ids)
+    return Segment(entry.sign, terms, sorted(docs))

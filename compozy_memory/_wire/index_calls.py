@@ -1,0 +1,257 @@
+"""The search index's calls: what the indexer stores (segments), what a search and a merge read,
+and the steps that keep the segments few (merges, garbage).
+
+The server only stores and returns segment bytes (``lua/lib/segments.lua``); the clients build,
+merge and score them (:mod:`compozy_memory._search.segments`,
+:mod:`compozy_memory._search.scoring`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compozy_memory._search.segments import Encoded, SegmentEntry
+from compozy_memory._wire import replies
+from compozy_memory._wire.contracts import ScriptArg
+from compozy_memory._wire.gateway_base import GatewayBase
+from compozy_memory._wire.replies import IndexPending
+from compozy_memory._wire.steps import Steps, op
+from compozy_memory.errors import CorruptDataError
+
+__all__ = ["IndexAdded", "IndexCalls", "IndexState", "Merge", "parse_list"]
+
+
+@dataclass(frozen=True, slots=True)
+class Merge:
+    """A merge writing its output a step at a time (``R`` in ``ix:s``)."""
+
+    gen: int
+    deadline_ms: int
+    inputs: tuple[int, ...]
+    declared: int
+    written: int
+
+
+@dataclass(frozen=True, slots=True)
+class IndexState:
+    """``lua/index_read.lua``'s reply: the index as one read saw it."""
+
+    fmt: int
+    analyzer: str
+    unindexed: int
+    n_docs: int
+    total_length: int
+    #: Merged segments' fields wait to be deleted.
+    garbage: bool
+    #: A generation asked for is no longer listed: nothing was read.
+    stale: bool
+    segments: tuple[SegmentEntry, ...]
+    merges: tuple[Merge, ...]
+    values: dict[str, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexAdded:
+    """What one ``lua/index_add.lua`` step did."""
+
+    applied: bool
+    ix_next: int
+    ix_seq: int
+    indexed: int
+    segments: int
+
+
+def _number(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise CorruptDataError(f"the index's {what} holds {text[:40]!r}") from None
+
+
+def parse_list(text: str) -> tuple[SegmentEntry, ...]:
+    """``ix:s``'s ``L`` field: the segments listed."""
+    out = []
+    for item in filter(None, text.split(";")):
+        f = [_number(x, "segment list") for x in item.split(",")]
+        if len(f) != 8 or f[1] not in (1, -1):
+            raise CorruptDataError(f"the index's segment list holds {item[:60]!r}")
+        out.append(SegmentEntry(*f))
+    return tuple(out)
+
+
+def _parse_merges(text: str) -> tuple[Merge, ...]:
+    out = []
+    for item in filter(None, text.split(";")):
+        f = item.split(",")
+        if len(f) != 12:
+            raise CorruptDataError(f"the index's merges hold {item[:60]!r}")
+        inputs = tuple(_number(g, "merges") for g in f[2].split("|"))
+        out.append(
+            Merge(
+                _number(f[0], "merges"),
+                _number(f[1], "merges"),
+                inputs,
+                _number(f[3], "merges"),
+                _number(f[4], "merges"),
+            )
+        )
+    return tuple(out)
+
+
+def _raw(value: Any) -> bytes | None:
+    # Segment fields are ASCII and UTF-8 (compozy_memory._search.segments): a client that
+    # decodes replies gives them back whole as text.
+    if value is None:
+        return None
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _shape(enc: Encoded | None) -> str:
+    if enc is None:
+        return ""
+    return f"{enc.sign},{enc.docs},{enc.first},{enc.last},{enc.buckets},{enc.blocks}"
+
+
+def _pairs(fields: Mapping[str, bytes], tag: str = "") -> list[ScriptArg]:
+    out: list[ScriptArg] = []
+    for name, value in fields.items():
+        out += (tag + name, value)
+    return out
+
+
+class IndexCalls(GatewayBase):
+    """The index calls of one memory."""
+
+    @op
+    def index_read(self, gens: Sequence[int] = (), fields: Sequence[str] = ()) -> Steps[IndexState]:
+        """The segment list and BM25's counts, and ``fields`` of segments ``gens``
+        (``lua/index_read.lua``)."""
+        reply = self._decode(
+            "index_read",
+            (
+                yield self._reading(
+                    "index_read", {"gens": "|".join(str(g) for g in gens)}, list(fields)
+                )
+            ),
+        )
+        stale = bool(int(reply["stale"]))
+        values = [] if stale else [_raw(v) for v in reply["values"]]
+        return IndexState(
+            int(reply["fmt"]),
+            replies.text(reply["analyzer"]),
+            int(reply["unindexed"]),
+            int(reply["n_docs"]),
+            int(reply["total_length"]),
+            bool(int(reply["garbage"])),
+            stale,
+            parse_list(replies.text(reply["list"])),
+            _parse_merges(replies.text(reply["reservations"])),
+            dict(zip(fields, values, strict=True)) if not stale else {},
+        )
+
+    @op
+    def index_add(
+        self,
+        pending: IndexPending,
+        *,
+        analyzer: str,
+        upto: int,
+        seq_upto: int,
+        documents: Sequence[tuple[int, int, int, int]],
+        positive: Encoded | None,
+        negative: Encoded | None,
+        gone: int,
+        gone_first: int,
+    ) -> Steps[IndexAdded]:
+        """One step of the indexer (``lua/index_add.lua``): ``documents`` (id, kind, length,
+        seq) and their segment, and the negative segment of ``gone`` removed documents."""
+        rest: list[ScriptArg] = [f"{i},{k},{n},{s}" for i, k, n, s in documents]
+        if positive is not None:
+            rest += _pairs(positive.fields, "p")
+        if negative is not None:
+            rest += _pairs(negative.fields, "n")
+        n_fields = (len(rest) - len(documents)) // 2
+        reply = self._decode(
+            "index_add",
+            (
+                yield self._writing(
+                    "index_add",
+                    {
+                        "ttl_ms": self.ttl_ms,
+                        "archive_max": self.policy.archive_max,
+                        "analyzer": analyzer,
+                        "ix_next": pending.ix_next,
+                        "upto": upto,
+                        "seq_from": pending.seq_from,
+                        "seq_upto": seq_upto,
+                        "n_gone": gone,
+                        "gone_first": gone_first,
+                        "n_docs": len(documents),
+                        "positive": _shape(positive),
+                        "negative": _shape(negative),
+                        "n_fields": n_fields,
+                    },
+                    rest,
+                )
+            ),
+        )
+        return IndexAdded(
+            bool(int(reply["applied"])),
+            int(reply["ix_next"]),
+            int(reply["ix_seq"]),
+            int(reply["indexed"]),
+            int(reply["segments"]),
+        )
+
+    @op
+    def index_merge(
+        self,
+        inputs: Sequence[int],
+        output: Encoded | None,
+        fields: Mapping[str, bytes],
+        *,
+        reservation: int = 0,
+    ) -> Steps[tuple[bool, int]]:
+        """Begin (``reservation`` 0) or publish a merge of ``inputs`` into ``output``, with
+        ``fields`` of it (``lua/index_merge.lua``): (published, the output's generation)."""
+        reply = self._decode(
+            "index_merge",
+            (
+                yield self._writing(
+                    "index_merge",
+                    {
+                        "ttl_ms": self.ttl_ms,
+                        "reservation": reservation,
+                        "inputs": "|".join(str(g) for g in inputs),
+                        "shape": _shape(output),
+                        "declared": len(output.fields) if output is not None else 0,
+                        "n_fields": len(fields),
+                    },
+                    _pairs(fields),
+                )
+            ),
+        )
+        return bool(int(reply["done"])), int(reply["gen"])
+
+    @op
+    def index_put(self, reservation: int, fields: Mapping[str, bytes]) -> Steps[int]:
+        """A step of an open merge (``lua/index_put.lua``): its fields written so far."""
+        reply = self._decode(
+            "index_put",
+            (
+                yield self._writing(
+                    "index_put",
+                    {"ttl_ms": self.ttl_ms, "reservation": reservation, "n_fields": len(fields)},
+                    _pairs(fields),
+                )
+            ),
+        )
+        return int(reply["written"])
+
+    @op
+    def index_gc(self) -> Steps[int]:
+        """One step deleting merged segments' fields (``lua/index_gc.lua``): fields left."""
+        reply = yield self._writing("index_gc", {"ttl_ms": self.ttl_ms})
+        return int(self._decode("index_gc", reply)["left"])

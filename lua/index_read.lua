@@ -1,0 +1,71 @@
+#!lua flags=no-writes
+-- index_read.lua: what a search or a merge reads of the index: the segment list, BM25's
+-- counts, and fields of listed segments, in one consistent read.
+-- USES: args meta query segments
+-- KEYS: msgs meta archive summaries ixseg ixdocs ixgone
+-- ARGV: gens fields...
+--   gens    the generations the fields belong to, '|'-separated ('' with no fields: the list
+--           alone); if one is no longer listed, no field is read (stale = 1: read the list
+--           again)
+--   fields  at most INDEX_READ_FIELDS names '<gen>.<k>' (a bucket) or '<gen>:<j>' (a block),
+--           INDEX_READ_BYTES in all
+-- REPLY: {fmt analyzer unindexed n_docs total_length garbage stale list reservations values...}
+--   fmt           meta's data format: below DATA_FORMAT the index is being built again and
+--                 searches nothing yet
+--   analyzer      the analyser version the index was built with ('' before any)
+--   unindexed     messages not searchable yet (the live tail past the index, the archive a
+--                 rebuild has still to reach)
+--   n_docs, total_length  live documents and their total length (BM25's N and average)
+--   garbage       1 when merged segments' fields wait to be deleted (index_gc.lua)
+--   list, reservations  ixseg's L and R as stored (lib/segments.lua)
+--   values        each field's value in the order asked; nil for an empty bucket
+-- Work follows the bytes read: each field's length is checked (HSTRLEN) before it is read,
+-- so a field written raw to many megabytes is refused (COMPOZY_CORRUPT), never copied.
+local n = #ARGV - ARGS_FROM + 1
+if n > INDEX_READ_FIELDS then
+  fail('INVALID', 'at most ' .. INDEX_READ_FIELDS .. ' fields a read, got ' .. n)
+end
+local gens = {}
+for gen in string.gmatch(a_gens, '[^|]+') do
+  gens[#gens + 1] = int_arg(gen, 'a generation', 1, nil)
+  if #gens > MAX_SEGMENTS then
+    fail('INVALID', 'at most ' .. MAX_SEGMENTS .. ' generations')
+  end
+end
+for i = ARGS_FROM, #ARGV do
+  if #ARGV[i] > 32 or not string.match(ARGV[i], '^%d+[.:]%d+$') then
+    fail('INVALID', 'field ' .. string.sub(ARGV[i], 1, 32) .. ' names no segment field')
+  end
+end
+local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
+  {'ix_next', 'ix_seq', 'ix_len', 'ix_an', 'ix_nseg', 'last_id'})
+local state = redis.call('HMGET', k_ixseg, 'L', 'R', 'G')
+local out = {tonumber(m.fmt) or 1, m.ix_an or '', unindexed(m), tonumber(m.ix_docs) or 0,
+  tonumber(m.ix_len) or 0, state[3] and 1 or 0, 0, state[1] or '', state[2] or ''}
+local listed = {}
+for _, e in ipairs(seg_parse(state[1])) do
+  listed[tonumber(e[1])] = true
+end
+for _, g in ipairs(gens) do
+  if not listed[g] then
+    out[7] = 1
+    return out
+  end
+end
+local bytes = 0
+for i = ARGS_FROM, #ARGV do
+  local size = redis.call('HSTRLEN', k_ixseg, ARGV[i])
+  if size > MAX_SEGMENT_FIELD_BYTES then
+    fail('CORRUPT', 'index field ' .. ARGV[i] .. ' holds ' .. size .. ' bytes; a segment field '
+      .. 'has at most ' .. MAX_SEGMENT_FIELD_BYTES .. ': it was not written by compozy-memory')
+  end
+  bytes = bytes + size
+  if bytes > INDEX_READ_BYTES then
+    fail('TOOLARGE', 'the fields asked hold more than ' .. INDEX_READ_BYTES .. ' bytes: read '
+      .. 'them in smaller calls')
+  end
+end
+for i = ARGS_FROM, #ARGV do
+  out[#out + 1] = redis.call('HGET', k_ixseg, ARGV[i])
+end
+return out

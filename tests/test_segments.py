@@ -1,0 +1,208 @@
+"""The index's segments (compozy_memory._search.segments) and the search over them
+(compozy_memory._search.scoring), without a server: fields in a dict stand for ``ix:s``."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks.bm25_reference import Index
+from compozy_memory._search.merging import merge
+from compozy_memory._search.scoring import SearchPlan, SearchSettings
+from compozy_memory._search.segments import (
+    BLOCK,
+    INLINE,
+    Bucket,
+    Segment,
+    SegmentEntry,
+    build,
+    decode_segment,
+    encode,
+)
+from compozy_memory.errors import CorruptDataError
+
+Doc = tuple[int, Counter[str], int]
+
+WORDS = [f"w{i}" for i in range(60)] + ["caroline", "melanie", "puppy", "biscuit", "dinner"]
+
+
+def docs(rng: random.Random, ids: range, *, zipf: bool = True) -> list[Doc]:
+    out = []
+    for doc_id in ids:
+        n = rng.randint(1, 30)
+        words = [WORDS[min(int(rng.paretovariate(1.2)) - 1, len(WORDS) - 1)] for _ in range(n)]
+        if not zipf:
+            words = [rng.choice(WORDS) for _ in range(n)]
+        if rng.random() < 0.3:
+            words.append(f"n{doc_id}")  # a number: one document only
+        tf = Counter(words)
+        out.append((doc_id, tf, n + (1 if rng.random() < 0.3 else 0)))
+    return out
+
+
+class Store:
+    """``ix:s`` as a dict: segments stored under the generations a script would give them."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, bytes] = {}
+        self.entries: list[SegmentEntry] = []
+        self.gen = 0
+
+    def add(self, segment: Segment) -> SegmentEntry:
+        enc = encode(segment)
+        self.gen += 1
+        for name, value in enc.fields.items():
+            sep = "." if name[0] == "b" else ":"
+            self.fields[f"{self.gen}{sep}{name[1:]}"] = value
+        entry = SegmentEntry(
+            self.gen, enc.sign, enc.docs, enc.first, enc.last, enc.buckets, enc.blocks, enc.size
+        )
+        self.entries.append(entry)
+        return entry
+
+    def read(self, entry: SegmentEntry) -> Segment:
+        return decode_segment(entry, {f: self.fields.get(f) for f in entry.fields()})
+
+    def drop(self, entry: SegmentEntry) -> None:
+        self.entries.remove(entry)
+        for f in entry.fields():
+            self.fields.pop(f, None)
+
+    def search(self, terms: list[str], n_docs: int, total: int, **options: float) -> list:
+        plan = SearchPlan(terms, self.entries, n_docs, total, SearchSettings(**options))
+        plan.take_buckets({f: self.fields.get(f) for f in plan.bucket_fields()})
+        while names := plan.wanted():
+            plan.take({f: self.fields.get(f) for f in names})
+        return plan.ranking()
+
+
+def same(a: Segment | None, b: Segment | None) -> None:
+    assert (a is None) == (b is None)
+    if a is None or b is None:
+        return
+    assert a.sign == b.sign
+    assert a.terms.keys() == b.terms.keys()
+    for term, p in a.terms.items():
+        q = b.terms[term]
+        assert (p.ids, p.tfs, p.lengths) == (q.ids, q.tfs, q.lengths), term
+
+
+def test_a_segment_reads_back_as_built_with_inline_lists_and_blocks() -> None:
+    rng = random.Random(1)
+    built = build(docs(rng, range(1, 2_000)))
+    assert max(len(p) for p in built.terms.values()) > 3 * BLOCK  # blocks are exercised
+    assert min(len(p) for p in built.terms.values()) <= INLINE
+    store = Store()
+    entry = store.add(built)
+    assert entry.blocks > 0
+    same(store.read(entry), built)
+
+
+def test_widths_cover_large_ids_gaps_tfs_and_lengths() -> None:
+    huge = [(5, Counter({"a": 1, "b": 70_000 % 65_536}), 65_535), (2**40, Counter({"a": 3}), 1)]
+    store = Store()
+    built = build(huge)
+    same(store.read(store.add(built)), built)
+    with pytest.raises(ValueError, match="at most 65,535"):
+        encode(build([(1, Counter({"a": 70_000}), 70_000)]))
+
+
+def test_a_merge_cancels_removed_documents_and_keeps_the_others() -> None:
+    rng = random.Random(2)
+    all_docs = docs(rng, range(1, 700))
+    parts = [build(all_docs[i : i + 100]) for i in range(0, 699, 100)]
+    removed = [d for d in all_docs if d[0] % 7 == 0]
+    negative = build(removed, sign=-1)
+    pos, neg = merge([*parts, negative])
+    same(pos, build([d for d in all_docs if d[0] % 7]))
+    assert neg is None
+    # A removal whose document is not among the parts stays a removal.
+    pos, neg = merge([parts[0], build(removed, sign=-1)])
+    same(neg, build([d for d in removed if d[0] >= 100], sign=-1))
+
+
+def test_overlapping_parts_merge_in_id_order() -> None:
+    rng = random.Random(3)
+    all_docs = docs(rng, range(1, 300))
+    odd = build([d for d in all_docs if d[0] % 2])
+    even = build([d for d in all_docs if d[0] % 2 == 0])
+    pos, _ = merge([even, odd])
+    same(pos, build(all_docs))
+
+
+def test_a_document_indexed_twice_is_refused() -> None:
+    one = build([(1, Counter({"a": 1}), 1)])
+    with pytest.raises(CorruptDataError, match="indexed twice"):
+        merge([one, build([(1, Counter({"a": 1}), 1)])])
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b[:5],  # cut short
+        lambda b: b"\x07" + b[1:],  # unknown version
+        lambda b: b + b"\x00" * 3,  # fine: trailing bytes are ignored only if entries agree
+        lambda b: bytes([b[0], b[1], 0xFF]) + b[3:],  # terms length past the end
+    ],
+)
+def test_a_damaged_bucket_is_a_typed_error_not_a_crash(damage) -> None:  # type: ignore[no-untyped-def]
+    built = build(docs(random.Random(4), range(1, 50)))
+    enc = encode(built)
+    raw = next(iter(v for k, v in enc.fields.items() if k.startswith("b")))
+    try:
+        bucket = Bucket(damage(raw), enc.first)
+        for _ in bucket.entries():
+            pass
+    except CorruptDataError:
+        pass
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    cuts=st.lists(st.integers(1, 400), min_size=1, max_size=6),
+    removed_share=st.sampled_from([0.0, 0.1, 0.4]),
+    merges=st.booleans(),
+)
+def test_search_scores_equal_the_reference_bm25(
+    seed: int, cuts: list[int], removed_share: float, merges: bool
+) -> None:
+    rng = random.Random(seed)
+    all_docs = docs(rng, range(1, 401))
+    store, reference = Store(), Index()
+    bounds = sorted({0, *cuts, 400})
+    for lo, hi in pairwise(bounds):
+        if hi > lo:
+            store.add(build(all_docs[lo:hi]))
+    for doc_id, tf, length in all_docs:
+        reference.add(doc_id, tf, length)
+    removed = [d for d in all_docs if rng.random() < removed_share]
+    if removed:
+        store.add(build(removed, sign=-1))
+        for d in removed:
+            reference.remove(d[0])
+    if merges and len(store.entries) > 1:
+        picked = store.entries[: rng.randint(2, len(store.entries))]
+        pos, neg = merge([store.read(e) for e in picked])
+        for e in picked:
+            store.drop(e)
+        for part in (pos, neg):
+            if part is not None:
+                store.add(part)
+    n = reference.n_docs
+    total = round(reference.avg_len * n)
+    for query in (["puppy", "caroline"], ["w0"], ["w3", "w50", "biscuit"], ["n17", "w1"]):
+        got = store.search(query, n, total, limit=10, neighbour_weight=0)
+        expected = reference.scores(query)
+        assert bool(got) == bool(expected), query
+        for doc_id, score in got:
+            assert doc_id in reference
+            assert score == pytest.approx(expected[doc_id], rel=1e-9), (query, doc_id)
+        if len(expected) <= 40:  # the budgets read everything: the same top ten
+            best = sorted(expected.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:10]
+            assert [d for d, _ in got] == [d for d, _ in best]

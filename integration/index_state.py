@@ -1,9 +1,11 @@
 """A memory's search index as Redis holds it, decoded, and the index built from scratch over
 what the memory holds: the two must be equal once the indexer has caught up.
 
-The decoder reads the packed layout ``lua/lib/postings.lua`` and ``lua/lib/docs.lua``
-describe (written again here, in Python, so a test does not trust the scripts to read what
-they wrote).
+The stored index is the sum of its segments, each with its sign (``lua/lib/segments.lua``,
+:mod:`compozy_memory._search.segments`): positive segments hold what was indexed, negative
+ones what was removed since, so a removed document's postings must cancel out exactly, and
+each document's length must agree with its record. The records (``lua/lib/docs.lua``) are
+decoded here again, so a test does not trust the scripts to read what they wrote.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 
 from compozy_memory import InstanceKeys, Message
 from compozy_memory._search.documents import KINDS, document_terms, kind_of
+from compozy_memory._search.segments import decode_segment
+from compozy_memory._wire.index_calls import parse_list
 from compozy_memory._wire.translate import RedisClient
 
 __all__ = ["IndexState", "built_from_scratch", "stored_index"]
@@ -32,35 +36,14 @@ class IndexState:
     seqs: dict[int, int] = field(default_factory=dict)
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, at
-
-
-def _postings(data: bytes, at: int, n: int, base: int) -> list[tuple[int, int, int]]:
-    out, doc = [], base
-    for _ in range(n):
-        z, at = _varint(data, at)
-        doc += z // 2 if z % 2 == 0 else -(z + 1) // 2
-        tf, at = _varint(data, at)
-        length, at = _varint(data, at)
-        out.append((doc, tf, length))
-    return out
-
-
 def _bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode("latin-1")
+    return value if isinstance(value, bytes) else str(value).encode()
 
 
 async def stored_index(client: RedisClient, keys: InstanceKeys) -> IndexState:
-    """The index of ``keys``' memory, decoded from Redis. Postings of removed documents are
-    left out (readers skip them too); a term's df must count exactly those left."""
+    """The index of ``keys``' memory, decoded from Redis: its segments summed with their
+    signs. Postings of documents whose removal is not written yet are left out (their records
+    say they are removed; readers drop them too); a term's df counts exactly those left."""
     state = IndexState()
     for field_name, block in (await client.hgetall(keys.ixdocs)).items():
         number, data = int(_bytes(field_name)), _bytes(block)
@@ -72,39 +55,27 @@ async def stored_index(client: RedisClient, keys: InstanceKeys) -> IndexState:
                 seq = int.from_bytes(record[3:8], "big")
                 if seq:
                     state.seqs[doc] = seq
-    by_term: dict[str, list[tuple[int, int, int]]] = {}
-    headers: dict[str, int] = {}
-    for raw_field, raw_value in (await client.hgetall(keys.ixpost)).items():
-        name, value = _bytes(raw_field), _bytes(raw_value)
-        if name.endswith(b"\0"):
-            continue  # a directory
-        if b"\0" in name:
-            term = name.split(b"\0")[0].decode()
-            base, at = _varint(value, 0)
-            n, at = _varint(value, at)
-            by_term.setdefault(term, []).extend(_postings(value, at, n, base))
-            continue
-        term = name.decode()
-        df, at = _varint(value, 0)
-        _first, at = _varint(value, at)
-        _nb, at = _varint(value, at)
-        base, at = _varint(value, at)
-        _last, at = _varint(value, at)
-        tailn, at = _varint(value, at)
-        _dirhigh, at = _varint(value, at)
-        headers[term] = df
-        by_term.setdefault(term, []).extend(_postings(value, at, tailn, base))
-    for term, postings in by_term.items():
-        alive = {doc: tf for doc, tf, length in postings if doc in state.docs}
-        for doc, _, length in postings:
-            if doc in state.docs:
-                assert state.docs[doc][1] == length, f"{term}: length of {doc}"
-        assert len(alive) == sum(1 for doc, _, _ in postings if doc in state.docs), term
+    fields = {_bytes(k).decode(): _bytes(v) for k, v in (await client.hgetall(keys.ixseg)).items()}
+    net: dict[str, dict[int, int]] = {}
+    for entry in parse_list(fields.get("L", b"").decode()):
+        segment = decode_segment(entry, fields)
+        for term, p in segment.terms.items():
+            tfs = net.setdefault(term, {})
+            for doc, tf, length in zip(p.ids, p.tfs, p.lengths, strict=True):
+                if segment.sign > 0 and doc in state.docs:
+                    assert state.docs[doc][1] == length, f"{term}: length of {doc}"
+                left = tfs.get(doc, 0) + segment.sign * tf
+                if left:
+                    tfs[doc] = left
+                else:
+                    del tfs[doc]
+    for term, tfs in net.items():
+        assert all(tf > 0 for tf in tfs.values()), f"{term}: removed more than indexed"
+        df = len(tfs)
+        alive = {doc: tf for doc, tf in tfs.items() if doc in state.docs}
         if alive:
             state.postings[term] = alive
-            state.doc_freqs[term] = headers.get(term, -1)
-        else:
-            assert headers.get(term, 0) == 0, f"{term} has df {headers[term]} and no document"
+            state.doc_freqs[term] = df
     return state
 
 

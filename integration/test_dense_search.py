@@ -39,6 +39,7 @@ from compozy_memory._model.limits import (
     VECTOR_STEP_BYTES,
 )
 from compozy_memory._search.dense import quantize
+from compozy_memory._store.searching import bm25_ranking
 from compozy_memory._store.vectors import model_id
 from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
@@ -168,14 +169,15 @@ async def test_the_candidates_carry_the_neighbours_vectors_only_when_asked(
     mem = memory(client, memory_key, Concepts())
     await mem.append_many(CHAT)
     await caught_up(mem)
-    terms = ["dog"]
-    both = await mem.transport.drive(
-        mem.gateway.search_candidates(terms, candidates=5, since_id=0, kinds=[])
-    )
-    scored = await mem.transport.drive(
-        mem.gateway.search_candidates(
-            terms, candidates=5, since_id=0, kinds=[], neighbour_vectors=False
+    ranked = (
+        await mem.transport.drive(
+            bm25_ranking(mem.gateway, ["dog"], limit=2, pool=5, neighbour_weight=0.0)
         )
+    ).best
+    assert [doc_id for doc_id, _ in ranked] == [3]
+    both = await mem.transport.drive(mem.gateway.search_candidates(ranked, since_id=0, kinds=[]))
+    scored = await mem.transport.drive(
+        mem.gateway.search_candidates(ranked, since_id=0, kinds=[], neighbour_vectors=False)
     )
     assert both.ids == scored.ids == (3, 2, 4)  # "dog" in turn 3, and its two neighbours
     assert both.bm25 == scored.bm25

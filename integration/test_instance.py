@@ -269,7 +269,7 @@ async def test_every_key_carries_the_ttl(client: RedisClient, memory_key: str) -
         mem.keys.meta,
         mem.keys.archive,
         mem.keys.dedupe,
-        mem.keys.ixpost,
+        mem.keys.ixseg,
         mem.keys.ixdocs,
     )
     for key in parts:

@@ -99,7 +99,7 @@ end
 if stale then
   return {0, ix_next, ix_seq, 0, n_seg}
 end
-local list = seg_state(k_ixseg)
+local list = seg_read(k_ixseg, 'L')
 if #list ~= n_seg then
   fail('EVICTED', 'the index lists ' .. #list .. ' segments where meta says ' .. n_seg
     .. ': keys of this memory were evicted or deleted')

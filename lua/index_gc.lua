@@ -9,16 +9,16 @@
 --   left  fields still to delete (0: nothing left; call again otherwise)
 -- At most GC_STEP_FIELDS fields a call, each named from its segment's entry (no HSCAN).
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
-local _, reservations = seg_state(k_ixseg)
+local reservations, garbage = seg_read(k_ixseg, 'R', 'G')
 local kept, expired = seg_expire(reservations, now_ms())
 if #expired > 0 then
-  seg_discard(k_ixseg, expired)
+  seg_discard(garbage, expired)  -- (R holds at most MAX_SEGMENTS / 2 merges: no room check)
   if #kept > 0 then
     redis.call('HSET', k_ixseg, 'R', seg_format(kept))
   else
     redis.call('HDEL', k_ixseg, 'R')
   end
 end
-local left = seg_collect(k_ixseg, GC_STEP_FIELDS)
+local left = seg_collect(k_ixseg, garbage, GC_STEP_FIELDS)
 apply_ttl({k_meta, k_ixseg}, ttl_ms)
 return left

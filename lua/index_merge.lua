@@ -59,10 +59,11 @@ check_format(m)
 if m.inc == nil or (tonumber(m.fmt) or 1) < DATA_FORMAT then
   fail('CONFLICT', 'the index was dropped meanwhile: merge again')
 end
-local list, reservations = seg_state(k_ixseg)
+local list, reservations, garbage = seg_read(k_ixseg, 'L', 'R', 'G')
 local now = now_ms()
 local expired
 reservations, expired = seg_expire(reservations, now)
+seg_room(garbage, #inputs + #expired)
 local listed = {}
 for _, e in ipairs(list) do
   listed[tonumber(e[1])] = true
@@ -126,7 +127,10 @@ if written < declared then
     reservations[#reservations + 1] = entry
   end
   redis.call('HSET', k_ixseg, 'R', seg_format(reservations))
-  seg_discard(k_ixseg, expired)
+  if #expired > 0 then
+    seg_discard(garbage, expired)
+    seg_collect(k_ixseg, garbage, 0)
+  end
   apply_ttl({k_meta, k_ixseg}, ttl_ms)
   return {0, gen, #list}
 end
@@ -146,9 +150,9 @@ if mine then
   table.remove(reservations, mine)
 end
 redis.call('HSET', k_ixseg, 'L', seg_format(kept), 'R', seg_format(reservations))
-seg_discard(k_ixseg, gone)
-seg_discard(k_ixseg, expired)
-seg_collect(k_ixseg, GC_STEP_FIELDS)
+seg_discard(garbage, gone)
+seg_discard(garbage, expired)
+seg_collect(k_ixseg, garbage, GC_STEP_FIELDS)
 redis.call('HSET', k_meta, 'ix_nseg', #kept)
 apply_ttl({k_meta, k_ixseg}, ttl_ms)
 return {1, gen, #kept}

@@ -19,7 +19,7 @@ local n_fields = int_arg(a_n_fields, 'n_fields', 1, STEP_FIELDS)
 if #ARGV ~= ARGS_FROM - 1 + 2 * n_fields then
   fail('INVALID', 'expected ' .. n_fields .. ' field pairs')
 end
-local _, reservations = seg_state(k_ixseg)
+local reservations = seg_read(k_ixseg, 'R')
 local now = now_ms()
 local mine = nil
 for i, r in ipairs(reservations) do

@@ -39,11 +39,12 @@ for i = ARGS_FROM, #ARGV do
 end
 local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
   {'ix_next', 'ix_seq', 'ix_len', 'ix_an', 'ix_nseg', 'last_id'})
-local state = redis.call('HMGET', k_ixseg, 'L', 'R', 'G')
+local list, reservations, garbage = seg_read(k_ixseg, 'L', 'R', 'G')
 local out = {tonumber(m.fmt) or 1, m.ix_an or '', unindexed(m), tonumber(m.ix_docs) or 0,
-  tonumber(m.ix_len) or 0, state[3] and 1 or 0, 0, state[1] or '', state[2] or ''}
+  tonumber(m.ix_len) or 0, #garbage > 0 and 1 or 0, 0, seg_format(list),
+  seg_format(reservations)}
 local listed = {}
-for _, e in ipairs(seg_parse(state[1])) do
+for _, e in ipairs(list) do
   listed[tonumber(e[1])] = true
 end
 for _, g in ipairs(gens) do

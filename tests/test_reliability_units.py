@@ -166,7 +166,14 @@ def test_acl_rules_cover_every_command_the_scripts_call() -> None:
     every = {name for path in LUA.rglob("*.lua") for name in commands(path.read_text())}
     assert every <= set(READ_COMMANDS) | set(WRITE_COMMANDS)
     read_scripts = [name for name in SCRIPT_NAMES if script(name).read_only]
-    assert set(read_scripts) >= {"read", "health", "snapshot", "index_read", "search_fetch", "context"}
+    assert set(read_scripts) >= {
+        "read",
+        "health",
+        "snapshot",
+        "index_read",
+        "search_fetch",
+        "context",
+    }
     for name in read_scripts:
         # What the script runs, its helpers included.
         assert commands(script(name).source) <= set(READ_COMMANDS), name

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_FACTS_PER_CALL",
     "MAX_FACT_KEY",
     "MAX_FACT_VALUE",
+    "MAX_GARBAGE",
     "MAX_MESSAGE_BYTES",
     "MAX_MESSAGE_TOKENS",
     "MAX_PINNED",
@@ -51,6 +52,7 @@ __all__ = [
     "RESCORE_BLOCKS",
     "RESCORE_POOL",
     "RESCORE_TERMS",
+    "SEGMENT_STATE_BYTES",
     "STEP_FIELDS",
     "UNBOUNDED_TOKENS",
     "VECTOR_SCAN_IDS",
@@ -118,7 +120,9 @@ DEDUPE_SWEEP = 64
 #: indexer merges them in tiers long before), the fields of one segment and the bytes of one
 #: field (a bucket of its dictionary or a block of 128 postings: far less in practice), the
 #: fields one call writes (and MAX_CALL_BYTES), the fields and bytes one read returns, the
-#: fields one garbage step deletes, and how long a merge written in several steps keeps its
+#: fields one garbage step deletes and the merged segments waiting to be deleted, the bytes
+#: of each bookkeeping field (the list, the merges, the garbage: far less in practice; more
+#: was written raw, and is refused), and how long a merge written in several steps keeps its
 #: claim on its inputs after its last step.
 MAX_DOC_TERMS = 512
 INDEX_STEP_DOCS = 256
@@ -129,6 +133,8 @@ MAX_SEGMENT_FIELD_BYTES = 1024 * 1024
 INDEX_READ_FIELDS = 4_096
 INDEX_READ_BYTES = 4 * 1024 * 1024
 GC_STEP_FIELDS = 1_024
+MAX_GARBAGE = 4 * MAX_SEGMENTS
+SEGMENT_STATE_BYTES = 16 * 1024
 MERGE_LEASE_MS = 60_000
 #: Bytes of one term (longer ones are cut with a hash), and terms in one query.
 MAX_TERM_BYTES = 64
@@ -199,6 +205,8 @@ LUA_CONSTANTS: dict[str, int] = {
     "INDEX_READ_FIELDS": INDEX_READ_FIELDS,
     "INDEX_READ_BYTES": INDEX_READ_BYTES,
     "GC_STEP_FIELDS": GC_STEP_FIELDS,
+    "MAX_GARBAGE": MAX_GARBAGE,
+    "SEGMENT_STATE_BYTES": SEGMENT_STATE_BYTES,
     "MERGE_LEASE_MS": MERGE_LEASE_MS,
     "MAX_TERM_BYTES": MAX_TERM_BYTES,
     "MAX_QUERY_TERMS": MAX_QUERY_TERMS,

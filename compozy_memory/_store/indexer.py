@@ -61,6 +61,7 @@ from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.replies import IndexPending
 from compozy_memory._wire.steps import Offload, Steps, op
 from compozy_memory.errors import (
+    BackendUnavailableError,
     CompozyMemoryError,
     ConflictError,
     CorruptDataError,
@@ -120,7 +121,7 @@ class Indexer(Backgrounded):
         #: A write of this handle has left messages the index has not seen.
         self.dirty = False
         self._job = Debounced.of_steps(
-            lambda: self.catch_up(), gateway.transport, debounce, failed=self._failed
+            lambda: self.catch_up(), gateway.transport, debounce, failed=self._failed, retries=False
         )
         self._lag = self.metrics.index_lag.labels(memory=name)
         self._unindexed = self.metrics.index_unindexed.labels(memory=name)
@@ -139,7 +140,12 @@ class Indexer(Backgrounded):
         self._job.fire()
 
     def _failed(self, exc: CompozyMemoryError) -> None:
-        """A background catch-up's failure: logged, the next write tries again."""
+        """A background catch-up's failure: logged, the next write (or search) tries again.
+        A server out of reach (or a client closed under the work) is no news to its owner:
+        one line at debug level."""
+        if isinstance(exc, BackendUnavailableError):
+            log.debug("indexing %s stopped: %s", self.gateway.name, exc, extra={"memory": self.name})
+            return
         log.exception("indexing %s failed", self.gateway.name, extra={"memory": self.name})
 
     # -- steps ------------------------------------------------------------------------------
@@ -195,9 +201,9 @@ class Indexer(Backgrounded):
                 # Another indexer's merge holds some: let it finish (or its claim lapse).
                 yield from self._maintain()
                 return merged
+            yield from self._collect(state.garbage)
             inputs = plan_merge(state.segments, everything=True)
             if not inputs:
-                yield from self._collect(state.garbage)
                 return merged
             done = yield from self._merge(inputs)
             if not done:
@@ -266,10 +272,10 @@ class Indexer(Backgrounded):
         goes on), and delete what merges left."""
         for _ in range(_MERGES_PER_CATCH_UP):
             state = yield from self.gateway.index_read()
+            yield from self._collect(state.garbage)
             claimed = {g for m in state.merges for g in m.inputs}
             inputs = plan_merge(state.segments, claimed, everything=force and not claimed)
             if not inputs:
-                yield from self._collect(state.garbage)
                 return
             done = yield from self._merge(inputs)
             if not done:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import heapq
 import inspect
 import itertools
@@ -31,6 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
+from compozy_memory._wire.retry import no_retries
 from compozy_memory._wire.steps import Op, Steps, adrive, drive, is_sync
 from compozy_memory.errors import CompozyMemoryError
 
@@ -162,14 +164,18 @@ class Debounced:
         debounce: float,
         *,
         failed: Callable[[CompozyMemoryError], None] | None = None,
+        retries: bool = True,
     ) -> Debounced:
         """The job that runs ``steps()`` on ``transport`` (a task of its loop, or a background
         thread for a sync one), called anew for each run; a library error goes to
-        ``failed`` (nobody waits for a background job: it logs), or is raised without it."""
+        ``failed`` (nobody waits for a background job: it logs), or is raised without it.
+        Without ``retries``, each call makes one attempt: for work the next run redoes (the
+        index's catch-up), which must not keep retrying a closed client or a dead server."""
 
         def work_sync() -> None:
             try:
-                drive(steps(), transport)
+                with contextlib.nullcontext() if retries else no_retries():
+                    drive(steps(), transport)
             except CompozyMemoryError as exc:
                 if failed is None:
                     raise
@@ -178,8 +184,9 @@ class Debounced:
         async def work_async() -> None:
             made = steps()
             try:
-                # An Op is awaited as itself, as is a coroutine standing in for the steps.
-                await (made if inspect.isawaitable(made) else adrive(made, transport))
+                with contextlib.nullcontext() if retries else no_retries():
+                    # An Op is awaited as itself, as is a coroutine standing in for the steps.
+                    await (made if inspect.isawaitable(made) else adrive(made, transport))
             except CompozyMemoryError as exc:
                 if failed is None:
                     raise

@@ -83,7 +83,7 @@ OPERATIONS: dict[str, str] = {
     "clear_recalled": "clear_recalled",
     "read": "read",
     "context": "context",
-    "search": "search",
+    "search_fetch": "search",
     "snapshot": "snapshot",
     "health": "health",
 }

@@ -1,5 +1,5 @@
 -- lib/docs.lua: the index's document records, and where a message is by its id.
--- USES: envelope
+-- USES: args envelope
 --
 -- ixdocs is a HASH of blocks: field floor(id / DOC_BLOCK) holds DOC_BLOCK records of
 -- DOC_SIZE bytes, one per id of the block (the block's string stops after its last record):
@@ -28,6 +28,14 @@ local function doc_decode(block, id)
   return kind, l1 * 256 + l2, (((s1 * 256 + s2) * 256 + s3) * 256 + s4) * 256 + s5
 end
 
+-- Refuses a block of records longer than a block holds (written raw: never read whole).
+local function doc_sized(k_ixdocs, field)
+  if redis.call('HSTRLEN', k_ixdocs, field) > DOC_BLOCK * DOC_SIZE then
+    fail('CORRUPT', 'a block of index records is longer than ' .. DOC_BLOCK * DOC_SIZE
+      .. ' bytes: it was not written by compozy-memory')
+  end
+end
+
 -- A reader of records that reads each block once per call: docs.get(id) -> kind, length, seq.
 local function doc_reader(k_ixdocs)
   local blocks = {}
@@ -36,6 +44,7 @@ local function doc_reader(k_ixdocs)
     local b = math.floor(id / DOC_BLOCK)
     local block = blocks[b]
     if block == nil then
+      doc_sized(k_ixdocs, tostring(b))
       block = redis.call('HGET', k_ixdocs, tostring(b)) or false
       blocks[b] = block
     end
@@ -50,6 +59,9 @@ local function doc_reader(k_ixdocs)
         wanted[b] = true
         fields[#fields + 1] = tostring(b)
       end
+    end
+    for _, field in ipairs(fields) do
+      doc_sized(k_ixdocs, field)
     end
     for from = 1, #fields, 1000 do
       local chunk = {unpack(fields, from, math.min(from + 999, #fields))}

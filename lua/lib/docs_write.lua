@@ -23,6 +23,7 @@ local function docs_write(k_ixdocs, changes)
   end
   local writes, gone = {}, {}
   for b, ids in pairs(by_block) do
+    doc_sized(k_ixdocs, tostring(b))
     local block = redis.call('HGET', k_ixdocs, tostring(b)) or ''
     table.sort(ids)
     local need = (ids[#ids] % DOC_BLOCK + 1) * DOC_SIZE

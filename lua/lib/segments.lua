@@ -1,7 +1,7 @@
 -- lib/segments.lua: the search index's segments as the server keeps them: bytes it stores,
 -- lists and deletes, never decodes (compozy_memory/_search/segments.py builds, merges and
 -- reads them on the clients).
--- USES: (none)
+-- USES: args
 --
 -- ixseg is a HASH. Field 'L' lists the live segments, 'R' the merges in progress, 'G' the
 -- segments whose fields are being deleted; every other field belongs to one segment:
@@ -17,7 +17,9 @@
 -- Segment fields arrive as (name, value) pairs named 'b<k>' / 'p<j>' (a bucket, a block),
 -- prefixed here with the generation the script gives the segment.
 
-local function seg_parse(text)
+-- Parses a bookkeeping field's text into entries of width fields each (COMPOZY_CORRUPT for
+-- text no script wrote).
+local function seg_parse(text, width)
   local out = {}
   if not text or text == '' then
     return out
@@ -27,9 +29,36 @@ local function seg_parse(text)
     for n in string.gmatch(item, '[^,]+') do
       f[#f + 1] = n
     end
+    if #f ~= width then
+      fail('CORRUPT', 'the index holds a bookkeeping entry no script wrote: '
+        .. string.sub(item, 1, 40))
+    end
     out[#out + 1] = f
   end
   return out
+end
+
+-- The widths of L, R and G's entries.
+local SEG_WIDTH = {L = 8, R = 12, G = 4}
+
+-- Reads ixseg's bookkeeping fields (names among 'L', 'R', 'G'), parsed, in that order. Each
+-- is sized first: one past SEGMENT_STATE_BYTES (far more than the scripts write) is refused
+-- (COMPOZY_CORRUPT), never read.
+local function seg_read(k_ixseg, ...)
+  local names = {...}
+  for _, name in ipairs(names) do
+    local size = redis.call('HSTRLEN', k_ixseg, name)
+    if size > SEGMENT_STATE_BYTES then
+      fail('CORRUPT', 'the index\'s ' .. name .. ' field holds ' .. size .. ' bytes, more '
+        .. 'than its scripts ever write: it was not written by compozy-memory')
+    end
+  end
+  local values = redis.call('HMGET', k_ixseg, unpack(names))
+  local out = {}
+  for i, name in ipairs(names) do
+    out[i] = seg_parse(values[i] or nil, SEG_WIDTH[name])
+  end
+  return unpack(out)
 end
 
 local function seg_format(entries)

@@ -66,9 +66,9 @@ local function seg_entry(gen, shape, size)
     size}
 end
 
--- Deletes garbage: at most budget fields of the segments G lists; returns the fields left.
-local function seg_collect(k_ixseg, budget)
-  local garbage = seg_parse(redis.call('HGET', k_ixseg, 'G'))
+-- Deletes garbage: at most budget fields of the segments garbage lists (parsed G, written
+-- back here); returns the fields left.
+local function seg_collect(k_ixseg, garbage, budget)
   if #garbage == 0 then
     return 0
   end
@@ -102,22 +102,21 @@ local function seg_collect(k_ixseg, budget)
   return left
 end
 
--- Moves segments (list entries or reservations: gen, buckets, blocks) to the garbage.
-local function seg_discard(k_ixseg, items)
-  if #items == 0 then
-    return
-  end
-  local garbage = seg_parse(redis.call('HGET', k_ixseg, 'G'))
+-- Adds segments (gen, buckets, blocks) to garbage (parsed G); the caller writes it (with
+-- seg_collect), having checked with seg_room that MAX_GARBAGE is not passed.
+local function seg_discard(garbage, items)
   for _, item in ipairs(items) do
     garbage[#garbage + 1] = {item[1], item[2], item[3], 0}
   end
-  redis.call('HSET', k_ixseg, 'G', seg_format(garbage))
 end
 
--- The list and the reservations.
-local function seg_state(k_ixseg)
-  local got = redis.call('HMGET', k_ixseg, 'L', 'R')
-  return seg_parse(got[1]), seg_parse(got[2])
+-- Refuses (COMPOZY_CONFLICT, before any write) when n more segments would pass MAX_GARBAGE:
+-- the caller collects first (index_gc.lua).
+local function seg_room(garbage, n)
+  if #garbage + n > MAX_GARBAGE then
+    fail('CONFLICT', 'the index has ' .. #garbage .. ' merged segments still to delete: collect '
+      .. 'them first')
+  end
 end
 
 -- Splits reservations into those still open at now (the server clock) and those past their

@@ -34,6 +34,7 @@ from benchmarks.bench_server_time import (
 )
 from compozy_memory import MemoryInstance, MemoryPolicy, StaticEmbedder, connect
 from compozy_memory._model import limits
+from compozy_memory._store.searching import bm25_ranking
 from compozy_memory._store.selection import query_terms
 from compozy_memory._wire.delivery import install
 from compozy_memory._wire.translate import RedisClient
@@ -112,14 +113,12 @@ async def wide(meter: Meter, client: RedisClient) -> None:
             )
         else:
             await step()
-    terms = query_terms(" ".join(["lighthouse", "keeper"] * 16), "k")
+    widest = [(doc_id, 1.0) for doc_id in range(1, limits.MAX_SEARCH_CANDIDATES + 1)]
     await meter.measure(
         "search_candidates (widest vectors)",
         f"{limits.MAX_SEARCH_CANDIDATES} candidates and neighbours, "
         f"{limits.MAX_VECTOR_BYTES:,}-byte vectors",
-        lambda: mem.gateway.search_candidates(
-            terms, candidates=limits.MAX_SEARCH_CANDIDATES, since_id=0, kinds=[]
-        ),
+        lambda: mem.gateway.search_candidates(widest, since_id=0, kinds=[]),
     )
     await mem.clear()
 
@@ -127,18 +126,25 @@ async def wide(meter: Meter, client: RedisClient) -> None:
 async def loaded(meter: Meter, mem: MemoryInstance, questions: list[str], archived: int) -> None:
     long_query = " ".join(questions[:40])
     terms = query_terms(long_query, "k")
+    ranked = await mem.transport.drive(
+        bm25_ranking(
+            mem.gateway,
+            terms,
+            limit=limits.MAX_SEARCH_CANDIDATES // 4,
+            pool=limits.MAX_SEARCH_CANDIDATES,
+            neighbour_weight=0.0,
+        )
+    )
     await meter.measure(
         "search_candidates",
-        f"{len(terms)} terms, {limits.MAX_SEARCH_CANDIDATES} candidates",
-        lambda: mem.gateway.search_candidates(
-            terms, candidates=limits.MAX_SEARCH_CANDIDATES, since_id=0, kinds=[]
-        ),
+        f"{len(ranked.best)} candidates ranked for {len(terms)} terms",
+        lambda: mem.gateway.search_candidates(ranked.best, since_id=0, kinds=[]),
     )
     spread = [1 + i * (archived // limits.MAX_SEARCH_LIMIT) for i in range(limits.MAX_SEARCH_LIMIT)]
     await meter.measure(
         "search_fetch",
         f"{limits.MAX_SEARCH_LIMIT} ids across the archive",
-        lambda: mem.gateway.search_fetch(spread),
+        lambda: mem.gateway.search_fetch(spread, limit=limits.MAX_SEARCH_LIMIT),
     )
     await meter.measure(
         "search (fused)",

@@ -9,12 +9,13 @@ maximum accepted input (the caps of ``compozy_memory/_model/limits.py``) on a me
 * the worst round trip of a PING another client sends every millisecond meanwhile: what every
   other tenant felt.
 
-Long operations (trim and replace of 30,000 live messages, the index's build, a rebuild,
-compaction after the archive's cap dropped 50,000 documents) are measured step by step: the
-worst step is what counts. A tenant confined by the ACL line ``compozy-memory acl`` prints
-then calls the installed functions directly with crafted inputs past every cap; those are
-refused, and their time is measured too. The last tables give the index's bytes against the
-archive's (``MEMORY USAGE``) and the search latency at 100,000 archived messages.
+Long operations (trim and replace of 30,000 live messages, the index's build with its merges,
+a rebuild, the negative segments and the purge after the archive's cap dropped 50,000
+documents, a full compaction) are measured step by step: the worst step is what counts. A
+tenant confined by the ACL line ``compozy-memory acl`` prints then calls the installed
+functions directly with crafted inputs past every cap; those are refused, and their time is
+measured too. The last tables give the index's bytes against the archive's (``MEMORY USAGE``)
+and the search latency at 100,000 archived messages.
 
 The server and the PING probe run at real-time priority (``chrt -f``, where permitted): on a
 shared machine other processes would otherwise preempt the server and inflate its wall-clock
@@ -407,14 +408,14 @@ async def sizes_and_search(
 ) -> None:
     keys = mem.keys
     usage = {}
-    for name in ("archive", "msgs", "ixpost", "ixdocs", "ixgone"):
+    for name in ("archive", "msgs", "ixseg", "ixdocs", "ixgone"):
         usage[name] = int(
             await client.execute_command("MEMORY", "USAGE", getattr(keys, name), "SAMPLES", 0) or 0
         )
     health = await mem.health()
-    index = usage["ixpost"] + usage["ixdocs"] + usage["ixgone"]
+    index = usage["ixseg"] + usage["ixdocs"] + usage["ixgone"]
     print(
-        f"\nindex bytes / archive bytes ({label}): postings {usage['ixpost'] / 2**20:.1f} MiB, "
+        f"\nindex bytes / archive bytes ({label}): segments {usage['ixseg'] / 2**20:.1f} MiB, "
         f"records {usage['ixdocs'] / 2**20:.1f} MiB for {health.indexed:,} documents; archive "
         f"{usage['archive'] / 2**20:.1f} MiB ({health.archive_length:,} messages), live "
         f"{usage['msgs'] / 2**20:.1f} MiB: index / archive = {index / usage['archive']:.2f}, "
@@ -438,8 +439,8 @@ async def sizes_and_search(
 
 
 async def index_maintenance(meter: Meter, mem: MemoryInstance, archived: int) -> None:
-    """The archive's cap dropped to half: the drops, the document frequencies and the
-    compaction that follow, each step bounded."""
+    """The archive's cap dropped to half: the drops, their negative segments and the merges
+    that purge them, then a full compaction, each step bounded."""
     mem.gateway.policy = mem.policy = MemoryPolicy(archive_max=archived // 2)
 
     async def drop_half() -> None:
@@ -452,7 +453,7 @@ async def index_maintenance(meter: Meter, mem: MemoryInstance, archived: int) ->
     await meter.measure(
         "index: cap drops and df", f"{archived // 2:,} archived documents dropped", drop_half
     )
-    await meter.measure("index: compaction sweep", "one sweep", mem.indexer.compact)
+    await meter.measure("index: compaction", "every segment into one", mem.indexer.compact)
     await meter.measure(
         "index: reset", "the index of a loaded memory", lambda: mem.gateway.index_reset(force=True)
     )
@@ -495,13 +496,16 @@ async def tenant(meter: Meter, url: str, client: RedisClient, mem: MemoryInstanc
     call, tenant_client = crafter.call, crafter.client
 
     async def crafted() -> None:
-        terms = "\t".join(f"t{uuid.uuid4().hex[:12]}\t1" for _ in range(1_000))
-        docs = [f"{10**9 + i}\t1\t1000\t0\t{terms}" for i in range(800)]
-        call("index_apply", [0, 0, "1", 0, 0, 0, 0, 0, 0, len(docs), *docs])
-        call("search", [10, "1.2", "0.75", "0.5", 0, "", *(["word" * 4000] * 4)])
-        call("search", [10, "1.2", "0.75", "0.5", 0, "", *(f"w{i}" for i in range(5_000))])
+        docs = [f"{10**9 + i},1,1000,0" for i in range(800)]
+        field = ["pb0", "x" * (limits.MAX_SEGMENT_FIELD_BYTES + 1)]
+        shape = "1,800,1000000000,1000000799,1,0"
+        call("index_add", [0, 0, "1", 0, 0, 0, 0, 0, 0, len(docs), shape, "", 1, *docs, *field])
+        fields = [f"{g}.{k}" for g in range(1, 5) for k in range(limits.INDEX_READ_FIELDS + 1)]
+        call("index_read", ["1|2|3|4", *fields])
+        call("index_merge", [0, 0, "|".join(str(g) for g in range(100)), "", 0, 0])
+        call("search_fetch", [10, "", *(["1"] * 100_000)])
         call("promote", [0, 0, *(["1"] * 100_000)])
-        call("context", [10**9, 0, "0.3", "0.4", 1, 10**9, 1000, "1.2", "0.75", "0.5", "x"])
+        call("context", [10**9, 0, "0.3", "0.4", 1, 10**9, 1000, ",".join(["1"] * 10_000)])
         call("trim", [0, 0, 0, -1, 1])
         call("append", [0, 0, "", 5000, *([1, 2, '{"role":"user","content":"x"}'] * 5000)])
 

@@ -73,8 +73,10 @@ class Store:
         for f in entry.fields():
             self.fields.pop(f, None)
 
-    def search(self, terms: list[str], n_docs: int, total: int, **options: float) -> list:
-        plan = SearchPlan(terms, self.entries, n_docs, total, SearchSettings(**options))
+    def search(
+        self, terms: list[str], n_docs: int, total: int, settings: SearchSettings
+    ) -> list[tuple[int, float]]:
+        plan = SearchPlan(terms, self.entries, n_docs, total, settings)
         plan.take_buckets({f: self.fields.get(f) for f in plan.bucket_fields()})
         while names := plan.wanted():
             plan.take({f: self.fields.get(f) for f in names})
@@ -197,7 +199,7 @@ def test_search_scores_equal_the_reference_bm25(
     n = reference.n_docs
     total = round(reference.avg_len * n)
     for query in (["puppy", "caroline"], ["w0"], ["w3", "w50", "biscuit"], ["n17", "w1"]):
-        got = store.search(query, n, total, limit=10, neighbour_weight=0)
+        got = store.search(query, n, total, SearchSettings(limit=10, neighbour_weight=0))
         expected = reference.scores(query)
         assert bool(got) == bool(expected), query
         for doc_id, score in got:

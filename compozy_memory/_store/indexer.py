@@ -144,7 +144,9 @@ class Indexer(Backgrounded):
         A server out of reach (or a client closed under the work) is no news to its owner:
         one line at debug level."""
         if isinstance(exc, BackendUnavailableError):
-            log.debug("indexing %s stopped: %s", self.gateway.name, exc, extra={"memory": self.name})
+            log.debug(
+                "indexing %s stopped: %s", self.gateway.name, exc, extra={"memory": self.name}
+            )
             return
         log.exception("indexing %s failed", self.gateway.name, extra={"memory": self.name})
 

@@ -57,7 +57,7 @@ end
 if m.inc ~= a_incarnation then
   fail('STALE', 'the memory expired and was written again since the lock was taken')
 end
-local ix_next = tonumber(m.ix_next) or 0
+local ix_next = index_next(m)
 local prefix, heads = checked_prefix(k_msgs, ARGV, ids, prefix_len)
 local remove = {}
 for i = 1, n_remove do

@@ -9,7 +9,8 @@
 --   archive_max  the archive's cap (0: none): over it, index_apply.lua drops the excess
 -- REPLY: {fmt analyzer ix_next upto seq_from seq_upto last_id over_cap adds[3] gones[]}
 --   fmt       meta's data format: below DATA_FORMAT, the index must be rebuilt first
---             (index_reset.lua) and nothing else is returned
+--             (index_reset.lua) and nothing else is returned; 0 when search was turned off
+--             (there is no index to keep current)
 --   analyzer  the analyser version the index was built with ('' before any)
 --   ix_next, upto      the live messages and summaries to index are those with ids from
 --                      ix_next to upto (index_apply.lua moves ix_next past upto); ids in that
@@ -27,7 +28,7 @@ local max_bytes = int_arg(a_max_bytes, 'max_bytes', 1, MAX_CALL_BYTES)
 local archive_max = int_arg(a_archive_max, 'archive_max', 0, nil)
 local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
   {'ix_next', 'ix_seq', 'ix_an', 'last_id'})
-local fmt = tonumber(m.fmt) or 1
+local fmt = m.ix_off and 0 or (tonumber(m.fmt) or 1)
 local last_id = tonumber(m.last_id) or 0
 if fmt < DATA_FORMAT then
   return {fmt, '', 0, 0, 0, 0, last_id, 0, 0, 0}

@@ -11,7 +11,7 @@
 --           INDEX_READ_BYTES in all
 -- REPLY: {fmt analyzer unindexed n_docs total_length garbage stale list reservations values...}
 --   fmt           meta's data format: below DATA_FORMAT the index is being built again and
---                 searches nothing yet
+--                 searches nothing yet (0: search was turned off: there is none)
 --   analyzer      the analyser version the index was built with ('' before any)
 --   unindexed     messages not searchable yet (the live tail past the index, the archive a
 --                 rebuild has still to reach)
@@ -40,7 +40,7 @@ end
 local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
   {'ix_next', 'ix_seq', 'ix_len', 'ix_an', 'ix_nseg', 'last_id'})
 local list, reservations, garbage = seg_read(k_ixseg, 'L', 'R', 'G')
-local out = {tonumber(m.fmt) or 1, m.ix_an or '', unindexed(m), tonumber(m.ix_docs) or 0,
+local out = {m.ix_off and 0 or (tonumber(m.fmt) or 1), m.ix_an or '', unindexed(m), tonumber(m.ix_docs) or 0,
   tonumber(m.ix_len) or 0, #garbage > 0 and 1 or 0, 0, seg_format(list),
   seg_format(reservations)}
 local listed = {}

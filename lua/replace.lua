@@ -47,7 +47,7 @@ if count > MOVE_STEP then
     .. MOVE_STEP .. ' at once')
 end
 local old = redis.call('LRANGE', k_msgs, 0, -1)
-local ix_next = tonumber(m.ix_next) or 0
+local ix_next = index_next(m)
 for i = 1, #old do
   local id, _, priority = envelope_head(old[i])
   check_indexed(id, priority, ix_next)

@@ -25,7 +25,7 @@ local everything = int_arg(a_everything, 'everything', 0, 1) == 1
 local m = guarded(K, {'msgs', 'archive', 'index', 'ixgone'}, {'tokens', 'ix_next', 'last_id',
   'pins'}, true)
 local tokens, count = tonumber(m.tokens) or 0, tonumber(m.count) or 0
-local ix_next = tonumber(m.ix_next) or 0
+local ix_next = index_next(m)
 local function holds()
   return (keep < 0 or count <= keep) and (max_tokens < 0 or tokens <= max_tokens)
 end

@@ -163,16 +163,18 @@ class ContextConfig(StrictModel):
 
 
 class SearchConfig(StrictModel):
-    """``search:``: BM25 over the archive (k1, b), how much a turn's neighbour lifts it, and
-    how many hits a query brings into a context."""
+    """``search:``: BM25 over the archive (k1, b), how much a turn's neighbour lifts it, how
+    many hits a query brings into a context, and whether the memory is searchable at all
+    (``enabled: false``: no index is kept)."""
 
     k1: float = Field(default=1.2, ge=0, le=10)
     b: float = Field(default=0.75, ge=0, le=1)
     neighbour_weight: float = Field(default=0.5, ge=0, le=10)
     limit: int = Field(default=10, ge=0, le=1000)
+    enabled: bool = True
 
     def policy(self) -> SearchPolicy:
-        return SearchPolicy(self.k1, self.b, self.neighbour_weight, self.limit)
+        return SearchPolicy(self.k1, self.b, self.neighbour_weight, self.limit, self.enabled)
 
 
 class RuleBasedSummarizerConfig(StrictModel):

@@ -55,18 +55,23 @@ class SearchPolicy:
     """BM25 over the archive: ``k1`` (term-frequency saturation), ``b`` (length
     normalisation), ``neighbour_weight`` (how much a turn's better neighbour lifts it: the
     answer often sits next to the turn with the question's words) and ``limit`` (hits a
-    query brings into a context)."""
+    query brings into a context). Without ``enabled``, the memory keeps no index at all (no
+    index keys, no background work): ``search()`` is refused and ``context(query=)`` leaves
+    the query out."""
 
     k1: float = 1.2
     b: float = 0.75
     neighbour_weight: float = 0.5
     limit: int = 10
+    enabled: bool = True
 
     def __post_init__(self) -> None:
         if not (self.k1 >= 0 and 0 <= self.b <= 1 and self.neighbour_weight >= 0):
             raise ConfigurationError("search needs k1 >= 0, 0 <= b <= 1, neighbour_weight >= 0")
         if not isinstance(self.limit, int) or not 0 <= self.limit <= 1000:
             raise ConfigurationError(f"search limit must be in [0, 1000], got {self.limit!r}")
+        if not isinstance(self.enabled, bool):
+            raise ConfigurationError(f"search enabled is true or false, got {self.enabled!r}")
 
 
 @dataclass(frozen=True, slots=True)

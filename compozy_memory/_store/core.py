@@ -149,12 +149,12 @@ class MemoryCore(ContextReads):
         self.embedder = embedder
         self.fusion = fusion or DEFAULT_FUSION
         # Keeps the vectors caught up with the index, as steps (each handle shows it as
-        # ``vectors``), with an embedder only.
+        # ``vectors``), with an embedder only (and search on: no index, nothing to embed).
         self.vector_ops = (
             Vectorizer(
                 self.gateway, embedder, self.index_ops, name=memory_id, background=background_index
             )
-            if embedder is not None
+            if embedder is not None and self.policy.search.enabled
             else None
         )
         self.result_ops = results or ResultStore(client, keys.project, transport=transport)

@@ -41,7 +41,6 @@ from compozy_memory._model.limits import (
     INDEX_READ_BYTES,
     INDEX_READ_FIELDS,
     INDEX_STEP_DOCS,
-    MAX_CALL_BYTES,
     STEP_FIELDS,
 )
 from compozy_memory._model.messages import Message
@@ -76,8 +75,11 @@ log = logging.getLogger("compozy_memory.index")
 _READ_BYTES = 1024 * 1024
 #: Building or merging more documents than this at once goes to a worker thread.
 _THREAD_DOCS = 32
-#: A call's segment fields stay under this share of MAX_CALL_BYTES (room for the rest).
-_CALL_SHARE = 0.75
+#: Bytes of segment fields one call writes (a step's segment, a part of a merge), and one
+#: read of a merge's inputs asks for (by the inputs' mean field size): each call then holds
+#: the server well under a millisecond for its bytes.
+_WRITE_BYTES = 256 * 1024
+_READ_BYTES_EACH = 512 * 1024
 #: Merges one catch-up runs at most (the next write's catch-up goes on).
 _MERGES_PER_CATCH_UP = 4
 
@@ -120,6 +122,10 @@ class Indexer(Backgrounded):
         self.background = background
         #: A write of this handle has left messages the index has not seen.
         self.dirty = False
+        #: The memory's policy keeps an index (``search: {enabled: false}``: none at all).
+        self.enabled = gateway.policy.search.enabled
+        # Search off: whether this handle has dropped the index (once is enough).
+        self._off = False
         self._job = Debounced.of_steps(
             lambda: self.catch_up(), gateway.transport, debounce, failed=self._failed, retries=False
         )
@@ -134,6 +140,8 @@ class Indexer(Backgrounded):
 
     def notice(self) -> None:
         """A write made messages to index: catch up soon, in the background."""
+        if not self.enabled and self._off:
+            return
         self.dirty = True
         if not self.background or self.gateway.read_only:
             return
@@ -159,6 +167,14 @@ class Indexer(Backgrounded):
         steps = indexed = 0
         unindexed = 0
         caught_up = False
+        if not self.enabled:
+            # No index is kept: drop one an earlier configuration left (once per handle), so
+            # messages move to the archive without waiting for one.
+            if not self._off:
+                yield from self.gateway.index_reset(force=True, off=True)
+                self._off = True
+            self.dirty = False
+            return IndexProgress(0, 0, 0)
         while max_steps is None or steps < max_steps:
             pending = yield from self.gateway.index_pending(INDEX_STEP_DOCS, _READ_BYTES)
             if pending.fmt < DATA_FORMAT or self._stale_analyzer(pending):
@@ -197,13 +213,15 @@ class Indexer(Backgrounded):
         """Merge every segment into one (removed documents purged) and delete what merges
         left; returns how many segments were merged away."""
         merged = 0
+        if not self.enabled:
+            return merged
         while True:
             state = yield from self.gateway.index_read()
+            if state.garbage or state.merges:
+                yield from self._collect()
+                state = yield from self.gateway.index_read()
             if state.merges:
-                # Another indexer's merge holds some: let it finish (or its claim lapse).
-                yield from self._maintain()
-                return merged
-            yield from self._collect(state.garbage)
+                return merged  # another indexer's merge holds some: let it finish
             inputs = plan_merge(state.segments, everything=True)
             if not inputs:
                 return merged
@@ -238,7 +256,7 @@ class Indexer(Backgrounded):
             documents, positive, negative = built
             size = sum(e.size + 8 * len(e.fields) for e in (positive, negative) if e)
             fields = sum(len(e.fields) for e in (positive, negative) if e)
-            if size <= _CALL_SHARE * MAX_CALL_BYTES and fields <= STEP_FIELDS:
+            if size <= _WRITE_BYTES and fields <= STEP_FIELDS:
                 break
             if len(items) + len(gones) <= 1:
                 raise MessageTooLargeError(
@@ -274,7 +292,10 @@ class Indexer(Backgrounded):
         goes on), and delete what merges left."""
         for _ in range(_MERGES_PER_CATCH_UP):
             state = yield from self.gateway.index_read()
-            yield from self._collect(state.garbage)
+            if state.garbage or state.merges:
+                # Merges whose claim lapsed go too (the server's clock decides).
+                yield from self._collect()
+                state = yield from self.gateway.index_read()
             claimed = {g for m in state.merges for g in m.inputs}
             inputs = plan_merge(state.segments, claimed, everything=force and not claimed)
             if not inputs:
@@ -284,8 +305,9 @@ class Indexer(Backgrounded):
                 return
             force = False
 
-    def _collect(self, garbage: bool) -> Steps[None]:
-        left = 1 if garbage else 0
+    def _collect(self) -> Steps[None]:
+        """Delete what merges left, and drop merges whose claim lapsed (bounded steps)."""
+        left = 1
         while left:
             left = yield from self.gateway.index_gc()
 
@@ -363,7 +385,7 @@ def _read_chunks(inputs: list[SegmentEntry]) -> list[list[str]]:
     """The inputs' fields in reads that stay under the read caps (by their segments' mean
     field size, with room: a field may be larger than its segment's mean)."""
     chunks: list[list[str]] = [[]]
-    budget = INDEX_READ_BYTES // 4
+    budget = min(_READ_BYTES_EACH, INDEX_READ_BYTES // 2)
     used = 0
     for entry in inputs:
         names = entry.fields()
@@ -381,7 +403,7 @@ def _write_chunks(fields: dict[str, bytes]) -> list[dict[str, bytes]]:
     """``fields`` in calls that stay under the write caps (one call, maybe empty, at least)."""
     chunks: list[dict[str, bytes]] = [{}]
     used = 0
-    limit = int(_CALL_SHARE * MAX_CALL_BYTES)
+    limit = _WRITE_BYTES
     for name, value in fields.items():
         if chunks[-1] and (len(chunks[-1]) >= STEP_FIELDS or used + len(value) > limit):
             chunks.append({})

@@ -90,7 +90,7 @@ class ContextReads:
         terms = query_terms(query, self.key)
         hits: list[int] = []
         limit = self.policy.search.limit
-        if terms and limit > 0:
+        if terms and limit > 0 and self.policy.search.enabled:
             yield from self._fresh_index()
             # Room for hits the window shows: context.lua takes the best limit of the rest.
             pool = min(MAX_SEARCH_LIMIT, 4 * limit)
@@ -130,6 +130,12 @@ class ContextReads:
         wanted = tuple(roles or ())
         if any(not isinstance(r, str) or not r.isalpha() for r in wanted):
             raise UsageError(f"roles are role names, got {wanted!r}", key=self.key)
+        if not self.policy.search.enabled:
+            raise UsageError(
+                "search is turned off for this memory (its policy's search.enabled): it keeps "
+                "no index",
+                key=self.key,
+            )
         terms = query_terms(query, self.key)
         if not terms:
             return Hits()

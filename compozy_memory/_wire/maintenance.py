@@ -31,9 +31,12 @@ class MaintenanceCalls(GatewayBase):
         return replies.index_pending(self._decode("index_pending", reply))
 
     @op
-    def index_reset(self, *, force: bool) -> Steps[bool]:
-        """Drop the index so the indexer builds it again; False if it was current."""
-        reply = yield self._writing("index_reset", {"ttl_ms": self.ttl_ms, "force": int(force)})
+    def index_reset(self, *, force: bool, off: bool = False) -> Steps[bool]:
+        """Drop the index so the indexer builds it again (``off``: and keep none, search
+        turned off); False if it was as asked already."""
+        reply = yield self._writing(
+            "index_reset", {"ttl_ms": self.ttl_ms, "force": int(force), "off": int(off)}
+        )
         return bool(int(self._decode("index_reset", reply)["reset"]))
 
     @op

@@ -100,7 +100,17 @@ end
 
 -- The fields every guarded read of meta takes.
 local GUARD_FIELDS = {'inc', 'fmt', 'imp', 'count', 'archived', 'archive_base',
-  'summary_count', 'ix_docs', 'ix_gone', 'ix_nseg', 'vx_count'}
+  'summary_count', 'ix_docs', 'ix_gone', 'ix_nseg', 'ix_off', 'vx_count'}
+
+-- The id below which every message is indexed (meta's ix_next), as the scripts that move
+-- messages to the archive check it: a memory whose search is off (ix_off, index_reset.lua)
+-- keeps no index, and moves any message.
+local function index_next(m)
+  if m.ix_off then
+    return math.huge
+  end
+  return tonumber(m.ix_next) or 0
+end
 
 -- Refuses a write while an import fills the memory (import.lua).
 local function check_not_importing(m)

@@ -21,7 +21,7 @@ end
 local function unindexed(m)
   local count = tonumber(m.count) or 0
   local archived = (tonumber(m.archived) or 0) - (tonumber(m.archive_base) or 0)
-  if (tonumber(m.fmt) or 1) < DATA_FORMAT then
+  if (tonumber(m.fmt) or 1) < DATA_FORMAT or m.ix_off then
     return count + archived
   end
   local live = math.max(0, (tonumber(m.last_id) or 0) - (tonumber(m.ix_next) or 0) + 1)

@@ -1,0 +1,273 @@
+"""The search index as segments, on real servers: it equals one built from scratch through
+merges, purges, interrupted steps and two indexers at once; a read-only handle writes
+nothing; stored data written raw past its caps is refused, not read; search can be off."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from compozy_memory import CorruptDataError, MemoryPolicy, SearchPolicy, UsageError
+from compozy_memory._search import merging
+from compozy_memory._search.segments import block_field, bucket_field
+from compozy_memory._wire.index_calls import parse_list
+from compozy_memory._wire.translate import RedisClient
+from integration.index_state import built_from_scratch, stored_index
+from integration.memories import memory
+from integration.test_context import attach
+
+WORDS = [
+    "refund",
+    "parcel",
+    "kettle",
+    "porto",
+    "warranty",
+    "carrier",
+    "invoice",
+    "address",
+    "ticket",
+    "storm",
+]
+
+
+def chat(n: int, rng: random.Random, tokens: int = 20) -> dict[str, Any]:
+    words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
+    return {
+        "role": "user" if n % 2 else "assistant",
+        "content": f"{words} order #{1000 + n}",
+        "tokens": tokens,
+    }
+
+
+@pytest.fixture
+def small_tiers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiers of two segments of a document or more: merges on every few steps."""
+    monkeypatch.setattr(merging, "TIER", 2)
+    monkeypatch.setattr(merging, "BASE", 1)
+
+
+async def same_as_from_scratch(client: RedisClient, mem: Any) -> None:
+    expected = await built_from_scratch(client, mem.keys)
+    stored = await stored_index(client, mem.keys)
+    assert stored.postings == expected.postings
+    assert stored.doc_freqs == expected.doc_freqs
+    assert stored.docs == expected.docs
+    assert stored.seqs == expected.seqs
+    meta = await client.hmget(mem.keys.meta, "ix_docs", "ix_len")
+    total = sum(length for _, length in expected.docs.values())
+    assert (int(meta[0] or 0), int(meta[1] or 0)) == (len(expected.docs), total)
+
+
+async def fields_match_the_list(client: RedisClient, mem: Any) -> None:
+    """After garbage is collected: the hash holds the listed segments' fields and nothing
+    else (a merge lost or left nothing)."""
+    raw = await client.hgetall(mem.keys.ixseg)
+    names = {(k.decode() if isinstance(k, bytes) else k) for k in raw}
+    listed = parse_list(_text(raw.get(b"L", raw.get("L", b""))))
+    own = {"L", "R", "G"}
+    possible = {f for s in listed for f in s.fields()}
+    assert names - own <= possible
+    for s in listed:  # every block is there (empty buckets are not stored)
+        assert {block_field(s.gen, j) for j in range(s.blocks)} <= names
+        assert any(bucket_field(s.gen, k) in names for k in range(s.buckets))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+@pytest.mark.usefixtures("small_tiers")
+async def test_the_index_equals_one_built_from_scratch_through_merges_and_interruptions(
+    client: RedisClient, memory_key: str
+) -> None:
+    rng = random.Random(11)
+    mem = memory(client, memory_key, max_tokens=1_500, archive_max=90)
+    mem.indexer.background = False  # the test decides when the indexer runs
+    flusher = attach(mem, 1_500)
+    n = 0
+    for _ in range(90):
+        action = rng.choice(
+            ["append"] * 5 + ["flush", "trim", "replace", "index", "index", "compact", "twice"]
+        )
+        if action == "append":
+            await mem.append_many([chat(n + i, rng, tokens=rng.randint(5, 60)) for i in range(6)])
+            n += 6
+        elif action == "flush":
+            await flusher.flush()
+        elif action == "trim":
+            await mem.trim(keep_messages=rng.randint(0, 10))
+        elif action == "replace":
+            await mem.replace([chat(n, rng)])
+            n += 1
+        elif action == "index":
+            await mem.indexer.catch_up(max_steps=1)
+        elif action == "compact":
+            await mem.indexer.compact()
+        else:  # a step sent twice (a retry after a lost reply) is applied once
+            pending = await mem.gateway.index_pending(4, 1 << 20)
+            if pending.adds:
+                await mem.indexer.catch_up(max_steps=1)
+                from compozy_memory._store.indexer import _build_step
+
+                documents, positive, negative = _build_step(list(pending.adds), [])
+                again = await mem.gateway.index_add(
+                    pending,
+                    analyzer="2",
+                    upto=pending.upto,
+                    seq_upto=pending.seq_upto,
+                    documents=documents,
+                    positive=positive,
+                    negative=negative,
+                    gone=0,
+                    gone_first=0,
+                )
+                assert not again.applied
+    await flusher.wait_idle()
+    await mem.indexer.catch_up()
+    assert int(await client.hget(mem.keys.meta, "archive_base") or 0) > 0, "the cap dropped some"
+    made = int(await client.hget(mem.keys.meta, "ix_gen") or 0)
+    listed = len((await mem.gateway.index_read()).segments)
+    assert made > 3 * listed, "segments were merged on the way"
+    await same_as_from_scratch(client, mem)
+    await mem.indexer.compact()
+    await same_as_from_scratch(client, mem)
+    await fields_match_the_list(client, mem)
+    state = await mem.gateway.index_read()
+    assert [s.sign for s in state.segments] == [1]  # one segment: the removals purged
+
+
+@pytest.mark.usefixtures("small_tiers")
+async def test_a_merge_abandoned_midway_is_collected_once_its_claim_lapses(
+    client: RedisClient, memory_key: str
+) -> None:
+    rng = random.Random(3)
+    mem = memory(client, memory_key)
+    mem.indexer.background = False
+    for step in range(3):
+        await mem.append_many([chat(10 * step + i, rng) for i in range(10)])
+        await mem.indexer.catch_up()
+    state = await mem.gateway.index_read()
+    inputs = [s.gen for s in state.segments[:2]]
+    fields = {"b0": b"\x01\x01\x00", "b1": b"\x01\x01\x00"}
+    from compozy_memory._search.segments import Encoded
+
+    output = Encoded(1, 2, 1, 2, 4, 0, {**fields, "b2": b"x", "b3": b"y"})
+    done, gen = await mem.gateway.index_merge(inputs, output, fields)  # two of four fields
+    assert not done
+    # Its inputs are claimed: nobody merges them meanwhile, and they stay searchable.
+    assert {g for m in (await mem.gateway.index_read()).merges for g in m.inputs} == set(inputs)
+    hits = await mem.search("refund parcel")
+    assert hits
+    # The claim lapses (its deadline moved into the past, as if MERGE_LEASE_MS passed)...
+    raw = _text(await client.hget(mem.keys.ixseg, "R"))
+    parts = raw.split(",")
+    parts[1] = "1"
+    await client.hset(mem.keys.ixseg, "R", ",".join(parts))
+    # ... and the next catch-up collects its fields and merges the inputs itself.
+    await mem.append(chat(99, rng))
+    await mem.indexer.catch_up()
+    await mem.indexer.compact()
+    assert await client.hget(mem.keys.ixseg, bucket_field(gen, 0)) is None
+    await same_as_from_scratch(client, mem)
+    await fields_match_the_list(client, mem)
+
+
+@pytest.mark.usefixtures("small_tiers")
+async def test_two_indexers_at_once_lose_nothing(client: RedisClient, memory_key: str) -> None:
+    rng = random.Random(5)
+    a = memory(client, memory_key, archive_max=150)
+    b = memory(client, memory_key, archive_max=150)
+    for handle in (a, b):
+        handle.indexer.background = False
+
+    async def write(handle: Any, start: int) -> None:
+        for i in range(25):
+            await handle.append_many([chat(start + 4 * i + j, rng) for j in range(4)])
+            if i % 5 == 4:
+                await handle.trim(keep_messages=20)
+
+    async def index(handle: Any) -> None:
+        for _ in range(40):
+            await handle.indexer.catch_up(max_steps=2)
+            await asyncio.sleep(0)
+
+    await asyncio.gather(write(a, 0), write(b, 1000), index(a), index(b), index(a), index(b))
+    await asyncio.gather(a.indexer.catch_up(), b.indexer.catch_up())
+    await same_as_from_scratch(client, a)
+    await asyncio.gather(a.indexer.compact(), b.indexer.compact())
+    await a.indexer.compact()
+    await same_as_from_scratch(client, a)
+    await fields_match_the_list(client, a)
+
+
+async def test_a_read_only_handle_writes_nothing_when_it_searches(
+    client: RedisClient, memory_key: str
+) -> None:
+    rng = random.Random(9)
+    writer = memory(client, memory_key)
+    writer.indexer.background = False
+    await writer.append_many([chat(i, rng) for i in range(40)])
+    await writer.indexer.catch_up()
+    await writer.append_many([chat(40 + i, rng) for i in range(5)])  # left unindexed
+    reader = memory(client, memory_key, read_only=True)
+    before = {k: await client.dump(k) for k in writer.keys.data}
+    hits = await reader.search("refund kettle")
+    assert hits.unindexed == 5
+    await reader.context(500, query="the refund")
+    assert {k: await client.dump(k) for k in writer.keys.data} == before
+
+
+async def test_fields_written_raw_past_their_caps_are_refused_not_read(
+    client: RedisClient, memory_key: str
+) -> None:
+    rng = random.Random(2)
+    mem = memory(client, memory_key)
+    mem.indexer.background = False
+    await mem.append_many([chat(i, rng) for i in range(30)])
+    await mem.indexer.catch_up()
+    (segment,) = (await mem.gateway.index_read()).segments
+    planted = b"\x01\x01" + b"x" * (2 << 20)
+    for k in range(segment.buckets):
+        await client.hset(mem.keys.ixseg, bucket_field(segment.gen, k), planted)
+    with pytest.raises(CorruptDataError):
+        await mem.search("refund")
+    await client.hset(mem.keys.ixseg, "L", "1,1,1,1,1,1,0,1;" * 4_000)
+    with pytest.raises(CorruptDataError):
+        await mem.search("refund")
+    await client.hset(mem.keys.ixdocs, "0", b"\x01" * 4_096)
+    with pytest.raises(CorruptDataError):
+        await mem.gateway.search_fetch([1], limit=1)
+    # Bytes that a segment never holds (a planted bucket of the right size) are refused by
+    # the client's decoder.
+    await client.hset(mem.keys.ixseg, "L", f"{segment.gen},1,30,1,30,{segment.buckets},0,9")
+    for k in range(segment.buckets):
+        await client.hset(mem.keys.ixseg, bucket_field(segment.gen, k), b"\x01\x09\xff\xff")
+    with pytest.raises(CorruptDataError):
+        await mem.search("refund")
+
+
+async def test_a_memory_with_search_off_keeps_no_index(
+    client: RedisClient, memory_key: str
+) -> None:
+    rng = random.Random(4)
+    policy = MemoryPolicy(max_tokens=800, archive_max=20, search=SearchPolicy(enabled=False))
+    off = memory(client, memory_key, policy=policy)
+    await off.append_many([chat(i, rng, tokens=30) for i in range(60)])
+    await off.trim(keep_messages=5)  # moves unindexed messages: no index to wait for
+    await off.indexer.wait_idle()
+    with pytest.raises(UsageError, match="search is turned off"):
+        await off.search("refund")
+    layers = await off.context_layers(600, query="refund")
+    assert layers.window
+    assert not layers.recalled
+    keys = off.keys
+    assert await client.exists(keys.ixseg, keys.ixdocs, keys.ixgone, keys.ixvec) == 0
+    # Turned on again, the index is built from the archive.
+    on = memory(client, memory_key, archive_max=20)
+    on.indexer.background = False
+    await on.indexer.catch_up()
+    assert (await on.search("order 1050")).unindexed == 0
+    await same_as_from_scratch(client, on)

@@ -21,9 +21,11 @@
 --                most STEP_FIELDS, MAX_CALL_BYTES in all
 --   items        n_docs documents 'id,kind,length,seq' (kind 1..7, lib/docs.lua; seq: the
 --                place in the archive, 0 when live), then the n_fields pairs
--- REPLY: {applied ix_next ix_seq indexed segments}
+-- REPLY: {applied ix_next ix_seq indexed list reservations garbage}
 --   applied   1; 0 when another indexer got there first (nothing written: read again)
---   segments  the segments listed after this step (the indexer merges past a tier's size)
+--   list, reservations, garbage  ixseg's L and R after the step, and 1 when merged segments'
+--             fields wait to be deleted: what the indexer plans its merges from, without
+--             another read
 -- Nothing here decodes a posting: the server's work is the bytes it stores and one record per
 -- document. Errors (nothing written): COMPOZY_INVALID, COMPOZY_TOOLARGE, COMPOZY_CONFLICT (the
 -- analyser differs: rebuild the index; or MAX_SEGMENTS listed: merge first), COMPOZY_FORMAT,
@@ -78,10 +80,11 @@ if shapes.p and (shapes.p.docs > n_docs or shapes.p.first < lowest or shapes.p.l
   fail('INVALID', 'the positive segment holds documents the step does not index')
 end
 
-local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
+-- The parts this step reads or writes (the live messages and summaries it does not).
+local m = guarded(K, {'archive', 'index', 'ixgone'},
   {'ix_next', 'ix_seq', 'ix_an', 'ix_len', 'ix_gen', 'ix_nseg', 'last_id'})
-if (tonumber(m.fmt) or 1) < DATA_FORMAT then
-  return {0, 0, 0, 0, 0}
+if (tonumber(m.fmt) or 1) < DATA_FORMAT or m.ix_off then
+  return {0, 0, 0, 0, '', '', 0}
 end
 if (m.ix_an or a_analyzer) ~= a_analyzer then
   fail('CONFLICT', 'the index was built with analyser ' .. m.ix_an .. ', these terms with '
@@ -96,10 +99,14 @@ if n_gone > 0 then
   stale = stale or not head or envelope_head(head) ~= gone_first
     or redis.call('LLEN', k_ixgone) < n_gone
 end
-if stale then
-  return {0, ix_next, ix_seq, 0, n_seg}
+local list, reservations, garbage = seg_read(k_ixseg, 'L', 'R', 'G')
+local function reply(applied, indexed_now)
+  return {applied, ix_next, ix_seq, indexed_now, seg_format(list), seg_format(reservations),
+    #garbage > 0 and 1 or 0}
 end
-local list = seg_read(k_ixseg, 'L')
+if stale then
+  return reply(0, 0)
+end
 if #list ~= n_seg then
   fail('EVICTED', 'the index lists ' .. #list .. ' segments where meta says ' .. n_seg
     .. ': keys of this memory were evicted or deleted')
@@ -127,7 +134,7 @@ for _, d in ipairs(documents) do
 end
 if indexed < #documents and shapes.p then
   -- Some were indexed by a step this one repeats: its segment would count them twice.
-  return {0, ix_next, ix_seq, 0, n_seg}
+  return reply(0, 0)
 end
 docs_write(k_ixdocs, changes)
 
@@ -168,4 +175,4 @@ redis.call('HSET', k_meta, 'ix_next', ix_next, 'ix_seq', ix_seq, 'ix_an', a_anal
   'ix_gone', (tonumber(m.ix_gone) or 0) - n_gone, 'ix_gen', gen, 'ix_nseg', #list)
 archive_cap(K, archive_max)
 apply_ttl(KEYS, ttl_ms)
-return {1, ix_next, ix_seq, indexed, #list}
+return reply(1, indexed)

@@ -120,7 +120,7 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
             gone=0,
             gone_first=0,
         ),
-        [1, 2, 0, 1, 1],
+        [1, 2, 0, 1, b"2,1,1,1,1,1,0,20", b"", 0],
     ),
     "index_read": (
         lambda g: g.index_read([1], ["1.0"]),

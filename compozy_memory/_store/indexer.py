@@ -57,6 +57,7 @@ from compozy_memory._search.segments import (
 )
 from compozy_memory._wire.background import Backgrounded, Debounced
 from compozy_memory._wire.gateway import MemoryGateway
+from compozy_memory._wire.index_calls import IndexAdded, IndexState
 from compozy_memory._wire.replies import IndexPending
 from compozy_memory._wire.steps import Offload, Steps, op
 from compozy_memory.errors import (
@@ -167,6 +168,7 @@ class Indexer(Backgrounded):
         steps = indexed = 0
         unindexed = 0
         caught_up = False
+        last: IndexAdded | None = None
         if not self.enabled:
             # No index is kept: drop one an earlier configuration left (once per handle), so
             # messages move to the archive without waiting for one.
@@ -193,19 +195,26 @@ class Indexer(Backgrounded):
                 unindexed = 0
                 break
             try:
-                applied = yield from self._step(pending)
+                added, whole = yield from self._step(pending)
             except ConflictError as exc:
                 if "merge first" not in str(exc):
                     raise
-                yield from self._maintain(force=True)
+                yield from self._maintain(None, force=True)
                 continue
             steps += 1
-            if applied is not None:
-                indexed += applied
+            if added.applied:
+                indexed += added.indexed
+                last = added
+                if whole:
+                    # The step took everything pending was: caught up as of that read (this
+                    # handle's later writes fire the trigger again), without one more read.
+                    caught_up = True
+                    unindexed = 0
+                    break
         self.dirty = not caught_up
         self._unindexed.set(unindexed)
         if steps:
-            yield from self._maintain()
+            yield from self._maintain(last)
         return IndexProgress(steps, indexed, unindexed)
 
     @op
@@ -243,8 +252,9 @@ class Indexer(Backgrounded):
             )
         return True
 
-    def _step(self, pending: IndexPending) -> Steps[int | None]:
-        """Write one step: what ``pending`` holds, cut down to what fits one call."""
+    def _step(self, pending: IndexPending) -> Steps[tuple[IndexAdded, bool]]:
+        """Write one step: what ``pending`` holds, cut down to what fits one call; and
+        whether it took all of it, leaving nothing pending as of that read."""
         items = list(pending.adds)
         gones = list(pending.gones)
         heavy = len(items) + len(gones) > _THREAD_DOCS
@@ -280,18 +290,32 @@ class Indexer(Backgrounded):
             gone_first=(gones[0].id or 0) if gones else 0,
         )
         if not applied.applied:
-            return None  # another indexer moved the index meanwhile: read again
+            return applied, False  # another indexer moved the index meanwhile: read again
         if items and items[0][2].ts is not None:
             self._lag.observe(max(0.0, time.time() - items[0][2].ts / 1000))
-        return applied.indexed
+        # Removals and the archive's cap come in steps of their own size: after those, read
+        # again (the cap's step may have made more).
+        whole = (
+            len(items) == len(pending.adds)
+            and not pending.gones
+            and pending.upto >= pending.last_id
+            and applied.ix_seq == 0
+            and pending.over_cap == 0
+        )
+        return applied, whole
 
     # -- merges ---------------------------------------------------------------------------
 
-    def _maintain(self, *, force: bool = False) -> Steps[None]:
+    def _maintain(self, known: IndexAdded | None, *, force: bool = False) -> Steps[None]:
         """Merge the segments whose tiers are full (a few merges at most: the next catch-up
-        goes on), and delete what merges left."""
+        goes on), and delete what merges left; ``known``: the list a step just returned
+        (saves a read)."""
         for _ in range(_MERGES_PER_CATCH_UP):
-            state = yield from self.gateway.index_read()
+            state: IndexAdded | IndexState
+            if known is not None:
+                state, known = known, None
+            else:
+                state = yield from self.gateway.index_read()
             if state.garbage or state.merges:
                 # Merges whose claim lapsed go too (the server's clock decides).
                 yield from self._collect()

@@ -54,13 +54,16 @@ class IndexState:
 
 @dataclass(frozen=True, slots=True)
 class IndexAdded:
-    """What one ``lua/index_add.lua`` step did."""
+    """What one ``lua/index_add.lua`` step did, and the segments listed after it."""
 
     applied: bool
     ix_next: int
     ix_seq: int
     indexed: int
-    segments: int
+    segments: tuple[SegmentEntry, ...]
+    merges: tuple[Merge, ...]
+    #: Merged segments' fields wait to be deleted.
+    garbage: bool
 
 
 def _number(text: str, what: str) -> int:
@@ -202,7 +205,9 @@ class IndexCalls(GatewayBase):
             int(reply["ix_next"]),
             int(reply["ix_seq"]),
             int(reply["indexed"]),
-            int(reply["segments"]),
+            parse_list(replies.text(reply["list"])),
+            _parse_merges(replies.text(reply["reservations"])),
+            bool(int(reply["garbage"])),
         )
 
     @op

@@ -15,7 +15,7 @@
 -- clear of any size holds it for about as long as a clear of an empty memory. A clear is also
 -- the repair of a memory whose keys were partly evicted: it removes what is left.
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
-local kept = redis.call('HMGET', k_meta, 'count', 'last_id', 'epoch', 'inc', 'fmt')
+local kept = redis.call('HMGET', k_meta, 'count', 'last_id', 'epoch', 'inc', 'fmt', 'ix_gen')
 local pins = redis.call('HGETALL', k_respins)
 local pttl = redis.call('PTTL', k_meta)
 redis.call('UNLINK', k_msgs, k_meta, k_archive, k_summaries, k_dedupe, k_recalled, k_ixseg,
@@ -28,6 +28,10 @@ if kept[4] then
   if kept[3] then
     restore[#restore + 1] = 'epoch'
     restore[#restore + 1] = kept[3]
+  end
+  if kept[6] then  -- a segment's generation is never given twice in one incarnation
+    restore[#restore + 1] = 'ix_gen'
+    restore[#restore + 1] = kept[6]
   end
   redis.call('HSET', k_meta, unpack(restore))
 end

@@ -24,6 +24,7 @@ frequencies, and are dropped when the hits are fetched.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -304,6 +305,8 @@ class SearchPlan:
     def _lookup(
         self, s: SegmentEntry, entry: TermEntry, wanted: set[int] | None
     ) -> Iterable[tuple[int, int, int]]:
+        """(id, tf, length) of ``entry``'s postings read so far: all of them, or those of
+        ``wanted`` documents (found by bisection: a block is sorted by id)."""
         runs = []
         if entry.postings is not None:
             runs.append(entry.postings)
@@ -312,10 +315,18 @@ class SearchPlan:
                 raw = self._blocks.get(block_field(s.gen, entry.first_block + i))
                 if raw is not None:
                     runs.append(decode_block(raw, block_postings(entry, i), s.first))
+        ordered = sorted(wanted) if wanted is not None else None
         for p in runs:
-            for i, doc_id in enumerate(p.ids):
-                if wanted is None or doc_id in wanted:
-                    yield doc_id, p.tfs[i], p.lengths[i]
+            if ordered is None:
+                yield from zip(p.ids, p.tfs, p.lengths, strict=True)
+                continue
+            at = bisect_left(ordered, p.ids[0])
+            while at < len(ordered) and ordered[at] <= p.ids[-1]:
+                doc_id = ordered[at]
+                k = bisect_left(p.ids, doc_id)
+                if k < len(p.ids) and p.ids[k] == doc_id:
+                    yield doc_id, p.tfs[k], p.lengths[k]
+                at += 1
 
     # -- 4. ranking ------------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, pairwise
+from operator import add
 
 from compozy_memory.errors import CorruptDataError
 
@@ -84,6 +85,7 @@ INLINE = 128
 
 _VERSION = 1
 _BLOCKS = 0x7F
+_TIMES_128 = (128).__mul__
 #: The most digits of a fixed number: ids are below 2 ** 53.
 _MOST_DIGITS = 8
 
@@ -317,8 +319,8 @@ def _read_fixed(buf: bytes, at: int, n: int, width: int) -> tuple[list[int], int
     chunk = buf[at:end]
     if width == 1:
         return list(chunk), end
-    if width == 2:
-        return [lo | hi << 7 for lo, hi in zip(chunk[0::2], chunk[1::2], strict=True)], end
+    if width == 2:  # the common case past 127 (a length): C-level iteration
+        return list(map(add, chunk[0::2], map(_TIMES_128, chunk[1::2]))), end
     values = []
     for i in range(0, len(chunk), width):
         v = 0

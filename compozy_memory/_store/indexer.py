@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.limits import (
     DATA_FORMAT,
     INDEX_STEP_DOCS,
@@ -37,9 +36,10 @@ from compozy_memory._model.messages import Message
 from compozy_memory._search.analysis import ANALYZER_VERSION
 from compozy_memory._search.documents import document, document_terms
 from compozy_memory._wire.background import Backgrounded, Debounced
+from compozy_memory._wire.effects import MetricsSink, Observe, Offload
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.replies import IndexPending
-from compozy_memory._wire.steps import Offload, Steps, op
+from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import CompozyMemoryError, ConflictError
 
 __all__ = ["IndexProgress", "Indexer"]
@@ -77,13 +77,14 @@ class Indexer(Backgrounded):
         self,
         gateway: MemoryGateway,
         *,
-        metrics: MemoryMetrics | None = None,
+        metrics: MetricsSink | None = None,
         name: str = "memory",
         debounce: float = 0.05,
         background: bool = True,
     ) -> None:
         self.gateway = gateway
-        self.metrics = metrics or default_metrics()
+        #: Where the index's lag is measured (None: the metrics of the driver that runs it).
+        self.metrics = metrics
         self.name = name
         self.debounce = debounce
         #: False: writes never start a catch-up; only :meth:`catch_up` (and the operations
@@ -94,8 +95,6 @@ class Indexer(Backgrounded):
         self._job = Debounced.of_steps(
             lambda: self.catch_up(), gateway.transport, debounce, failed=self._failed
         )
-        self._lag = self.metrics.index_lag.labels(memory=name)
-        self._unindexed = self.metrics.index_unindexed.labels(memory=name)
 
     @property
     def transport(self) -> Any:
@@ -145,7 +144,7 @@ class Indexer(Backgrounded):
             if applied is not None:
                 indexed += applied
         self.dirty = not caught_up
-        self._unindexed.set(unindexed)
+        yield from Observe("index_unindexed", (self.name,), unindexed, self.metrics)
         return IndexProgress(steps, indexed, unindexed)
 
     @op
@@ -187,7 +186,8 @@ class Indexer(Backgrounded):
         if not applied.applied:
             return None  # another indexer moved the index meanwhile: read again
         if adds[2] is not None and adds[2].ts is not None:
-            self._lag.observe(max(0.0, time.time() - adds[2].ts / 1000))
+            lag = max(0.0, time.time() - adds[2].ts / 1000)
+            yield from Observe("index_lag", (self.name,), lag, self.metrics)
         if applied.dead_postings >= max(_COMPACT_MIN, _COMPACT_SHARE * applied.postings):
             yield from self.compact()
         return applied.indexed
@@ -199,7 +199,7 @@ class Indexer(Backgrounded):
         step then covers: ((arguments, postings, the oldest message), upto, seq_upto)."""
         items = pending.adds
         if len(items) > _THREAD_DOCS:
-            analysed: list[tuple[str, int]] = yield Offload(_analyse, (items,))
+            analysed = yield from Offload(lambda: _analyse(items))
         else:
             analysed = _analyse(items)
         documents: list[str] = []

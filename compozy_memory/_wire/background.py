@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
-from compozy_memory._wire.steps import Op, Steps, adrive, drive, is_sync
+from compozy_memory._wire.steps import Op, Steps, is_sync
 from compozy_memory.errors import CompozyMemoryError
 
 __all__ = [
@@ -159,13 +159,13 @@ class Debounced:
         *,
         failed: Callable[[CompozyMemoryError], None] | None = None,
     ) -> Debounced:
-        """The job that runs ``steps()`` on ``transport`` (a task of its loop, or a background
-        thread for a sync one), called anew for each run; a library error goes to
+        """The job that runs ``steps()`` on ``transport`` (a driver: a task of its loop, or a
+        background thread for a sync one), called anew for each run; a library error goes to
         ``failed`` (nobody waits for a background job: it logs), or is raised without it."""
 
         def work_sync() -> None:
             try:
-                drive(steps(), transport)
+                transport.drive(steps())
             except CompozyMemoryError as exc:
                 if failed is None:
                     raise
@@ -175,7 +175,7 @@ class Debounced:
             made = steps()
             try:
                 # An Op is awaited as itself, as is a coroutine standing in for the steps.
-                await (made if inspect.isawaitable(made) else adrive(made, transport))
+                await (made if inspect.isawaitable(made) else transport.drive(made))
             except CompozyMemoryError as exc:
                 if failed is None:
                     raise

@@ -20,15 +20,16 @@ class MaintenanceCalls(GatewayBase):
     @op
     def index_pending(self, max_docs: int, max_bytes: int) -> Steps[IndexPending]:
         """What the indexer has to do next (``lua/index_pending.lua``)."""
-        reply = yield self._reading(
+        reply = yield from self._reading(
             "index_pending",
             {
                 "max_docs": max_docs,
                 "max_bytes": max_bytes,
                 "archive_max": self.policy.archive_max,
             },
+            self._fields("index_pending"),
         )
-        return replies.index_pending(self._decode("index_pending", reply))
+        return replies.index_pending(reply)
 
     @op
     def index_apply(
@@ -43,7 +44,7 @@ class MaintenanceCalls(GatewayBase):
         gone_first: int,
     ) -> Steps[IndexApplied]:
         """One step of the indexer (``lua/index_apply.lua``)."""
-        reply = yield self._writing(
+        reply = yield from self._writing(
             "index_apply",
             {
                 "ttl_ms": self.ttl_ms,
@@ -57,14 +58,17 @@ class MaintenanceCalls(GatewayBase):
                 "gone_first": gone_first,
                 "n_add": len(documents),
             },
+            self._fields("index_apply"),
             [*documents, *removed],
         )
-        return replies.index_applied(self._decode("index_apply", reply))
+        return replies.index_applied(reply)
 
     @op
     def index_compact(self) -> Steps[tuple[int, int, int, bool]]:
         """One compaction step: (postings removed, dead postings left, postings, sweep done)."""
-        reply = self._decode("index_compact", (yield self._writing("index_compact", {"ttl_ms": 0})))
+        reply = yield from self._writing(
+            "index_compact", {"ttl_ms": 0}, self._fields("index_compact")
+        )
         return (
             int(reply["removed"]),
             int(reply["dead_postings"]),
@@ -75,30 +79,28 @@ class MaintenanceCalls(GatewayBase):
     @op
     def index_reset(self, *, force: bool) -> Steps[bool]:
         """Drop the index so the indexer builds it again; False if it was current."""
-        reply = yield self._writing("index_reset", {"ttl_ms": self.ttl_ms, "force": int(force)})
-        return bool(int(self._decode("index_reset", reply)["reset"]))
+        reply = yield from self._writing(
+            "index_reset", {"ttl_ms": self.ttl_ms, "force": int(force)}, self._fields("index_reset")
+        )
+        return bool(int(reply["reset"]))
 
     @op
     def import_step(
         self, token: str, part: str, at: int, last_id: int, envelopes: Sequence[str]
     ) -> Steps[tuple[int, int]]:
         """One step of an import (``lua/import.lua``): ``(live messages, last id)`` after it."""
-        reply = self._decode(
+        reply = yield from self._writing(
             "import",
-            (
-                yield self._writing(
-                    "import",
-                    {
-                        "ttl_ms": self.ttl_ms,
-                        "archive_max": self.policy.archive_max,
-                        "token": token,
-                        "part": part,
-                        "at": at,
-                        "last_id": last_id,
-                    },
-                    envelopes,
-                )
-            ),
+            {
+                "ttl_ms": self.ttl_ms,
+                "archive_max": self.policy.archive_max,
+                "token": token,
+                "part": part,
+                "at": at,
+                "last_id": last_id,
+            },
+            self._fields("import"),
+            envelopes,
         )
         return int(reply["count"]), int(reply["last_id"])
 
@@ -107,9 +109,10 @@ class MaintenanceCalls(GatewayBase):
         self, part: str, offset: int, count: int = MAX_READ
     ) -> Steps[tuple[str, int, list[str]]]:
         """A page of one part for an export: (stamp, the part's length, envelopes)."""
-        reply = self._decode(
+        reply = yield from self._reading(
             "transcript",
-            (yield self._reading("transcript", {"part": part, "offset": offset, "count": count})),
+            {"part": part, "offset": offset, "count": count},
+            self._fields("transcript"),
         )
         return (
             replies.text(reply["stamp"]),

@@ -78,9 +78,10 @@ class VectorCalls(GatewayBase):
     @op
     def vec_pending(self, max_docs: int, max_bytes: int) -> Steps[VectorPending]:
         """What the vector step has to embed next (``lua/vec_pending.lua``)."""
-        reply = self._decode(
+        reply = yield from self._reading(
             "vec_pending",
-            (yield self._reading("vec_pending", {"max_docs": max_docs, "max_bytes": max_bytes})),
+            {"max_docs": max_docs, "max_bytes": max_bytes},
+            self._fields("vec_pending"),
         )
         return VectorPending(
             replies.text(reply["model"]),
@@ -104,22 +105,18 @@ class VectorCalls(GatewayBase):
         rest: list[str | bytes | int] = []
         for doc_id, blob in vectors:
             rest += [doc_id, blob]
-        reply = self._decode(
+        reply = yield from self._writing(
             "vec_apply",
-            (
-                yield self._writing(
-                    "vec_apply",
-                    {
-                        "ttl_ms": self.ttl_ms,
-                        "model": model,
-                        "vx_next": pending.vx_next,
-                        "upto": upto,
-                        "names": "\t".join(names),
-                        "n": len(vectors),
-                    },
-                    rest,
-                )
-            ),
+            {
+                "ttl_ms": self.ttl_ms,
+                "model": model,
+                "vx_next": pending.vx_next,
+                "upto": upto,
+                "names": "\t".join(names),
+                "n": len(vectors),
+            },
+            self._fields("vec_apply"),
+            rest,
         )
         return VectorApplied(
             bool(int(reply["applied"])), int(reply["vx_next"]), int(reply["stored"])
@@ -128,8 +125,10 @@ class VectorCalls(GatewayBase):
     @op
     def vec_reset(self, model: str) -> Steps[bool]:
         """Drop vectors of another model than ``model``; False if they were of it."""
-        reply = yield self._writing("vec_reset", {"ttl_ms": self.ttl_ms, "model": model})
-        return bool(int(self._decode("vec_reset", reply)["reset"]))
+        reply = yield from self._writing(
+            "vec_reset", {"ttl_ms": self.ttl_ms, "model": model}, self._fields("vec_reset")
+        )
+        return bool(int(reply["reset"]))
 
     @op
     def search_candidates(
@@ -144,22 +143,18 @@ class VectorCalls(GatewayBase):
         """A query's best BM25 documents, their neighbours and their stored vectors (the
         neighbours' only with ``neighbour_vectors``)."""
         search = self.policy.search
-        reply = self._decode(
+        reply = yield from self._reading(
             "search_candidates",
-            (
-                yield self._reading(
-                    "search_candidates",
-                    {
-                        "candidates": candidates,
-                        "neighbour_vectors": int(neighbour_vectors),
-                        "k1": repr(search.k1),
-                        "b": repr(search.b),
-                        "since_id": since_id,
-                        "kinds": ",".join(str(k) for k in kinds),
-                    },
-                    terms,
-                )
-            ),
+            {
+                "candidates": candidates,
+                "neighbour_vectors": int(neighbour_vectors),
+                "k1": repr(search.k1),
+                "b": repr(search.b),
+                "since_id": since_id,
+                "kinds": ",".join(str(k) for k in kinds),
+            },
+            self._fields("search_candidates"),
+            terms,
         )
         flat = reply["docs"]
         return Candidates(
@@ -180,7 +175,7 @@ class VectorCalls(GatewayBase):
         in the order asked, those no longer there left out."""
         if not ids:
             return []
-        reply = self._decode("search_fetch", (yield self._reading("search_fetch", {}, ids)))
+        reply = yield from self._reading("search_fetch", {}, self._fields("search_fetch"), ids)
         return [
             (
                 int(doc_id),

@@ -15,6 +15,9 @@
    order every other round; each ratio is the median over ``--rounds`` of that round's ratio
    to the same round's raw RPUSH, which keeps a shared machine's swings out of the ratios;
    the manager's own cost is the median of its rounds' ratios to the same-policy appends.
+   Beside each, the client's CPU time a message (this process's, every thread's: the loop's
+   and the counting threads'), the median of the rounds: it swings with a shared machine's
+   load far less than the rates do.
 2. Where an append's time goes on the event loop (``--profile``): cProfile of one counted
    round, grouped into counting, validation and serialisation, the script call, and the
    rest.
@@ -85,13 +88,15 @@ PROJECT = Path(__file__).resolve().parent.parent / "examples" / "project"
 
 async def append_round(
     client: Redis, appends: int, mode: str, seed: int, profiler: cProfile.Profile | None = None
-) -> float:
-    """Messages per second for SESSIONS sessions doing ``appends`` each: "raw" (RPUSH of
-    the JSON), "counted" (the library counts, its default engine), "tiktoken" (counted by
-    tiktoken), "supplied" (counts given), "indexed" (counts given, indexed in the background
-    and waited for), "manager" (counted, through a MemoryManager's handles, which also keep
-    the session index) or "policy" (counted, on a MemoryInstance with the manager's resource
-    policy: TTL, budget; the manager's baseline). Only "indexed" runs the background indexer."""
+) -> tuple[float, float]:
+    """Messages per second, and this process's CPU time a message in microseconds (every
+    thread's: the loop's and the counting threads'), for SESSIONS sessions doing ``appends``
+    each: "raw" (RPUSH of the JSON), "counted" (the library counts, its default engine),
+    "tiktoken" (counted by tiktoken), "supplied" (counts given), "indexed" (counts given,
+    indexed in the background and waited for), "manager" (counted, through a MemoryManager's
+    handles, which also keep the session index) or "policy" (counted, on a MemoryInstance
+    with the manager's resource policy: TTL, budget; the manager's baseline). Only "indexed"
+    runs the background indexer."""
     rng = random.Random(seed)
     bodies = [texts(rng, appends) for _ in range(SESSIONS)]
     run = uuid.uuid4().hex
@@ -135,15 +140,15 @@ async def append_round(
         await manager.start()
     if profiler is not None:  # the appends only, not the texts' making above
         profiler.enable()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(session(s) for s in range(SESSIONS)))
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     # The session index's last entries (one call, which no append waited for) go out before
     # the next round starts.
     await manager.aclose()
     if profiler is not None:
         profiler.disable()
-    return SESSIONS * appends / elapsed
+    return SESSIONS * appends / elapsed, cpu / (SESSIONS * appends) * 1e6
 
 
 GROUPS = {
@@ -155,8 +160,9 @@ GROUPS = {
         "Tokenizer",
     ),
     "validation and serialisation (pydantic)": ("messages.py", "pydantic", "encoding.py"),
-    "script call (gateway, transport, batching, redis-py, hiredis)": (
+    "script call (gateway, drivers, batching, redis-py, hiredis)": (
         "_wire",
+        "_io/",
         "redis/",
         "hiredis",
     ),
@@ -277,22 +283,26 @@ async def main(args: argparse.Namespace) -> None:
             await append_round(client, 10, mode, seed=0)
         rates: dict[str, list[float]] = {mode: [] for mode in modes}
         ratios: dict[str, list[float]] = {mode: [] for mode in modes}
+        cpus: dict[str, list[float]] = {mode: [] for mode in modes}
         for r in range(args.rounds):
             # Every other round in reverse order, so no mode always runs after another.
             for mode in modes if r % 2 == 0 else modes[::-1]:
                 seed = 100 * (r + 1) + modes.index(mode)  # texts of its own: no count cached
-                rates[mode].append(await append_round(client, args.appends, mode, seed=seed))
+                made, spent = await append_round(client, args.appends, mode, seed=seed)
+                rates[mode].append(made)
+                cpus[mode].append(spent)
             for mode in modes:
                 ratios[mode].append(rates[mode][-1] / rates["raw"][-1])
         rate = {mode: statistics.median(values) for mode, values in rates.items()}
+        cpu = {mode: statistics.median(values) for mode, values in cpus.items()}
         ratio = {mode: statistics.median(values) for mode, values in ratios.items()}
         engine = TiktokenCounter().engine
         print(f"engine: {'embedded valkey' if server else url}; {args.rounds} rounds, medians")
         print(
             f"\n| {SESSIONS} sessions x {args.appends} appends, ~300-token messages | msg/s "
-            "| x raw RPUSH (median of rounds) | range |"
+            "| x raw RPUSH (median of rounds) | range | client CPU us/msg |"
         )
-        print("| --- | ---: | ---: | --- |")
+        print("| --- | ---: | ---: | --- | ---: |")
         for mode, label in (  # in the order of the table, those measured
             ("raw", "raw RPUSH of the JSON"),
             ("counted", f"append, counted by the library (exact, default engine: {engine})"),
@@ -305,7 +315,10 @@ async def main(args: argparse.Namespace) -> None:
             if mode not in modes:
                 continue
             low, high = min(ratios[mode]), max(ratios[mode])
-            print(f"| {label} | {rate[mode]:,.0f} | {ratio[mode]:.2f}x | {low:.2f}-{high:.2f} |")
+            print(
+                f"| {label} | {rate[mode]:,.0f} | {ratio[mode]:.2f}x | {low:.2f}-{high:.2f} "
+                f"| {cpu[mode]:.0f} |"
+            )
         # The manager's own cost: its appends against the same appends made directly on a
         # MemoryInstance with the same policy, round by round (only the manager differs).
         if "manager" in modes and "policy" in modes:

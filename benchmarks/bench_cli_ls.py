@@ -24,6 +24,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from redis.asyncio import Redis
 
@@ -33,11 +34,22 @@ from compozy_memory._store.encoding import encode_messages
 from compozy_memory._store.sessions import SessionIndex
 from compozy_memory._wire.gateway import message_args
 from compozy_memory._wire.scripts import script
-from compozy_memory._wire.steps import drive
+from compozy_memory._wire.steps import Steps
 from compozy_memory.embedded import start_server
 
 PROJECT = "bench"
 CLI = "compozy_memory._ops.cli"
+T = TypeVar("T")
+
+
+def _done(steps: Steps[T]) -> T:
+    """What steps that yield no effect return (messages that carry their token counts)."""
+    try:
+        next(steps)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    raise AssertionError("encoding counted tokens: every message carries its count")
 
 
 async def fill(url: str, n: int) -> None:
@@ -57,11 +69,11 @@ async def fill(url: str, n: int) -> None:
         for i in range(start, min(n, start + 1000)):
             keys = InstanceKeys.build(PROJECT, f"chat:user-{i}")
             names.append(keys.key)
-            body = drive(encode_messages(
+            body = _done(encode_messages(
                 [{"role": "user", "content": f"question {i}", "tokens": 4},
                  {"role": "assistant", "content": f"answer {i}", "tokens": 3}],
                 policy, counter, keys.prefix,
-            ), None)  # fmt: skip
+            ))  # fmt: skip
             values: dict[str, str | bytes | int] = {
                 "ttl_ms": 3_600_000,
                 "max_tokens": 0,

@@ -22,7 +22,7 @@ import uuid
 from redis.asyncio import Redis, RedisCluster
 
 from compozy_memory import MemoryInstance, SuppliedCounter
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from compozy_memory.embedded import start_cluster, start_server
 
 SESSIONS = 64

@@ -33,11 +33,11 @@ from benchmarks.bench_server_time import (
     print_table,
 )
 from compozy_memory import MemoryInstance, MemoryPolicy, StaticEmbedder, connect
+from compozy_memory._io.delivery import install
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model import limits
 from compozy_memory._store.searching import bm25_ranking
 from compozy_memory._store.selection import query_terms
-from compozy_memory._wire.delivery import install
-from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import start_server
 
 PROJECT = "densetime"

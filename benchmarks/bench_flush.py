@@ -36,8 +36,8 @@ from compozy_memory import (
     Summary,
     connect,
 )
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._metrics import FlushMetrics
-from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import start_server
 
 APPENDERS = 16

@@ -1,12 +1,12 @@
-"""What measuring every call costs: ``Transport.run`` with and without its latency metric.
+"""What measuring every call costs: ``Transport.call`` with and without its latency metric.
 
 The call's road to Redis is replaced by a coroutine that returns at once, so what is left is
 the transport's own work. Three variants, interleaved rounds, best of each:
 
 * ``bare``: awaiting the road directly (what the call costs with no transport around it);
-* ``no-op``: ``Transport.run`` with the histogram child swapped for one that does nothing
+* ``no-op``: ``Transport.call`` with the histogram child swapped for one that does nothing
   (the clock reads and the lookup, no ``observe``);
-* ``metrics``: ``Transport.run`` as shipped.
+* ``metrics``: ``Transport.call`` as shipped.
 
 Run: ``python benchmarks/bench_metrics.py`` (no server needed).
 """
@@ -22,9 +22,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
+from compozy_memory._io.transport import Transport
 from compozy_memory._metrics import MemoryMetrics
+from compozy_memory._wire.effects import Call, RunScript, raw
 from compozy_memory._wire.scripts import ScriptArg, script
-from compozy_memory._wire.transport import Transport
 
 
 class _NoOp:
@@ -53,15 +54,16 @@ async def _time(calls: int, variant: str) -> float:
     keys = [f"{{k}}:{part}" for part in code.contract.keys]
     args: Sequence[ScriptArg] = [b"0", b"-1"]
     transport = _transport(variant == "no-op")
-    run = transport.run
+    run = transport.call
     road = transport._run
+    call = Call("read", "k", RunScript(code, keys, args), raw)
     started = time.perf_counter()
     if variant == "bare":
         for _ in range(calls):
             await road(code, keys, args, "k", False, "read")
     else:
         for _ in range(calls):
-            await run(code, keys, args, key="k")
+            await run(call)
     return (time.perf_counter() - started) / calls * 1e6
 
 

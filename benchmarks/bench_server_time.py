@@ -46,6 +46,8 @@ import redis as redis_sync
 
 from benchmarks.bench_recall import corpus
 from compozy_memory import FencedLock, FlushPlan, MemoryInstance, MemoryPolicy, connect
+from compozy_memory._io.delivery import install
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model import limits
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.messages import encode_body
@@ -53,9 +55,7 @@ from compozy_memory._model.tokens import HeuristicCounter
 from compozy_memory._ops.acl import acl_setuser
 from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._store.sessions import SessionIndex
-from compozy_memory._wire.delivery import install
 from compozy_memory._wire.scripts import SCRIPT_NAMES, library, script
-from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import start_server
 from compozy_memory.errors import CompozyMemoryError
 

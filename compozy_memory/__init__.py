@@ -12,6 +12,8 @@ from compozy_memory._flush.lock import FencedLock, Lease
 from compozy_memory._flush.planner import plan_flush
 from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._flush.summarizers import RuleBasedSummarizer, Summarizer
+from compozy_memory._io.connection import connect, connect_sync
+from compozy_memory._io.retry import NO_RETRY, RetryPolicy
 from compozy_memory._manager import MemoryManager
 from compozy_memory._metrics import FlushMetrics, MemoryMetrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
@@ -51,8 +53,6 @@ from compozy_memory._store.warmup import warm, warm_sync
 from compozy_memory._sync_manager import SyncMemoryManager
 from compozy_memory._telemetry import instrument as instrument_opentelemetry
 from compozy_memory._telemetry import uninstrument as uninstrument_opentelemetry
-from compozy_memory._wire.connection import connect, connect_sync
-from compozy_memory._wire.retry import NO_RETRY, RetryPolicy
 from compozy_memory.errors import (
     BackendError,
     BackendOutOfMemoryError,

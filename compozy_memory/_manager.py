@@ -16,11 +16,11 @@ from compozy_memory._flush.resource_settings import (
     compression_settings,
     flush_settings,
 )
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._manager_base import ManagerBase
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._store.sessions import SessionPage
 from compozy_memory._store.warmup import warm
-from compozy_memory._wire.translate import RedisClient
 
 # The flush settings of a resource lived here first: callers still find them here.
 __all__ = [

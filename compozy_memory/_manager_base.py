@@ -21,6 +21,7 @@ from compozy_memory._flush.resource_settings import (
     flush_settings,
 )
 from compozy_memory._flush.summarizers import Summarizer
+from compozy_memory._io.retry import RetryPolicy
 from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.keys import InstanceKeys
@@ -29,7 +30,6 @@ from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import Fusion
 from compozy_memory._store.core import MemoryCore, committed
 from compozy_memory._store.sessions import SessionIndex, uuid7
-from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory.errors import ConfigurationError
 
 __all__ = ["H", "ManagerBase"]

@@ -16,10 +16,12 @@ cached here, so a call costs two clock reads and one ``observe``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+from compozy_memory._wire.effects import Observe
 
 __all__ = ["FlushMetrics", "MemoryMetrics", "default_metrics"]
 
@@ -164,6 +166,8 @@ class MemoryMetrics:
             registry=registry,
         )
         self._latency_children: dict[tuple[str, str, str], Any] = {}
+        # (family, labels) -> the bound child's inc, observe or set
+        self._recorders: dict[tuple[str, tuple[str, ...]], Callable[[float], None]] = {}
         self._message_children: dict[tuple[str, Any], Any] = {}
         self._priorities_seen: dict[str, set[int]] = {}
         self._lock = threading.Lock()
@@ -178,6 +182,37 @@ class MemoryMetrics:
             )
             self._latency_children[label] = child
         return child
+
+    def record(self, observed: Observe) -> None:
+        """Record a measurement the core made (the drivers hand each
+        :class:`~compozy_memory._wire.effects.Observe` effect here)."""
+        value = observed.value
+        if not isinstance(value, (int, float)):  # by priority: the labels are the memory alone
+            memory = observed.labels[0]
+            if observed.family != "messages":
+                self.set_priority_distribution(memory, dict(value))
+                return
+            children = self._message_children
+            for priority, n in value.items():
+                child = children.get((memory, priority))
+                if child is None:
+                    child = self.messages.labels(memory=memory, priority=str(priority))
+                    children[(memory, priority)] = child
+                child.inc(n)
+            return
+        key = (observed.family, observed.labels)
+        recorder = self._recorders.get(key)
+        if recorder is None:
+            family = getattr(self, observed.family)
+            child = family.labels(*observed.labels)
+            if isinstance(family, Counter):
+                recorder = child.inc
+            elif isinstance(family, Histogram):
+                recorder = child.observe
+            else:
+                recorder = child.set
+            self._recorders[key] = recorder
+        recorder(value)
 
     def count_messages(self, memory: str, priorities: Sequence[Any]) -> None:
         """``priorities``: one per stored message (children bound once per priority)."""

@@ -9,6 +9,8 @@ from typing import Any
 from compozy_memory._config.agents import MemoryReference
 from compozy_memory._config.registry import MemoryRegistry
 from compozy_memory._flush.summarizers import Summarizer
+from compozy_memory._io.client_calls import SyncRedisClient
+from compozy_memory._io.retry import RetryPolicy
 from compozy_memory._manager_base import ManagerBase
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.tokens import TokenCounter
@@ -18,8 +20,6 @@ from compozy_memory._store.sessions import SessionPage
 from compozy_memory._store.sync_instance import SyncMemoryInstance
 from compozy_memory._store.warmup import warm_sync
 from compozy_memory._wire.background import run_coroutine
-from compozy_memory._wire.client_calls import SyncRedisClient
-from compozy_memory._wire.retry import RetryPolicy
 
 __all__ = ["SyncMemoryManager"]
 

@@ -37,10 +37,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any, TypeVar
+
+from compozy_memory._model.messages import Message
+from compozy_memory._wire.effects import RECORDING
 
 __all__ = [
     "ACTIVE",
@@ -71,8 +73,6 @@ GENAI_OPERATIONS: dict[str, str] = {
 }
 _CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _SCOPE = "compozy_memory"
-# What the handle hands the next operation's span when content is captured.
-_CONTENT: ContextVar[dict[str, str] | None] = ContextVar("compozy_memory_content", default=None)
 
 
 class Telemetry:
@@ -98,10 +98,18 @@ class Telemetry:
         resource: str,
         server: tuple[str, int] | None,
         records: int | None,
+        content: Mapping[str, str] | None = None,
     ) -> T:
         """Await ``call`` inside the span of ``operation`` (one of :data:`GENAI_OPERATIONS`),
         and record its duration."""
-        with self.span(operation, store=store, resource=resource, server=server, records=records):
+        with self.span(
+            operation,
+            store=store,
+            resource=resource,
+            server=server,
+            records=records,
+            content=content,
+        ):
             return await call
 
     @contextmanager
@@ -113,9 +121,11 @@ class Telemetry:
         resource: str,
         server: tuple[str, int] | None,
         records: int | None,
+        content: Mapping[str, str] | None = None,
     ) -> Iterator[None]:
         """The span of ``operation`` around the block (a blocking call, or an awaited one),
-        and its duration recorded."""
+        and its duration recorded; ``content`` (:func:`content`) goes on it when this
+        telemetry records content."""
         name = GENAI_OPERATIONS[operation]
         common: dict[str, Any] = {"gen_ai.operation.name": name}
         common["compozy.memory.resource"] = resource
@@ -124,8 +134,8 @@ class Telemetry:
         attributes = {**common, "gen_ai.memory.store.id": store}
         if records is not None:
             attributes["gen_ai.memory.record.count"] = records
-        if self.capture_content:
-            attributes.update(_CONTENT.get() or {})
+        if self.capture_content and content:
+            attributes.update(content)
         started = time.perf_counter()
         with self.tracer.start_as_current_span(
             name,
@@ -178,6 +188,7 @@ def instrument(
     tracer = trace.get_tracer(_SCOPE, release, tracer_provider)
     meter = metrics.get_meter(_SCOPE, release, meter_provider)
     ACTIVE = Telemetry(tracer, meter, capture_content=capture_content)
+    RECORDING.content = capture_content
     return ACTIVE
 
 
@@ -185,6 +196,7 @@ def uninstrument() -> None:
     """Stop reporting (the providers are the caller's to shut down)."""
     global ACTIVE
     ACTIVE = None
+    RECORDING.content = False
 
 
 def capturing() -> bool:
@@ -193,25 +205,20 @@ def capturing() -> bool:
     return telemetry is not None and telemetry.capture_content
 
 
-@contextmanager
-def content(
-    *, records: Sequence[tuple[str, str]] | None = None, query: str | None = None
-) -> Iterator[None]:
-    """Give the spans of the operations made inside the block their content: ``records``
-    as (role, text) pairs, or a search's ``query``. Call it only when :func:`capturing`."""
+def content(*, records: Sequence[object] | None = None, query: str | None = None) -> dict[str, str]:
+    """The attributes that give a span its content: ``records`` (messages as appended: each
+    a dict or a :class:`~compozy_memory.Message`; others are left out) as (role, text) pairs,
+    or a search's ``query``. Made only when :func:`capturing`."""
     attributes: dict[str, str] = {}
     if records is not None:
+        parsed = [Message.parse(m) if isinstance(m, dict | Message) else None for m in records]
         attributes["gen_ai.memory.records"] = json.dumps(
-            [{"content": text, "metadata": {"role": role}} for role, text in records],
+            [{"content": m.text, "metadata": {"role": m.role}} for m in parsed if m is not None],
             ensure_ascii=False,
         )
     if query is not None:
         attributes["gen_ai.memory.query.text"] = query
-    token = _CONTENT.set(attributes)
-    try:
-        yield
-    finally:
-        _CONTENT.reset(token)
+    return attributes
 
 
 def record_count(argv: Sequence[str], args: Sequence[Any]) -> int | None:

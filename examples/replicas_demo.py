@@ -30,7 +30,7 @@ from compozy_memory import (
     MemoryRegistry,
     connect,
 )
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from compozy_memory.embedded import start_server
 
 PROJECT_DIR = Path(__file__).resolve().parent / "project"

@@ -13,9 +13,9 @@ import asyncio
 from threading import Barrier
 
 from compozy_memory import HeuristicCounter, MemoryInstance, SyncMemoryInstance, connect
+from compozy_memory._io.connection import close_twin, connect_sync
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._wire.background import wait_background
-from compozy_memory._wire.connection import close_twin, connect_sync
-from compozy_memory._wire.translate import RedisClient
 from integration.adapter_fleet import START_TIMEOUT
 from integration.memories import memory
 

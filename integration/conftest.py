@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer, start_cluster, start_server
 from integration.engines import EngineSpec, require_redis7, spec_for
 from integration.faults import Tally

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from compozy_memory import connect
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer
 
 

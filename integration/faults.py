@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from compozy_memory import BackendUnavailableError, MemoryInstance
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._wire.translate import RedisClient
 
 #: What a script call holds: the replies ``lose_replies`` drops unless told otherwise.
 SCRIPT_CALLS = (b"EVAL", b"FCALL")

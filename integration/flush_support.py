@@ -26,10 +26,10 @@ from compozy_memory import (
     Summary,
 )
 from compozy_memory._config.schema import MemoryResource
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._manager import flush_settings
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.faults import meta_counts
 from integration.memories import COUNTER

@@ -8,7 +8,7 @@ from dataclasses import fields
 from typing import Any
 
 from compozy_memory import HeuristicCounter, MemoryInstance, MemoryPolicy, TokenCounter
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 
 #: The counter of every test memory unless a test says otherwise: deterministic, no encoder.
 COUNTER = HeuristicCounter()

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from compozy_memory._io.client_calls import arun_client
+from compozy_memory._io.translate import RedisClient, run_script
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._wire.client_calls import OnClient
 from compozy_memory._wire.scripts import ScriptArg, script
-from compozy_memory._wire.steps import adrive
-from compozy_memory._wire.translate import RedisClient, run_script
 
 
 async def run_raw(
@@ -24,4 +23,4 @@ async def run_raw(
     names = code.contract.keys
     args = code.contract.argv_for(values, rest)
     steps = run_script(client, code, [getattr(keys, k) for k in names], args, keys.prefix)
-    return await adrive(steps, OnClient(client))
+    return await arun_client(steps, client)

@@ -22,8 +22,8 @@ from langchain_core.messages import (
 )
 
 from compozy_memory import MemoryInstance, SyncMemoryInstance, connect
-from compozy_memory._wire.connection import connect_sync
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.connection import connect_sync
+from compozy_memory._io.translate import RedisClient
 from compozy_memory.adapters.langchain import CompozyChatMessageHistory
 from compozy_memory.embedded import EmbeddedServer
 from integration.adapter_fleet import APPENDS, WRITERS, in_writer_order, run_fleet, tally

@@ -22,7 +22,7 @@ from compozy_memory import (
     UsageError,
     connect,
 )
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from compozy_memory.adapters.llama_index import ChatKeyListing, CompozyChatStore
 from compozy_memory.embedded import EmbeddedServer
 from integration.adapter_fleet import APPENDS, WRITERS, in_writer_order, run_fleet, tally

@@ -23,7 +23,7 @@ from openai.types.responses import (
 )
 
 from compozy_memory import MemoryInstance, MemoryPolicy, connect
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from compozy_memory.adapters.openai_agents import CompozySession
 from compozy_memory.embedded import EmbeddedServer
 from integration.adapter_fleet import APPENDS, WRITERS, in_writer_order, run_fleet, tally

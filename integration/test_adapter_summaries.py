@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from llama_index.core.llms import ChatMessage
 
 from compozy_memory import MemoryInstance, MemoryManager, MemoryRegistry
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from compozy_memory.adapters.langchain import CompozyChatMessageHistory
 from compozy_memory.adapters.llama_index import SUMMARY_MARK, CompozyChatStore
 from compozy_memory.adapters.openai_agents import CompozySession

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from compozy_memory import ConflictError, MemoryInstance, MessageTooLargeError
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.policy import MemoryPolicy
-from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.memories import COUNTER
 
@@ -127,7 +127,7 @@ async def test_callers_answered_by_one_pipeline_go_on_in_turns(
     the first callers' next calls leave while the rest are still being answered."""
     from redis.asyncio import RedisCluster
 
-    from compozy_memory._wire.pipelining import RESUME_GROUP
+    from compozy_memory._io.pipelining import RESUME_GROUP
 
     if isinstance(client, RedisCluster):
         pytest.skip("a Cluster client sends one pipeline per node, each under a group")

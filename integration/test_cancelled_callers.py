@@ -8,7 +8,7 @@ import random
 import uuid
 
 from compozy_memory import MemoryInstance
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.memories import COUNTER
 

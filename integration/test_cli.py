@@ -21,8 +21,8 @@ from compozy_memory import (
     MemoryRegistry,
     connect,
 )
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._ops.cli import main
-from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedServer, start_server
 from integration.memories import COUNTER
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from compozy_memory import MemoryManager, MemoryRegistry
+from compozy_memory._io.delivery import install
 from compozy_memory._ops.cli import main
-from compozy_memory._wire.delivery import install
 from integration.engines import EngineSpec, spec_for
 from integration.memories import COUNTER
 from integration.projects import chat_project

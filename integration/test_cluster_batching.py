@@ -14,9 +14,9 @@ import pytest
 from redis.asyncio import Redis, RedisCluster
 
 from compozy_memory import ConflictError, MemoryInstance
-from compozy_memory._wire.batching import batcher_for
-from compozy_memory._wire.cluster_batching import CLUSTER_BATCHING, ClusterBatcher
-from compozy_memory._wire.delivery import delivery_for, install
+from compozy_memory._io.batching import batcher_for
+from compozy_memory._io.cluster_batching import CLUSTER_BATCHING, ClusterBatcher
+from compozy_memory._io.delivery import delivery_for, install
 from compozy_memory._wire.scripts import script
 from compozy_memory.embedded import EmbeddedCluster
 from integration.memories import COUNTER

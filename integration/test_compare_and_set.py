@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from compozy_memory import ConflictError, DataFormatError, UsageError
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.limits import DATA_FORMAT
-from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.memories import memory
 

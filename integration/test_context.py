@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry
 
 from compozy_memory import ContextOverflowError, Flusher, FlushSettings, MemoryInstance
 from compozy_memory._flush.extractive import ExtractiveSummarizer
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._model.policy import ContextPolicy
-from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.index_state import built_from_scratch, stored_index
 from integration.memories import COUNTER, memory

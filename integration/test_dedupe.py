@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from compozy_memory import InvalidMessageError
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.limits import MAX_BATCH
-from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.flush_support import PROJECT, audit
 from integration.memories import memory, turn

@@ -31,6 +31,7 @@ from compozy_memory import (
     SearchPolicy,
     StaticEmbedder,
 )
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import (
     MAX_SPEAKER_NAMES,
@@ -41,7 +42,6 @@ from compozy_memory._model.limits import (
 from compozy_memory._search.dense import quantize
 from compozy_memory._store.searching import bm25_ranking
 from compozy_memory._store.vectors import model_id
-from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 
 

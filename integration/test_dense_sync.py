@@ -15,8 +15,8 @@ from compozy_memory import (
     SyncMemoryManager,
     connect_sync,
 )
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._store.vectors import model_id
-from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.test_dense_search import CHAT, Concepts, turn
 from integration.test_sync_api import FLUSHING_DIR

@@ -23,8 +23,8 @@ from compozy_memory import (
     MemoryPolicy,
 )
 from compozy_memory._flush.extractive import ExtractiveSummarizer
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._metrics import MemoryMetrics
-from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.memories import COUNTER
 

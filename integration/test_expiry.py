@@ -17,7 +17,7 @@ from compozy_memory import (
     UsageError,
 )
 from compozy_memory._flush.planner import plan_flush
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.memories import memory, turn
 

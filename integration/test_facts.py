@@ -16,8 +16,8 @@ from compozy_memory import (
     MemoryPolicy,
     UsageError,
 )
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.memories import COUNTER, memory
 from integration.runtime_workers import FACT_TTL_SECONDS, facts_worker

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from compozy_memory import ConflictError, FencedLock, FlushPlan, LockLostError, Message, Summary
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.flush_support import (
     PROJECT,

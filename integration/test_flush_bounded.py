@@ -22,9 +22,9 @@ from compozy_memory import (
     Summary,
 )
 from compozy_memory._flush.coverage import MAX_COVER_RANGES
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._metrics import FlushMetrics
 from compozy_memory._model.limits import MAX_PINNED
-from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.flush_support import PROJECT, audit, manual_flusher
 from integration.memories import COUNTER, memory, turn

@@ -28,11 +28,11 @@ from compozy_memory import (
     RetryPolicy,
     connect,
 )
+from compozy_memory._io.delivery import delivery_for, install
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._ops.acl import acl_setuser
 from compozy_memory._store.warmup import warm
-from compozy_memory._wire.delivery import delivery_for, install
 from compozy_memory._wire.scripts import library
-from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import start_cluster
 from integration.engines import EngineSpec, require_redis7
 from integration.faults import FaultProxy

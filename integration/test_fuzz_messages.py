@@ -20,8 +20,8 @@ from compozy_memory import (
     MemoryInstance,
     MemoryPolicy,
 )
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.messages import EncodedMessage
-from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedServer
 from integration.engines import EngineSpec
 from integration.faults import consistency_problems

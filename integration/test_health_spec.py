@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from compozy_memory import MemoryManager, MemoryRegistry
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from integration.memories import COUNTER
 
 

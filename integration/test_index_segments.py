@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from compozy_memory import CorruptDataError, MemoryPolicy, SearchPolicy, UsageError
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._search import merging
 from compozy_memory._search.segments import block_field, bucket_field
 from compozy_memory._wire.index_calls import parse_list
-from compozy_memory._wire.translate import RedisClient
 from integration.index_state import built_from_scratch, stored_index
 from integration.memories import memory
 from integration.test_context import attach

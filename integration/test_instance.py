@@ -21,9 +21,9 @@ from compozy_memory import (
     ReadOnlyMemoryError,
     SuppliedCounter,
 )
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._wire.scripts import ScriptArg
-from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedCluster
 from integration import memories
 from integration.memories import COUNTER

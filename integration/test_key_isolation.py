@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.memories import COUNTER
 

@@ -17,8 +17,8 @@ from compozy_memory import (
     ReadOnlyMemoryError,
 )
 from compozy_memory._flush.lock import FencedLock
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._metrics import FlushMetrics
-from compozy_memory._wire.translate import RedisClient
 from integration.flush_support import manual_flusher
 from integration.memories import COUNTER, memory, turn
 

@@ -25,7 +25,7 @@ from compozy_memory import (
     connect,
 )
 from compozy_memory._config.agents import MemoryReference
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.memories import COUNTER
 from integration.workers import shared_memory_agent

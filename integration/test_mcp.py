@@ -17,8 +17,8 @@ from mcp import Client, StdioServerParameters
 from mcp_types import CallToolResult
 
 from compozy_memory import MemoryInstance
+from compozy_memory._io.connection import connect
 from compozy_memory._ops.acl import acl_setuser
-from compozy_memory._wire.connection import connect
 from compozy_memory.embedded import EmbeddedServer
 
 PROJECT = "mcp-demo"

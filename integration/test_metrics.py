@@ -21,7 +21,7 @@ from compozy_memory import (
     MemoryResource,
     start_metrics_server,
 )
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from integration.memories import COUNTER
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

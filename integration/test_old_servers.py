@@ -12,9 +12,9 @@ import pytest
 from redis.asyncio import Redis
 
 from compozy_memory import UnsupportedServerError, connect
+from compozy_memory._io.delivery import install
 from compozy_memory._ops.cli import main
 from compozy_memory._store.warmup import warm
-from compozy_memory._wire.delivery import install
 from compozy_memory.embedded import EmbeddedServer, start_server
 from integration.memories import memory
 

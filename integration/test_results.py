@@ -17,8 +17,8 @@ from compozy_memory import (
     ResultStore,
     UsageError,
 )
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._store.results_store import DataRef, result_key
-from compozy_memory._wire.translate import RedisClient
 from integration.memories import COUNTER
 
 PROJECT = "results"

@@ -15,10 +15,10 @@ import pytest
 
 from benchmarks.bm25_reference import Index
 from compozy_memory import Hit, MemoryInstance, Message, SearchPolicy
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.limits import QUERY_BUDGET
 from compozy_memory._search.analysis import analyze_query
 from compozy_memory._search.documents import document_terms
-from compozy_memory._wire.translate import RedisClient
 from integration.memories import memory
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from compozy_memory import BackendPermissionError, BackendUnavailableError, RetryPolicy, connect
+from compozy_memory._io.delivery import install
 from compozy_memory._ops.acl import acl_setuser
-from compozy_memory._wire.delivery import install
 from compozy_memory.embedded import EmbeddedServer, start_server
 from integration import memories
 from integration.certs import make_certificates

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from compozy_memory import BackendUnavailableError, MemoryManager, MemoryRegistry
+from compozy_memory._io.translate import RedisClient
+from compozy_memory._io.transport import Transport, adrive
 from compozy_memory._store.sessions import TOUCH_ATTEMPTS
-from compozy_memory._wire.gateway import ScriptTransport
-from compozy_memory._wire.scripts import Args, Script, ScriptArg
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._wire.effects import Call, RunScript
+from compozy_memory._wire.steps import Steps
 from integration.memories import COUNTER
 
 PROJECT_DIR = Path(__file__).resolve().parent / "sessions_project"
@@ -27,27 +27,25 @@ def manager(client: RedisClient) -> MemoryManager:
     return mgr
 
 
-class Failing:
-    """A transport whose index updates fail, as if the index's node were down."""
+T = TypeVar("T")
 
-    def __init__(self, real: ScriptTransport) -> None:
+
+class Failing:
+    """A driver whose index updates fail, as if the index's node were down."""
+
+    def __init__(self, real: Transport) -> None:
         self.real = real
+        self.metrics = real.metrics
         self.calls = 0
 
-    async def run(
-        self,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[ScriptArg],
-        *,
-        key: str,
-        write: bool = False,
-    ) -> Any:
-        self.calls += 1
-        raise BackendUnavailableError("index node down", key=key)
+    async def drive(self, steps: Steps[T]) -> T:
+        return await adrive(steps, self)
 
-    async def command(self, operation: str, method: str, *args: Any, key: str, **o: Any) -> Any:
-        return await self.real.command(operation, method, *args, key=key, **o)
+    async def call(self, call: Call[Any]) -> Any:
+        if isinstance(call.send, RunScript):
+            self.calls += 1
+            raise BackendUnavailableError("index node down", key=call.key)
+        return await self.real.call(call)
 
 
 async def test_sessions_are_listed_per_project_and_agent(client: RedisClient) -> None:
@@ -123,29 +121,30 @@ async def test_a_lost_index_update_leaves_the_write_and_repair_fixes_it(
 
 
 class Counting:
-    """A transport that counts the index calls, and how many were out at once."""
+    """A driver that counts the index calls, and how many were out at once."""
 
-    def __init__(self, real: ScriptTransport) -> None:
+    def __init__(self, real: Transport) -> None:
         self.real = real
+        self.metrics = real.metrics
         self.calls = 0
         self.sessions = 0
         self.out = 0
         self.most_out = 0
 
-    async def run(
-        self, script: Script, keys: Sequence[str], args: Args, *, key: str, write: bool = False
-    ) -> Any:
+    async def drive(self, steps: Steps[T]) -> T:
+        return await adrive(steps, self)
+
+    async def call(self, call: Call[Any]) -> Any:
+        if not isinstance(call.send, RunScript):
+            return await self.real.call(call)
         self.calls += 1
-        self.sessions += (len(args) - 1) // 5
+        self.sessions += (len(call.send.args) - 1) // 5
         self.out += 1
         self.most_out = max(self.most_out, self.out)
         try:
-            return await self.real.run(script, keys, args, key=key, write=write)
+            return await self.real.call(call)
         finally:
             self.out -= 1
-
-    async def command(self, operation: str, method: str, *args: Any, key: str, **o: Any) -> Any:
-        return await self.real.command(operation, method, *args, key=key, **o)
 
 
 async def test_appends_never_wait_for_the_index_and_share_its_calls(client: RedisClient) -> None:

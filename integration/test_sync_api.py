@@ -20,8 +20,8 @@ from compozy_memory import (
     UsageError,
     connect_sync,
 )
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._store.sessions import SessionIndex
-from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedServer
 from integration.engines import EngineSpec
 from integration.memories import COUNTER

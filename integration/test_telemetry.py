@@ -23,7 +23,7 @@ from compozy_memory import (
     instrument_opentelemetry,
     uninstrument_opentelemetry,
 )
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 
 
 class Exported:

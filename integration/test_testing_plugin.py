@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from compozy_memory import MemoryInstance, MemoryPolicy, connect
-from compozy_memory._wire.delivery import delivery_for
+from compozy_memory._io.delivery import delivery_for
 from compozy_memory.embedded import EmbeddedServer
 from compozy_memory.testing.plugin import ContainerRedis, docker_engine_answers
 from integration.memories import COUNTER

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from compozy_memory import MemoryInstance, Message
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.exchanges import orphan_results, whole_exchanges
-from compozy_memory._wire.translate import RedisClient
 
 PROJECT = "exchanges"
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from compozy_memory import MemoryTools, Namespace, ResultStore, tool_definitions
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.memories import memory
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from compozy_memory import ConflictError, MemoryInstance, MemoryPolicy
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 from integration.memories import COUNTER
 
 PROJECT = "transcripts"

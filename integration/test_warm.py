@@ -18,10 +18,10 @@ from compozy_memory import (
     connect,
     warm,
 )
+from compozy_memory._io.delivery import install
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._ops.acl import acl_setuser
-from compozy_memory._wire.delivery import install
 from compozy_memory._wire.scripts import library
-from compozy_memory._wire.translate import RedisClient
 from integration.engines import EngineSpec
 from integration.memories import COUNTER
 from tests.counters import WordCounter

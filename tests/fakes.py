@@ -1,4 +1,4 @@
-"""A fake transport for unit tests of the gateway, the lock and the flusher.
+"""A fake driver for unit tests of the gateway, the lock and the flusher.
 
 It answers each script by name from a queue of replies (raw, as Redis would send them) or
 exceptions, and records every call. The reply builders below write the wire formats the
@@ -12,15 +12,21 @@ import inspect
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from compozy_memory import InstanceKeys, MemoryPolicy, Message
+from compozy_memory import InstanceKeys, MemoryMetrics, MemoryPolicy, Message
+from compozy_memory._io.transport import adrive
+from compozy_memory._metrics import default_metrics
 from compozy_memory._model.limits import DATA_FORMAT
 from compozy_memory._model.messages import encode_body
+from compozy_memory._wire.effects import Call as CallEffect
+from compozy_memory._wire.effects import RunScript
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import Args, Keys, Script, ScriptArg
+from compozy_memory._wire.steps import Op, Steps
 
 Reply = Any | BaseException | Callable[["Call"], Any]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class FakeTransport:
     calls: list[Call] = field(default_factory=list)
     #: Replies given when a script's queue is empty: by default, an index with nothing to do.
     defaults: dict[str, Reply] = field(default_factory=lambda: {"index_pending": pending_reply()})
+    metrics: MemoryMetrics = field(default_factory=default_metrics)
 
     def on(self, name: str, *replies: Reply) -> FakeTransport:
         self.replies[name].extend(replies)
@@ -61,6 +68,17 @@ class FakeTransport:
 
     def named(self, name: str) -> list[Call]:
         return [c for c in self.calls if c.script == name]
+
+    async def drive(self, steps: Steps[T] | Op[T]) -> T:
+        return await adrive(steps, self)
+
+    async def call(self, call: CallEffect[Any]) -> Any:
+        send = call.send
+        if isinstance(send, RunScript):
+            return await self.run(send.script, send.keys, send.args, key=call.key, write=call.write)
+        return await self.command(
+            call.operation or "", send.method, *send.args, key=call.key, **send.options
+        )
 
     async def run(
         self, code: Script, keys: Keys, args: Args, *, key: str, write: bool = False

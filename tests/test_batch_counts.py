@@ -9,9 +9,9 @@ import random
 import pytest
 
 from compozy_memory import CachedCounter, HeuristicCounter, TiktokenCounter
+from compozy_memory._io import counting
+from compozy_memory._io.counting import INLINE_CHARS, count_texts
 from compozy_memory._model.tokens import TokenCounter, rs_bpe_available
-from compozy_memory._store import counting
-from compozy_memory._store.counting import INLINE_CHARS, count_texts
 from compozy_memory.errors import MissingTokenCountError
 from tests.counters import BatchWordCounter
 

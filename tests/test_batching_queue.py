@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from compozy_memory._wire.pipelining import Call, Queue, fail_all, settle
+from compozy_memory._io.pipelining import Call, Queue, fail_all, settle
 from compozy_memory._wire.scripts import Script, ScriptArg, script
 
 APPEND = script("append")
@@ -89,8 +89,8 @@ async def test_every_client_has_one_shared_batcher_of_its_kind() -> None:
     """Made without a server: a client connects on its first command, never here."""
     from redis.asyncio import Redis, RedisCluster
 
-    from compozy_memory._wire.batching import ScriptBatcher, batcher_for
-    from compozy_memory._wire.cluster_batching import CLUSTER_BATCHING, ClusterBatcher
+    from compozy_memory._io.batching import ScriptBatcher, batcher_for
+    from compozy_memory._io.cluster_batching import CLUSTER_BATCHING, ClusterBatcher
 
     standalone, other = Redis(host="127.0.0.1", port=1), Redis(host="127.0.0.1", port=1)
     cluster = RedisCluster(host="127.0.0.1", port=1)

@@ -1,4 +1,4 @@
-"""Counting a tick's texts together, off the event loop (compozy_memory._store.counting)."""
+"""Counting a tick's texts together, off the event loop (compozy_memory._io.counting)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from compozy_memory import CachedCounter, HeuristicCounter, TiktokenCounter
-from compozy_memory._store.counting import INLINE_CHARS, count_texts
+from compozy_memory._io.counting import INLINE_CHARS, count_texts
 from compozy_memory.errors import MissingTokenCountError
 from tests.counters import BatchWordCounter, WordCounter
 

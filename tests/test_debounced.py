@@ -3,25 +3,48 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
+from compozy_memory._io.sync_transport import drive
+from compozy_memory._io.transport import adrive
 from compozy_memory._wire.background import Debounced
-from compozy_memory._wire.steps import PAUSE, Steps
+from compozy_memory._wire.effects import Call, Sleep
+from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import CompozyMemoryError, ConflictError
+
+T = TypeVar("T")
 
 
 class SyncIO:
+    """A sync driver of steps that make no call."""
+
     synchronous = True
+    metrics: Any = None
+
+    def call(self, call: Call[Any]) -> Any:
+        raise AssertionError(f"no call expected, got {call}")
+
+    def drive(self, steps: Steps[T]) -> T:
+        return drive(steps, self)
 
 
 class AsyncIO:
+    """An async driver of steps that make no call."""
+
     synchronous = False
+    metrics: Any = None
+
+    async def call(self, call: Call[Any]) -> Any:
+        raise AssertionError(f"no call expected, got {call}")
+
+    async def drive(self, steps: Steps[T]) -> T:
+        return await adrive(steps, self)
 
 
 def counting(runs: list[int], fail: bool = False) -> Steps[None]:
-    yield PAUSE
+    yield from Sleep(0)
     runs.append(len(runs) + 1)
     if fail:
         raise ConflictError("lost a race")

@@ -7,26 +7,27 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "compozy_memory"
 
-# Lower wings never import higher ones: data flows manager -> store -> wire -> Lua.
+# Lower wings never import higher ones: data flows manager -> store -> io -> wire -> Lua.
 RANK = {
     "errors": 0,
     "_model": 1,
-    "_metrics": 1,
-    "_telemetry": 1,
     "embedded": 1,
     "_search": 2,
     "_wire": 3,
-    "_store": 4,
-    "_flush": 5,
-    "_config": 5,
-    "_context": 6,
-    "_manager": 7,
-    "_manager_base": 7,
-    "_sync_manager": 7,
-    "_ops": 8,
-    "adapters": 9,
-    "testing": 9,
-    "__init__": 10,
+    "_io": 4,
+    "_metrics": 4,
+    "_telemetry": 4,
+    "_store": 5,
+    "_flush": 6,
+    "_config": 6,
+    "_context": 7,
+    "_manager": 8,
+    "_manager_base": 8,
+    "_sync_manager": 8,
+    "_ops": 9,
+    "adapters": 10,
+    "testing": 10,
+    "__init__": 11,
 }
 
 
@@ -119,10 +120,108 @@ def test_every_module_is_one_room() -> None:
     assert {m: n for m, n in sizes.items() if n > 460} == {}
 
 
+# The core: the library's logic, written as steps over the closed effect set of
+# ``_wire/effects.py``. It imports no I/O package (``_io``: the drivers and their middleware),
+# no metrics or telemetry, and no client library: the drivers perform its effects and record
+# what they measure from what each effect says.
+CORE_WINGS = {"_model", "_search", "_wire", "_store", "_flush", "_context", "_config"}
+# Modules of those wings that open a handle, an index or a store on a client (each builds the
+# driver it runs on), and a summarizer that is itself a client (of Anthropic's API, with its
+# own metrics) with the settings that build it.
+CORE_ROOTS = {
+    "_store.instance",
+    "_store.sync_instance",
+    "_store.sessions",
+    "_store.results_store",
+    "_store.warmup",
+    "_flush.anthropic_summary",
+    "_flush.resource_settings",
+}
+_NOT_IN_CORE = ("_io", "_metrics", "_telemetry")
+_CLIENT_LIBRARIES = {"redis", "hiredis", "prometheus_client", "opentelemetry"}
+
+
+def io_imported(path: Path) -> list[str]:
+    """What of the I/O, the metrics or a client library ``path`` imports."""
+    found = [
+        f"imports {target}"
+        for target, _ in imports(path)
+        if target.split(".")[0] in _NOT_IN_CORE or target in _NOT_IN_CORE
+    ]
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        found += [f"imports {n}" for n in names if n.split(".")[0] in _CLIENT_LIBRARIES]
+    return found
+
+
+def test_the_core_imports_no_io_and_no_metrics() -> None:
+    problems = [
+        f"{module} {how}"
+        for module, path in modules().items()
+        if wing(module) in CORE_WINGS and module not in CORE_ROOTS
+        for how in io_imported(path)
+    ]
+    assert problems == []
+
+
+def test_the_io_check_sees_each_way_of_importing_io(tmp_path: Path) -> None:
+    planted = {
+        "from compozy_memory._io.transport import Transport": "imports _io.transport",
+        "from compozy_memory._io import retry": "imports _io",
+        "from compozy_memory import _telemetry": "imports _telemetry",
+        "from compozy_memory._metrics import MemoryMetrics": "imports _metrics",
+        "import compozy_memory._io.client_calls": "imports _io.client_calls",
+        "from redis import exceptions": "imports redis",
+        "import redis.asyncio": "imports redis.asyncio",
+        "from prometheus_client import Counter": "imports prometheus_client",
+        "from compozy_memory._wire.effects import Call, Observe": None,
+    }
+    for line, expected in planted.items():
+        path = tmp_path / "planted.py"
+        path.write_text(f"def f() -> None:\n    {line}\n")
+        assert io_imported(path) == ([expected] if expected else []), line
+
+
+def test_every_effect_is_performed_by_both_drivers() -> None:
+    """The effect set is closed: each member has a case in both drivers' ``match``."""
+    effects = ast.parse((PACKAGE / "_wire" / "effects.py").read_text())
+    (alias,) = [
+        str(node.value.value)
+        for node in effects.body
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and node.target.id == "Effect"
+        and isinstance(node.value, ast.Constant)
+    ]
+    members = {name.strip().split("[")[0] for name in alias.split("|")}
+    for driver in ("transport.py", "sync_transport.py"):
+        tree = ast.parse((PACKAGE / "_io" / driver).read_text())
+        cases = {
+            case.pattern.cls.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Match)
+            for case in node.cases
+            if isinstance(case.pattern, ast.MatchClass) and isinstance(case.pattern.cls, ast.Name)
+        }
+        assert members <= cases, (driver, members - cases)
+
+
 # What makes a script call: a script or its contract, the effect that runs one, the arguments
 # laid out by a contract, or a script command sent to a client. ``library`` (installing the
 # Functions library) and ``ScriptArg`` (a value's type) build no call.
-_CALL_NAMES = {"script", "Script", "ScriptCall", "Contract", "parse_contract", "scripts"}
+_CALL_NAMES = {
+    "script",
+    "Script",
+    "RunScript",
+    "script_call",
+    "Contract",
+    "parse_contract",
+    "scripts",
+}
 _CALL_ATTRIBUTES = {"argv_for", "evalsha", "evalsha_ro", "eval_ro", "fcall", "fcall_ro"}
 _CALL_COMMANDS = {"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"}
 
@@ -151,13 +250,13 @@ def script_calls_built(path: Path) -> list[str]:
 
 
 def test_only_the_wire_builds_script_calls() -> None:
-    """KEYS and ARGV are built in ``_wire`` alone (its gateways): no module elsewhere loads a
-    script, makes the effect that runs one, fills a contract's arguments or sends a script
-    command itself."""
+    """KEYS and ARGV are built in ``_wire`` alone (its gateways), and sent by the drivers of
+    ``_io`` alone: no module elsewhere loads a script, makes the effect that runs one, fills a
+    contract's arguments or sends a script command itself."""
     problems = [
         f"{module} {how}"
         for module, path in modules().items()
-        if wing(module) != "_wire"
+        if wing(module) not in ("_wire", "_io")
         for how in script_calls_built(path)
     ]
     assert problems == []
@@ -165,7 +264,7 @@ def test_only_the_wire_builds_script_calls() -> None:
 
 def test_the_script_call_check_sees_each_way_of_building_one(tmp_path: Path) -> None:
     planted = {
-        "from compozy_memory._wire.steps import ScriptCall": "imports ScriptCall",
+        "from compozy_memory._wire.effects import RunScript": "imports RunScript",
         "from compozy_memory._wire.scripts import script": "imports script",
         "from compozy_memory._wire import scripts": "imports scripts",
         "import compozy_memory._wire.scripts": "imports _wire.scripts",

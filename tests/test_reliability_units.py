@@ -29,10 +29,10 @@ from compozy_memory import (
     connect,
 )
 from compozy_memory._config.schema import MemoryResource
+from compozy_memory._io.pipelining import exchange
+from compozy_memory._io.translate import translate
 from compozy_memory._ops.acl import READ_COMMANDS, WRITE_COMMANDS, acl_rules
-from compozy_memory._wire.pipelining import exchange
 from compozy_memory._wire.scripts import SCRIPT_NAMES, script
-from compozy_memory._wire.translate import translate
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 

@@ -13,7 +13,7 @@ from redis.asyncio import RedisCluster
 
 from benchmarks.report.common import Settings, median, percentile
 from benchmarks.report.libs import Contender
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from benchmarks.report.common import MESSAGE_TOKENS, WINDOW_TOKENS, Settings, me
 from benchmarks.report.libs import COMPOZY, RAW, Contender
 from benchmarks.report.reads import p50_ms
 from compozy_memory import MemoryInstance, SuppliedCounter
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 
 
 async def _read_p50(client: RedisClient, settings: Settings) -> float:

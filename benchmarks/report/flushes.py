@@ -6,7 +6,7 @@ from typing import Any
 
 from benchmarks import bench_flush
 from benchmarks.report.common import Settings, median, percentile
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 
 MODES = ("no flush", "compozy", "lock held across flush")
 

@@ -21,7 +21,7 @@ from typing import Any, cast
 
 from benchmarks.report.common import MESSAGE_TOKENS, turn
 from compozy_memory import CachedCounter, MemoryInstance, SuppliedCounter, TiktokenCounter
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 
 AsyncAppend = Callable[[int], Awaitable[None]]
 SyncAppend = Callable[[int], None]

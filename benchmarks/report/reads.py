@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from benchmarks.report.common import MESSAGE_TOKENS, WINDOW_TOKENS, Settings, median, turn
 from benchmarks.report.libs import Contender, langchain_history
 from compozy_memory import CachedCounter, MemoryInstance, SuppliedCounter, TiktokenCounter
-from compozy_memory._wire.translate import RedisClient
+from compozy_memory._io.translate import RedisClient
 
 # What the raw baseline reads: the newest messages that fit the window (all are ~300 tokens).
 WINDOW_MESSAGES = WINDOW_TOKENS // MESSAGE_TOKENS

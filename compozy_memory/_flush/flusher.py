@@ -20,22 +20,19 @@ of an async handle and run on the summarizers' loop for a sync one.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
 
 from compozy_memory._flush.coverage import summary_coverage
 from compozy_memory._flush.extractive import ExtractiveSummarizer
-from compozy_memory._flush.lock import FencedLock, Hold, Lease
+from compozy_memory._flush.lock import FencedLock, Lease
 from compozy_memory._flush.planner import plan_flush
 from compozy_memory._flush.settings import FlushSettings
 from compozy_memory._flush.summarizers import Summarizer, fit_text
-from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.messages import Message, encode_body
 from compozy_memory._model.results import (
     AppendResult,
@@ -47,7 +44,8 @@ from compozy_memory._model.results import (
 )
 from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, count_message
 from compozy_memory._store.indexer import Indexer
-from compozy_memory._wire.background import Backgrounded, Debounced, run_coroutine
+from compozy_memory._wire.background import Backgrounded, Debounced
+from compozy_memory._wire.effects import Await, Hold, MetricsSink, Observe
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import (
@@ -79,7 +77,7 @@ class Flusher(Backgrounded):
         max_conflicts: int = 3,
         max_rounds: int = 20,
         skip_backoff: timedelta = timedelta(milliseconds=500),
-        metrics: MemoryMetrics | None = None,
+        metrics: MetricsSink | None = None,
         name: str = "memory",
         background: bool = True,
         indexer: Indexer | None = None,
@@ -93,9 +91,11 @@ class Flusher(Backgrounded):
         self.settings = settings
         self.summarizer = summarizer
         self.counter = counter
-        self.metrics = metrics or default_metrics()
+        #: Where the flush's measurements go (None: the metrics of the driver that runs it).
+        self.metrics = metrics
         self.name = name
         self.lock = FencedLock(gateway, lock_ttl, metrics=self.metrics, name=name)
+        self.lock.measured = True
         #: What is archived must be indexed first: the flusher catches the index up before
         #: it plans (the handle's own indexer, when the manager attaches one).
         self.indexer = indexer or Indexer(
@@ -111,8 +111,8 @@ class Flusher(Backgrounded):
         #: manager's session index records the totals); it must not wait or raise.
         self.on_commit = on_commit
         self._fallback = ExtractiveSummarizer(counter)
-        # Bound once: notice() runs on every append.
-        self._hits = self.metrics.flush_optimization_hits.labels(memory=name)
+        # Made once: notice() runs on every append.
+        self._hit = Observe("flush_optimization_hits", (name,), into=metrics)
         self._log = {"memory": name, "key": gateway.name}
         self._quiet_until = 0.0
         # flush looked up at each run, so a wrapper set on the instance is the one run
@@ -151,10 +151,12 @@ class Flusher(Backgrounded):
 
     # -- background trigger ---------------------------------------------------------------
 
-    def notice(self, result: AppendResult) -> None:
-        """Called with every append's result: schedule a flush once the threshold is passed."""
+    def notice(self, result: AppendResult) -> Observe | None:
+        """Called with every append's result: schedule a flush once the threshold is passed.
+        Returns the measurement of an append settled with no flush and no read, for the
+        append's steps to yield (``compozy_memory_flush_optimization_hits_total``)."""
         if not self.background:
-            return
+            return None
         # Decided from the counts the append script returned: no read of the conversation.
         due = (
             result.context_tokens >= self.settings.trigger_tokens
@@ -162,9 +164,10 @@ class Flusher(Backgrounded):
             or self._over_count(result)
         )
         if not due:
-            self._hits.inc()
-        elif time.monotonic() >= self._quiet_until:
+            return self._hit
+        if time.monotonic() >= self._quiet_until:
             self.schedule()
+        return None
 
     def schedule(self) -> None:
         """Start a background flush soon, unless one is already running (then run once more)."""
@@ -197,11 +200,11 @@ class Flusher(Backgrounded):
             # Another replica is flushing: leave it be for a while instead of asking again on
             # every append.
             self._quiet_until = time.monotonic() + self.skip_backoff
-            return self._count(FlushResult("skipped"))
+            return (yield from self._count(FlushResult("skipped")))
         try:
-            result = self._count((yield Hold(lease, self._flush_with(lease))))
+            result = yield from self._count((yield from Hold(lease, self._flush_with(lease))))
         except LockLostError:
-            self.metrics.flushes.labels(memory=self.name, type="lost").inc()
+            yield from Observe("flushes", (self.name, "lost"), into=self.metrics)
             raise
         finally:
             try:
@@ -316,7 +319,7 @@ class Flusher(Backgrounded):
         that is not text."""
         deadline = self.settings.summarizer_deadline.total_seconds()
         try:
-            summary = yield Summarize(self.summarizer, messages, limit, deadline)
+            summary = yield from _summarize(self.summarizer, messages, limit, deadline)
             if not isinstance(summary, Summary) or not isinstance(summary.text, str):
                 raise TypeError(f"a summarizer returned {type(summary).__name__}, not a Summary")
             if not summary.text.strip():
@@ -333,49 +336,37 @@ class Flusher(Backgrounded):
                 reason,
                 extra=self._log,
             )
-            self.metrics.summarizer_fallbacks.labels(method=type(self.summarizer).__name__).inc()
-            fallback = yield Summarize(self._fallback, messages, limit, None)
+            method = type(self.summarizer).__name__
+            yield from Observe("summarizer_fallbacks", (method,), into=self.metrics)
+            fallback = yield from _summarize(self._fallback, messages, limit, None)
             return Summary(fallback.text, fallback.method, reason)
         text = fit_text(summary.text, limit, self.counter)
         return summary if text == summary.text else dataclasses.replace(summary, text=text)
 
-    def _count(self, result: FlushResult) -> FlushResult:
+    def _count(self, result: FlushResult) -> Steps[FlushResult]:
+        """``result``, measured."""
         kind = _FLUSH_TYPES.get(result.outcome, result.outcome)
-        self.metrics.flushes.labels(memory=self.name, type=kind).inc()
+        into, name = self.metrics, self.name
+        yield from Observe("flushes", (name, kind), into=into)
         if result.plan is not None and not result.plan.empty:
             strategy = self.settings.strategy
             saved = result.plan.context_tokens - result.plan.projected_tokens
-            self.metrics.tokens_saved.labels(memory=self.name, strategy=strategy).inc(max(0, saved))
+            yield from Observe("tokens_saved", (name, strategy), max(0, saved), into)
             if result.outcome == "evicted":
-                self.metrics.trims.labels(memory=self.name, strategy=strategy).inc()
-            self.metrics.messages_flushed.labels(memory=self.name, how="summarised").inc(
-                len(result.plan.summarize_ids)
-            )
-            self.metrics.messages_flushed.labels(memory=self.name, how="evicted").inc(
-                len(result.plan.evict_ids)
-            )
+                yield from Observe("trims", (name, strategy), into=into)
+            summarised = len(result.plan.summarize_ids)
+            yield from Observe("messages_flushed", (name, "summarised"), summarised, into)
+            evicted = len(result.plan.evict_ids)
+            yield from Observe("messages_flushed", (name, "evicted"), evicted, into)
         return result
 
 
-@dataclass(frozen=True, slots=True)
-class Summarize:
+def _summarize(
+    summarizer: Summarizer, messages: Sequence[Message], max_tokens: int, deadline: float | None
+) -> Await[Summary]:
     """A summarizer's coroutine, within ``deadline`` seconds: awaited on an async handle's
     loop, run on the summarizers' loop for a sync handle."""
-
-    summarizer: Summarizer
-    messages: Sequence[Message]
-    max_tokens: int
-    deadline: float | None
-
-    async def arun(self, io: Any) -> Summary:
-        del io
-        async with asyncio.timeout(self.deadline):
-            return await self.summarizer.summarize(self.messages, max_tokens=self.max_tokens)
-
-    def run(self, io: Any) -> Summary:
-        del io
-        coroutine = self.summarizer.summarize(self.messages, max_tokens=self.max_tokens)
-        return run_coroutine(coroutine, self.deadline)
+    return Await(lambda: summarizer.summarize(messages, max_tokens=max_tokens), deadline)
 
 
 # compozy_memory_flush_total's ``type``: the spec's summary and eviction; other outcomes keep

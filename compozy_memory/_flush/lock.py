@@ -15,7 +15,9 @@ overwriting a newer holder's, or landing in a conversation that started after it
 Acquiring, refreshing and releasing are steps (:mod:`compozy_memory._wire.steps`): ``await``
 them on an async handle's lock; a flush of a sync handle runs them on its transport. While
 work is held, an async lease is refreshed by a task beside it (which cancels the work once the
-lease is lost), a sync one between the work's calls (:class:`Hold`).
+lease is lost), a sync one between the work's calls (the flusher yields its work as a
+:class:`~compozy_memory._wire.effects.Hold` effect, which the driver runs with :meth:`Lease.hold`
+or :meth:`Lease.hold_sync`).
 
 Fencing holds across a failover only if the epoch does: with ``persistence.wait`` the
 acquisition is waited like any write (WAIT or WAITAOF), and one that the replicas did not
@@ -33,15 +35,15 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from compozy_memory._metrics import MemoryMetrics
+from compozy_memory._wire.effects import Family, MetricsSink, Observe, Sleep
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.replies import text
-from compozy_memory._wire.steps import Sleep, Steps, adrive, op
+from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import BackendError, LockBusyError, LockLostError, ReplicationError
 
-__all__ = ["FencedLock", "Hold", "Lease"]
+__all__ = ["FencedLock", "Lease"]
 
 T = TypeVar("T")
 
@@ -54,12 +56,15 @@ class FencedLock:
         gateway: MemoryGateway,
         ttl: timedelta = timedelta(minutes=5),
         *,
-        metrics: MemoryMetrics | None = None,
+        metrics: MetricsSink | None = None,
         name: str = "memory",
     ) -> None:
         self.gateway = gateway
         self.ttl_ms = max(1, int(ttl.total_seconds() * 1000))
         self.metrics = metrics
+        #: Whether acquisitions, refreshes and holds are measured (in ``metrics``, or else
+        #: the metrics of the driver that runs them): with metrics given, or for a flusher.
+        self.measured = metrics is not None
         #: The memory resource id the metrics are labelled with.
         self.name = name
 
@@ -92,9 +97,9 @@ class FencedLock:
                 acknowledged=exc.acknowledged,
                 reply=(epoch, incarnation),
             ) from exc
-        if self.metrics is not None:
-            counter = self.metrics.lock_acquire if epoch else self.metrics.lock_contention
-            counter.labels(memory=self.name).inc()
+        if self.measured:
+            family: Family = "lock_acquire" if epoch else "lock_contention"
+            yield from Observe(family, (self.name,), into=self.metrics)
         return Lease(self, token, epoch, incarnation) if epoch else None
 
     @op
@@ -109,7 +114,7 @@ class FencedLock:
             if left <= 0:
                 break
             backoff = min(1.0, 0.01 * 2**tried) + random.uniform(0, 0.05)
-            yield Sleep(min(backoff, left))
+            yield from Sleep(min(backoff, left))
         raise LockBusyError(
             f"the flush lock stayed taken for {wait.total_seconds():g}s", key=self.gateway.name
         )
@@ -137,10 +142,9 @@ class Lease:
     def refresh(self) -> Steps[bool]:
         """Extend the lease; False if it was lost (expired, or taken by another holder)."""
         ok = yield from self.lock.gateway.lock_refresh(self.token, self.lock.ttl_ms)
-        if self.lock.metrics is not None:
-            self.lock.metrics.lock_refresh.labels(
-                memory=self.lock.name, result="ok" if ok else "lost"
-            ).inc()
+        if self.lock.measured:
+            result = "ok" if ok else "lost"
+            yield from Observe("lock_refresh", (self.lock.name, result), into=self.lock.metrics)
         self.lost = self.lost or not ok
         return ok
 
@@ -148,10 +152,9 @@ class Lease:
     def release(self) -> Steps[bool]:
         """Give the lock up if still held; False if it had already expired or moved on."""
         released = yield from self.lock.gateway.lock_release(self.token)
-        if self.lock.metrics is not None:
-            self.lock.metrics.lock_duration.labels(memory=self.lock.name).observe(
-                time.monotonic() - self.acquired_at
-            )
+        if self.lock.measured:
+            held = time.monotonic() - self.acquired_at
+            yield from Observe("lock_duration", (self.lock.name,), held, self.lock.metrics)
         return released
 
     async def hold(self, work: Callable[[], Awaitable[T]]) -> T:
@@ -212,20 +215,6 @@ class Lease:
                 if not self.committing:
                     task.cancel()
                 return
-
-
-@dataclass(frozen=True, slots=True)
-class Hold(Generic[T]):
-    """Steps run while a lease is held and kept (:meth:`Lease.hold`, :meth:`Lease.hold_sync`)."""
-
-    lease: Lease
-    work: Steps[T]
-
-    async def arun(self, io: Any) -> T:
-        return await self.lease.hold(lambda: adrive(self.work, io))
-
-    def run(self, io: Any) -> T:
-        return self.lease.hold_sync(self.work, io)
 
 
 def _acquired(reply: object) -> tuple[int, str]:

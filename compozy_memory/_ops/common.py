@@ -26,14 +26,14 @@ from datetime import UTC, datetime
 import typer
 from redis import exceptions as redis_errors
 
+from compozy_memory._io.connection import connect
+from compozy_memory._io.delivery import require_supported
+from compozy_memory._io.retry import NO_RETRY
+from compozy_memory._io.translate import RedisClient, backend_errors
 from compozy_memory._model.keys import InstanceKeys, validate_project
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.tokens import HeuristicCounter
 from compozy_memory._store.instance import MemoryInstance
-from compozy_memory._wire.connection import connect
-from compozy_memory._wire.delivery import require_supported
-from compozy_memory._wire.retry import NO_RETRY
-from compozy_memory._wire.translate import RedisClient, backend_errors
 from compozy_memory.errors import (
     BackendPermissionError,
     BackendTimeoutError,

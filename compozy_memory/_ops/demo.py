@@ -30,6 +30,7 @@ from rich.table import Table
 
 from compozy_memory._config.registry import MemoryRegistry
 from compozy_memory._flush.extractive import ExtractiveSummarizer
+from compozy_memory._io.connection import connect
 from compozy_memory._manager import MemoryManager
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.messages import Message
@@ -37,7 +38,6 @@ from compozy_memory._model.tokens import HeuristicCounter
 from compozy_memory._ops.common import EXIT_FAILED, Settings, open_client, settings
 from compozy_memory._ops.output import Column, Out, key_column, number_column
 from compozy_memory._store.instance import MemoryInstance
-from compozy_memory._wire.connection import connect
 from compozy_memory.embedded import start_server
 
 __all__ = ["demo"]

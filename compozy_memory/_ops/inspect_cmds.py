@@ -16,6 +16,7 @@ import typer
 from rich.markup import escape
 from rich.progress import Progress
 
+from compozy_memory._io.translate import backend_errors
 from compozy_memory._model.keys import validate_project
 from compozy_memory._model.messages import Message
 from compozy_memory._ops import listing
@@ -41,7 +42,6 @@ from compozy_memory._ops.output import (
     visible,
 )
 from compozy_memory._store.instance import MemoryInstance
-from compozy_memory._wire.translate import backend_errors
 from compozy_memory.errors import BackendPermissionError
 
 __all__ = ["export", "ls", "show", "tail"]

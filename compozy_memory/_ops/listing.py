@@ -25,10 +25,10 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
+from compozy_memory._io.retry import NO_RETRY
+from compozy_memory._io.translate import RedisClient, backend_errors
 from compozy_memory._model.keys import InstanceKeys, validate_project
 from compozy_memory._store.sessions import SessionIndex
-from compozy_memory._wire.retry import NO_RETRY
-from compozy_memory._wire.translate import RedisClient, backend_errors
 
 __all__ = ["MemoryRow", "from_index", "from_scan"]
 

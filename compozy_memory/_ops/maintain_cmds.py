@@ -14,6 +14,7 @@ from compozy_memory._config.registry import MemoryRegistry
 from compozy_memory._flush.flusher import Flusher
 from compozy_memory._flush.settings import FlushSettings, summary_budget
 from compozy_memory._flush.summarizers import RuleBasedSummarizer
+from compozy_memory._io.translate import RedisClient, backend_errors
 from compozy_memory._manager import build_summarizer, flush_settings
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.policy import ContextPolicy, MemoryPolicy
@@ -33,7 +34,6 @@ from compozy_memory._ops.common import (
 from compozy_memory._ops.inspect_cmds import Json, KeyArgument, ProjectOption, TextOption
 from compozy_memory._ops.output import Out
 from compozy_memory._store.sessions import SessionIndex
-from compozy_memory._wire.translate import RedisClient, backend_errors
 
 __all__ = ["clear", "flush", "purge"]
 

@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import Hit
 from compozy_memory._ops.common import Settings, memory_keys, open_client, open_memory
-from compozy_memory._wire.translate import RedisClient
 
 __all__ = ["build_server", "run"]
 

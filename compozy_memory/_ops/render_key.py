@@ -9,13 +9,13 @@ from typing import Annotated, Any, Optional
 import typer
 
 from compozy_memory._config.registry import MemoryRegistry
+from compozy_memory._io.connection import connect
 from compozy_memory._manager import MemoryManager
 from compozy_memory._model.keys import decode_key
 from compozy_memory._model.tokens import HeuristicCounter
 from compozy_memory._ops.common import EXIT_USAGE, fail
 from compozy_memory._ops.inspect_cmds import Json
 from compozy_memory._ops.output import Out, key_column, text_column
-from compozy_memory._wire.connection import connect
 from compozy_memory.errors import ConfigurationError
 
 __all__ = ["parse_context", "render_key"]

@@ -12,10 +12,10 @@ from typing import Annotated, Any
 import typer
 
 from compozy_memory._config.loader import Project, load_project
+from compozy_memory._io.delivery import install
 from compozy_memory._ops.acl import acl_setuser
 from compozy_memory._ops.common import EXIT_USAGE, Settings, fail, open_client, settings
 from compozy_memory._ops.output import Out
-from compozy_memory._wire.delivery import install
 from compozy_memory._wire.scripts import library
 from compozy_memory.errors import ConfigFileError, UsageError
 

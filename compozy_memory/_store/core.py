@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
-from compozy_memory import _telemetry
-from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import MOVE_STEP
 from compozy_memory._model.messages import EncodedMessage, Message
@@ -51,6 +49,7 @@ from compozy_memory._store.offload import PinKeeper, clear_releasing_pins, offlo
 from compozy_memory._store.reads import ContextReads
 from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._store.vectors import Vectorizer
+from compozy_memory._wire.effects import ABOUT, RECORDING, Content, MetricsSink, Observe
 from compozy_memory._wire.eviction import eviction_policy, eviction_warning
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Op, Steps
@@ -82,7 +81,7 @@ class IndexHook(Protocol):
 class FlushHook(Protocol):
     """What a handle needs of whatever flushes it (the manager attaches a Flusher)."""
 
-    def notice(self, result: AppendResult) -> None: ...
+    def notice(self, result: AppendResult) -> Observe | None: ...
 
     def flush(self) -> Op[FlushResult]: ...
 
@@ -111,7 +110,7 @@ class MemoryCore(ContextReads):
         counter: TokenCounter | None,
         read_only: bool,
         memory_id: str,
-        metrics: MemoryMetrics | None,
+        metrics: MetricsSink | None,
         results: ResultStore | None,
         background_index: bool = True,
         embedder: Embedder | None = None,
@@ -136,7 +135,6 @@ class MemoryCore(ContextReads):
             self.policy,
             read_only=read_only,
             memory=memory_id,
-            metrics=transport.metrics,
         )
         # The indexer, the facts and the result store as steps (their methods return Ops);
         # each handle shows them as its own kind (awaited, or returning) as ``indexer``,
@@ -213,10 +211,13 @@ class MemoryCore(ContextReads):
         token = dedupe_token(dedupe_key, self.key)
         if offload:
             messages = yield from offloaded(self, messages, namespace or Namespace.global_())
-        if _telemetry.capturing():  # opt-in: the messages go on the span
+        if RECORDING.content:  # opt-in: the messages go on the span
             messages = list(messages)
-            with _telemetry.content(records=_records(messages)):
+            about = ABOUT.set(Content(records=messages))
+            try:
                 return (yield from self._append(messages, token))
+            finally:
+                ABOUT.reset(about)
         return (yield from self._append(messages, token))
 
     def _append(self, messages: Iterable[MessageInput], token: str) -> Steps[AppendResult]:
@@ -227,7 +228,9 @@ class MemoryCore(ContextReads):
         self._noticed()
         self.pins.notice()
         if self._flusher is not None:
-            self._flusher.notice(result)
+            hit = self._flusher.notice(result)
+            if hit is not None:
+                yield from hit
         if self._index is not None:
             self._last_id = result.last_id
             self._index.noticed(self, result)
@@ -280,7 +283,7 @@ class MemoryCore(ContextReads):
                     f"{name} must be a non-negative integer, got {value!r}", key=self.key
                 )
         result = yield from trim_oldest(self.gateway, self.index_ops, keep_messages, max_tokens)
-        self.gateway.metrics.trims.labels(memory=self.memory_id, strategy="oldest").inc()
+        yield from Observe("trims", (self.memory_id, "oldest"))
         self._removed(result.total_count, result.total_tokens)
         return result
 
@@ -392,9 +395,3 @@ def committed(handle: MemoryCore) -> Callable[[FlushCommit, int], None]:
             memory.flush_committed(commit, last_id)
 
     return removed
-
-
-def _records(messages: list[MessageInput]) -> list[tuple[str, str]]:
-    """(role, text) of each message, for a span that captures content."""
-    parsed = [Message.parse(m) if isinstance(m, dict | Message) else None for m in messages]
-    return [(m.role, m.text) for m in parsed if m is not None]

@@ -15,7 +15,7 @@ from compozy_memory._model.limits import MAX_BATCH, MAX_DEDUPE_KEY, MAX_MESSAGE_
 from compozy_memory._model.messages import EncodedMessage, Message, encode_body
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, message_texts
-from compozy_memory._store.counting import Count
+from compozy_memory._wire.effects import Count
 from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import InvalidMessageError, MessageTooLargeError, UsageError
 
@@ -30,10 +30,10 @@ def encode_messages(
     """Validate, count and serialise every message before anything is sent, as the append
     and replace scripts take them. Texts
     are counted with the rest of the event loop's iteration, off the loop, or at once in a
-    sync caller's thread (:mod:`compozy_memory._store.counting`)."""
+    sync caller's thread (:mod:`compozy_memory._io.counting`)."""
     prepared = _prepare(messages, key)
     texts = [text for item in prepared for text in item.texts]
-    counted = iter((yield Count(counter, texts)) if texts else ())
+    counted = iter((yield from Count(counter, texts)) if texts else ())
     encoded: list[EncodedMessage] = []
     for position, item in enumerate(prepared, start=1):
         tokens = item.message.tokens

@@ -24,7 +24,7 @@ from compozy_memory._search.dense import Embedder, cosines, strip_names
 from compozy_memory._search.fusion import Fusion, fuse
 from compozy_memory._search.ranking import neighbour_boost, top_k
 from compozy_memory._store.searching import bm25_ranking
-from compozy_memory._store.vectors import Embed, model_id
+from compozy_memory._store.vectors import embed, model_id
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
 from compozy_memory._wire.vector_calls import Candidates
@@ -108,7 +108,9 @@ def _dense_scores(
     if not ids or found.model != model_id(embedder):
         return None
     try:
-        (vector,) = yield Embed(embedder, [strip_names(query, frozenset(found.names))], True)
+        (vector,) = yield from embed(
+            embedder, [strip_names(query, frozenset(found.names))], query=True
+        )
     except CompozyMemoryError:
         raise
     except Exception:  # the provider's own failure: search goes on with BM25 alone

@@ -33,9 +33,9 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.limits import (
     DATA_FORMAT,
     INDEX_READ_BYTES,
@@ -56,10 +56,11 @@ from compozy_memory._search.segments import (
     encode,
 )
 from compozy_memory._wire.background import Backgrounded, Debounced
+from compozy_memory._wire.effects import MetricsSink, Observe, Offload
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.index_calls import IndexAdded, IndexState
 from compozy_memory._wire.replies import IndexPending
-from compozy_memory._wire.steps import Offload, Steps, op
+from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import (
     BackendUnavailableError,
     CompozyMemoryError,
@@ -109,13 +110,14 @@ class Indexer(Backgrounded):
         self,
         gateway: MemoryGateway,
         *,
-        metrics: MemoryMetrics | None = None,
+        metrics: MetricsSink | None = None,
         name: str = "memory",
         debounce: float = 0.2,
         background: bool = True,
     ) -> None:
         self.gateway = gateway
-        self.metrics = metrics or default_metrics()
+        #: Where the index's lag is measured (None: the metrics of the driver that runs it).
+        self.metrics = metrics
         self.name = name
         self.debounce = debounce
         #: False: writes never start a catch-up; only :meth:`catch_up` (and the operations
@@ -130,8 +132,6 @@ class Indexer(Backgrounded):
         self._job = Debounced.of_steps(
             lambda: self.catch_up(), gateway.transport, debounce, failed=self._failed, retries=False
         )
-        self._lag = self.metrics.index_lag.labels(memory=name)
-        self._unindexed = self.metrics.index_unindexed.labels(memory=name)
 
     @property
     def transport(self) -> Any:
@@ -212,7 +212,7 @@ class Indexer(Backgrounded):
                     unindexed = 0
                     break
         self.dirty = not caught_up
-        self._unindexed.set(unindexed)
+        yield from Observe("index_unindexed", (self.name,), unindexed, self.metrics)
         if steps:
             yield from self._maintain(last)
         return IndexProgress(steps, indexed, unindexed)
@@ -260,7 +260,7 @@ class Indexer(Backgrounded):
         heavy = len(items) + len(gones) > _THREAD_DOCS
         while True:
             if heavy:
-                built = yield Offload(_build_step, (items, gones))
+                built = yield from Offload(partial(_build_step, items, gones))
             else:
                 built = _build_step(items, gones)
             documents, positive, negative = built
@@ -292,7 +292,8 @@ class Indexer(Backgrounded):
         if not applied.applied:
             return applied, False  # another indexer moved the index meanwhile: read again
         if items and items[0][2].ts is not None:
-            self._lag.observe(max(0.0, time.time() - items[0][2].ts / 1000))
+            lag = max(0.0, time.time() - items[0][2].ts / 1000)
+            yield from Observe("index_lag", (self.name,), lag, self.metrics)
         # Removals and the archive's cap come in steps of their own size: after those, read
         # again (the cap's step may have made more).
         whole = (
@@ -348,7 +349,7 @@ class Indexer(Backgrounded):
         parts = sum(e.docs for e in inputs)
         work = (inputs, values)
         if parts > _THREAD_DOCS:
-            output = yield Offload(_merged, work)
+            output = yield from Offload(lambda: _merged(*work))
         else:
             output = _merged(*work)
         fields = output.fields if output is not None else {}

@@ -6,6 +6,10 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
+from compozy_memory._io.connection import sync_twin
+from compozy_memory._io.retry import RetryPolicy
+from compozy_memory._io.translate import RedisClient
+from compozy_memory._io.transport import Transport
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import MOVE_STEP
@@ -36,11 +40,7 @@ from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._store.sync_instance import SyncMemoryInstance
 from compozy_memory._store.vectors import Vectorizer
-from compozy_memory._wire.connection import sync_twin
-from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.steps import Steps
-from compozy_memory._wire.translate import RedisClient
-from compozy_memory._wire.transport import Transport
 
 __all__ = ["Facts", "FlushHook", "IndexHook", "Indexer", "MemoryInstance", "MessageInput"]
 
@@ -136,7 +136,7 @@ class MemoryInstance(MemoryCore):
     def to_sync(self) -> SyncMemoryInstance:
         """This memory on a blocking client of the same server(s), for calls that cannot
         await (from a thread, or inside a running loop without awaiting): made on first use
-        from this client's settings (:func:`~compozy_memory._wire.connection.sync_twin`),
+        from this client's settings (:func:`~compozy_memory._io.connection.sync_twin`),
         with this handle's policy, counter, mode, retries, flusher and session index."""
         if self._sync is None:
             twin = SyncMemoryInstance(
@@ -147,7 +147,7 @@ class MemoryInstance(MemoryCore):
                 read_only=self.read_only,
                 retry=self.retry,
                 memory_id=self.memory_id,
-                metrics=self.gateway.metrics,
+                metrics=self.transport.metrics,
                 embedder=self.embedder,
                 fusion=self.fusion,
             )

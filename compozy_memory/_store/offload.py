@@ -18,8 +18,8 @@ from compozy_memory._store.encoding import MessageInput
 from compozy_memory._store.handle import Handle
 from compozy_memory._store.results_store import Namespace
 from compozy_memory._wire.background import Debounced
-from compozy_memory._wire.retry import no_retries
-from compozy_memory._wire.steps import Steps, adrive
+from compozy_memory._wire.effects import no_retries
+from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import CompozyMemoryError, InvalidMessageError, MessageTooLargeError
 
 __all__ = ["PinKeeper", "clear_releasing_pins", "offloaded"]
@@ -175,7 +175,8 @@ class PinKeeper:
     async def renew(self, ttl_ms: int) -> int:
         """Give every result this memory pins its TTL again; returns how many it renewed.
         A failure is logged: the next write's renewal tries again."""
-        return await adrive(self.renewal(ttl_ms), self._memory.gateway.transport)
+        renewed: int = await self._memory.gateway.transport.drive(self.renewal(ttl_ms))
+        return renewed
 
     def _renewing(self) -> Steps[None]:
         ttl_ms = self._memory.gateway.ttl_ms

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from compozy_memory import _telemetry
 from compozy_memory._model.exchanges import whole_exchanges
 from compozy_memory._model.limits import (
     MAX_RECALL_IDS,
@@ -30,6 +29,7 @@ from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.searching import bm25_ranking
 from compozy_memory._store.selection import query_terms
 from compozy_memory._store.vectors import Vectorizer
+from compozy_memory._wire.effects import ABOUT, RECORDING, Content
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import ReadOnlyMemoryError, UsageError
@@ -159,9 +159,12 @@ class ContextReads:
                 kinds=kinds,
             )
         searching = fused_hits(self.gateway, ranked, limit=limit, kinds=kinds)
-        if _telemetry.capturing():  # opt-in: the query goes on the span
-            with _telemetry.content(query=query):
+        if RECORDING.content:  # opt-in: the query goes on the span
+            about = ABOUT.set(Content(query=query))
+            try:
                 return (yield from searching)
+            finally:
+                ABOUT.reset(about)
         return (yield from searching)
 
     def _bm25(self, terms: list[str], limit: int, pool: int, since_id: int) -> Steps[Ranking]:

@@ -46,14 +46,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compozy_memory._io.connection import sync_twin, transport_for
+from compozy_memory._io.retry import RetryPolicy
 from compozy_memory._model.keys import validate_project
 from compozy_memory._model.results import AppendResult
 from compozy_memory._store.handle import Handle
 from compozy_memory._wire.background import Debounced
-from compozy_memory._wire.connection import sync_twin, transport_for
-from compozy_memory._wire.retry import RetryPolicy
+from compozy_memory._wire.effects import Call, Command, Gather, Sleep, raw
 from compozy_memory._wire.session_gateway import SessionGateway, Touch
-from compozy_memory._wire.steps import CommandCall, Gather, Sleep, Steps, adrive, drive, is_sync, op
+from compozy_memory._wire.steps import Steps, is_sync, op
 from compozy_memory.errors import CompozyMemoryError, UsageError
 
 __all__ = [
@@ -238,10 +239,10 @@ class SessionIndex:
         self._job.fire()
 
     async def _drain_async(self) -> None:
-        await adrive(self._drain(), self.transport)
+        await self.transport.drive(self._drain())
 
     def _drain_sync(self) -> None:
-        drive(self._drain(), self.transport)
+        self.transport.drive(self._drain())
 
     def _drain(self) -> Steps[None]:
         """Send what is pending, one call per agent, until nothing is; between two calls,
@@ -249,11 +250,11 @@ class SessionIndex:
         while True:
             with self._lock:
                 pending, self._pending = self._pending, {}
-            yield Gather([self._send(a, list(b.values())) for a, b in pending.items()])
+            yield from Gather([self._send(a, list(b.values())) for a, b in pending.items()])
             with self._lock:
                 if not self._pending:
                     return
-            yield Sleep(self.interval)
+            yield from Sleep(self.interval)
 
     def _send(self, agent: str | None, touches: Sequence[Touch]) -> Steps[None]:
         for attempt in range(TOUCH_ATTEMPTS):
@@ -270,7 +271,7 @@ class SessionIndex:
                         exc,
                     )
                     return
-                yield Sleep(0.05 * 2**attempt)
+                yield from Sleep(0.05 * 2**attempt)
 
     @op
     def page(
@@ -312,14 +313,14 @@ class SessionIndex:
         if self.client is None:
             raise UsageError("forget needs a client")
         key = self.all_key
-        info = yield CommandCall("forget", "hget", (self.info_key, session), key)
+        info = yield from _command("forget", key, "hget", self.info_key, session)
         if info is None:
             return
         agent = _info(session, info).agent
-        yield CommandCall("forget", "zrem", (key, session), key)
+        yield from _command("forget", key, "zrem", key, session)
         if agent:
-            yield CommandCall("forget", "zrem", (self.agent_key(agent), session), key)
-        yield CommandCall("forget", "hdel", (self.info_key, session), key)
+            yield from _command("forget", key, "zrem", self.agent_key(agent), session)
+        yield from _command("forget", key, "hdel", self.info_key, session)
 
     @op
     def prune(self, inactive_ms: int, *, agents: tuple[str, ...] = ()) -> Steps[int]:
@@ -332,14 +333,16 @@ class SessionIndex:
         if self.client is None:
             raise UsageError("prune needs a client")
         key = self.all_key
-        gone = yield CommandCall("prune", "zrange", (key, "-inf", cutoff), key, {"byscore": True})
+        gone = yield from Call(
+            "prune", key, Command("zrange", (key, "-inf", cutoff), {"byscore": True}), raw
+        )
         if not gone:
             return 0
-        yield CommandCall("prune", "zremrangebyscore", (key, "-inf", cutoff), key)
+        yield from _command("prune", key, "zremrangebyscore", key, "-inf", cutoff)
         for agent in agents:
             agent_key = self.agent_key(agent)
-            yield CommandCall("prune", "zremrangebyscore", (agent_key, "-inf", cutoff), key)
-        yield CommandCall("prune", "hdel", (self.info_key, *gone), key)
+            yield from _command("prune", key, "zremrangebyscore", agent_key, "-inf", cutoff)
+        yield from _command("prune", key, "hdel", self.info_key, *gone)
         return len(gone)
 
 
@@ -385,3 +388,8 @@ class IndexEntry:
     def to_sync(self) -> IndexEntry:
         """This entry in the index's blocking twin (for a handle's blocking twin)."""
         return IndexEntry(self.index.to_sync(), self.agent)
+
+
+def _command(operation: str, key: str, method: str, *args: object) -> Call[Any]:
+    """A plain command on the index's keys, its reply as Redis sent it."""
+    return Call(operation, key, Command(method, args), raw)

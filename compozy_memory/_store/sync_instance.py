@@ -2,7 +2,7 @@
 
 Every method runs the steps :class:`~compozy_memory.MemoryInstance` runs (they live in
 :class:`~compozy_memory._store.core.MemoryCore`) on a
-:class:`~compozy_memory._wire.sync_transport.SyncTransport`, in the calling thread: no event
+:class:`~compozy_memory._io.sync_transport.SyncTransport`, in the calling thread: no event
 loop, so a sync handle works in plain threads and inside a running loop alike (there it blocks
 the loop for the call, as any blocking client does). The methods are documented on
 :class:`~compozy_memory.MemoryInstance`; what differs is said here.
@@ -14,6 +14,9 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar
 
+from compozy_memory._io.client_calls import SyncRedisClient
+from compozy_memory._io.retry import RetryPolicy
+from compozy_memory._io.sync_transport import SyncTransport
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.limits import MOVE_STEP
@@ -37,10 +40,7 @@ from compozy_memory._store.facts import Facts
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._store.vectors import Vectorizer
-from compozy_memory._wire.client_calls import SyncRedisClient
-from compozy_memory._wire.retry import RetryPolicy
 from compozy_memory._wire.steps import Op, Steps, blocking
-from compozy_memory._wire.sync_transport import SyncTransport
 
 __all__ = [
     "SyncFacts",

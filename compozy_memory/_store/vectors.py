@@ -28,13 +28,14 @@ from compozy_memory._model.limits import (
 )
 from compozy_memory._search.dense import VECTOR_FORMAT, Embedder, dense_text, embed_all
 from compozy_memory._store.indexer import Indexer
-from compozy_memory._wire.background import Backgrounded, Debounced, run_coroutine
+from compozy_memory._wire.background import Backgrounded, Debounced
+from compozy_memory._wire.effects import Await
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory._wire.steps import Steps, drive, is_sync, op
+from compozy_memory._wire.steps import Steps, is_sync, op
 from compozy_memory._wire.vector_calls import VectorPending
 from compozy_memory.errors import CompozyMemoryError, ConfigurationError
 
-__all__ = ["Embed", "VectorProgress", "Vectorizer", "model_id", "speakers"]
+__all__ = ["VectorProgress", "Vectorizer", "embed", "model_id", "speakers"]
 
 log = logging.getLogger("compozy_memory.vectors")
 
@@ -45,23 +46,10 @@ _READ_BYTES = 1024 * 1024
 _EMBED_CHARS = 8_000
 
 
-@dataclass(frozen=True, slots=True)
-class Embed:
-    """An effect: ``texts`` embedded by ``embedder`` (quantized). An embedder is a coroutine:
-    awaited on an event loop, run on the summarizers' loop from a thread
-    (:func:`~compozy_memory._wire.background.run_coroutine`)."""
-
-    embedder: Embedder
-    texts: Sequence[str]
-    query: bool = False
-
-    async def arun(self, io: Any) -> list[bytes]:
-        del io
-        return await embed_all(self.embedder, self.texts, query=self.query)
-
-    def run(self, io: Any) -> list[bytes]:
-        del io
-        return run_coroutine(embed_all(self.embedder, self.texts, query=self.query))
+def embed(embedder: Embedder, texts: Sequence[str], *, query: bool = False) -> Await[list[bytes]]:
+    """The effect of embedding ``texts`` with ``embedder`` (quantized): a coroutine, awaited on
+    an event loop, run on the summarizers' loop from a thread."""
+    return Await(lambda: embed_all(embedder, texts, query=query))
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +149,8 @@ class Vectorizer(Backgrounded):
             # Index first (a race with the indexer's own run is safe: steps are checked);
             # waiting for it on a pool thread could wait on a job queued behind this one.
             if self.indexer.dirty:
-                drive(self.indexer.catch_up(), self.transport)
-            drive(self.catch_up(), self.transport)
+                self.transport.drive(self.indexer.catch_up())
+            self.transport.drive(self.catch_up())
         except Exception as exc:
             self._failed(exc)
 
@@ -212,7 +200,7 @@ class Vectorizer(Backgrounded):
             dense_text(m.model_dump(mode="json", include={"content"}), names)[:_EMBED_CHARS]
             for m in pending.messages
         ]
-        blobs: list[bytes] = (yield Embed(self.embedder, texts)) if texts else []
+        blobs = (yield from embed(self.embedder, texts)) if texts else []
         applied = yield from self.gateway.vec_apply(
             pending,
             model=self.model,

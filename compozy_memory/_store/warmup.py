@@ -21,6 +21,15 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 
+from compozy_memory._io.client_calls import (
+    ClientSteps,
+    Exec,
+    SyncRedisClient,
+    arun_client,
+    run_client,
+)
+from compozy_memory._io.delivery import delivery_for
+from compozy_memory._io.translate import RedisClient, translate
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.tokens import HeuristicCounter, TokenCounter, default_counter
 from compozy_memory._search.analysis import analyze
@@ -28,10 +37,7 @@ from compozy_memory._store.core import MemoryCore
 from compozy_memory._store.encoding import encode_messages
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._store.sync_instance import SyncMemoryInstance
-from compozy_memory._wire.client_calls import Exec, SyncRedisClient
-from compozy_memory._wire.delivery import delivery_for
 from compozy_memory._wire.steps import Steps
-from compozy_memory._wire.translate import RedisClient, translate
 from compozy_memory.errors import CompozyMemoryError
 
 __all__ = ["warm", "warm_sync"]
@@ -50,7 +56,8 @@ async def warm(client: RedisClient, *, counters: Iterable[TokenCounter] | None =
     loading = asyncio.gather(*(asyncio.to_thread(_warm_counter, c) for c in chosen))
     try:
         reader = MemoryInstance.open(client, project=_PROBE_PROJECT, key="probe", read_only=True)
-        await reader.transport.drive(_reach(reader))
+        await arun_client(_load(client), client)
+        await reader.transport.drive(_read(reader))
     finally:
         await loading
     writer = MemoryInstance.open(client, **_writer_options())
@@ -63,18 +70,23 @@ def warm_sync(client: SyncRedisClient, *, counters: Iterable[TokenCounter] | Non
     for counter in chosen:
         _warm_counter(counter)
     reader = SyncMemoryInstance.open(client, project=_PROBE_PROJECT, key="probe", read_only=True)
-    reader.transport.drive(_reach(reader))
+    run_client(_load(client), client)
+    reader.transport.drive(_read(reader))
     writer = SyncMemoryInstance.open(client, **_writer_options())
     writer.transport.drive(_rehearse(writer, chosen))
 
 
-def _reach(reader: MemoryCore) -> Steps[None]:
-    """The server reached, the scripts loaded, one read down the whole path."""
+def _load(client: object) -> ClientSteps[None]:
+    """The server reached, the scripts loaded."""
     try:
         yield Exec(None, ("PING",))
     except redis_errors.RedisError as exc:
         raise translate(exc, "warm", "warm") from exc
-    yield from delivery_for(reader.client).warm("warm")
+    yield from delivery_for(client).warm("warm")
+
+
+def _read(reader: MemoryCore) -> Steps[None]:
+    """One read down the whole path."""
     # One read through the whole path an append takes (handle, gateway, transport,
     # batcher, delivery, reply), on keys nothing writes; a user confined to other keys
     # is refused, which warms the same path.

@@ -1,1 +1,2 @@
-"""How a call reaches Redis: scripts, gateway, transport; the only wing that knows KEYS/ARGV."""
+"""The sans-IO core's calls: scripts and contracts, the gateways, the closed effect set,
+steps; the only wing that knows KEYS/ARGV."""

@@ -32,8 +32,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
-from compozy_memory._wire.retry import no_retries
-from compozy_memory._wire.steps import Op, Steps, adrive, drive, is_sync
+from compozy_memory._wire.effects import no_retries
+from compozy_memory._wire.steps import Op, Steps, is_sync
 from compozy_memory.errors import CompozyMemoryError
 
 __all__ = [
@@ -166,8 +166,8 @@ class Debounced:
         failed: Callable[[CompozyMemoryError], None] | None = None,
         retries: bool = True,
     ) -> Debounced:
-        """The job that runs ``steps()`` on ``transport`` (a task of its loop, or a background
-        thread for a sync one), called anew for each run; a library error goes to
+        """The job that runs ``steps()`` on ``transport`` (a driver: a task of its loop, or a
+        background thread for a sync one), called anew for each run; a library error goes to
         ``failed`` (nobody waits for a background job: it logs), or is raised without it.
         Without ``retries``, each call makes one attempt: for work the next run redoes (the
         index's catch-up), which must not keep retrying a closed client or a dead server."""
@@ -175,7 +175,7 @@ class Debounced:
         def work_sync() -> None:
             try:
                 with contextlib.nullcontext() if retries else no_retries():
-                    drive(steps(), transport)
+                    transport.drive(steps())
             except CompozyMemoryError as exc:
                 if failed is None:
                     raise
@@ -186,7 +186,7 @@ class Debounced:
             try:
                 with contextlib.nullcontext() if retries else no_retries():
                     # An Op is awaited as itself, as is a coroutine standing in for the steps.
-                    await (made if inspect.isawaitable(made) else adrive(made, transport))
+                    await (made if inspect.isawaitable(made) else transport.drive(made))
             except CompozyMemoryError as exc:
                 if failed is None:
                     raise

@@ -15,12 +15,10 @@ gone. So:
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-from redis import exceptions as redis_errors
-
-from compozy_memory._wire.client_calls import Exec
+from compozy_memory._wire.effects import Call, Command, raw
 from compozy_memory._wire.steps import Steps
+from compozy_memory.errors import CompozyMemoryError
 
 __all__ = ["eviction_policy", "eviction_warning"]
 
@@ -30,11 +28,13 @@ log = logging.getLogger("compozy_memory")
 def eviction_policy() -> Steps[str | None]:
     """The server's ``maxmemory_policy`` (from ``INFO memory``), or None where this user may
     not ask (the tenants' ACL lines leave INFO out) or the server does not say. Steps: one
-    ``INFO`` on the client of the transport that drives them, not retried and not counted as a
+    ``INFO`` on the client of the driver that runs them, not retried and not counted as a
     memory operation (it only annotates ``health()``)."""
     try:
-        info: Any = yield Exec(None, ("INFO", "memory"))
-    except redis_errors.RedisError:
+        info = yield from Call(
+            None, "eviction", Command("execute_command", ("INFO", "memory")), raw
+        )
+    except CompozyMemoryError:
         return None
     if isinstance(info, dict) and "maxmemory_policy" not in info:
         # A Cluster client answers per node: every node should have the same policy.

@@ -6,9 +6,11 @@ declares and its ARGV by name through the script's
 :class:`~compozy_memory._wire.contracts.Contract`, yields it as an effect, and decodes the reply
 by the names the header's ``REPLY`` line gives (:mod:`compozy_memory._wire.replies`). Each
 returns an :class:`~compozy_memory._wire.steps.Op`: ``yield from`` it in other steps, or
-``await`` it on an async transport. The handles (``MemoryInstance``, ``SyncMemoryInstance``),
+``await`` it on an async driver. The handles (``MemoryInstance``, ``SyncMemoryInstance``),
 the indexer, the fenced lock and the flusher all go through it, so a script's contract is
-written down once, and each of them can be tested against a fake transport.
+written down once, and each of them can be tested against a fake driver. The gateway imports
+no I/O and no metrics: what it measures (messages stored by priority, the priority
+distribution) it yields as :class:`~compozy_memory._wire.effects.Observe` effects.
 """
 
 from __future__ import annotations
@@ -28,16 +30,16 @@ from compozy_memory._model.results import (
     Snapshot,
 )
 from compozy_memory._wire import replies
+from compozy_memory._wire.effects import Observe, Sleep, raw
 from compozy_memory._wire.index_calls import IndexCalls
 from compozy_memory._wire.maintenance import MaintenanceCalls
 from compozy_memory._wire.replies import TrimStep
 from compozy_memory._wire.scripts import ScriptArg
-from compozy_memory._wire.steps import PAUSE, Steps, op
-from compozy_memory._wire.transport import ScriptTransport
+from compozy_memory._wire.steps import Steps, op
 from compozy_memory._wire.vector_calls import VectorCalls
 from compozy_memory.errors import ReplicationError
 
-__all__ = ["MemoryGateway", "ScriptTransport", "message_args"]
+__all__ = ["MemoryGateway", "message_args"]
 
 # Snapshots parse this many messages between pauses (turns of the event loop).
 _PARSE_CHUNK = 64
@@ -104,7 +106,7 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
         self, keep_messages: int | None, max_tokens: int | None, *, everything: bool = False
     ) -> Steps[TrimStep]:
         """One bounded step of moving the oldest messages to the archive (``lua/trim.lua``)."""
-        reply = yield self._writing(
+        fields = yield from self._writing(
             "trim",
             {
                 "ttl_ms": self.ttl_ms,
@@ -113,14 +115,15 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
                 "max_tokens": -1 if max_tokens is None else max_tokens,
                 "everything": int(everything),
             },
+            self._fields("trim"),
         )
-        return replies.trim_step(self._decode("trim", reply))
+        return replies.trim_step(fields)
 
     @op
     def clear(self) -> Steps[tuple[int, list[tuple[str, int]]]]:
         """The live messages removed, and the stored results this memory pinned, with how
         many times each."""
-        reply = self._decode("clear", (yield self._writing("clear", {"ttl_ms": self.ttl_ms})))
+        reply = yield from self._writing("clear", {"ttl_ms": self.ttl_ms}, self._fields("clear"))
         pins = [(replies.text(key), int(n)) for key, n in reply["pins"]]
         return int(reply["removed"]), pins
 
@@ -129,27 +132,27 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
         """Record that a message of this memory pins ``result_key`` (once more); returns how
         many results the memory pins."""
         self._check_writable("note_pin")
-        yield self._command("pin", "hincrby", self.keys.respins, result_key, 1)
+        yield from self._command("pin", raw, "hincrby", self.keys.respins, result_key, 1)
         if self.ttl_ms:
-            yield self._command("pin", "pexpire", self.keys.respins, self.ttl_ms)
-        return int((yield from self.pinned_results()))
+            yield from self._command("pin", raw, "pexpire", self.keys.respins, self.ttl_ms)
+        return (yield from self.pinned_results())
 
     @op
     def pinned_results(self) -> Steps[int]:
         """How many stored results this memory's messages pin."""
-        return int((yield self._command("pin", "hlen", self.keys.respins)))
+        return (yield from self._command("pin", int, "hlen", self.keys.respins))
 
     @op
     def pins(self) -> Steps[list[str]]:
         """The keys of the stored results this memory's messages pin (at most
         MAX_RESULT_PINS)."""
-        keys = yield self._command("pin", "hkeys", self.keys.respins)
+        keys = yield from self._command("pin", list, "hkeys", self.keys.respins)
         return [replies.text(k) for k in keys]
 
     @op
     def expire(self, ttl_ms: int) -> Steps[int]:
         """Set (ttl_ms > 0) or remove (0) the TTL of every key; later writes keep it."""
-        existing = int((yield self._writing("expire", {"ttl_ms": ttl_ms})))
+        existing = yield from self._writing("expire", {"ttl_ms": ttl_ms}, int)
         self.ttl_ms = ttl_ms
         return existing
 
@@ -166,7 +169,7 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
         """Apply ``plan`` (see ``lua/flush_commit.lua``). A commit that was applied but not
         acknowledged by replicas raises ReplicationError with its FlushCommit."""
         try:
-            reply = yield self._writing(
+            commit = yield from self._writing(
                 "flush_commit",
                 {
                     "ttl_ms": self.ttl_ms,
@@ -179,63 +182,62 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
                     "summary_tokens": summary_tokens,
                     "summary_body": summary_body,
                 },
+                self._flush_commit,
                 [*plan.prefix_ids, *plan.remove_ids, *plan.fold_summary_ids],
             )
         except ReplicationError as exc:
             raise exc.with_result(self._flush_commit(exc.result)) from exc
-        return self._flush_commit(reply)
+        return commit
 
     @op
     def lock_acquire(self, token: str, lease_ms: int) -> Steps[tuple[int, str]]:
         """``(epoch, incarnation)``; epoch 0 when another holder has the lock."""
-        reply = self._decode(
+        reply = yield from self._writing(
             "lock_acquire",
-            (
-                yield self._writing(
-                    "lock_acquire", {"token": token, "lease_ms": lease_ms, "ttl_ms": self.ttl_ms}
-                )
-            ),
+            {"token": token, "lease_ms": lease_ms, "ttl_ms": self.ttl_ms},
+            self._fields("lock_acquire"),
         )
         return int(reply["epoch"]), replies.text(reply["incarnation"])
 
     @op
     def lock_refresh(self, token: str, lease_ms: int) -> Steps[bool]:
-        return bool((yield self._writing("lock_refresh", {"token": token, "lease_ms": lease_ms})))
+        return (
+            yield from self._writing("lock_refresh", {"token": token, "lease_ms": lease_ms}, bool)
+        )
 
     @op
     def lock_release(self, token: str) -> Steps[bool]:
-        return bool((yield self._writing("lock_release", {"token": token})))
+        return (yield from self._writing("lock_release", {"token": token}, bool))
 
     @op
     def promote(self, ids: Sequence[int], max_tokens: int) -> Steps[list[Message]]:
         """Bring messages back into context by id; returns those brought back now."""
-        reply = yield self._writing(
-            "promote", {"ttl_ms": self.ttl_ms, "max_tokens": max_tokens}, list(ids)
+        reply = yield from self._writing(
+            "promote",
+            {"ttl_ms": self.ttl_ms, "max_tokens": max_tokens},
+            self._fields("promote"),
+            list(ids),
         )
-        return replies.messages(self._decode("promote", reply)["envelope"])
+        return replies.messages(reply["envelope"])
 
     @op
     def clear_recalled(self) -> Steps[int]:
-        return int((yield self._writing("clear_recalled", {"ttl_ms": self.ttl_ms})))
+        return (yield from self._writing("clear_recalled", {"ttl_ms": self.ttl_ms}, int))
 
     @op
     def facts_set(self, facts: Sequence[EncodedFact], cap: int) -> Steps[tuple[int, list[str]]]:
         """Set ``facts``; returns the number of facts kept and the keys the cap evicted."""
-        reply = self._decode(
+        reply = yield from self._writing(
             "facts_set",
-            (
-                yield self._writing(
-                    "facts_set",
-                    {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts)},
-                    [value for fact in facts for value in fact],
-                )
-            ),
+            {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts)},
+            self._fields("facts_set"),
+            [value for fact in facts for value in fact],
         )
         return int(reply["count"]), [replies.text(k) for k in reply["evicted"]]
 
     @op
     def facts_delete(self, keys: Sequence[ScriptArg]) -> Steps[int]:
-        return int((yield self._writing("facts_delete", {"ttl_ms": self.ttl_ms}, keys)))
+        return (yield from self._writing("facts_delete", {"ttl_ms": self.ttl_ms}, int, keys))
 
     # -- reads --------------------------------------------------------------------------
 
@@ -248,7 +250,9 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
     def read_page(self, start: int, stop: int) -> Steps[replies.Page]:
         """A page of live messages (at most MAX_READ from ``start``), with the memory's
         length and version when it was read."""
-        reply = self._decode("read", (yield self._reading("read", {"start": start, "stop": stop})))
+        reply = yield from self._reading(
+            "read", {"start": start, "stop": stop}, self._fields("read")
+        )
         self.incarnation = replies.text(reply["incarnation"])
         self.version = replies.text(reply["version"])
         return replies.Page(
@@ -270,7 +274,7 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
         """The layers of a context within ``budget`` (see ``lua/context.lua``);
         ``facts_header``: the tokens of the facts message without its lines; ``hits``: the
         query's hits as the client ranked them, best first."""
-        reply = yield self._reading(
+        fields = yield from self._reading(
             "context",
             {
                 "budget": budget,
@@ -282,28 +286,28 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
                 "limit": self.policy.search.limit,
                 "hits": ",".join(str(i) for i in hits),
             },
+            self._fields("context"),
         )
-        fields = self._decode("context", reply)
         self.incarnation = replies.text(fields["incarnation"])
         self.version = replies.text(fields["version"])
         return replies.context_layers(fields, facts_header)
 
     @op
     def snapshot(self, limit: int) -> Steps[Snapshot]:
-        reply = self._decode("snapshot", (yield self._reading("snapshot", {"limit": limit})))
+        reply = yield from self._reading("snapshot", {"limit": limit}, self._fields("snapshot"))
         n_summaries = len(reply["summaries"])
         envelopes: list[Message] = []
         raw = [*reply["summaries"], *reply["envelope"]]
         for start in range(0, len(raw), _PARSE_CHUNK):
             envelopes += replies.messages(raw[start : start + _PARSE_CHUNK])
-            yield PAUSE  # a large snapshot must not stall other tasks' appends
+            yield from Sleep(0)  # a large snapshot must not stall other tasks' appends
         count = int(reply["count"])
         if len(envelopes) - n_summaries == count:  # every live message seen: exact counts
             by_priority: dict[int, int] = {}
             for message in envelopes[n_summaries:]:
                 if message.priority is not None:
                     by_priority[message.priority] = by_priority.get(message.priority, 0) + 1
-            self.metrics.set_priority_distribution(self.memory, by_priority)
+            yield from Observe("priority_distribution", (self.memory,), by_priority)
         return Snapshot(
             int(reply["epoch"]),
             int(reply["last_id"]),
@@ -320,27 +324,28 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
 
     @op
     def health(self) -> Steps[MemoryHealth]:
-        reply = yield self._reading("health", {})
-        health = replies.health(self._decode("health", reply)["fields"], self.policy)
-        self.metrics.set_priority_distribution(self.memory, dict(health.priority_counts))
+        reply = yield from self._reading("health", {}, self._fields("health"))
+        health = replies.health(reply["fields"], self.policy)
+        yield from Observe("priority_distribution", (self.memory,), dict(health.priority_counts))
         return health
 
     @op
     def archived(self, offset: int, limit: int) -> Steps[list[Message]]:
         """Archived originals from ``offset``, oldest first (a plain LRANGE, at most MAX_READ)."""
-        envelopes = yield self._command(
+        envelopes = yield from self._command(
             "recall",
+            replies.messages,
             "lrange",
             self.keys.archive,
             offset,
             offset + min(limit, MAX_READ) - 1,
         )
-        return replies.messages(envelopes)
+        return envelopes
 
     @op
     def facts_items(self) -> Steps[list[tuple[str, int, str]]]:
         """Every fact as (key, tokens, value), least recently set first."""
-        reply = self._decode("facts_items", (yield self._reading("facts_items", {})))
+        reply = yield from self._reading("facts_items", {}, self._fields("facts_items"))
         out = []
         pairs = reply["facts"]
         for i in range(0, len(pairs), 2):
@@ -351,22 +356,23 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
     @op
     def fact(self, key: bytes) -> Steps[str | None]:
         """One fact's value (a plain HGET), or None."""
-        stored = yield self._command("facts_get", "hget", self.keys.facts, key)
+        stored = yield from self._command("facts_get", raw, "hget", self.keys.facts, key)
         return None if stored is None else parse_stored(stored)[1]
 
     @op
     def length(self) -> Steps[int]:
-        return int((yield self._command("len", "llen", self.keys.msgs)))
+        return (yield from self._command("len", int, "llen", self.keys.msgs))
 
     @op
     def token_count(self) -> Steps[int]:
-        value = yield self._command("token_count", "hget", self.keys.meta, "tokens")
-        return int(value or 0)
+        return (
+            yield from self._command("token_count", _int_or_0, "hget", self.keys.meta, "tokens")
+        )
 
     # -- internals ----------------------------------------------------------------------
 
     def _flush_commit(self, reply: Any) -> FlushCommit:
-        return replies.flush_commit(self._decode("flush_commit", reply))
+        return replies.flush_commit(self._fields("flush_commit")(reply))
 
     def _stored_counted(
         self, name: str, values: dict[str, ScriptArg], messages: Sequence[EncodedMessage]
@@ -374,21 +380,20 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
         """Send an append or replace, then ``compozy_memory_messages_total`` by priority (not
         for a duplicate, which stored nothing; a write not acknowledged by replicas was
         stored)."""
+        decode = self._fields(name)
         try:
-            result = self._append_result(
-                name, (yield self._writing(name, values, message_args(messages)))
-            )
+            fields = yield from self._writing(name, values, decode, message_args(messages))
         except ReplicationError as exc:
-            stored = self._append_result(name, exc.result)
+            stored = self._append_result(decode(exc.result))
             if not stored.duplicate:
-                self.metrics.count_messages(self.memory, [m.priority for m in messages])
+                yield Observe("messages", self._labels, _by_priority(messages))
             raise exc.with_result(stored) from exc
+        result = self._append_result(fields)
         if not result.duplicate:
-            self.metrics.count_messages(self.memory, [m.priority for m in messages])
+            yield Observe("messages", self._labels, _by_priority(messages))
         return result
 
-    def _append_result(self, name: str, reply: Any) -> AppendResult:
-        fields = self._decode(name, reply)
+    def _append_result(self, fields: dict[str, Any]) -> AppendResult:
         self.incarnation = replies.text(fields["incarnation"])
         self.version = replies.text(fields["version"])
         return AppendResult(
@@ -402,3 +407,16 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
             self.incarnation,
             self.version,
         )
+
+
+def _by_priority(messages: Sequence[EncodedMessage]) -> dict[int, int]:
+    if len(messages) == 1:  # most appends
+        return {messages[0].priority: 1}
+    counts: dict[int, int] = {}
+    for message in messages:
+        counts[message.priority] = counts.get(message.priority, 0) + 1
+    return counts
+
+
+def _int_or_0(value: Any) -> int:
+    return int(value or 0)

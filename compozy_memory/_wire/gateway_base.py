@@ -2,27 +2,66 @@
 
 :class:`GatewayBase` builds a script's KEYS from the names its header declares and its ARGV by
 name through the script's :class:`~compozy_memory._wire.contracts.Contract`, as a
-:class:`~compozy_memory._wire.steps.ScriptCall` effect, and decodes the reply by the names of
-its ``REPLY`` line. It sends nothing itself: its methods are steps, which the handle's
-transport drives (:class:`~compozy_memory._wire.transport.Transport` on ``redis.asyncio``,
-:class:`~compozy_memory._wire.sync_transport.SyncTransport` on redis-py's blocking client), or
-which ``await`` runs on the transport the gateway was made with.
+:class:`~compozy_memory._wire.effects.Call` effect that carries its decoder (the reply by the
+names of its ``REPLY`` line, then a result type), so ``yield from`` it returns that type. It
+sends nothing itself: its methods are steps, which the handle's driver runs
+(:class:`~compozy_memory._io.transport.Transport` on ``redis.asyncio``,
+:class:`~compozy_memory._io.sync_transport.SyncTransport` on redis-py's blocking client), or
+which ``await`` runs on the driver the gateway was made with. Each call names its operation
+(:data:`OPERATIONS`), which the driver's metrics and spans are labelled with.
 :class:`~compozy_memory._wire.gateway.MemoryGateway` adds a method per script.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
-from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.policy import MemoryPolicy
+from compozy_memory._wire.effects import Call, Command, RunScript
 from compozy_memory._wire.scripts import ScriptArg, script
-from compozy_memory._wire.steps import CommandCall, ScriptCall
 from compozy_memory.errors import ReadOnlyMemoryError
 
-__all__ = ["WAITED", "GatewayBase"]
+__all__ = ["OPERATIONS", "WAITED", "GatewayBase", "script_call"]
+
+T = TypeVar("T")
+
+#: The operation each script performs, as the handle's method that sends it is named (the
+#: metrics' ``operation`` label); a script not named here is its own operation. ``read``
+#: also serves replace() and trim(), which read the live messages before their own script;
+#: plain commands name their operation themselves (``recall``, ``len``, ``token_count``).
+OPERATIONS: dict[str, str] = {
+    "append": "append",
+    "replace": "replace",
+    "trim": "trim",
+    "clear": "clear",
+    "expire": "set_ttl",
+    "flush_commit": "flush_commit",
+    "lock_acquire": "lock_acquire",
+    "lock_refresh": "lock_refresh",
+    "lock_release": "lock_release",
+    "promote": "recall_messages",
+    "clear_recalled": "clear_recalled",
+    "read": "read",
+    "context": "context",
+    "search_fetch": "search",
+    "snapshot": "snapshot",
+    "health": "health",
+}
+
+
+def script_call(
+    name: str,
+    keys: Sequence[str],
+    args: Sequence[ScriptArg],
+    key: str,
+    decode: Callable[[Any], T],
+    *,
+    write: bool = False,
+) -> Call[T]:
+    """The call of script ``name`` with ``keys`` and ``args`` (laid out by its contract)."""
+    return Call(OPERATIONS.get(name, name), key, RunScript(script(name), keys, args), decode, write)
 
 
 class GatewayBase:
@@ -36,7 +75,6 @@ class GatewayBase:
         *,
         read_only: bool = False,
         memory: str = "memory",
-        metrics: MemoryMetrics | None = None,
     ) -> None:
         self.transport = transport
         self.keys = keys
@@ -52,32 +90,47 @@ class GatewayBase:
         self.version = ""
         #: The memory resource id metrics are labelled with (never the key: cardinality).
         self.memory = memory
-        self.metrics = metrics or default_metrics()
+        self._labels = (memory,)
         # Each script's KEYS for this memory, built once: a dozen f-strings per call otherwise.
         self._keys_of: dict[str, list[str]] = {}
 
-    def _decode(self, name: str, reply: Any) -> dict[str, Any]:
-        return script(name).contract.decode(reply)
+    def _fields(self, name: str) -> Callable[[Any], dict[str, Any]]:
+        """The decoder of script ``name``'s reply: its values by the names of its ``REPLY``."""
+        return script(name).contract.decode
 
     def _check_writable(self, name: str) -> None:
         if self.read_only:
             raise ReadOnlyMemoryError(f"{name} refused: this handle is read-only", key=self.name)
 
     def _writing(
-        self, name: str, values: dict[str, ScriptArg], rest: Sequence[ScriptArg] = ()
-    ) -> ScriptCall:
+        self,
+        name: str,
+        values: dict[str, ScriptArg],
+        decode: Callable[[Any], T],
+        rest: Sequence[ScriptArg] = (),
+    ) -> Call[T]:
         """The call of write script ``name`` (ReadOnlyMemoryError on a read-only handle)."""
         self._check_writable(name)
-        return self._call(name, values, rest, write=name in WAITED)
+        return self._call(name, values, rest, decode, write=name in WAITED)
 
     def _reading(
-        self, name: str, values: dict[str, ScriptArg], rest: Sequence[ScriptArg] = ()
-    ) -> ScriptCall:
-        return self._call(name, values, rest, write=False)
+        self,
+        name: str,
+        values: dict[str, ScriptArg],
+        decode: Callable[[Any], T],
+        rest: Sequence[ScriptArg] = (),
+    ) -> Call[T]:
+        return self._call(name, values, rest, decode, write=False)
 
     def _call(
-        self, name: str, values: dict[str, ScriptArg], rest: Sequence[ScriptArg], *, write: bool
-    ) -> ScriptCall:
+        self,
+        name: str,
+        values: dict[str, ScriptArg],
+        rest: Sequence[ScriptArg],
+        decode: Callable[[Any], T],
+        *,
+        write: bool,
+    ) -> Call[T]:
         code = script(name)
         contract = code.contract
         keys = self._keys_of.get(name)
@@ -85,11 +138,15 @@ class GatewayBase:
             keys = self._keys_of[name] = [getattr(self.keys, part) for part in contract.keys]
         # Text goes as UTF-8 whatever encoding the client is set up with, as bodies do.
         args = [a.encode() if isinstance(a, str) else a for a in contract.argv_for(values, rest)]
-        return ScriptCall(code, keys, args, self.name, write)
+        return Call(
+            OPERATIONS.get(name, name), self.name, RunScript(code, keys, args), decode, write
+        )
 
-    def _command(self, operation: str, method: str, *args: Any) -> CommandCall:
+    def _command(
+        self, operation: str, decode: Callable[[Any], T], method: str, *args: object
+    ) -> Call[T]:
         """A plain command on this memory's keys (``operation`` names it in the metrics)."""
-        return CommandCall(operation, method, args, self.name)
+        return Call(operation, self.name, Command(method, args), decode)
 
 
 # Scripts that change the memory: with a WaitPolicy each is followed by WAIT or WAITAOF, and

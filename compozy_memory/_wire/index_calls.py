@@ -131,13 +131,11 @@ class IndexCalls(GatewayBase):
     def index_read(self, gens: Sequence[int] = (), fields: Sequence[str] = ()) -> Steps[IndexState]:
         """The segment list and BM25's counts, and ``fields`` of segments ``gens``
         (``lua/index_read.lua``)."""
-        reply = self._decode(
+        reply = yield from self._reading(
             "index_read",
-            (
-                yield self._reading(
-                    "index_read", {"gens": "|".join(str(g) for g in gens)}, list(fields)
-                )
-            ),
+            {"gens": "|".join(str(g) for g in gens)},
+            self._fields("index_read"),
+            list(fields),
         )
         stale = bool(int(reply["stale"]))
         values = [] if stale else [_raw(v) for v in reply["values"]]
@@ -176,29 +174,25 @@ class IndexCalls(GatewayBase):
         if negative is not None:
             rest += _pairs(negative.fields, "n")
         n_fields = (len(rest) - len(documents)) // 2
-        reply = self._decode(
+        reply = yield from self._writing(
             "index_add",
-            (
-                yield self._writing(
-                    "index_add",
-                    {
-                        "ttl_ms": self.ttl_ms,
-                        "archive_max": self.policy.archive_max,
-                        "analyzer": analyzer,
-                        "ix_next": pending.ix_next,
-                        "upto": upto,
-                        "seq_from": pending.seq_from,
-                        "seq_upto": seq_upto,
-                        "n_gone": gone,
-                        "gone_first": gone_first,
-                        "n_docs": len(documents),
-                        "positive": _shape(positive),
-                        "negative": _shape(negative),
-                        "n_fields": n_fields,
-                    },
-                    rest,
-                )
-            ),
+            {
+                "ttl_ms": self.ttl_ms,
+                "archive_max": self.policy.archive_max,
+                "analyzer": analyzer,
+                "ix_next": pending.ix_next,
+                "upto": upto,
+                "seq_from": pending.seq_from,
+                "seq_upto": seq_upto,
+                "n_gone": gone,
+                "gone_first": gone_first,
+                "n_docs": len(documents),
+                "positive": _shape(positive),
+                "negative": _shape(negative),
+                "n_fields": n_fields,
+            },
+            self._fields("index_add"),
+            rest,
         )
         return IndexAdded(
             bool(int(reply["applied"])),
@@ -221,42 +215,36 @@ class IndexCalls(GatewayBase):
     ) -> Steps[tuple[bool, int]]:
         """Begin (``reservation`` 0) or publish a merge of ``inputs`` into ``output``, with
         ``fields`` of it (``lua/index_merge.lua``): (published, the output's generation)."""
-        reply = self._decode(
+        reply = yield from self._writing(
             "index_merge",
-            (
-                yield self._writing(
-                    "index_merge",
-                    {
-                        "ttl_ms": self.ttl_ms,
-                        "reservation": reservation,
-                        "inputs": "|".join(str(g) for g in inputs),
-                        "shape": _shape(output),
-                        "declared": len(output.fields) if output is not None else 0,
-                        "n_fields": len(fields),
-                    },
-                    _pairs(fields),
-                )
-            ),
+            {
+                "ttl_ms": self.ttl_ms,
+                "reservation": reservation,
+                "inputs": "|".join(str(g) for g in inputs),
+                "shape": _shape(output),
+                "declared": len(output.fields) if output is not None else 0,
+                "n_fields": len(fields),
+            },
+            self._fields("index_merge"),
+            _pairs(fields),
         )
         return bool(int(reply["done"])), int(reply["gen"])
 
     @op
     def index_put(self, reservation: int, fields: Mapping[str, bytes]) -> Steps[int]:
         """A step of an open merge (``lua/index_put.lua``): its fields written so far."""
-        reply = self._decode(
+        reply = yield from self._writing(
             "index_put",
-            (
-                yield self._writing(
-                    "index_put",
-                    {"ttl_ms": self.ttl_ms, "reservation": reservation, "n_fields": len(fields)},
-                    _pairs(fields),
-                )
-            ),
+            {"ttl_ms": self.ttl_ms, "reservation": reservation, "n_fields": len(fields)},
+            self._fields("index_put"),
+            _pairs(fields),
         )
         return int(reply["written"])
 
     @op
     def index_gc(self) -> Steps[int]:
         """One step deleting merged segments' fields (``lua/index_gc.lua``): fields left."""
-        reply = yield self._writing("index_gc", {"ttl_ms": self.ttl_ms})
-        return int(self._decode("index_gc", reply)["left"])
+        reply = yield from self._writing(
+            "index_gc", {"ttl_ms": self.ttl_ms}, self._fields("index_gc")
+        )
+        return int(reply["left"])

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from compozy_memory._wire.effects import Call, Command
+from compozy_memory._wire.gateway_base import script_call
 from compozy_memory._wire.scripts import script
-from compozy_memory._wire.steps import CommandCall, ScriptCall, Steps, op
+from compozy_memory._wire.steps import Steps, op
 
 __all__ = ["ResultGateway"]
 
@@ -46,32 +48,34 @@ class ResultGateway:
                 "data": data,
             }
         )
-        reply = yield ScriptCall(code, [key], args, key, write=True)
-        return int(reply[0]), bool(int(reply[1]))
+        return (yield from script_call(code.name, [key], args, key, _stored, write=True))
 
     @op
     def release(self, key: str) -> Steps[int]:
-        code = script("result_release")
-        return int((yield ScriptCall(code, [key], [], key, write=True)))
+        return (yield from script_call("result_release", [key], [], key, int, write=True))
 
     @op
     def touch(self, key: str, ttl_ms: int) -> Steps[int]:
         """Give a pinned result the pinning memory's TTL again; returns its TTL (ms)."""
         code = script("result_touch")
         args = code.contract.argv_for({"ttl_ms": ttl_ms})
-        return int((yield ScriptCall(code, [key], args, key, write=True)))
+        return (yield from script_call(code.name, [key], args, key, int, write=True))
 
     @op
     def fetch(self, key: str) -> Steps[list[Any]]:
         """``[data, enc, size, kind]`` (a plain HMGET, never decoded: the payload is bytes
         whatever the client's ``decode_responses``); data None when there is no result."""
-        from redis.client import NEVER_DECODE
-
-        reply = yield CommandCall(
-            "load_result",
-            "execute_command",
-            ("HMGET", key, "data", "enc", "size", "kind"),
-            key,
-            {NEVER_DECODE: []},
+        return (
+            yield from Call(
+                "load_result",
+                key,
+                Command(
+                    "execute_command", ("HMGET", key, "data", "enc", "size", "kind"), binary=True
+                ),
+                list,
+            )
         )
-        return list(reply)
+
+
+def _stored(reply: Any) -> tuple[int, bool]:
+    return int(reply[0]), bool(int(reply[1]))

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from compozy_memory._model.keys import sanitize_key, validate_project
+from compozy_memory._wire.effects import raw
+from compozy_memory._wire.gateway_base import script_call
 from compozy_memory._wire.scripts import ScriptArg, script
-from compozy_memory._wire.steps import ScriptCall, Steps, op
+from compozy_memory._wire.steps import Steps, op
 
 __all__ = ["SessionGateway", "SessionKeys", "Touch"]
 
@@ -84,7 +86,7 @@ class SessionGateway:
             {"agent": (agent or "").encode("utf-8", "surrogatepass")}, entries
         )
         keys = [self.keys.all, self.keys.agent(agent or "-"), self.keys.info]
-        return int((yield ScriptCall(code, keys, args, self.keys.all, write=True)))
+        return (yield from script_call(code.name, keys, args, self.keys.all, int, write=True))
 
     @op
     def page(
@@ -101,5 +103,5 @@ class SessionGateway:
                 "before_session": before_session.encode(),
             }
         )
-        reply = yield ScriptCall(code, [ranked, self.keys.info], args, ranked)
+        reply = yield from script_call(code.name, [ranked, self.keys.info], args, ranked, raw)
         return [(reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]

@@ -1,50 +1,41 @@
-"""Steps: the library's logic written once, without I/O, run by an async or a sync transport.
+"""Steps: the library's logic written once, without I/O, run by an async or a sync driver.
 
-A *step function* is a generator. It does no I/O itself: it yields an *effect* (a script
-call, a plain command, a pause, work for a thread...) and is sent back that effect's outcome,
-or has its exception thrown in where it yielded, until it returns its result::
+A *step function* is a generator. It does no I/O itself: it yields an *effect* (one of the
+closed set of :mod:`compozy_memory._wire.effects`: a call to Redis, a sleep, work for a
+thread...) and is sent that effect's outcome, or has its exception thrown in where it
+yielded, until it returns its result::
 
     def read_all(gateway) -> Steps[list[Message]]:
         page = yield from gateway.read_page(0, 999)   # one script call, decoded
         ...
         return messages
 
-:func:`adrive` runs steps on an async transport (``redis.asyncio``), :func:`drive` on a sync
-one (redis-py's blocking client); each effect says how it runs under each (:meth:`arun`,
-:meth:`run`). So the contracts, the encoding, the decoding and every operation of several
-calls (a trim's steps, a paged read, the indexer, a flush) exist once, and the two APIs are
-two thin drivers over them, as h11 keeps HTTP apart from sockets.
+The drivers of :mod:`compozy_memory._io` run steps: ``Transport`` on ``redis.asyncio``,
+``SyncTransport`` on redis-py's blocking client, each interpreting every effect in one
+``match``. So the contracts, the encoding, the decoding and every operation of several calls
+(a trim's steps, a paged read, the indexer, a flush) exist once, and the two APIs are two thin
+drivers over them, as h11 keeps HTTP apart from sockets.
 
-An :class:`Op` is a step function's generator bound to the transport of the object that
-made it: ``yield from`` it inside other steps, or ``await`` it where that transport is async
+An :class:`Op` is a step function's generator bound to the driver of the object that made
+it: ``yield from`` it inside other steps, or ``await`` it where that driver is async
 (``await memory.gateway.health()``). Methods decorated with :func:`op` return one.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeAlias, TypeVar
 
-from compozy_memory._wire.contracts import ScriptArg
+from compozy_memory._wire.effects import Effect
 from compozy_memory.errors import UsageError
 
 __all__ = [
-    "PAUSE",
-    "CommandCall",
-    "Effect",
-    "Gather",
-    "Offload",
+    "AsyncDriver",
+    "Driver",
     "Op",
-    "Pause",
-    "ScriptCall",
-    "Sleep",
     "Steps",
-    "adrive",
+    "SyncDriver",
     "blocking",
-    "drive",
     "is_sync",
     "op",
 ]
@@ -52,162 +43,38 @@ __all__ = [
 T = TypeVar("T")
 P = ParamSpec("P")
 
-#: A step function's generator: yields effects, is sent their outcomes, returns ``T``.
-Steps: TypeAlias = Generator["Effect", Any, T]
+#: A step function's generator: yields effects, is sent their outcomes, returns ``T``. What
+#: a bare ``yield`` returns is ``object``: read outcomes with ``yield from`` (typed).
+Steps: TypeAlias = Generator[Effect, object, T]
 
 
-class Effect(Protocol):
-    """Something steps ask for: how it happens on an async and on a sync transport."""
+class AsyncDriver(Protocol):
+    """Runs steps on an event loop (:class:`compozy_memory._io.transport.Transport`)."""
 
-    def arun(self, io: Any) -> Awaitable[Any]: ...
-
-    def run(self, io: Any) -> Any: ...
+    def drive(self, steps: Steps[T] | Op[T]) -> Awaitable[T]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ScriptCall:
-    """One script call (built by a gateway from the script's contract); the raw reply."""
+class SyncDriver(Protocol):
+    """Runs steps in the calling thread
+    (:class:`compozy_memory._io.sync_transport.SyncTransport`)."""
 
-    script: Any  # a compozy_memory._wire.scripts.Script (scripts imports contracts only)
-    keys: Sequence[str]
-    args: Sequence[ScriptArg]
-    key: str
-    write: bool = False
+    synchronous: bool
 
-    def arun(self, io: Any) -> Any:
-        return io.run(self.script, self.keys, self.args, key=self.key, write=self.write)
-
-    def run(self, io: Any) -> Any:
-        return io.run(self.script, self.keys, self.args, key=self.key, write=self.write)
+    def drive(self, steps: Steps[T] | Op[T], *, between: Callable[[], None] | None = None) -> T: ...
 
 
-@dataclass(frozen=True, slots=True)
-class CommandCall:
-    """A plain redis-py command (``method`` of the client), retried like scripts."""
-
-    operation: str
-    method: str
-    args: tuple[Any, ...]
-    key: str
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def arun(self, io: Any) -> Any:
-        return io.command(self.operation, self.method, *self.args, key=self.key, **self.options)
-
-    def run(self, io: Any) -> Any:
-        return io.command(self.operation, self.method, *self.args, key=self.key, **self.options)
-
-
-class Pause:
-    """Let other work go on (a turn of the event loop; nothing on a sync transport)."""
-
-    __slots__ = ()
-
-    async def arun(self, io: Any) -> None:
-        del io
-        await asyncio.sleep(0)
-
-    def run(self, io: Any) -> None:
-        del io
-
-
-PAUSE = Pause()
-
-
-@dataclass(frozen=True, slots=True)
-class Sleep:
-    """Wait ``seconds`` (a backoff)."""
-
-    seconds: float
-
-    async def arun(self, io: Any) -> None:
-        del io
-        await asyncio.sleep(self.seconds)
-
-    def run(self, io: Any) -> None:
-        del io
-        time.sleep(self.seconds)
-
-
-@dataclass(frozen=True, slots=True)
-class Offload:
-    """CPU work: on a worker thread beside an event loop, in the caller's thread otherwise."""
-
-    work: Callable[..., Any]
-    args: tuple[Any, ...] = ()
-
-    def arun(self, io: Any) -> Awaitable[Any]:
-        del io
-        return asyncio.to_thread(self.work, *self.args)
-
-    def run(self, io: Any) -> Any:
-        del io
-        return self.work(*self.args)
-
-
-@dataclass(frozen=True, slots=True)
-class Gather:
-    """Several steps at once: concurrently on an event loop (their calls share a round trip
-    where the transport batches), one after the other in a thread; their results in order."""
-
-    steps: Sequence[Steps[Any]]
-
-    async def arun(self, io: Any) -> list[Any]:
-        return list(await asyncio.gather(*(adrive(s, io) for s in self.steps)))
-
-    def run(self, io: Any) -> list[Any]:
-        return [drive(s, io) for s in self.steps]
-
-
-async def adrive(steps: Steps[T] | Op[T], io: Any) -> T:
-    """Run ``steps`` on the async transport ``io``: each effect awaited, its outcome (or its
-    exception) handed back, until the steps return."""
-    gen = iter(steps)
-    try:
-        effect = gen.send(None)
-        while True:
-            try:
-                value = await effect.arun(io)
-            except BaseException as exc:  # the steps decide: they may catch it
-                effect = gen.throw(exc)
-            else:
-                effect = gen.send(value)
-    except StopIteration as done:
-        result: T = done.value
-        return result
-
-
-def drive(steps: Steps[T] | Op[T], io: Any, *, between: Callable[[], None] | None = None) -> T:
-    """Run ``steps`` on the sync transport ``io``. ``between`` runs before each effect; what
-    it raises is thrown into the steps as the effect's failure would be."""
-    gen = iter(steps)
-    try:
-        effect = gen.send(None)
-        while True:
-            try:
-                if between is not None:
-                    between()
-                value = effect.run(io)
-            except BaseException as exc:
-                effect = gen.throw(exc)
-            else:
-                effect = gen.send(value)
-    except StopIteration as done:
-        result: T = done.value
-        return result
+#: The driver a part of a handle was made with.
+Driver: TypeAlias = "AsyncDriver | SyncDriver"
 
 
 def is_sync(io: object) -> bool:
-    """Whether ``io`` is a sync transport (its calls block and return)."""
+    """Whether ``io`` is a sync driver (its ``drive`` blocks and returns)."""
     return getattr(io, "synchronous", False) is True
 
 
 class Op(Generic[T]):
-    """Steps bound to a transport: ``yield from`` them (they run on whatever transport runs
-    the steps around them), ``await`` them on an async one, or ``yield`` one as an effect:
-    it then runs on its own transport (when it is of the kind that runs the steps around it)
-    with that transport's retry policy and metrics (the session index's calls after a
-    memory's write)."""
+    """Steps bound to a driver: ``yield from`` them (they run on whatever driver runs the
+    steps around them), or ``await`` them on an async one."""
 
     __slots__ = ("io", "steps")
 
@@ -225,13 +92,7 @@ class Op(Generic[T]):
                 "this object belongs to a synchronous handle: call the handle's methods "
                 "(SyncMemoryInstance), which return their results"
             )
-        return adrive(self.steps, self.io).__await__()
-
-    def arun(self, io: Any) -> Awaitable[T]:
-        return adrive(self.steps, io if is_sync(self.io) else self.io)
-
-    def run(self, io: Any) -> T:
-        return drive(self.steps, self.io if is_sync(self.io) else io)
+        return self.io.drive(self.steps).__await__()  # type: ignore[no-any-return]
 
 
 class _Bound(Protocol):

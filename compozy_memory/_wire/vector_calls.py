@@ -79,9 +79,10 @@ class VectorCalls(GatewayBase):
     @op
     def vec_pending(self, max_docs: int, max_bytes: int) -> Steps[VectorPending]:
         """What the vector step has to embed next (``lua/vec_pending.lua``)."""
-        reply = self._decode(
+        reply = yield from self._reading(
             "vec_pending",
-            (yield self._reading("vec_pending", {"max_docs": max_docs, "max_bytes": max_bytes})),
+            {"max_docs": max_docs, "max_bytes": max_bytes},
+            self._fields("vec_pending"),
         )
         return VectorPending(
             replies.text(reply["model"]),
@@ -105,22 +106,18 @@ class VectorCalls(GatewayBase):
         rest: list[str | bytes | int] = []
         for doc_id, blob in vectors:
             rest += [doc_id, blob]
-        reply = self._decode(
+        reply = yield from self._writing(
             "vec_apply",
-            (
-                yield self._writing(
-                    "vec_apply",
-                    {
-                        "ttl_ms": self.ttl_ms,
-                        "model": model,
-                        "vx_next": pending.vx_next,
-                        "upto": upto,
-                        "names": "\t".join(names),
-                        "n": len(vectors),
-                    },
-                    rest,
-                )
-            ),
+            {
+                "ttl_ms": self.ttl_ms,
+                "model": model,
+                "vx_next": pending.vx_next,
+                "upto": upto,
+                "names": "\t".join(names),
+                "n": len(vectors),
+            },
+            self._fields("vec_apply"),
+            rest,
         )
         return VectorApplied(
             bool(int(reply["applied"])), int(reply["vx_next"]), int(reply["stored"])
@@ -129,8 +126,10 @@ class VectorCalls(GatewayBase):
     @op
     def vec_reset(self, model: str) -> Steps[bool]:
         """Drop vectors of another model than ``model``; False if they were of it."""
-        reply = yield self._writing("vec_reset", {"ttl_ms": self.ttl_ms, "model": model})
-        return bool(int(self._decode("vec_reset", reply)["reset"]))
+        reply = yield from self._writing(
+            "vec_reset", {"ttl_ms": self.ttl_ms, "model": model}, self._fields("vec_reset")
+        )
+        return bool(int(reply["reset"]))
 
     @op
     def search_candidates(
@@ -144,19 +143,15 @@ class VectorCalls(GatewayBase):
         """The stored vectors of ``ranked`` (BM25's best documents, scored by the client) and
         of their neighbours (the neighbours' vectors only with ``neighbour_vectors``)."""
         scores = dict(ranked)
-        reply = self._decode(
+        reply = yield from self._reading(
             "search_candidates",
-            (
-                yield self._reading(
-                    "search_candidates",
-                    {
-                        "neighbour_vectors": int(neighbour_vectors),
-                        "since_id": since_id,
-                        "kinds": ",".join(str(k) for k in kinds),
-                    },
-                    [doc_id for doc_id, _ in ranked],
-                )
-            ),
+            {
+                "neighbour_vectors": int(neighbour_vectors),
+                "since_id": since_id,
+                "kinds": ",".join(str(k) for k in kinds),
+            },
+            self._fields("search_candidates"),
+            [doc_id for doc_id, _ in ranked],
         )
         flat = reply["docs"]
         ids = tuple(map(int, flat[0::3]))
@@ -179,15 +174,11 @@ class VectorCalls(GatewayBase):
         after) in the order asked."""
         if not ids:
             return []
-        reply = self._decode(
+        reply = yield from self._reading(
             "search_fetch",
-            (
-                yield self._reading(
-                    "search_fetch",
-                    {"limit": limit, "kinds": ",".join(str(k) for k in kinds)},
-                    ids,
-                )
-            ),
+            {"limit": limit, "kinds": ",".join(str(k) for k in kinds)},
+            self._fields("search_fetch"),
+            ids,
         )
         return [
             (

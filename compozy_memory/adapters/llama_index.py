@@ -67,6 +67,8 @@ from llama_index.core.storage.chat_store.base import BaseChatStore
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from compozy_memory._config.agents import MemoryReference
+from compozy_memory._io.client_calls import is_blocking, is_cluster
+from compozy_memory._io.connection import sync_twin
 from compozy_memory._manager import MemoryManager
 from compozy_memory._model.keys import decode_key, encode_key, validate_project
 from compozy_memory._model.limits import MAX_BATCH
@@ -74,8 +76,6 @@ from compozy_memory._model.messages import Message
 from compozy_memory._store.core import MemoryCore
 from compozy_memory._store.instance import MemoryInstance
 from compozy_memory._store.sync_instance import SyncMemoryInstance
-from compozy_memory._wire.client_calls import is_blocking, is_cluster
-from compozy_memory._wire.connection import sync_twin
 from compozy_memory._wire.steps import Steps
 from compozy_memory.adapters._door import AnyMemory, Door, running_loop
 from compozy_memory.adapters._edits import insert_at, remove_at

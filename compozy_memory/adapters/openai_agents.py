@@ -62,13 +62,13 @@ from agents.memory.session_settings import (
 )
 
 from compozy_memory._config.agents import MemoryReference
+from compozy_memory._io.connection import close_twin, connect
 from compozy_memory._manager import MemoryManager
 from compozy_memory._model.keys import decode_key
 from compozy_memory._model.limits import MAX_BATCH
 from compozy_memory._model.messages import Message
 from compozy_memory._store.core import MemoryCore, MessageInput
 from compozy_memory._store.instance import MemoryInstance
-from compozy_memory._wire.connection import close_twin, connect
 from compozy_memory._wire.steps import Steps
 from compozy_memory.adapters._door import AnyMemory, Door, running_loop
 from compozy_memory.adapters._edits import remove_at, replace_if_unchanged

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from compozy_memory._wire.connection import connect
+from compozy_memory._io.connection import connect
 from compozy_memory.embedded import EmbeddedServer, start_server
 
 __all__ = [

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from compozy_memory import MemoryInstance
-from compozy_memory._wire.connection import connect
+from compozy_memory._io.connection import connect
 from compozy_memory.embedded import EmbeddedServer, start_server
 
 __all__ = ["exercised", "finish", "memory", "store_name", "url"]

@@ -15,7 +15,7 @@ A batch goes out on one connection from the client's pool, packed by hiredis (in
 failure while its replies are read disconnects that connection, so a half-read reply can
 never reach a later caller.
 
-Cluster clients are batched per node, by :mod:`compozy_memory._wire.cluster_batching`
+Cluster clients are batched per node, by :mod:`compozy_memory._io.cluster_batching`
 (redis-py refuses script calls in its own Cluster pipelines); :func:`batcher_for` picks the
 batcher that fits a client.
 """
@@ -30,9 +30,9 @@ from typing import Any
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis, RedisCluster
 
-from compozy_memory._wire.cluster_batching import CLUSTER_BATCHING, ClusterBatcher
-from compozy_memory._wire.delivery import delivery_for
-from compozy_memory._wire.pipelining import (
+from compozy_memory._io.cluster_batching import CLUSTER_BATCHING, ClusterBatcher
+from compozy_memory._io.delivery import delivery_for
+from compozy_memory._io.pipelining import (
     MAX_PIPELINE,
     Batcher,
     Call,
@@ -42,8 +42,8 @@ from compozy_memory._wire.pipelining import (
     fail_all,
     settle,
 )
+from compozy_memory._io.translate import RedisClient, translate
 from compozy_memory._wire.scripts import Script, ScriptArg
-from compozy_memory._wire.translate import RedisClient, translate
 
 __all__ = ["MAX_PIPELINE", "ScriptBatcher", "batcher_for"]
 

@@ -1,27 +1,30 @@
-"""How one handle's script calls reach Redis: retries, batching, WAIT, Cluster readiness.
+"""The async driver: how one handle's steps run on ``redis.asyncio``, and its calls travel.
 
-Every call of a :class:`~compozy_memory._wire.gateway.MemoryGateway` goes through
-:meth:`Transport.run`, which decides how it travels:
+:meth:`Transport.drive` runs steps (:mod:`compozy_memory._wire.steps`), performing each effect
+of the closed set (:mod:`compozy_memory._wire.effects`) in one ``match`` (:func:`adrive`).
+Every :class:`~compozy_memory._wire.effects.Call` goes through :meth:`Transport.call`, which
+decides how it travels:
 
 * with a :class:`WaitPolicy`, a write goes out in a pipeline of its own followed by ``WAIT``
   or ``WAITAOF``, so the acknowledgement counts that write's connection;
 * otherwise, calls made in the same event-loop iteration share one pipeline on a standalone
-  client (:mod:`compozy_memory._wire.batching`), one pipeline per node on a Cluster client
-  (:mod:`compozy_memory._wire.cluster_batching`);
+  client (:mod:`compozy_memory._io.batching`), one pipeline per node on a Cluster client
+  (:mod:`compozy_memory._io.cluster_batching`);
 * with batching off, each call goes alone (on a Cluster, once the client is initialised).
 
 Calls that meet an unreachable server are retried within the :class:`RetryPolicy`.
 
 :class:`Transport` runs on ``redis.asyncio``;
-:class:`~compozy_memory._wire.sync_transport.SyncTransport` is its twin on redis-py's blocking
+:class:`~compozy_memory._io.sync_transport.SyncTransport` is its twin on redis-py's blocking
 clients (no batching: a thread's calls go one by one). Both drive the same steps
 (:mod:`compozy_memory._wire.steps`): delivery, WAIT and the retry loop are written once.
 
 Each call's latency, retries included, is observed once here in
-``compozy_memory_operation_latency_seconds{memory, operation, outcome}``: the script's name
-says the operation (:data:`OPERATIONS`), the outcome is ``ok`` or the error's class. Once
-OpenTelemetry is on (:func:`compozy_memory.instrument_opentelemetry`), each memory operation
-is also one span here (:mod:`compozy_memory._telemetry`), on both transports.
+``compozy_memory_operation_latency_seconds{memory, operation, outcome}``: the call names its
+operation, the outcome is ``ok`` or the error's class. Once OpenTelemetry is on
+(:func:`compozy_memory.instrument_opentelemetry`), each memory operation is also one span here
+(:mod:`compozy_memory._telemetry`), on both transports. The core's other measurements reach
+the metrics as :class:`~compozy_memory._wire.effects.Observe` effects.
 """
 
 from __future__ import annotations
@@ -31,62 +34,99 @@ import time
 import weakref
 from collections.abc import Awaitable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, assert_never
 
 from redis import exceptions as redis_errors
 from redis.asyncio import RedisCluster
 
 from compozy_memory import _telemetry
+from compozy_memory._io.batching import batcher_for
+from compozy_memory._io.client_calls import (
+    ClientSteps,
+    Pipelined,
+    arun_client,
+    command_options,
+    is_standalone,
+)
+from compozy_memory._io.counting import count_texts
+from compozy_memory._io.delivery import delivery_for
+from compozy_memory._io.retry import RetryPolicy
+from compozy_memory._io.translate import RedisClient, backend_errors, translate
 from compozy_memory._metrics import MemoryMetrics, default_metrics
 from compozy_memory._model.policy import WaitPolicy
-from compozy_memory._wire.batching import batcher_for
-from compozy_memory._wire.client_calls import Pipelined, is_standalone
-from compozy_memory._wire.delivery import delivery_for
-from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.scripts import Args, Keys, Script, ScriptArg
-from compozy_memory._wire.steps import Op, Steps, adrive
-from compozy_memory._wire.translate import RedisClient, backend_errors, translate
+from compozy_memory._wire.effects import (
+    ABOUT,
+    Await,
+    Call,
+    Command,
+    Count,
+    Gather,
+    Hold,
+    MetricsSink,
+    Observe,
+    Offload,
+    RunScript,
+    Sleep,
+)
+from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory._wire.steps import Op, Steps
 from compozy_memory.errors import ConfigurationError, ReplicationError, ScriptError
 
-__all__ = ["OPERATIONS", "ScriptTransport", "Transport", "TransportBase"]
+__all__ = ["CallTransport", "Transport", "TransportBase", "adrive"]
 
 T = TypeVar("T")
 
 
-class ScriptTransport(Protocol):
-    """What the gateway needs of a transport (the real one, or a fake in unit tests)."""
+class CallTransport(Protocol):
+    """What :func:`adrive` needs of a driver (the real one, or a fake in unit tests): its
+    calls performed (the raw reply), and where measurements go."""
 
-    async def run(
-        self, code: Script, keys: Keys, args: Args, *, key: str, write: bool = False
-    ) -> Any: ...
+    @property
+    def metrics(self) -> MetricsSink: ...
 
-    async def command(
-        self, operation: str, method: str, *args: Any, key: str, **options: Any
-    ) -> Any: ...
+    async def call(self, call: Call[Any]) -> Any: ...
 
 
-#: The operation each script performs, as the handle's method that sends it is named (the
-#: metrics' ``operation`` label). ``read`` also serves replace() and trim(), which read the
-#: live messages before their own script; plain commands name their operation themselves
-#: (``recall``, ``len``, ``token_count``).
-OPERATIONS: dict[str, str] = {
-    "append": "append",
-    "replace": "replace",
-    "trim": "trim",
-    "clear": "clear",
-    "expire": "set_ttl",
-    "flush_commit": "flush_commit",
-    "lock_acquire": "lock_acquire",
-    "lock_refresh": "lock_refresh",
-    "lock_release": "lock_release",
-    "promote": "recall_messages",
-    "clear_recalled": "clear_recalled",
-    "read": "read",
-    "context": "context",
-    "search_fetch": "search",
-    "snapshot": "snapshot",
-    "health": "health",
-}
+async def adrive(steps: Steps[T] | Op[T], io: CallTransport) -> T:
+    """Run ``steps`` on the async driver ``io``: each effect performed, its outcome (or its
+    exception) handed back, until the steps return."""
+    gen = iter(steps)
+    try:
+        effect = gen.send(None)
+        while True:
+            try:
+                match effect:
+                    case Call():
+                        value: Any = effect.decode(await io.call(effect))
+                    case Observe(into=into):
+                        (into or io.metrics).record(effect)
+                        value = None
+                    case Count(counter, texts):
+                        value = await count_texts(counter, texts)
+                    case Sleep(seconds):
+                        await asyncio.sleep(seconds)
+                        value = None
+                    case Offload(work):
+                        value = await asyncio.to_thread(work)
+                    case Gather(steps=several):
+                        value = list(await asyncio.gather(*(adrive(s, io) for s in several)))
+                    case Await(make, None):
+                        value = await make()
+                    case Await(make, deadline):
+                        async with asyncio.timeout(deadline):
+                            value = await make()
+                    case Hold(keeper, work):
+                        value = await keeper.hold(lambda: adrive(work, io))
+                    case _:  # mypy checks that every effect has its case
+                        assert_never(effect)
+            except BaseException as exc:  # the steps decide: they may catch it
+                effect = gen.throw(exc)
+            else:
+                effect = gen.send(value)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
 
 _clock = time.perf_counter
 
@@ -130,8 +170,18 @@ class TransportBase:
         if self._server is _UNKNOWN:
             self._server = _address(self.client)
         server = self._server if isinstance(self._server, tuple) else None
+        content = None
+        if telemetry.capture_content:  # what the operation is about, as its steps said
+            about = ABOUT.get()
+            if about is not None:
+                content = _telemetry.content(records=about.records, query=about.query)
         return telemetry.span(
-            operation, store=key, resource=self.memory, server=server, records=records
+            operation,
+            store=key,
+            resource=self.memory,
+            server=server,
+            records=records,
+            content=content,
         )
 
     def _bind(self, operation: str) -> Any:
@@ -151,7 +201,7 @@ class TransportBase:
         args: Sequence[ScriptArg],
         wait: WaitPolicy,
         key: str,
-    ) -> Steps[Any]:
+    ) -> ClientSteps[Any]:
         """Run a write script and then WAIT/WAITAOF on the same connection (one pipeline).
 
         WAIT counts the replicas that acknowledged this connection's writes, so it must follow
@@ -223,44 +273,45 @@ class Transport(TransportBase):
         """Run ``steps`` on this transport."""
         return await adrive(steps, self)
 
-    async def run(
-        self, code: Script, keys: Keys, args: Args, *, key: str, write: bool = False
-    ) -> Any:
-        """Run ``script``, retried within the policy; ``write`` calls wait for replicas when
-        the policy asks. A write not acknowledged in time raises ReplicationError carrying
-        the raw reply."""
-        code.contract.check_keys(keys)
+    async def call(self, call: Call[Any]) -> Any:
+        """Perform ``call``: a script retried within the policy (a write waited for by
+        replicas when the policy asks: ReplicationError, carrying the raw reply, when they do
+        not), or a command retried like scripts; the raw reply."""
+        operation = call.operation
+        send = call.send
+        key = call.key
         if not self._homed:
             self._home()
-        operation = OPERATIONS.get(code.name, code.name)
-        work: Awaitable[Any] = self._run(code, keys, args, key, write, operation)
-        telemetry = _telemetry.ACTIVE
-        if telemetry is not None and operation in _telemetry.GENAI_OPERATIONS:
-            records = _telemetry.record_count(code.contract.argv, args)
-            work = self._traced(telemetry, operation, work, key, records)
-        return await self._timed(operation, work)
-
-    async def command(
-        self, operation: str, method: str, *args: Any, key: str, **options: Any
-    ) -> Any:
-        """A plain redis-py command (``method`` of the client, given ``options`` as keyword
-        arguments), retried like scripts."""
-
-        async def attempt() -> Any:
-            with backend_errors(operation, key):
-                return await getattr(self.client, method)(*args, **options)
-
-        async def call() -> Any:
-            if not self._homed:
-                self._home()
-            await self._ready(key)
-            return await self.retry.call(attempt, what=operation, memory=self.memory, key=key)
-
-        work: Awaitable[Any] = call()
+        if isinstance(send, RunScript):
+            code, keys, args = send.script, send.keys, send.args
+            code.contract.check_keys(keys)
+            if operation is None:
+                return await self._run(code, keys, args, key, call.write, code.name)
+            work: Awaitable[Any] = self._run(code, keys, args, key, call.write, operation)
+            records: int | None = None
+            telemetry = _telemetry.ACTIVE
+            if telemetry is not None and operation in _telemetry.GENAI_OPERATIONS:
+                records = _telemetry.record_count(code.contract.argv, args)
+                work = self._traced(telemetry, operation, work, key, records)
+            return await self._timed(operation, work)
+        if operation is None:  # not a memory operation: once, untimed, untraced
+            with backend_errors("command", key):
+                return await getattr(self.client, send.method)(*send.args, **command_options(send))
+        work = self._command(operation, send, key)
         telemetry = _telemetry.ACTIVE
         if telemetry is not None and operation in _telemetry.GENAI_OPERATIONS:
             work = self._traced(telemetry, operation, work, key, None)
         return await self._timed(operation, work)
+
+    async def _command(self, operation: str, send: Command, key: str) -> Any:
+        method, args, options = getattr(self.client, send.method), send.args, command_options(send)
+
+        async def attempt() -> Any:
+            with backend_errors(operation, key):
+                return await method(*args, **options)
+
+        await self._ready(key)
+        return await self.retry.call(attempt, what=operation, memory=self.memory, key=key)
 
     async def _traced(
         self,
@@ -299,7 +350,7 @@ class Transport(TransportBase):
         wait = self.wait
         if wait is not None and write:
             return await retry.call(
-                lambda: adrive(self._run_and_wait(script, keys, args, wait, key), self),
+                lambda: arun_client(self._run_and_wait(script, keys, args, wait, key), self.client),
                 what=operation,
                 memory=memory,
                 key=key,

@@ -6,7 +6,7 @@ a memory shares one hash tag, so one memory's calls always go to one node), and 
 goes out as one non-transactional pipeline on a connection of that node's own pool; the
 groups of different nodes travel concurrently.
 
-The guarantees are those of the standalone batcher (:mod:`compozy_memory._wire.batching`):
+The guarantees are those of the standalone batcher (:mod:`compozy_memory._io.batching`):
 each caller gets its own reply or typed error, matched by position; a caller cancelled while
 waiting is skipped and never receives or passes on another's reply; a call that found no
 script or no Functions library on its node is sent again alone, which loads what is missing
@@ -37,8 +37,8 @@ from redis import exceptions as redis_errors
 from redis.asyncio import RedisCluster
 from redis.asyncio.cluster import ClusterNode
 
-from compozy_memory._wire.delivery import delivery_for
-from compozy_memory._wire.pipelining import (
+from compozy_memory._io.delivery import delivery_for
+from compozy_memory._io.pipelining import (
     MAX_PIPELINE,
     Call,
     Queue,
@@ -47,8 +47,8 @@ from compozy_memory._wire.pipelining import (
     fail_all,
     settle,
 )
+from compozy_memory._io.translate import backend_errors, translate
 from compozy_memory._wire.scripts import Script, ScriptArg
-from compozy_memory._wire.translate import backend_errors, translate
 
 __all__ = ["CLUSTER_BATCHING", "ClusterBatcher"]
 

@@ -10,7 +10,7 @@ The library is loaded by an operator (``compozy-memory install``) or, where the 
 that answered and runs again (after several loads that another client's FUNCTION FLUSH undid,
 that one call is sent with its source by EVALSHA/EVAL instead). A server without Functions, or
 a user allowed ``EVALSHA`` but not ``FUNCTION LOAD``, gets the scripts by EVALSHA instead (see
-:func:`~compozy_memory._wire.translate.run_script`). The choice is made once per client.
+:func:`~compozy_memory._io.translate.run_script`). The choice is made once per client.
 
 On a Cluster, redis-py would ask the server for the keys of every FCALL (``COMMAND GETKEYS``),
 so calls are sent to the node that owns the first key's slot directly; redirects after a
@@ -27,9 +27,9 @@ exists"), so a load whose reply was lost is simply sent again: by the handle's R
 which repeats the whole call, or, for :func:`install` and ``warm()``, by a RetryPolicy of their
 own. Either way the caller sees a typed error, never redis-py's ConnectionError.
 
-Every decision here is written once, as steps (:mod:`compozy_memory._wire.steps`) over the
-client effects of :mod:`compozy_memory._wire.client_calls`: the async transport and the sync
-one drive the same FCALL, load, fallback and version check.
+Every decision here is written once, as client steps over the closed set of client effects
+of :mod:`compozy_memory._io.client_calls`: the async driver and the sync one run the same
+FCALL, load, fallback and version check on their clients.
 
 Falling back to EVALSHA is logged once per client, at WARNING on ``compozy_memory.delivery``,
 with its cause (``extra``: ``key``, the instance whose call found out; the client serves
@@ -45,19 +45,27 @@ from typing import Any, Literal
 
 from redis import exceptions as redis_errors
 
-from compozy_memory._wire.client_calls import PRIMARIES, Exec, OnClient, is_cluster, is_standalone
-from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.scripts import SCRIPT_NAMES, Script, ScriptArg, library
-from compozy_memory._wire.scripts import script as script_named
-from compozy_memory._wire.server_version import check_server
-from compozy_memory._wire.steps import Steps, adrive, drive
-from compozy_memory._wire.translate import (
+from compozy_memory._io.client_calls import (
+    PRIMARIES,
+    ClientSteps,
+    Exec,
+    RefreshSlots,
+    arun_client,
+    is_cluster,
+    is_standalone,
+    run_client,
+)
+from compozy_memory._io.retry import RetryPolicy
+from compozy_memory._io.translate import (
     backend_errors,
     error_cause,
     eval_commands,
     run_script,
     translate,
 )
+from compozy_memory._wire.scripts import SCRIPT_NAMES, Script, ScriptArg, library
+from compozy_memory._wire.scripts import script as script_named
+from compozy_memory._wire.server_version import check_server
 from compozy_memory.errors import (
     BackendOutOfMemoryError,
     BackendPermissionError,
@@ -106,7 +114,7 @@ class Delivery:
             extra={"key": key},
         )
 
-    def _no_functions(self, reason: _NoFunctions, key: str) -> Steps[None]:
+    def _no_functions(self, reason: _NoFunctions, key: str) -> ClientSteps[None]:
         """The server has no Functions: refuse it if it is too old, else go by EVALSHA."""
         yield from supported_steps(self.client, key)
         self.mode = "eval"
@@ -125,7 +133,7 @@ class Delivery:
             return True
         return isinstance(reply, redis_errors.ResponseError) and _unknown_command(reply)
 
-    def reload(self, script: Script, key: str) -> Steps[tuple[str, str]]:
+    def reload(self, script: Script, key: str) -> ClientSteps[tuple[str, str]]:
         """After ``needs_reload``: make the script available and say how to send it again."""
         if self.mode != "eval":
             try:
@@ -140,7 +148,7 @@ class Delivery:
 
     def run(
         self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], key: str
-    ) -> Steps[Any]:
+    ) -> ClientSteps[Any]:
         """Run ``script`` once; errors come out typed."""
         if self.mode != "eval":
             try:
@@ -164,11 +172,11 @@ class Delivery:
         self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], key: str
     ) -> Any:
         """:meth:`run` on this delivery's async client (the batchers' unbatched road)."""
-        return await adrive(self.run(script, keys, args, key), OnClient(self.client))
+        return await arun_client(self.run(script, keys, args, key), self.client)
 
     def _fcall(
         self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], key: str
-    ) -> Steps[Any]:
+    ) -> ClientSteps[Any]:
         command = "FCALL_RO" if script.read_only else "FCALL"
         node = self._node(keys)
         for attempt in range(_LOAD_ATTEMPTS):
@@ -194,7 +202,7 @@ class Delivery:
             return reply
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def warm(self, key: str) -> Steps[None]:
+    def warm(self, key: str) -> ClientSteps[None]:
         """Make every script ready on every primary before the first call needs one: the
         Functions library where the server has Functions (loading it where this user may),
         else every script by SCRIPT LOAD. A refusal to load is left for the first call to
@@ -230,7 +238,7 @@ class Delivery:
 
 def _load_library(
     client: object, node: Any, *, key: str, replace: bool = False, retry: bool = False
-) -> Steps[bool]:
+) -> ClientSteps[bool]:
     """FUNCTION LOAD the library on ``node`` (None: the standalone server); True if this call
     loaded it, False if it was there already. Errors come out typed (_NoFunctions: the server
     has no Functions; _LoadRefused: this user may not load it). With ``retry``, a load whose
@@ -240,7 +248,7 @@ def _load_library(
     command = ("FUNCTION", "LOAD", *(["REPLACE"] if replace else []), library().source)
     lost = False
 
-    def attempt() -> Steps[bool]:
+    def attempt() -> ClientSteps[bool]:
         nonlocal lost
         try:
             return (yield from _load_once(node, command, key, lost))
@@ -253,7 +261,7 @@ def _load_library(
     return (yield from _SETUP_RETRY.steps(attempt, what="FUNCTION LOAD", key=key))
 
 
-def _load_once(node: Any, command: tuple[Any, ...], key: str, lost: bool) -> Steps[bool]:
+def _load_once(node: Any, command: tuple[Any, ...], key: str, lost: bool) -> ClientSteps[bool]:
     try:
         yield Exec(node, command)
     except redis_errors.ResponseError as exc:
@@ -296,7 +304,7 @@ def _unknown_command(exc: redis_errors.ResponseError) -> bool:
     return "unknown command" in text and "fcall" in text
 
 
-def supported_steps(client: object, key: str) -> Steps[None]:
+def supported_steps(client: object, key: str) -> ClientSteps[None]:
     """Raise UnsupportedServerError if a server of ``client`` (every primary of a Cluster) is
     older than Redis 7.0 / Valkey 7.2, from its ``INFO server``. Asked once per client while
     the answer is yes; a user who may not run INFO, or a server whose INFO names no version,
@@ -318,7 +326,7 @@ def supported_steps(client: object, key: str) -> Steps[None]:
 
 async def require_supported(client: object, key: str) -> None:
     """:func:`supported_steps` on an async client."""
-    await adrive(supported_steps(client, key), OnClient(client))
+    await arun_client(supported_steps(client, key), client)
 
 
 def _address(client: object, node: Any) -> str:
@@ -342,7 +350,7 @@ def delivery_for(client: object) -> Delivery:
     return delivery
 
 
-def install_steps(client: object, *, replace: bool = False) -> Steps[list[str]]:
+def install_steps(client: object, *, replace: bool = False) -> ClientSteps[list[str]]:
     """Load the Functions library on every primary; returns the nodes that loaded it now."""
     name = library().name
     loaded: list[str] = []
@@ -363,21 +371,11 @@ def install_steps(client: object, *, replace: bool = False) -> Steps[list[str]]:
     return loaded
 
 
-def _refresh_slots(client: object) -> Steps[None]:
+def _refresh_slots(client: object) -> ClientSteps[None]:
     """Ask a Cluster for its slot map again: a node added since the client started must be
     found."""
     yield PRIMARIES  # initialises an async client
-    yield _RefreshSlots()
-
-
-class _RefreshSlots:
-    __slots__ = ()
-
-    async def arun(self, io: Any) -> None:
-        await io.client.nodes_manager.initialize()
-
-    def run(self, io: Any) -> None:
-        io.client.nodes_manager.initialize()
+    yield RefreshSlots()
 
 
 async def install(client: object, *, replace: bool = False) -> list[str]:
@@ -385,9 +383,9 @@ async def install(client: object, *, replace: bool = False) -> list[str]:
 
     Idempotent: a node that has this version already is left alone. Run it again after adding
     a node to a Cluster. (:func:`install_sync` for redis-py's blocking clients.)"""
-    return await adrive(install_steps(client, replace=replace), OnClient(client))
+    return await arun_client(install_steps(client, replace=replace), client)
 
 
 def install_sync(client: object, *, replace: bool = False) -> list[str]:
     """:func:`install` on a blocking client."""
-    return drive(install_steps(client, replace=replace), OnClient(client))
+    return run_client(install_steps(client, replace=replace), client)

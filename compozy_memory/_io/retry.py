@@ -16,8 +16,9 @@ or a deadline is reached; then the typed error reaches the caller. Every script 
 Permission errors, out-of-memory refusals and script errors are never retried: repeating them
 cannot help.
 
-The loop is written once, as steps (:meth:`RetryPolicy.steps`); :meth:`RetryPolicy.call` runs
-it around a coroutine, :meth:`RetryPolicy.call_sync` around a blocking call.
+The loop is written once, as client steps (:meth:`RetryPolicy.steps`, whose backoffs are
+:class:`~compozy_memory._wire.effects.Sleep` effects); :meth:`RetryPolicy.call` runs it around a
+coroutine, :meth:`RetryPolicy.call_sync` around a blocking call.
 
 A call that is retried is logged once, at WARNING on ``compozy_memory.retry``, with the error
 that made it retry (``extra``: ``memory``, ``key``, ``operation``); its outcome, when it
@@ -26,21 +27,21 @@ recovers, at DEBUG.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
+import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from compozy_memory._wire.steps import Sleep, Steps, adrive, drive
+from compozy_memory._wire.effects import ONE_ATTEMPT, Sleep
 from compozy_memory.errors import BackendUnavailableError, ConfigurationError
 
-__all__ = ["NO_RETRY", "RetryPolicy", "no_retries"]
+__all__ = ["NO_RETRY", "RetryPolicy"]
 
 T = TypeVar("T")
+Y = TypeVar("Y")
 
 log = logging.getLogger("compozy_memory.retry")
 
@@ -83,8 +84,24 @@ class RetryPolicy:
         try:
             return await operation()  # the common case, without building a retry loop
         except BackendUnavailableError as exc:
-            again = self._again(exc, started, lambda: _awaited(operation), what, memory, key)
-        return await adrive(again, None)
+            again = self._again(exc, started, _attempt, what, memory, key)
+        try:
+            step = again.send(None)
+            while True:
+                try:
+                    if step is _ATTEMPT:
+                        value: Any = await operation()
+                    else:
+                        assert isinstance(step, Sleep)
+                        await asyncio.sleep(step.seconds)
+                        value = None
+                except BaseException as error:
+                    step = again.throw(error)
+                else:
+                    step = again.send(value)
+        except StopIteration as done:
+            result: T = done.value
+            return result
 
     def call_sync(
         self,
@@ -99,18 +116,35 @@ class RetryPolicy:
         try:
             return operation()
         except BackendUnavailableError as exc:
-            again = self._again(exc, started, lambda: _called(operation), what, memory, key)
-        return drive(again, None)
+            again = self._again(exc, started, _attempt, what, memory, key)
+        try:
+            step = again.send(None)
+            while True:
+                try:
+                    if step is _ATTEMPT:
+                        value: Any = operation()
+                    else:
+                        assert isinstance(step, Sleep)
+                        time.sleep(step.seconds)
+                        value = None
+                except BaseException as error:
+                    step = again.throw(error)
+                else:
+                    step = again.send(value)
+        except StopIteration as done:
+            result: T = done.value
+            return result
 
     def steps(
         self,
-        attempt: Callable[[], Steps[T]],
+        attempt: Callable[[], Generator[Y, Any, T]],
         *,
         what: str = "call",
         memory: str | None = None,
         key: str | None = None,
-    ) -> Steps[T]:
-        """:meth:`call` for steps: ``attempt()`` makes the steps of one try."""
+    ) -> Generator[Y | Sleep, Any, T]:
+        """:meth:`call` for steps (client steps: :mod:`compozy_memory._io.client_calls`):
+        ``attempt()`` makes the steps of one try."""
         started = time.monotonic()
         try:
             return (yield from attempt())
@@ -122,14 +156,14 @@ class RetryPolicy:
         self,
         first: BackendUnavailableError,
         started: float,
-        attempt: Callable[[], Steps[T]],
+        attempt: Callable[[], Generator[Y, Any, T]],
         what: str,
         memory: str | None,
         key: str | None,
-    ) -> Steps[T]:
+    ) -> Generator[Y | Sleep, Any, T]:
         """After a first failure: try again with jittered exponential backoff until one
         succeeds, ``attempts`` were made or ``deadline`` passed (then the last error)."""
-        if self.attempts == 1 or self.deadline <= 0 or _ONE_ATTEMPT.get():
+        if self.attempts == 1 or self.deadline <= 0 or ONE_ATTEMPT.get():
             raise first
         log.warning(
             "%s of %s failed (%s: %s); retrying for up to %d attempts or %gs",
@@ -162,55 +196,19 @@ class RetryPolicy:
         raise first  # pragma: no cover  (attempts == 1 returned above)
 
 
-def _awaited(operation: Callable[[], Awaitable[T]]) -> Steps[T]:
-    result: T = yield _Await(operation)
-    return result
+class _Attempt:
+    """What the loop of :meth:`RetryPolicy.call` (and ``call_sync``) yields for one more try
+    of its operation."""
+
+    __slots__ = ()
 
 
-def _called(operation: Callable[[], T]) -> Steps[T]:
-    result: T = yield _Call(operation)
-    return result
+_ATTEMPT = _Attempt()
 
 
-@dataclass(frozen=True, slots=True)
-class _Await:
-    operation: Callable[[], Awaitable[Any]]
-
-    def arun(self, io: Any) -> Awaitable[Any]:
-        del io
-        return self.operation()
-
-    def run(self, io: Any) -> Any:  # pragma: no cover  (only driven by adrive)
-        raise TypeError("a coroutine's retry runs on an event loop")
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    operation: Callable[[], Any]
-
-    async def arun(self, io: Any) -> Any:  # pragma: no cover  (only driven by drive)
-        raise TypeError("a blocking call's retry runs in its thread")
-
-    def run(self, io: Any) -> Any:
-        del io
-        return self.operation()
+def _attempt() -> Generator[_Attempt, Any, Any]:
+    return (yield _ATTEMPT)
 
 
 #: One attempt: errors reach the caller at once.
 NO_RETRY = RetryPolicy(attempts=1)
-
-_ONE_ATTEMPT: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "compozy_memory_one_attempt", default=False
-)
-
-
-@contextlib.contextmanager
-def no_retries() -> Iterator[None]:
-    """Within the block (and the tasks it starts), every call makes one attempt: for work
-    that another call will redo anyway, such as a background catch-up of the index, which
-    must not keep a dead server's connection busy for the retry deadline."""
-    token = _ONE_ATTEMPT.set(True)
-    try:
-        yield
-    finally:
-        _ONE_ATTEMPT.reset(token)

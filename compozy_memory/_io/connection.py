@@ -12,12 +12,12 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.retry import Retry as SyncRetry
 
+from compozy_memory._io.client_calls import SyncRedisClient, is_blocking, is_cluster
+from compozy_memory._io.retry import RetryPolicy
+from compozy_memory._io.sync_transport import SyncTransport
+from compozy_memory._io.translate import RedisClient
+from compozy_memory._io.transport import Transport
 from compozy_memory._metrics import MemoryMetrics
-from compozy_memory._wire.client_calls import SyncRedisClient, is_blocking, is_cluster
-from compozy_memory._wire.retry import RetryPolicy
-from compozy_memory._wire.sync_transport import SyncTransport
-from compozy_memory._wire.translate import RedisClient
-from compozy_memory._wire.transport import Transport
 from compozy_memory.errors import ConfigurationError
 
 __all__ = [

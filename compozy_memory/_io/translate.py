@@ -16,9 +16,8 @@ from typing import Any, TypeAlias
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis, RedisCluster
 
-from compozy_memory._wire.client_calls import Exec, is_cluster
+from compozy_memory._io.client_calls import ClientSteps, Exec, is_cluster
 from compozy_memory._wire.scripts import Script, ScriptArg
-from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import (
     BackendError,
     BackendOutOfMemoryError,
@@ -91,7 +90,7 @@ def eval_commands(script: Script, client: object) -> tuple[str, str]:
 
 def run_script(
     client: object, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], key: str
-) -> Steps[Any]:
+) -> ClientSteps[Any]:
     """Run ``script`` once (by SHA, then by source after NOSCRIPT); errors come out typed.
     ``client`` decides the commands; the transport that drives the steps sends them."""
     by_sha, by_source = eval_commands(script, client)

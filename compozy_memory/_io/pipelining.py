@@ -1,7 +1,7 @@
 """What both batchers share: the queued call, packing, one round trip, settling a caller.
 
-:mod:`compozy_memory._wire.batching` (standalone clients) and
-:mod:`compozy_memory._wire.cluster_batching` (Cluster clients) gather the script calls of one
+:mod:`compozy_memory._io.batching` (standalone clients) and
+:mod:`compozy_memory._io.cluster_batching` (Cluster clients) gather the script calls of one
 event-loop iteration and send them as non-transactional pipelines; this module holds the parts
 that do not depend on where a pipeline goes.
 """

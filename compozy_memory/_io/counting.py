@@ -18,8 +18,9 @@ and counted in one go when the iteration ends, by one of two roads:
 Any other counter (the heuristic, supplied counts) counts at once. A counter's error reaches
 only the caller whose text raised it, and a caller cancelled while waiting is skipped.
 
-A sync handle has no tick to gather: :class:`Count`, the effect the encoding steps yield,
-counts its texts at once in the caller's thread.
+This is how the async driver performs :class:`~compozy_memory._wire.effects.Count`, the
+effect the encoding steps yield; a sync handle has no tick to gather, and its driver counts
+the texts at once in the caller's thread (:func:`count_all`).
 """
 
 from __future__ import annotations
@@ -31,17 +32,14 @@ import threading
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
 
 from compozy_memory._model.tokens import TokenCounter
+from compozy_memory._wire.effects import Counted
 
-__all__ = ["CHUNK_CHARS", "INLINE_CHARS", "Count", "count_texts"]
+__all__ = ["CHUNK_CHARS", "INLINE_CHARS", "count_all", "count_texts"]
 
 #: A batch with fewer characters than this is counted on the event loop (~1,000 tokens).
 INLINE_CHARS = 4_000
-
-Counted = int | Exception
 
 
 async def count_texts(counter: TokenCounter, texts: Sequence[str]) -> list[Counted]:
@@ -51,7 +49,7 @@ async def count_texts(counter: TokenCounter, texts: Sequence[str]) -> list[Count
     in_thread = getattr(counter, "thread_safe", False) is True
     if not in_thread:
         if not callable(getattr(counter, "count_many", None)):
-            return _count_all(counter, texts)  # microseconds: no reason to wait for the tick
+            return count_all(counter, texts)  # microseconds: no reason to wait for the tick
         return await _tick_batcher(asyncio.get_running_loop()).submit(counter, list(texts))
     out: list[Counted | None] = [None] * len(texts)
     missing: list[int] = []
@@ -70,24 +68,8 @@ async def count_texts(counter: TokenCounter, texts: Sequence[str]) -> list[Count
     return [value for value in out if value is not None]
 
 
-@dataclass(frozen=True, slots=True)
-class Count:
-    """Each text's count (or the exception counting it raised), in order: gathered with the
-    tick's other counts on an event loop, at once in a sync caller's thread."""
-
-    counter: TokenCounter
-    texts: Sequence[str]
-
-    def arun(self, io: Any) -> Any:
-        del io
-        return count_texts(self.counter, self.texts)
-
-    def run(self, io: Any) -> list[Counted]:
-        del io
-        return _count_all(self.counter, self.texts) if self.texts else []
-
-
-def _count_all(counter: TokenCounter, texts: Sequence[str]) -> list[Counted]:
+def count_all(counter: TokenCounter, texts: Sequence[str]) -> list[Counted]:
+    """Each text's count, or the exception counting it raised, in order, counted now."""
     count_many = getattr(counter, "count_many", None)
     if callable(count_many) and len(texts) > 1:
         counted: list[Counted] | None
@@ -169,7 +151,7 @@ def _count_requests(requests: list[tuple[TokenCounter, list[str]]]) -> list[list
     by_counter: dict[int, tuple[TokenCounter, list[str]]] = {}
     for counter, texts in requests:
         by_counter.setdefault(id(counter), (counter, []))[1].extend(texts)
-    counted = {key: iter(_count_all(*request)) for key, request in by_counter.items()}
+    counted = {key: iter(count_all(*request)) for key, request in by_counter.items()}
     return [[next(counted[id(counter)]) for _ in texts] for counter, texts in requests]
 
 

@@ -24,7 +24,8 @@ Exit codes:
 * 5: no such memory (nothing stored under that key, or no memory resource or agent by that id)
 * 6: not confirmed (``clear``/``purge`` answered no, or no answer)
 * 7: permission denied (the ACL user may not: NOPERM)
-* 130: interrupted (Ctrl-C, at a confirmation prompt too)
+* 130: interrupted (Ctrl-C, at a confirmation prompt too); the commands that run until
+  stopped (``tail -f``, ``serve-metrics``, ``mcp --transport http``) end with 0 on Ctrl-C
 
 Shell completion (typer's): ``compozy-memory --install-completion`` adds it to the current
 shell's start-up file (bash, zsh, fish, PowerShell); ``--show-completion`` prints it instead.
@@ -138,8 +139,23 @@ _LABELS = {
 
 @functools.cache
 def _command() -> Any:
-    """The click command typer builds from ``app`` (built once: it reads every signature)."""
-    return typer.main.get_command(app)
+    """The click command typer builds from ``app`` (built once: it reads every signature),
+    its flags shown without a value placeholder."""
+    command = typer.main.get_command(app)
+    _flags_take_no_value(command)
+    return command
+
+
+def _flags_take_no_value(command: Any) -> None:
+    """Give every flag (``--json``, ``--yes``, ``--help``...) an empty metavar: typer's help
+    would otherwise show ``<bool>`` beside options that take no value."""
+    context = typer.Context(command, help_option_names=["-h", "--help"])
+    help_option = command.get_help_option(context)
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _flags_take_no_value(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,7 +11,8 @@ Exit codes (also in :mod:`compozy_memory._ops.cli` and the README):
 5     no such memory: nothing stored under that key, or no memory resource by that id
 6     not confirmed: a ``clear`` or ``purge`` answered no (or no terminal to ask on)
 7     permission denied: the ACL user may not do that (NOPERM)
-130   interrupted: Ctrl-C (at a confirmation prompt too)
+130   interrupted: Ctrl-C (at a confirmation prompt too; not ``tail -f``, ``serve-metrics``,
+      ``mcp --transport http``, which Ctrl-C ends as they are meant to end: exit 0)
 ====  =====================================================================================
 """
 

@@ -92,7 +92,7 @@ def test_ctrl_c_while_the_cli_loads_is_exit_130_without_a_traceback(tmp_path: Pa
             """
         )
     )
-    entry = "import sys; from compozy_memory._ops import main; sys.exit(main())"
+    entry = "import sys; from compozy_memory._ops.entry import main; sys.exit(main())"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd()])}
     done = subprocess.run(
         [sys.executable, "-c", entry, "ls", "-p", "acme"],
@@ -107,4 +107,4 @@ def test_the_console_script_enters_through_the_guarded_main() -> None:
     text = SCRIPT.read_text() if SCRIPT.exists() else ""
     if not text:
         pytest.skip("no compozy-memory console script beside this interpreter")
-    assert "from compozy_memory._ops import main" in text
+    assert "from compozy_memory._ops.entry import main" in text

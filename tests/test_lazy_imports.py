@@ -48,3 +48,10 @@ def test_every_exported_name_resolves_to_its_object() -> None:
 def test_a_name_that_is_not_exported_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="NoSuchThing"):
         compozy_memory.NoSuchThing  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_the_command_line_starts_without_the_library() -> None:
+    """Its commands import what they use when they run: --help, a usage error and the start
+    of `mcp` (whose `initialize` answers before the library loads) pay only for typer."""
+    assert _loaded_after("import compozy_memory._ops.cli") == []
+    assert _loaded_after("import compozy_memory._ops.entry") == []

@@ -40,10 +40,9 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeGuard
 
 import typer
-from pydantic import ValidationError
 
 from compozy_memory._ops import demo, inspect_cmds, maintain_cmds, render_key, setup_cmds
 from compozy_memory._ops.common import (
@@ -60,6 +59,9 @@ from compozy_memory._ops.common import (
 )
 from compozy_memory._ops.messages import describe_invalid, operator_text
 from compozy_memory.errors import CompozyMemoryError
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 __all__ = ["app", "main"]
 
@@ -181,9 +183,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = exit_code(exc)
         print(f"error: {_LABELS.get(code, '')}{operator_text(str(exc))}", file=sys.stderr)
         return code
-    except ValidationError as exc:  # stored data this version cannot read
-        print(f"error: {describe_invalid(exc)}", file=sys.stderr)
-        return EXIT_FAILED
     except KeyboardInterrupt:  # Ctrl-C outside a command (typer ends those with 130)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
@@ -192,7 +191,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc.__context__, BrokenPipeError):
             return _reader_gone()
         raise
+    except Exception as exc:
+        if _stored_data_unreadable(exc):  # stored data this version cannot read
+            print(f"error: {describe_invalid(exc)}", file=sys.stderr)
+            return EXIT_FAILED
+        raise
     return result if isinstance(result, int) else 0
+
+
+def _stored_data_unreadable(exc: Exception) -> TypeGuard[ValidationError]:
+    """Whether ``exc`` is pydantic's ValidationError (pydantic is loaded only by commands
+    that read stored data: if it is not loaded, ``exc`` cannot be one)."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(exc, pydantic.ValidationError)
 
 
 def _reader_gone() -> int:

@@ -28,19 +28,12 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from prometheus_client import CollectorRegistry
 from rich.live import Live
 from rich.table import Table
 
-from compozy_memory._config.registry import MemoryRegistry
-from compozy_memory._flush.extractive import ExtractiveSummarizer
-from compozy_memory._manager import MemoryManager
-from compozy_memory._metrics import MemoryMetrics
-from compozy_memory._model.messages import Message
-from compozy_memory._model.tokens import HeuristicCounter
 from compozy_memory._ops.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -49,9 +42,11 @@ from compozy_memory._ops.common import (
     settings,
 )
 from compozy_memory._ops.output import Column, Out, key_column, number_column
-from compozy_memory._store.instance import MemoryInstance
-from compozy_memory._wire.connection import connect
 from compozy_memory.embedded import start_server
+
+if TYPE_CHECKING:
+    from compozy_memory._model.messages import Message
+    from compozy_memory._store.instance import MemoryInstance
 
 __all__ = ["demo"]
 
@@ -215,6 +210,15 @@ async def _serve(
     turns: int,
     counters: Any,
 ) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from compozy_memory._config.registry import MemoryRegistry
+    from compozy_memory._flush.extractive import ExtractiveSummarizer
+    from compozy_memory._manager import MemoryManager
+    from compozy_memory._metrics import MemoryMetrics
+    from compozy_memory._model.tokens import HeuristicCounter
+    from compozy_memory._wire.connection import connect
+
     client = connect(url, cluster=cluster)
     registry = CollectorRegistry()
     counter = HeuristicCounter()
@@ -279,6 +283,10 @@ def _turns(messages: list[Message]) -> collections.Counter[int]:
 
 
 async def _check(options: Settings, folder: str, users: list[str], turns: int) -> list[Any]:
+    from compozy_memory._config.registry import MemoryRegistry
+    from compozy_memory._manager import MemoryManager
+    from compozy_memory._model.tokens import HeuristicCounter
+
     rows = []
     async with open_client(options) as client:
         manager = MemoryManager(

@@ -5,20 +5,11 @@ from __future__ import annotations
 import asyncio
 import sys
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import Progress
 
-from compozy_memory._config.registry import MemoryRegistry
-from compozy_memory._flush.flusher import Flusher
-from compozy_memory._flush.settings import FlushSettings, summary_budget
-from compozy_memory._flush.summarizers import RuleBasedSummarizer
-from compozy_memory._manager import build_summarizer, flush_settings
-from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._model.policy import ContextPolicy, MemoryPolicy
-from compozy_memory._model.results import FlushResult
-from compozy_memory._model.tokens import default_counter
 from compozy_memory._ops.common import (
     EXIT_ABORTED,
     EXIT_FAILED,
@@ -32,8 +23,11 @@ from compozy_memory._ops.common import (
 )
 from compozy_memory._ops.inspect_cmds import Json, KeyArgument, ProjectOption, TextOption
 from compozy_memory._ops.output import Out
-from compozy_memory._store.sessions import SessionIndex
-from compozy_memory._wire.translate import RedisClient, backend_errors
+
+if TYPE_CHECKING:
+    from compozy_memory._model.keys import InstanceKeys
+    from compozy_memory._model.results import FlushResult
+    from compozy_memory._wire.translate import RedisClient
 
 __all__ = ["clear", "flush", "purge"]
 
@@ -97,6 +91,14 @@ async def _flush(
     memory_id: str | None,
     max_tokens: int | None,
 ) -> FlushResult:
+    from compozy_memory._config.registry import MemoryRegistry
+    from compozy_memory._flush.flusher import Flusher
+    from compozy_memory._flush.settings import FlushSettings, summary_budget
+    from compozy_memory._flush.summarizers import RuleBasedSummarizer
+    from compozy_memory._manager import build_summarizer, flush_settings
+    from compozy_memory._model.policy import ContextPolicy
+    from compozy_memory._model.tokens import default_counter
+
     if config is not None:
         registry = MemoryRegistry.load(config)
         if registry.project != keys.project:
@@ -176,6 +178,8 @@ async def _exists(ctx: typer.Context, keys: InstanceKeys) -> None:
 
 
 async def _clear(ctx: typer.Context, keys: InstanceKeys) -> int:
+    from compozy_memory._model.policy import MemoryPolicy
+
     async with open_client(settings(ctx)) as client:
         # The TTL it has now, read just before: meta is rewritten and must keep expiring.
         ttl_ms = await require_memory(client, keys)
@@ -208,6 +212,9 @@ def purge(
 
 
 async def _purge(ctx: typer.Context, keys: InstanceKeys, out: Out) -> tuple[int, int]:
+    from compozy_memory._store.sessions import SessionIndex
+    from compozy_memory._wire.translate import backend_errors
+
     async with open_client(settings(ctx)) as client:
         await require_memory(client, keys)
         names = [*keys.data, keys.lock]

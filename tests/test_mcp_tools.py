@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from compozy_memory._model import limits
-from compozy_memory._ops.mcp_server import HANDLERS
+from compozy_memory._ops.mcp_calls import HANDLERS
 from compozy_memory._ops.mcp_tools import BOUNDS, QUOTE, describe_invalid, quote, tool_specs
 
 

@@ -4,12 +4,12 @@ memories it reaches) and the checked arguments, calls the library's public metho
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from compozy_memory._ops.mcp_tools import message_json, quote
 
-if TYPE_CHECKING:
-    from compozy_memory._ops.mcp_server import Door
+# The door (mcp_server.Door) is typed Any here: that module imports this one.
+Door = Any
 
 __all__ = ["HANDLERS", "Refused"]
 

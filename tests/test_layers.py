@@ -23,7 +23,9 @@ RANK = {
     "_manager": 7,
     "_manager_base": 7,
     "_sync_manager": 7,
-    "_ops": 8,
+    # The operator's tools sit beside the adapters: `import` reads the frameworks' histories
+    # through the adapters' converters (from_item, from_langchain, from_llama_index).
+    "_ops": 9,
     "adapters": 9,
     "testing": 9,
     "__init__": 10,

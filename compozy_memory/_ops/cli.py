@@ -44,7 +44,15 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeGuard
 
 import typer
 
-from compozy_memory._ops import demo, inspect_cmds, maintain_cmds, render_key, setup_cmds
+from compozy_memory._ops import (
+    demo,
+    import_cmd,
+    inspect_cmds,
+    maintain_cmds,
+    render_key,
+    setup_cmds,
+    starter_cmd,
+)
 from compozy_memory._ops.common import (
     EXIT_ABORTED,
     EXIT_AUTH,
@@ -116,6 +124,7 @@ def _options(
     ctx.obj = Settings(url, cluster)
 
 
+app.command("init")(starter_cmd.init)
 app.command("validate")(setup_cmds.validate)
 app.command("acl")(setup_cmds.acl)
 app.command("install")(setup_cmds.install_library)
@@ -128,6 +137,7 @@ app.command("export")(inspect_cmds.export)
 app.command("flush")(maintain_cmds.flush)
 app.command("clear")(maintain_cmds.clear)
 app.command("purge")(maintain_cmds.purge)
+app.command("import")(import_cmd.import_history)
 app.command("render-key")(render_key.render_key)
 app.command("demo")(demo.demo)
 

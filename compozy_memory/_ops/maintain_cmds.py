@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from compozy_memory._model.results import FlushResult
     from compozy_memory._wire.translate import RedisClient
 
-__all__ = ["clear", "flush", "purge"]
+__all__ = ["clear", "flush", "prune", "purge"]
 
 _CHUNK = 10_000
 
@@ -270,3 +270,38 @@ async def _empty(client: RedisClient, name: str, kind: str, size: int) -> None:
         else:
             return
         left -= _CHUNK
+
+
+def prune(ctx: typer.Context, project: ProjectOption, json_mode: Json = False) -> None:
+    """Drop from the project's session index the memories that are gone (expired, or deleted
+    by hand), which `ls` shows with TTL `gone`; memories that exist are left alone. Reads the
+    index a page of 1,000 at a time, with their TTLs, as `ls --all` does."""
+    from compozy_memory._model.keys import validate_project
+
+    validate_project(project)
+    out = Out(json_mode)
+    dropped, read = asyncio.run(_prune(ctx, project, out))
+    if json_mode:
+        out.data({"project": project, "pruned": dropped, "entries_read": read})
+    else:
+        out.line(f"pruned {dropped} entries of memories that are gone ({read} read)", "green")
+
+
+async def _prune(ctx: typer.Context, project: str, out: Out) -> tuple[int, int]:
+    from compozy_memory._ops.listing import gone_from_index
+    from compozy_memory._store.sessions import SessionIndex
+    from compozy_memory._wire.retry import NO_RETRY
+
+    dropped = read = 0
+    async with open_client(settings(ctx)) as client:
+        index = SessionIndex(client, project, retry=NO_RETRY)
+        async for gone, entries in gone_from_index(client, project):
+            read += entries
+            for key in gone:
+                # A memory written again since its TTL was read is dropped too: its next
+                # write puts it back in the index.
+                await index.forget(key)
+                dropped += 1
+            if out.stderr.is_terminal and not out.json:
+                out.note(f"{read} entries read, {dropped} dropped")
+    return dropped, read

@@ -314,7 +314,13 @@ def _launch(
         *extra_args,
     ]
     process = subprocess.Popen(
-        args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+        args,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        # Ctrl-C in a terminal reaches the whole process group: the server is its owner's to
+        # stop (stop(), atexit, or the watchdog), after the owner's clients, not before them.
+        start_new_session=True,
     )
     server = EmbeddedServer(binary, port, workdir, process, _owns_directory=owns)
     deadline = time.monotonic() + _START_TIMEOUT

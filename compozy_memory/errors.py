@@ -4,7 +4,7 @@
     ├── UsageError                  a call got arguments it cannot take (also a ValueError)
     ├── SessionClosedError          a framework session used after close() (a RuntimeError)
     ├── StartupError                an embedded server could not be found or started
-    ├── ConfigurationError          bad settings: a policy, a counter, an encoding
+    ├── ConfigurationError          bad settings: a policy, a counter, an encoding (a ValueError)
     │   ├── ConfigFileError         project YAML with problems, each with file, line, key path
     │   ├── AgentConfigError        an agent's memory settings (in compozy_memory._config.agents)
     │   ├── MemoryNotFoundError     an id no memory resource has
@@ -113,8 +113,12 @@ class StartupError(CompozyMemoryError):
     """An embedded server could not be found or did not start; the message says why."""
 
 
-class ConfigurationError(CompozyMemoryError):
-    """A setting is invalid: the message says which and what to write instead."""
+class ConfigurationError(CompozyMemoryError, ValueError):
+    """A setting is invalid: the message says which and what to write instead.
+
+    Also a ``ValueError``: a bad argument (``MemoryPolicy(ttl=0)``, an unknown encoding) is
+    a bad value, and code written for other libraries (LangChain's tests among them)
+    catches ``ValueError`` for it."""
 
 
 def unknown_name(kind: str, name: str, known: Iterable[str]) -> str:

@@ -252,6 +252,10 @@ async def test_runnable_with_message_history_records_each_turn(memory: MemoryIns
     ]
 
 
+# Four spawned processes import the framework before writing: minutes on a loaded 2-core
+# machine (adapter_fleet.START_TIMEOUT is 300 s), so this test's limit is above that.
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 async def test_writer_processes_append_through_the_adapter_losing_nothing(
     valkey_server: EmbeddedServer,
 ) -> None:

@@ -316,6 +316,10 @@ def test_chat_memory_buffer_keeps_its_history_in_the_store(valkey_server: Embedd
         close_unused(client)
 
 
+# Four spawned processes import the framework before writing: minutes on a loaded 2-core
+# machine (adapter_fleet.START_TIMEOUT is 300 s), so this test's limit is above that.
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 async def test_writer_processes_add_messages_through_the_adapter_losing_nothing(
     valkey_server: EmbeddedServer, client: RedisClient
 ) -> None:

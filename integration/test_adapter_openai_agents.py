@@ -289,6 +289,10 @@ async def test_a_session_made_on_one_loop_works_on_another(memory: MemoryInstanc
     assert await session.pop_item() == {"role": "user", "content": "on another loop"}
 
 
+# Four spawned processes import the framework before writing: minutes on a loaded 2-core
+# machine (adapter_fleet.START_TIMEOUT is 300 s), so this test's limit is above that.
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 async def test_writer_processes_add_items_through_the_adapter_losing_nothing(
     valkey_server: EmbeddedServer,
 ) -> None:

@@ -133,6 +133,27 @@ async def test_ls_scan_finds_memories_the_index_does_not_know(
     assert row["last_active_ms"] == newest.ts
 
 
+async def test_prune_drops_only_the_entries_of_memories_that_are_gone(
+    fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kept = await fleet.memory("kept", 1)
+    gone = await fleet.memory("gone", 1)
+    expired = await fleet.memory("expired", 1)
+    await fleet.client.unlink(*gone.keys.data)  # deleted by hand: the index still lists it
+    await expired.set_ttl(0.05)
+    await asyncio.sleep(0.2)
+    assert await asyncio.to_thread(fleet.run, "ls", "-p", fleet.project, "--json") == 0
+    rows = {r["key"]: r["exists"] for r in out_json(capsys)["memories"]}
+    assert rows == {"chat:user:kept": True, "chat:user:gone": False, "chat:user:expired": False}
+    assert await asyncio.to_thread(fleet.run, "prune", "-p", fleet.project, "--json") == 0
+    assert out_json(capsys) == {"project": fleet.project, "pruned": 2, "entries_read": 3}
+    assert await asyncio.to_thread(fleet.run, "ls", "-p", fleet.project, "--json") == 0
+    assert [r["key"] for r in out_json(capsys)["memories"]] == ["chat:user:kept"]
+    assert await kept.len() == 2  # untouched
+    assert await asyncio.to_thread(fleet.run, "prune", "-p", fleet.project) == 0
+    assert "pruned 0 entries" in capsys.readouterr().out
+
+
 async def test_show_prints_health_and_the_last_messages(
     fleet: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:

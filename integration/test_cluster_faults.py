@@ -103,6 +103,7 @@ async def test_a_thousand_memories_over_every_master_run_every_script(
     )
 
 
+@pytest.mark.timeout(600)  # 22 s at a load of 4 on 2 cores: moving slots is the slow part
 @pytest.mark.slow
 async def test_resharding_under_load_loses_nothing(
     cluster: EmbeddedCluster, record: Callable[..., None]

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_replicas_demo_runs_on_the_embedded_engine() -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "replicas_demo.py")],

@@ -175,6 +175,7 @@ FLUSHES = 120
 PINNED_EVERY = 10  # a pinned message every tenth round: it stays live between covered ranges
 
 
+@pytest.mark.slow
 async def test_what_a_summary_covers_stays_bounded_over_many_flushes(
     client: RedisClient, memory_key: str, engine: EngineSpec, record: Any
 ) -> None:

@@ -52,6 +52,7 @@ async def refs(client: RedisClient, ref: DataRef) -> int:
     return int(await client.hget(result_key(PROJECT, ref.namespace, ref.sha256), "refs") or 0)
 
 
+@pytest.mark.slow
 async def test_a_pinned_result_lives_as_long_as_the_memory_that_writes_on(
     client: RedisClient, memory_key: str, engine: EngineSpec, record: Any
 ) -> None:

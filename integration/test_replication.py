@@ -308,6 +308,7 @@ async def test_failover_to_a_replica_that_missed_writes(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("aof", [False, True], ids=["wait", "waitaof"])
 async def test_a_lock_epoch_survives_failover_when_wait_is_set(
     aof: bool, record: Callable[..., None]

@@ -152,3 +152,128 @@ async def test_nothing_is_reported_once_uninstrumented(
     uninstrument_opentelemetry()
     await handle(client).append({"role": "user", "content": "quiet"})
     assert exported.spans.get_finished_spans() == ()
+
+
+def _attributes(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+async def test_each_public_operation_is_one_span_with_its_record_count(
+    client: RedisClient, exported: Exported
+) -> None:
+    """The conventions' record count: returned for search_memory, attempted for
+    delete_memory; a trim of 600 messages (three steps of 256) is one span, not three."""
+    instrument_opentelemetry(
+        tracer_provider=exported.tracer_provider, meter_provider=exported.meter_provider
+    )
+    memory = handle(client)
+    await memory.append_many(
+        [{"role": "user", "content": f"order {n} shipped", "tokens": 1} for n in range(600)]
+    )
+    exported.spans.clear()
+    trimmed = await memory.trim(keep_messages=0)
+    assert trimmed.removed_count == 600
+    (trim,) = exported.named("delete_memory")
+    assert _attributes(trim)["gen_ai.memory.record.count"] == 600
+    assert [s.name for s in exported.spans.get_finished_spans()] == ["delete_memory"]
+
+    exported.spans.clear()
+    hits = await memory.search("order shipped", limit=7)
+    assert len(hits) == 7
+    (search,) = exported.spans.get_finished_spans()
+    assert (search.name, _attributes(search)["gen_ai.memory.record.count"]) == ("search_memory", 7)
+    assert "gen_ai.memory.records" not in _attributes(search)  # content is opt-in
+
+    exported.spans.clear()
+    read = await memory.read()
+    assert read == []
+    (reading,) = exported.spans.get_finished_spans()
+    assert _attributes(reading)["gen_ai.memory.record.count"] == 0
+
+    await memory.append_many([{"role": "user", "content": "x", "tokens": 1}] * 3)
+    exported.spans.clear()
+    assert await memory.clear() == 3
+    (cleared,) = exported.spans.get_finished_spans()
+    assert cleared.name == "delete_memory"
+    assert _attributes(cleared)["gen_ai.memory.record.count"] == 3
+    assert "gen_ai.memory.record.id" not in _attributes(cleared)  # all of them
+    points = exported.durations()
+    assert sum(p.count for p in points) == 6  # two appends, trim, search, read, clear: one each
+
+
+async def test_a_search_with_nothing_to_search_is_a_span_too(
+    client: RedisClient, exported: Exported
+) -> None:
+    instrument_opentelemetry(
+        tracer_provider=exported.tracer_provider, meter_provider=exported.meter_provider
+    )
+    memory = handle(client)
+    assert await memory.search("anything") == []  # nothing stored at all
+    assert await memory.search("the and of") == []  # only stop words: no script call
+    spans = exported.named("search_memory")
+    assert [_attributes(s)["gen_ai.memory.record.count"] for s in spans] == [0, 0]
+
+
+async def test_captured_content_holds_the_query_and_the_records_found(
+    client: RedisClient, exported: Exported
+) -> None:
+    instrument_opentelemetry(
+        tracer_provider=exported.tracer_provider,
+        meter_provider=exported.meter_provider,
+        capture_content=True,
+    )
+    memory = handle(client)
+    await memory.append_many(
+        [
+            {"role": "user", "content": "my parcel to Lisbon is late"},
+            {"role": "assistant", "content": "it left the depot on Monday"},
+        ]
+    )
+    await memory.trim(keep_messages=1)
+    exported.spans.clear()
+    hits = await memory.search("parcel Lisbon")
+    (search,) = exported.spans.get_finished_spans()
+    attributes = _attributes(search)
+    assert attributes["gen_ai.memory.query.text"] == "parcel Lisbon"
+    records = json.loads(str(attributes["gen_ai.memory.records"]))
+    assert records[0] == {
+        "content": "my parcel to Lisbon is late",
+        "id": str(hits[0].id),
+        "metadata": {"role": "user"},
+        "score": hits[0].score,
+    }
+    exported.spans.clear()
+    context = await memory.context(200, query="when did it leave?")
+    (span,) = exported.spans.get_finished_spans()
+    attributes = _attributes(span)
+    assert span.name == "search_memory"
+    assert attributes["gen_ai.memory.query.text"] == "when did it leave?"
+    assert attributes["gen_ai.memory.record.count"] == len(context)
+    shown = json.loads(str(attributes["gen_ai.memory.records"]))
+    assert [r["content"] for r in shown] == [m.text for m in context]
+
+
+async def test_the_blocking_twin_reports_the_same_spans(
+    client: RedisClient, exported: Exported
+) -> None:
+    instrument_opentelemetry(
+        tracer_provider=exported.tracer_provider, meter_provider=exported.meter_provider
+    )
+    twin = handle(client).to_sync()
+    try:
+        twin.append_many(
+            [{"role": "user", "content": f"note {n}", "tokens": 1} for n in range(300)]
+        )
+        exported.spans.clear()
+        assert twin.trim(keep_messages=10).removed_count == 290
+        assert len(twin.search("note", limit=5)) == 5
+        twin.context(50, query="note")
+        names = [s.name for s in exported.spans.get_finished_spans()]
+        assert names == ["delete_memory", "search_memory", "search_memory"]
+        counts = [
+            _attributes(s)["gen_ai.memory.record.count"]
+            for s in exported.spans.get_finished_spans()
+        ]
+        assert counts[:2] == [290, 5]
+    finally:
+        twin.client.close()

@@ -257,3 +257,21 @@ def test_shell_completion_completes_commands_and_options(
             main([])
         assert done.value.code == 0
         assert expected in capsys.readouterr().out
+
+
+def test_flags_show_no_value_placeholder(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A flag takes no value, so its help row has none (typer would print `<bool>`)."""
+    monkeypatch.setenv("COLUMNS", "160")
+    from compozy_memory._ops.cli import app
+
+    names = ["", *(c.name or "" for c in app.registered_commands)]
+    assert "ls" in names
+    for name in names:
+        assert main([name, "--help"] if name else ["--help"]) == 0
+        text = capsys.readouterr().out
+        assert "--help" in text
+        assert "<bool>" not in text, name
+    assert main(["ls", "--help"]) == 0
+    assert "<int" in capsys.readouterr().out  # options that take a value still say which

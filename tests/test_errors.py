@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
+
+import pytest
 
 import compozy_memory
 import compozy_memory._config.agents  # AgentConfigError lives beside the agent settings
@@ -55,3 +58,14 @@ def test_every_exported_error_is_in_the_tree() -> None:
     names = set(re.findall(r"\b(\w+Error)\b", errors.__doc__ or ""))
     exported = {n for n in compozy_memory.__all__ if n.endswith("Error")}
     assert exported <= names
+
+
+def test_a_bad_setting_is_a_value_error_too() -> None:
+    """Code written for other libraries catches ValueError for a bad argument (LangChain's
+    own tests do); a ConfigurationError is one, and a missing memory stays a KeyError."""
+    assert issubclass(errors.ConfigurationError, ValueError)
+    with pytest.raises(ValueError, match="ttl must be positive") as raised:
+        compozy_memory.MemoryPolicy(ttl=timedelta(0))
+    assert isinstance(raised.value, errors.ConfigurationError)
+    assert issubclass(errors.MemoryNotFoundError, KeyError)
+    assert issubclass(errors.TemplateError, ValueError)

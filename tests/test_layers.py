@@ -24,7 +24,9 @@ RANK = {
     "_manager": 8,
     "_manager_base": 8,
     "_sync_manager": 8,
-    "_ops": 9,
+    # The operator's tools sit beside the adapters: `import` reads the frameworks' histories
+    # through the adapters' converters (from_item, from_langchain, from_llama_index).
+    "_ops": 10,
     "adapters": 10,
     "testing": 10,
     "__init__": 11,

@@ -163,13 +163,18 @@ class TransportBase:
         # The server's (address, port) for telemetry, looked up at its first span.
         self._server: object = _UNKNOWN
 
+    def server_address(self) -> tuple[str, int] | None:
+        """The server's (address, port) for telemetry (None for a Cluster or a socket),
+        looked up once."""
+        if self._server is _UNKNOWN:
+            self._server = _address(self.client)
+        return self._server if isinstance(self._server, tuple) else None
+
     def _span(
         self, telemetry: _telemetry.Telemetry, operation: str, key: str, records: int | None
     ) -> AbstractContextManager[None]:
         """The OpenTelemetry span of one operation (only when telemetry is on)."""
-        if self._server is _UNKNOWN:
-            self._server = _address(self.client)
-        server = self._server if isinstance(self._server, tuple) else None
+        server = self.server_address()
         content = None
         if telemetry.capture_content:  # what the operation is about, as its steps said
             about = ABOUT.get()

@@ -1,1 +1,1 @@
-"""Operating tools: ACL lines and the command line."""
+"""Operating tools: ACL lines, the command line and its MCP server, the importer."""

@@ -24,7 +24,8 @@ Exit codes:
 * 5: no such memory (nothing stored under that key, or no memory resource or agent by that id)
 * 6: not confirmed (``clear``/``purge`` answered no, or no answer)
 * 7: permission denied (the ACL user may not: NOPERM)
-* 130: interrupted (Ctrl-C, at a confirmation prompt too)
+* 130: interrupted (Ctrl-C, at a confirmation prompt too); the commands that run until
+  stopped (``tail -f``, ``serve-metrics``, ``mcp --transport http``) end with 0 on Ctrl-C
 
 Shell completion (typer's): ``compozy-memory --install-completion`` adds it to the current
 shell's start-up file (bash, zsh, fish, PowerShell); ``--show-completion`` prints it instead.
@@ -39,12 +40,19 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeGuard
 
 import typer
-from pydantic import ValidationError
 
-from compozy_memory._ops import demo, inspect_cmds, maintain_cmds, render_key, setup_cmds
+from compozy_memory._ops import (
+    demo,
+    import_cmd,
+    inspect_cmds,
+    maintain_cmds,
+    render_key,
+    setup_cmds,
+    starter_cmd,
+)
 from compozy_memory._ops.common import (
     EXIT_ABORTED,
     EXIT_AUTH,
@@ -59,6 +67,9 @@ from compozy_memory._ops.common import (
 )
 from compozy_memory._ops.messages import describe_invalid, operator_text
 from compozy_memory.errors import CompozyMemoryError
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 __all__ = ["app", "main"]
 
@@ -113,6 +124,7 @@ def _options(
     ctx.obj = Settings(url, cluster)
 
 
+app.command("init")(starter_cmd.init)
 app.command("validate")(setup_cmds.validate)
 app.command("acl")(setup_cmds.acl)
 app.command("install")(setup_cmds.install_library)
@@ -125,6 +137,8 @@ app.command("export")(inspect_cmds.export)
 app.command("flush")(maintain_cmds.flush)
 app.command("clear")(maintain_cmds.clear)
 app.command("purge")(maintain_cmds.purge)
+app.command("prune")(maintain_cmds.prune)
+app.command("import")(import_cmd.import_history)
 app.command("render-key")(render_key.render_key)
 app.command("demo")(demo.demo)
 
@@ -138,8 +152,23 @@ _LABELS = {
 
 @functools.cache
 def _command() -> Any:
-    """The click command typer builds from ``app`` (built once: it reads every signature)."""
-    return typer.main.get_command(app)
+    """The click command typer builds from ``app`` (built once: it reads every signature),
+    its flags shown without a value placeholder."""
+    command = typer.main.get_command(app)
+    _flags_take_no_value(command)
+    return command
+
+
+def _flags_take_no_value(command: Any) -> None:
+    """Give every flag (``--json``, ``--yes``, ``--help``...) an empty metavar: typer's help
+    would otherwise show ``<bool>`` beside options that take no value."""
+    context = typer.Context(command, help_option_names=["-h", "--help"])
+    help_option = command.get_help_option(context)
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _flags_take_no_value(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -165,9 +194,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = exit_code(exc)
         print(f"error: {_LABELS.get(code, '')}{operator_text(str(exc))}", file=sys.stderr)
         return code
-    except ValidationError as exc:  # stored data this version cannot read
-        print(f"error: {describe_invalid(exc)}", file=sys.stderr)
-        return EXIT_FAILED
     except KeyboardInterrupt:  # Ctrl-C outside a command (typer ends those with 130)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
@@ -176,7 +202,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc.__context__, BrokenPipeError):
             return _reader_gone()
         raise
+    except Exception as exc:
+        if _stored_data_unreadable(exc):  # stored data this version cannot read
+            print(f"error: {describe_invalid(exc)}", file=sys.stderr)
+            return EXIT_FAILED
+        raise
     return result if isinstance(result, int) else 0
+
+
+def _stored_data_unreadable(exc: Exception) -> TypeGuard[ValidationError]:
+    """Whether ``exc`` is pydantic's ValidationError (pydantic is loaded only by commands
+    that read stored data: if it is not loaded, ``exc`` cannot be one)."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(exc, pydantic.ValidationError)
 
 
 def _reader_gone() -> int:

@@ -11,7 +11,8 @@ Exit codes (also in :mod:`compozy_memory._ops.cli` and the README):
 5     no such memory: nothing stored under that key, or no memory resource by that id
 6     not confirmed: a ``clear`` or ``purge`` answered no (or no terminal to ask on)
 7     permission denied: the ACL user may not do that (NOPERM)
-130   interrupted: Ctrl-C (at a confirmation prompt too)
+130   interrupted: Ctrl-C (at a confirmation prompt too; not ``tail -f``, ``serve-metrics``,
+      ``mcp --transport http``, which Ctrl-C ends as they are meant to end: exit 0)
 ====  =====================================================================================
 """
 
@@ -22,18 +23,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import typer
-from redis import exceptions as redis_errors
 
-from compozy_memory._io.connection import connect
-from compozy_memory._io.delivery import require_supported
-from compozy_memory._io.retry import NO_RETRY
-from compozy_memory._io.translate import RedisClient, backend_errors
 from compozy_memory._model.keys import InstanceKeys, validate_project
-from compozy_memory._model.policy import MemoryPolicy
-from compozy_memory._model.tokens import HeuristicCounter
-from compozy_memory._store.instance import MemoryInstance
 from compozy_memory.errors import (
     BackendPermissionError,
     BackendTimeoutError,
@@ -45,6 +39,15 @@ from compozy_memory.errors import (
     UnsupportedServerError,
     UsageError,
 )
+
+if TYPE_CHECKING:
+    from compozy_memory._io.translate import RedisClient
+    from compozy_memory._model.policy import MemoryPolicy
+    from compozy_memory._store.instance import MemoryInstance
+
+# The commands' modules import the library (redis-py, pydantic settings, tokenizers...) in the
+# functions that use it, so the CLI starts, shows --help and starts `mcp` without it: see
+# tests/test_lazy_imports.py.
 
 __all__ = [
     "EXIT_ABORTED",
@@ -100,6 +103,8 @@ def fail(message: str, code: int = EXIT_FAILED) -> CliError:
 
 def exit_code(exc: BaseException) -> int:
     """The exit code for an error that reached the top of a command."""
+    from redis import exceptions as redis_errors
+
     if isinstance(exc, CliError):
         return exc.code
     if isinstance(exc, BackendPermissionError):
@@ -120,6 +125,8 @@ def exit_code(exc: BaseException) -> int:
 
 
 def _auth_cause(exc: BaseException) -> bool:
+    from redis import exceptions as redis_errors
+
     cause = exc.__cause__ or exc.__context__
     while cause is not None:
         if isinstance(cause, redis_errors.AuthenticationError) or _AUTH.search(str(cause)):
@@ -153,6 +160,12 @@ async def open_client(options: Settings) -> AsyncIterator[RedisClient]:
     """A client for the server, checked with a PING so that an unreachable server or a wrong
     password is reported before any work starts, and with INFO server so that one older than
     Redis 7.0 / Valkey 7.2 is (UnsupportedServerError, exit 1)."""
+    from redis import exceptions as redis_errors
+
+    from compozy_memory._io.connection import connect
+    from compozy_memory._io.delivery import require_supported
+    from compozy_memory._io.translate import backend_errors
+
     where = redact(options.url)
     try:
         client = connect(options.url, cluster=options.cluster)
@@ -198,6 +211,10 @@ def open_memory(
 ) -> MemoryInstance:
     """A handle that never retries (the CLI reports an unreachable server at once) and never
     loads a tokenizer (the CLI stores no message)."""
+    from compozy_memory._io.retry import NO_RETRY
+    from compozy_memory._model.tokens import HeuristicCounter
+    from compozy_memory._store.instance import MemoryInstance
+
     return MemoryInstance(
         client,
         keys,
@@ -214,6 +231,8 @@ async def require_memory(client: RedisClient, keys: InstanceKeys) -> int | None:
     """Raise exit code 5 unless the memory has keys (meta or messages); return its TTL in ms
     (None: it never expires). By PTTL, which the read-only ACL line allows (EXISTS it does
     not need)."""
+    from compozy_memory._io.translate import backend_errors
+
     with backend_errors("exists", keys.prefix):
         pipe = client.pipeline(transaction=False)
         pipe.pttl(keys.meta)

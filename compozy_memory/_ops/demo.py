@@ -10,35 +10,43 @@ every turn arrived exactly once (live, or archived by a flush).
 
 It runs on an embedded server (the ``embedded`` extra, or a ``valkey-server``/``redis-server``
 on PATH) unless ``--url`` is given before the command.
+
+Ctrl-C stops it at once, with one line: the replicas ignore SIGINT (it reaches the whole
+process group from a terminal), so only this process sees it; it ends them with SIGTERM, stops
+the embedded server and exits 130.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import multiprocessing
+import signal
+import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from prometheus_client import CollectorRegistry
 from rich.live import Live
 from rich.table import Table
 
-from compozy_memory._config.registry import MemoryRegistry
-from compozy_memory._flush.extractive import ExtractiveSummarizer
-from compozy_memory._io.connection import connect
-from compozy_memory._manager import MemoryManager
-from compozy_memory._metrics import MemoryMetrics
-from compozy_memory._model.messages import Message
-from compozy_memory._model.tokens import HeuristicCounter
-from compozy_memory._ops.common import EXIT_FAILED, Settings, open_client, settings
+from compozy_memory._ops.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    Settings,
+    open_client,
+    settings,
+)
 from compozy_memory._ops.output import Column, Out, key_column, number_column
-from compozy_memory._store.instance import MemoryInstance
 from compozy_memory.embedded import start_server
+
+if TYPE_CHECKING:
+    from compozy_memory._model.messages import Message
+    from compozy_memory._store.instance import MemoryInstance
 
 __all__ = ["demo"]
 
@@ -82,9 +90,13 @@ def demo(
             (Path(folder) / "compozy.yaml").write_text(PROJECT)
             stats = _run_fleet(options, folder, users, replicas, turns, out)
             rows = asyncio.run(_check(options, folder, users, turns))
+    except KeyboardInterrupt:
+        sys.stderr.write("\ninterrupted: the replicas and the embedded server are stopped\n")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         if server is not None:
-            server.stop()
+            with contextlib.suppress(KeyboardInterrupt):
+                server.stop()
     complete = all(row["complete"] for row in rows)
     if json_mode:
         out.data({"url": options.url, "replicas": stats, "memories": rows, "complete": complete})
@@ -124,17 +136,27 @@ def _run_fleet(
         )
         for number in range(replicas)
     ]
-    for process in processes:
-        process.start()
-    live = Live(_table(counters, replicas), console=out.stderr, refresh_per_second=8)
-    if out.stderr.is_terminal and not out.json:
-        with live:
-            while any(p.is_alive() for p in processes):
+    # The replicas inherit an ignored SIGINT (kept across exec): Ctrl-C at the terminal reaches
+    # the whole process group, and only this process is to act on it.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for process in processes:
+            process.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        live = Live(_table(counters, replicas), console=out.stderr, refresh_per_second=8)
+        if out.stderr.is_terminal and not out.json:
+            with live:
+                while any(p.is_alive() for p in processes):
+                    live.update(_table(counters, replicas))
+                    time.sleep(0.1)
                 live.update(_table(counters, replicas))
-                time.sleep(0.1)
-            live.update(_table(counters, replicas))
-    for process in processes:
-        process.join()
+        for process in processes:
+            process.join()
+    except KeyboardInterrupt:
+        _stop(processes)
+        raise
     if any(p.exitcode for p in processes):
         raise typer.Exit(EXIT_FAILED)
     return [
@@ -142,6 +164,19 @@ def _run_fleet(
                  strict=True))
         for n in range(replicas)
     ]  # fmt: skip
+
+
+def _stop(processes: list[Any]) -> None:
+    """End the replicas now (SIGTERM, then SIGKILL for one still running after 5 s)."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + 5
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def _table(counters: Any, replicas: int) -> Table:
@@ -175,6 +210,15 @@ async def _serve(
     turns: int,
     counters: Any,
 ) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from compozy_memory._config.registry import MemoryRegistry
+    from compozy_memory._flush.extractive import ExtractiveSummarizer
+    from compozy_memory._io.connection import connect
+    from compozy_memory._manager import MemoryManager
+    from compozy_memory._metrics import MemoryMetrics
+    from compozy_memory._model.tokens import HeuristicCounter
+
     client = connect(url, cluster=cluster)
     registry = CollectorRegistry()
     counter = HeuristicCounter()
@@ -239,6 +283,10 @@ def _turns(messages: list[Message]) -> collections.Counter[int]:
 
 
 async def _check(options: Settings, folder: str, users: list[str], turns: int) -> list[Any]:
+    from compozy_memory._config.registry import MemoryRegistry
+    from compozy_memory._manager import MemoryManager
+    from compozy_memory._model.tokens import HeuristicCounter
+
     rows = []
     async with open_client(options) as client:
         manager = MemoryManager(

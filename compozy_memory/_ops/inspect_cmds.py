@@ -10,16 +10,13 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.markup import escape
 from rich.progress import Progress
 
-from compozy_memory._io.translate import backend_errors
 from compozy_memory._model.keys import validate_project
-from compozy_memory._model.messages import Message
-from compozy_memory._ops import listing
 from compozy_memory._ops.common import (
     EXIT_FAILED,
     EXIT_PERMISSION,
@@ -41,8 +38,12 @@ from compozy_memory._ops.output import (
     text_column,
     visible,
 )
-from compozy_memory._store.instance import MemoryInstance
 from compozy_memory.errors import BackendPermissionError
+
+if TYPE_CHECKING:
+    from compozy_memory._model.messages import Message
+    from compozy_memory._ops import listing
+    from compozy_memory._store.instance import MemoryInstance
 
 __all__ = ["export", "ls", "show", "tail"]
 
@@ -131,6 +132,8 @@ async def _ls(
 async def _listed(
     ctx: typer.Context, project: str, agent: str | None, limit: int | None, scan: bool, out: Out
 ) -> list[listing.MemoryRow]:
+    from compozy_memory._ops import listing
+
     async with open_client(settings(ctx)) as client:
         # A progress bar only on a terminal, and only for long work: --all or --scan.
         if not out.stderr.is_terminal or (limit is not None and not scan):
@@ -297,6 +300,8 @@ def _stop_on_signals() -> asyncio.Event:
 
 
 async def _last_id(memory: MemoryInstance) -> int:
+    from compozy_memory._io.translate import backend_errors
+
     with backend_errors("tail", memory.key):
         value = await memory.client.hget(memory.keys.meta, "last_id")
     return int(value or 0)

@@ -19,7 +19,7 @@ Neither adds anything to the append path: the index is the one the manager alrea
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,7 @@ from compozy_memory._io.translate import RedisClient, backend_errors
 from compozy_memory._model.keys import InstanceKeys, validate_project
 from compozy_memory._store.sessions import SessionIndex
 
-__all__ = ["MemoryRow", "from_index", "from_scan"]
+__all__ = ["MemoryRow", "from_index", "from_scan", "gone_from_index"]
 
 _PIPELINE = 1000
 _SCAN_COUNT = 1000
@@ -99,6 +99,31 @@ async def from_index(
         if cursor is None:
             break
     return rows
+
+
+async def gone_from_index(
+    client: RedisClient, project: str, *, progress: Progress | None = None
+) -> AsyncIterator[tuple[list[str], int]]:
+    """The index's entries whose memory is gone (neither its ``meta`` nor its messages
+    exist: expired, or deleted by hand), a page of 1,000 entries at a time: (gone keys, entries
+    read). The cursor is the last entry's score and key, so dropping entries meanwhile moves
+    no later page."""
+    index = SessionIndex(client, project, retry=NO_RETRY)
+    cursor: str | None = None
+    while True:
+        page = await index.page(limit=1000, cursor=cursor)
+        names = [InstanceKeys(project, s.key) for s in page.sessions]
+        ttls = await _pttls(client, project, [k for n in names for k in (n.meta, n.msgs)])
+        gone = [
+            n.key for n, meta, msgs in zip(names, ttls[::2], ttls[1::2], strict=True)
+            if meta == -2 and msgs == -2
+        ]  # fmt: skip
+        if progress is not None:
+            progress(len(page.sessions))
+        yield gone, len(page.sessions)
+        cursor = page.cursor
+        if cursor is None:
+            return
 
 
 async def _pttls(client: RedisClient, project: str, keys: Sequence[str]) -> list[int]:

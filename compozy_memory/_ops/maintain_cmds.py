@@ -5,21 +5,11 @@ from __future__ import annotations
 import asyncio
 import sys
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import Progress
 
-from compozy_memory._config.registry import MemoryRegistry
-from compozy_memory._flush.flusher import Flusher
-from compozy_memory._flush.settings import FlushSettings, summary_budget
-from compozy_memory._flush.summarizers import RuleBasedSummarizer
-from compozy_memory._io.translate import RedisClient, backend_errors
-from compozy_memory._manager import build_summarizer, flush_settings
-from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._model.policy import ContextPolicy, MemoryPolicy
-from compozy_memory._model.results import FlushResult
-from compozy_memory._model.tokens import default_counter
 from compozy_memory._ops.common import (
     EXIT_ABORTED,
     EXIT_FAILED,
@@ -33,9 +23,13 @@ from compozy_memory._ops.common import (
 )
 from compozy_memory._ops.inspect_cmds import Json, KeyArgument, ProjectOption, TextOption
 from compozy_memory._ops.output import Out
-from compozy_memory._store.sessions import SessionIndex
 
-__all__ = ["clear", "flush", "purge"]
+if TYPE_CHECKING:
+    from compozy_memory._io.translate import RedisClient
+    from compozy_memory._model.keys import InstanceKeys
+    from compozy_memory._model.results import FlushResult
+
+__all__ = ["clear", "flush", "prune", "purge"]
 
 _CHUNK = 10_000
 
@@ -97,6 +91,14 @@ async def _flush(
     memory_id: str | None,
     max_tokens: int | None,
 ) -> FlushResult:
+    from compozy_memory._config.registry import MemoryRegistry
+    from compozy_memory._flush.flusher import Flusher
+    from compozy_memory._flush.settings import FlushSettings, summary_budget
+    from compozy_memory._flush.summarizers import RuleBasedSummarizer
+    from compozy_memory._manager import build_summarizer, flush_settings
+    from compozy_memory._model.policy import ContextPolicy
+    from compozy_memory._model.tokens import default_counter
+
     if config is not None:
         registry = MemoryRegistry.load(config)
         if registry.project != keys.project:
@@ -176,6 +178,8 @@ async def _exists(ctx: typer.Context, keys: InstanceKeys) -> None:
 
 
 async def _clear(ctx: typer.Context, keys: InstanceKeys) -> int:
+    from compozy_memory._model.policy import MemoryPolicy
+
     async with open_client(settings(ctx)) as client:
         # The TTL it has now, read just before: meta is rewritten and must keep expiring.
         ttl_ms = await require_memory(client, keys)
@@ -208,6 +212,9 @@ def purge(
 
 
 async def _purge(ctx: typer.Context, keys: InstanceKeys, out: Out) -> tuple[int, int]:
+    from compozy_memory._io.translate import backend_errors
+    from compozy_memory._store.sessions import SessionIndex
+
     async with open_client(settings(ctx)) as client:
         await require_memory(client, keys)
         names = [*keys.data, keys.lock]
@@ -263,3 +270,38 @@ async def _empty(client: RedisClient, name: str, kind: str, size: int) -> None:
         else:
             return
         left -= _CHUNK
+
+
+def prune(ctx: typer.Context, project: ProjectOption, json_mode: Json = False) -> None:
+    """Drop from the project's session index the memories that are gone (expired, or deleted
+    by hand), which `ls` shows with TTL `gone`; memories that exist are left alone. Reads the
+    index a page of 1,000 at a time, with their TTLs, as `ls --all` does."""
+    from compozy_memory._model.keys import validate_project
+
+    validate_project(project)
+    out = Out(json_mode)
+    dropped, read = asyncio.run(_prune(ctx, project, out))
+    if json_mode:
+        out.data({"project": project, "pruned": dropped, "entries_read": read})
+    else:
+        out.line(f"pruned {dropped} entries of memories that are gone ({read} read)", "green")
+
+
+async def _prune(ctx: typer.Context, project: str, out: Out) -> tuple[int, int]:
+    from compozy_memory._io.retry import NO_RETRY
+    from compozy_memory._ops.listing import gone_from_index
+    from compozy_memory._store.sessions import SessionIndex
+
+    dropped = read = 0
+    async with open_client(settings(ctx)) as client:
+        index = SessionIndex(client, project, retry=NO_RETRY)
+        async for gone, entries in gone_from_index(client, project):
+            read += entries
+            for key in gone:
+                # A memory written again since its TTL was read is dropped too: its next
+                # write puts it back in the index.
+                await index.forget(key)
+                dropped += 1
+            if out.stderr.is_terminal and not out.json:
+                out.note(f"{read} entries read, {dropped} dropped")
+    return dropped, read

@@ -14,10 +14,12 @@ server replies can quote stored data.
 from __future__ import annotations
 
 import re
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
 
 from compozy_memory._ops.output import visible
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 __all__ = ["describe_invalid", "operator_text"]
 

@@ -8,11 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from compozy_memory._config.registry import MemoryRegistry
-from compozy_memory._io.connection import connect
-from compozy_memory._manager import MemoryManager
 from compozy_memory._model.keys import decode_key
-from compozy_memory._model.tokens import HeuristicCounter
 from compozy_memory._ops.common import EXIT_USAGE, fail
 from compozy_memory._ops.inspect_cmds import Json
 from compozy_memory._ops.output import Out, key_column, text_column
@@ -84,6 +80,11 @@ def parse_context(pairs: list[str], context_json: str | None) -> dict[str, Any]:
 
 
 async def _render(path: str, agent: str, context: dict[str, Any]) -> list[dict[str, Any]]:
+    from compozy_memory._config.registry import MemoryRegistry
+    from compozy_memory._io.connection import connect
+    from compozy_memory._manager import MemoryManager
+    from compozy_memory._model.tokens import HeuristicCounter
+
     registry = MemoryRegistry.load(path)
     refs = registry.agent(agent)
     client = connect("redis://127.0.0.1:1/0")  # never used: rendering makes no call

@@ -7,17 +7,23 @@ import os
 import signal
 import sys
 import threading
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import typer
 
-from compozy_memory._config.loader import Project, load_project
-from compozy_memory._io.delivery import install
 from compozy_memory._ops.acl import acl_setuser
-from compozy_memory._ops.common import EXIT_USAGE, Settings, fail, open_client, settings
+from compozy_memory._ops.common import (
+    EXIT_USAGE,
+    Settings,
+    fail,
+    open_client,
+    settings,
+)
 from compozy_memory._ops.output import Out
-from compozy_memory._wire.scripts import library
 from compozy_memory.errors import ConfigFileError, UsageError
+
+if TYPE_CHECKING:
+    from compozy_memory._config.loader import Project
 
 __all__ = ["acl", "install_library", "serve_metrics", "validate"]
 
@@ -30,6 +36,8 @@ def validate(
 ) -> None:
     """Check a project's memory configuration: print its memories and agents, or every
     problem with file, line and key path (exit 1)."""
+    from compozy_memory._config.loader import load_project
+
     out = Out(json_mode)
     try:
         project = load_project(path)
@@ -100,6 +108,8 @@ def install_library(
     json_mode: JsonOption = False,
 ) -> None:
     """Load the scripts as a Redis Functions library (on every primary of a Cluster)."""
+    from compozy_memory._wire.scripts import library
+
     base = settings(ctx)
     options = Settings(url or base.url, cluster or base.cluster)
     loaded = asyncio.run(_install(options))
@@ -113,6 +123,8 @@ def install_library(
 
 
 async def _install(options: Settings) -> list[str]:
+    from compozy_memory._io.delivery import install
+
     async with open_client(options) as client:
         return list(await install(client))
 
@@ -210,20 +222,53 @@ def _print_project(project: Project) -> None:
 def mcp(
     ctx: typer.Context,
     project: Annotated[
-        str, typer.Option("--project", "-p", envvar="COMPOZY_PROJECT", help="the project")
-    ],
+        str,
+        typer.Option(
+            "--project",
+            "-p",
+            envvar="COMPOZY_PROJECT",
+            help="serve any memory of this project, by stored key (or give --config)",
+        ),
+    ] = "",
+    config: Annotated[
+        str,
+        typer.Option(
+            help="serve only the memories of --agent (or --memory) rendered with --set: "
+            "the project folder or its compozy.yaml"
+        ),
+    ] = "",
+    agent: Annotated[str, typer.Option(help="with --config: the agent whose memories")] = "",
+    memory: Annotated[
+        Optional[list[str]],  # noqa: UP045 - typer 0.12 reads no `X | None`
+        typer.Option(help="with --config, no --agent: a memory resource id (repeat)"),
+    ] = None,
+    set_: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--set", "-s", help="a key template variable, dotted: user.id=ann (repeat)"),
+    ] = None,
+    session: Annotated[
+        str, typer.Option(help="with --config: the template variable `session`")
+    ] = "",
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="offer no tool that writes")
+    ] = False,
     transport: Annotated[
         str, typer.Option(help="stdio (a client starts this process) or http (streamable HTTP)")
     ] = "stdio",
     host: Annotated[str, typer.Option(help="the address, for http")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="the port, for http (served at /mcp)")] = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="the port, for http (at /mcp)")] = (
+        8000
+    ),
 ) -> None:
-    """Serve one project's memories to MCP clients: search, recall, facts, context (read-only).
+    """Serve memories to MCP clients: list, remember, search, recall, context, facts, forget.
 
-    Connect as the project's ACL user (`acl --project P --read-only`, credentials in --url) to
-    confine the server to that project's keys. Needs the `mcp` extra."""
+    With --config and --agent (or --memory) and --set, only the memories those key template
+    variables render to (a server per user or session); with --project, any memory of the
+    project. Read-only with --read-only, or as a read-only ACL user (`acl --read-only`,
+    credentials in --url). Needs the `mcp` extra."""
     if transport not in ("stdio", "http"):
         raise fail(f"--transport is stdio or http, got {transport!r}", EXIT_USAGE)
+    scope = _mcp_scope(project, config, agent, memory or [], set_ or [], session, read_only)
     try:
         from compozy_memory._ops import mcp_server
     except ModuleNotFoundError as exc:
@@ -231,8 +276,50 @@ def mcp(
             f"the MCP server needs the official MCP SDK: pip install 'compozy-memory[mcp]' ({exc})",
             EXIT_USAGE,
         ) from exc
-    asyncio.run(
-        mcp_server.run(
-            settings(ctx), project, "stdio" if transport == "stdio" else "http", host, port
-        )
+    kind: Literal["stdio", "http"] = "stdio" if transport == "stdio" else "http"
+    try:
+        asyncio.run(mcp_server.run(settings(ctx), scope, kind, host, port))
+    except KeyboardInterrupt:
+        if kind == "stdio":
+            raise
+        # Ctrl-C is how an HTTP server is meant to stop: exit 0.
+
+
+def _mcp_scope(
+    project: str,
+    config: str,
+    agent: str,
+    memories: list[str],
+    pairs: list[str],
+    session: str,
+    read_only: bool,
+) -> Any:
+    """The server's scope from the options, every combination that cannot work refused."""
+    from compozy_memory._ops.mcp_server import Scope
+    from compozy_memory._ops.render_key import parse_context
+
+    if not config:
+        if agent or memories or pairs or session:
+            raise fail("--agent, --memory, --set and --session go with --config", EXIT_USAGE)
+        if not project:
+            raise fail(
+                "name what to serve: --project P (any memory of P), or --config PATH with "
+                "--agent A (or --memory ID) and --set name=value (one user's or session's)",
+                EXIT_USAGE,
+            )
+        return Scope(project=project, read_only=read_only)
+    if bool(agent) == bool(memories):
+        raise fail("with --config give --agent A or --memory ID (not both)", EXIT_USAGE)
+    context = parse_context(pairs, None)
+    if session:
+        context["session"] = session
+    # The project is loaded (and checked against --project) as the server starts: loading it
+    # here would hold back its answer to `initialize`.
+    return Scope(
+        project=project or None,
+        config=config,
+        agent=agent or None,
+        memories=tuple(dict.fromkeys(memories)),
+        context=context,
+        read_only=read_only,
     )

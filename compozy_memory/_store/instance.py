@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
+from compozy_memory import _telemetry
 from compozy_memory._io.connection import sync_twin
 from compozy_memory._io.retry import RetryPolicy
 from compozy_memory._io.translate import RedisClient
@@ -224,9 +225,11 @@ class MemoryInstance(MemoryCore):
         bounded steps, its oldest first, then swapped: if the swap's condition then fails, the
         messages those steps moved stay in the archive.
         """
-        return await self._run(
-            self._replace(messages, if_last_id, if_incarnation, if_version, dedupe_key)
-        )
+        messages = list(messages)
+        with _telemetry.operation(self, "replace", records=len(messages)):
+            return await self._run(
+                self._replace(messages, if_last_id, if_incarnation, if_version, dedupe_key)
+            )
 
     async def trim(
         self, *, keep_messages: int | None = None, max_tokens: int | None = None
@@ -237,7 +240,10 @@ class MemoryInstance(MemoryCore):
         ``MOVE_STEP`` (1,000) a call to Redis, so a long trim never holds the server; an
         interrupted trim has trimmed less, and lost nothing.
         """
-        return await self._run(self._trim(keep_messages, max_tokens))
+        with _telemetry.operation(self, "trim") as span:
+            trimmed = await self._run(self._trim(keep_messages, max_tokens))
+            span.count(trimmed.removed_count)
+        return trimmed
 
     async def clear(self) -> int:
         """Remove every message, summary, archived original and session fact; return how
@@ -247,7 +253,10 @@ class MemoryInstance(MemoryCore):
         after the clear: read first, released once each after. A message appended between
         the read and the clear keeps its pin (it ends with the memory's TTL), and a release
         that fails is logged, never raised: the clear has happened."""
-        return await self._run(self._clear())
+        with _telemetry.operation(self, "clear") as span:
+            removed = await self._run(self._clear())
+            span.count(removed)
+        return removed
 
     async def set_ttl(self, ttl: timedelta | float | None) -> int:
         """Set (seconds or timedelta) or remove (None) the TTL of every key of the instance.
@@ -274,7 +283,10 @@ class MemoryInstance(MemoryCore):
         bounded; if a write changes the memory between two pages the read starts again
         (:class:`ConcurrentChangeError` after a few tries), so the result is one state of
         the memory."""
-        return await self._run(self._read(start, stop))
+        with _telemetry.operation(self, "read") as span:
+            messages = await self._run(self._read(start, stop))
+            span.found(messages)
+        return messages
 
     async def conversation(self) -> Conversation:
         """The summaries and every live message, from one state of the memory, with its
@@ -293,7 +305,10 @@ class MemoryInstance(MemoryCore):
 
     async def recall(self, offset: int = 0, limit: int = 100) -> list[Message]:
         """Originals removed by trims, replaces and flushes, oldest first."""
-        return await self._run(self._recall(offset, limit))
+        with _telemetry.operation(self, "recall") as span:
+            messages = await self._run(self._recall(offset, limit))
+            span.found(messages)
+        return messages
 
     async def export_transcript(
         self, format: Literal["markdown", "jsonl"] = "markdown", *, include_archived: bool = False
@@ -317,7 +332,10 @@ class MemoryInstance(MemoryCore):
         so the window can be sent to an LLM as it is. Raises ContextOverflowError if the
         pinned messages alone do not fit.
         """
-        return await self._run(self._read_window(max_tokens, max_messages))
+        with _telemetry.operation(self, "read") as span:
+            window = await self._run(self._read_window(max_tokens, max_messages))
+            span.found(window)
+        return window
 
     async def context(
         self,
@@ -335,7 +353,7 @@ class MemoryInstance(MemoryCore):
         dense scores, as :meth:`search` ranks them. See :meth:`context_layers`.
 
         Raises ContextOverflowError if the pinned messages alone exceed the budget."""
-        layers = await self._run(self._context_layers(max_tokens, query, reserve_output))
+        layers = await self.context_layers(max_tokens, query=query, reserve_output=reserve_output)
         return layers.messages
 
     async def context_layers(
@@ -352,7 +370,10 @@ class MemoryInstance(MemoryCore):
         hold at most that many messages, the newest (the recall layer at most ``recall_share``
         of them, as of a token budget); a memory limited by count only has no token limit (and
         no backfill, which would then read the whole archive)."""
-        return await self._run(self._context_layers(max_tokens, query, reserve_output))
+        with _telemetry.operation(self, "context", query=query) as span:
+            layers = await self._run(self._context_layers(max_tokens, query, reserve_output))
+            span.found(layers.messages)
+        return layers
 
     async def search(
         self,
@@ -371,13 +392,19 @@ class MemoryInstance(MemoryCore):
         Messages appended moments ago may not be indexed yet: what this handle wrote is
         indexed before the search runs, and :attr:`Hits.unindexed` says how many messages
         (other replicas' newest) search could not see."""
-        return await self._run(self._search(query, limit, roles, since_id))
+        with _telemetry.operation(self, "search", query=query) as span:
+            hits = await self._run(self._search(query, limit, roles, since_id))
+            span.found([h.message for h in hits], [h.score for h in hits])
+        return hits
 
     async def recall_messages(self, ids: Iterable[int]) -> list[Message]:
         """Bring archived messages back into context (the recall share of :meth:`context`):
         they stay until :meth:`clear_recalled`, or until newer recalls need their room.
         Returns the messages brought back now (unknown or already recalled ids are skipped)."""
-        return await self._run(self._recall_messages(ids))
+        with _telemetry.operation(self, "recall_messages") as span:
+            messages = await self._run(self._recall_messages(ids))
+            span.found(messages)
+        return messages
 
     async def clear_recalled(self) -> int:
         """Drop every recalled message from the context (they stay in the archive)."""

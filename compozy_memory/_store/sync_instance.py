@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar
 
+from compozy_memory import _telemetry
 from compozy_memory._io.client_calls import SyncRedisClient
 from compozy_memory._io.retry import RetryPolicy
 from compozy_memory._io.sync_transport import SyncTransport
@@ -166,19 +167,27 @@ class SyncMemoryInstance(MemoryCore):
         dedupe_key: str | None = None,
     ) -> AppendResult:
         """Swap the conversation for ``messages`` (:meth:`MemoryInstance.replace`)."""
-        return self._run(
-            self._replace(messages, if_last_id, if_incarnation, if_version, dedupe_key)
-        )
+        messages = list(messages)
+        with _telemetry.operation(self, "replace", records=len(messages)):
+            return self._run(
+                self._replace(messages, if_last_id, if_incarnation, if_version, dedupe_key)
+            )
 
     def trim(
         self, *, keep_messages: int | None = None, max_tokens: int | None = None
     ) -> TrimResult:
         """Archive the oldest messages in bounded steps (:meth:`MemoryInstance.trim`)."""
-        return self._run(self._trim(keep_messages, max_tokens))
+        with _telemetry.operation(self, "trim") as span:
+            trimmed = self._run(self._trim(keep_messages, max_tokens))
+            span.count(trimmed.removed_count)
+        return trimmed
 
     def clear(self) -> int:
         """Remove everything of the memory (:meth:`MemoryInstance.clear`)."""
-        return self._run(self._clear())
+        with _telemetry.operation(self, "clear") as span:
+            removed = self._run(self._clear())
+            span.count(removed)
+        return removed
 
     def set_ttl(self, ttl: timedelta | float | None) -> int:
         """Set or remove the TTL of every key (:meth:`MemoryInstance.set_ttl`)."""
@@ -198,7 +207,10 @@ class SyncMemoryInstance(MemoryCore):
 
     def read(self, start: int = 0, stop: int = -1) -> list[Message]:
         """Messages from ``start`` to ``stop``, paged, one state (:meth:`MemoryInstance.read`)."""
-        return self._run(self._read(start, stop))
+        with _telemetry.operation(self, "read") as span:
+            messages = self._run(self._read(start, stop))
+            span.found(messages)
+        return messages
 
     def conversation(self) -> Conversation:
         """Summaries and live messages of one state, with its version
@@ -212,7 +224,10 @@ class SyncMemoryInstance(MemoryCore):
 
     def recall(self, offset: int = 0, limit: int = 100) -> list[Message]:
         """Archived originals, oldest first (:meth:`MemoryInstance.recall`)."""
-        return self._run(self._recall(offset, limit))
+        with _telemetry.operation(self, "recall") as span:
+            messages = self._run(self._recall(offset, limit))
+            span.found(messages)
+        return messages
 
     def export_transcript(
         self, format: Literal["markdown", "jsonl"] = "markdown", *, include_archived: bool = False
@@ -224,7 +239,10 @@ class SyncMemoryInstance(MemoryCore):
         self, max_tokens: int | None = None, *, max_messages: int | None = None
     ) -> list[Message]:
         """Pinned messages, then the newest that fit (:meth:`MemoryInstance.read_window`)."""
-        return self._run(self._read_window(max_tokens, max_messages))
+        with _telemetry.operation(self, "read") as span:
+            window = self._run(self._read_window(max_tokens, max_messages))
+            span.found(window)
+        return window
 
     def context(
         self,
@@ -234,7 +252,7 @@ class SyncMemoryInstance(MemoryCore):
         reserve_output: int = 0,
     ) -> list[Message]:
         """What to send an LLM within the budget (:meth:`MemoryInstance.context`)."""
-        return self._run(self._context_layers(max_tokens, query, reserve_output)).messages
+        return self.context_layers(max_tokens, query=query, reserve_output=reserve_output).messages
 
     def context_layers(
         self,
@@ -244,7 +262,10 @@ class SyncMemoryInstance(MemoryCore):
         reserve_output: int = 0,
     ) -> ContextLayers:
         """:meth:`context`, layer by layer (:meth:`MemoryInstance.context_layers`)."""
-        return self._run(self._context_layers(max_tokens, query, reserve_output))
+        with _telemetry.operation(self, "context", query=query) as span:
+            layers = self._run(self._context_layers(max_tokens, query, reserve_output))
+            span.found(layers.messages)
+        return layers
 
     def search(
         self,
@@ -255,11 +276,17 @@ class SyncMemoryInstance(MemoryCore):
         since_id: int | None = None,
     ) -> Hits:
         """The messages that best match ``query`` (:meth:`MemoryInstance.search`)."""
-        return self._run(self._search(query, limit, roles, since_id))
+        with _telemetry.operation(self, "search", query=query) as span:
+            hits = self._run(self._search(query, limit, roles, since_id))
+            span.found([h.message for h in hits], [h.score for h in hits])
+        return hits
 
     def recall_messages(self, ids: Iterable[int]) -> list[Message]:
         """Bring archived messages back into context (:meth:`MemoryInstance.recall_messages`)."""
-        return self._run(self._recall_messages(ids))
+        with _telemetry.operation(self, "recall_messages") as span:
+            messages = self._run(self._recall_messages(ids))
+            span.found(messages)
+        return messages
 
     def clear_recalled(self) -> int:
         """Drop every recalled message from the context."""

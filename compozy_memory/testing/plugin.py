@@ -16,7 +16,9 @@
   a Docker engine answers; otherwise the tests that use it are skipped, saying so. The image is
   ``redis:7.4-alpine`` unless ``COMPOZY_TEST_REDIS_IMAGE`` names another.
 
-The async fixtures need pytest-asyncio (part of the ``testing`` extra).
+The async fixtures need pytest-asyncio (part of the ``testing`` extra). Loading the plugin
+imports nothing of the library, redis-py, fakeredis or testcontainers: a fixture imports what
+it needs when a test first asks for it, so a suite that never does pays nothing.
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from compozy_memory._io.connection import connect
-from compozy_memory.embedded import EmbeddedServer, start_server
+if TYPE_CHECKING:
+    from compozy_memory.embedded import EmbeddedServer
 
 __all__ = [
     "ContainerRedis",
@@ -54,6 +56,8 @@ class ContainerRedis:
 @pytest.fixture(scope="session")
 def compozy_server() -> Iterator[EmbeddedServer]:
     """An embedded Valkey for the whole session."""
+    from compozy_memory.embedded import start_server
+
     with start_server() as server:
         yield server
 
@@ -114,6 +118,8 @@ else:
         compozy_server: EmbeddedServer,
     ) -> AsyncIterator[Any]:
         """A client of ``compozy_server``, its database flushed first, closed after."""
+        from compozy_memory._io.connection import connect
+
         client = connect(compozy_server.url)
         try:
             await client.flushdb()

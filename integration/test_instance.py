@@ -22,6 +22,7 @@ from compozy_memory import (
     SuppliedCounter,
 )
 from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.limits import ttl_slack
 from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedCluster
@@ -208,7 +209,7 @@ async def test_trim_archives_and_never_removes_priority_zero(
     archived = [json.loads(e)["content"] for e in await client.lrange(mem.keys.archive, 0, -1)]
     assert archived == [f"m{i}" for i in range(10)]
     for key in (mem.keys.msgs, mem.keys.meta, mem.keys.archive):
-        assert 0 < await client.pttl(key) <= 300_000
+        assert 0 < await client.pttl(key) <= 300_000 + ttl_slack(300_000)
 
 
 async def test_archive_is_capped(client: RedisClient, memory_key: str) -> None:
@@ -272,12 +273,15 @@ async def test_every_key_carries_the_ttl(client: RedisClient, memory_key: str) -
         mem.keys.ixpost,
         mem.keys.ixdocs,
     )
+    # One deadline for every key, between the TTL and the TTL and its slack away.
+    assert len({await client.pexpiretime(key) for key in parts}) == 1
     for key in parts:
-        assert 85_000 < await client.pttl(key) <= 90_000, key
+        assert 85_000 < await client.pttl(key) <= 90_000 + ttl_slack(90_000), key
     assert await mem.set_ttl(timedelta(hours=1)) == 6
     await mem.append({"role": "user", "content": "w", "tokens": 1})
+    assert len({await client.pexpiretime(key) for key in parts}) == 1
     for key in parts:
-        assert 3_590_000 < await client.pttl(key) <= 3_600_000, key
+        assert 3_590_000 < await client.pttl(key) <= 3_600_000 + ttl_slack(3_600_000), key
     assert await mem.set_ttl(None) == 6
     for key in parts:
         assert await client.pttl(key) == -1

@@ -32,6 +32,6 @@ deltas.summary_tokens = 0
 local first_id, last_id, values = push_batch(K, batch, deltas,
   {'msgs', 'archive', 'summaries', 'ixdocs', 'facts'}, dedupe_key)
 dedupe_record(k_meta, k_dedupe, dedupe_key, first_id, last_id)
-apply_ttl(KEYS, ttl_ms)
+apply_ttl(k_meta, KEYS, ttl_ms)
 return {first_id, last_id, values.tokens, values.count, values.summary_tokens, 0, values.inc,
   values.ver}

@@ -4,7 +4,8 @@
 -- USES: archive args deltas envelope index meta
 -- KEYS: msgs meta archive summaries ixpost ixdocs ixgone ixvec
 -- ARGV: ttl_ms archive_max analyzer ix_next upto seq_from seq_upto n_gone gone_first n_add documents...
---   ttl_ms       TTL set on every key; 0 leaves TTLs alone
+--   ttl_ms       the memory's TTL: the keys written get its deadline (lib/deltas.lua:
+--                ttl_follow); 0 leaves TTLs alone
 --   archive_max  the archive's cap, enforced a step at a time here too (it may have shrunk)
 --   analyzer     the analyser version the terms were made with; must be the index's
 --   ix_next      meta's ix_next as index_pending.lua returned it (the step applies only if
@@ -77,5 +78,5 @@ redis.call('HSET', k_meta, 'ix_next', ix_next, 'ix_seq', ix_seq, 'ix_an', a_anal
   'ix_postings', total_postings, 'ix_dead', total_dead,
   'ix_gone', (tonumber(m.ix_gone) or 0) - n_gone)
 archive_cap(K, archive_max)
-apply_ttl(KEYS, ttl_ms)
+ttl_follow(k_meta, KEYS, ttl_ms)
 return {1, ix_next, ix_seq, n_docs, total_dead, total_postings}

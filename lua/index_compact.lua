@@ -4,7 +4,8 @@
 -- USES: args deltas index meta
 -- KEYS: meta ixpost ixdocs
 -- ARGV: ttl_ms
---   ttl_ms  TTL set on the keys written; 0 leaves TTLs alone
+--   ttl_ms  the memory's TTL: the keys written get its deadline (lib/deltas.lua:
+--           ttl_follow); 0 leaves TTLs alone
 -- REPLY: {removed dead_postings postings done}
 --   removed  postings this step took out; dead_postings, postings: meta's counts after it
 --   done     1 when this step ended a sweep over the whole index
@@ -29,5 +30,5 @@ else
   redis.call('HSET', k_meta, 'ix_sweep', cursor)
 end
 redis.call('HSET', k_meta, 'ix_dead', dead, 'ix_postings', postings)
-apply_ttl({k_ixpost, k_ixdocs}, ttl_ms)
+ttl_follow(k_meta, {k_ixpost, k_ixdocs}, ttl_ms)
 return {removed, dead, postings, done and 1 or 0}

@@ -4,7 +4,8 @@
 -- USES: args deltas meta
 -- KEYS: msgs meta archive summaries ixpost ixdocs ixgone legacy_ixpost legacy_ixdocs
 -- ARGV: ttl_ms force
---   ttl_ms  TTL set on meta; 0 leaves it alone
+--   ttl_ms  the memory's TTL: meta keeps its deadline (lib/deltas.lua: ttl_follow); 0 leaves
+--           it alone
 --   force   1: rebuild even an index of this release's format; 0: only an older one
 -- REPLY: {reset fmt}
 --   reset  1 if the index was dropped (the indexer now rebuilds it: the live messages and
@@ -27,5 +28,5 @@ redis.call('HSET', k_meta, 'fmt', DATA_FORMAT, 'ix_next', 0,
   'ix_docs', 0, 'ix_len', 0, 'ix_postings', 0, 'ix_dead', 0, 'ix_gone', 0, 'ix_maxdead', 0,
   'summary_count', redis.call('LLEN', k_summaries))
 redis.call('HDEL', k_meta, 'ix_an', 'ix_sweep')
-apply_ttl({k_meta}, ttl_ms)
+ttl_follow(k_meta, {k_meta}, ttl_ms)
 return {1, DATA_FORMAT}

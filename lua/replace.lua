@@ -74,6 +74,6 @@ local first_id, values
 first_id, last_id, values = push_batch(K, batch, deltas, {}, dedupe_key)
 archive_push(K, old, archive_max)
 dedupe_record(k_meta, k_dedupe, dedupe_key, last_id + 1 - n, last_id)
-apply_ttl(KEYS, ttl_ms)
+apply_ttl(k_meta, KEYS, ttl_ms)
 return {first_id, last_id, values.tokens, values.count, values.summary_tokens, 0, values.inc,
   values.ver}

@@ -47,10 +47,12 @@ __all__ = [
     "RESCORE_BLOCKS",
     "RESCORE_POOL",
     "RESCORE_TERMS",
+    "TTL_SLACK_PARTS",
     "UNBOUNDED_TOKENS",
     "VECTOR_SCAN_IDS",
     "VECTOR_STEP_BYTES",
     "VECTOR_STEP_DOCS",
+    "ttl_slack",
 ]
 
 #: The layout of a memory's data this release reads and writes (meta's ``fmt``). Format 2
@@ -106,6 +108,19 @@ UNBOUNDED_TOKENS = 10**12
 DEDUPE_WINDOW = 1_000
 #: Keys older than the window are swept when the ids cross a multiple of this.
 DEDUPE_SWEEP = 64
+#: A memory's keys expire at one deadline, moved by a write only when it is less than the TTL
+#: away, and then to the TTL plus 1/TTL_SLACK_PARTS of it: the keys expire between the TTL and
+#: that much more after the last write, and their expiry is set once in that slack, not by
+#: every write (``lua/lib/deltas.lua``).
+TTL_SLACK_PARTS = 32
+
+
+def ttl_slack(ttl_ms: int) -> int:
+    """How far past ``ttl_ms`` a memory's deadline is set when a write moves it (ms): a key of
+    a memory with that TTL expires between ``ttl_ms`` and ``ttl_ms + ttl_slack(ttl_ms)`` after
+    the last write (``ttl_slack`` in ``lua/lib/deltas.lua``)."""
+    return -(-ttl_ms // TTL_SLACK_PARTS)
+
 
 #: The index: postings per packed block, the distinct terms one document may have, the
 #: documents and postings one indexing step writes, and the fields one compaction step reads.
@@ -174,6 +189,7 @@ LUA_CONSTANTS: dict[str, int] = {
     "MAX_MESSAGE_TOKENS": MAX_MESSAGE_TOKENS,
     "DEDUPE_WINDOW": DEDUPE_WINDOW,
     "DEDUPE_SWEEP": DEDUPE_SWEEP,
+    "TTL_SLACK_PARTS": TTL_SLACK_PARTS,
     "POSTINGS_BLOCK": POSTINGS_BLOCK,
     "MAX_DOC_TERMS": MAX_DOC_TERMS,
     "INDEX_STEP_DOCS": INDEX_STEP_DOCS,

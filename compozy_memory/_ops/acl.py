@@ -77,6 +77,8 @@ WRITE_COMMANDS = (
     "del",
     "unlink",
     "pexpire",
+    "pexpireat",
+    "pexpiretime",
     "persist",
     "zadd",
     "zscore",

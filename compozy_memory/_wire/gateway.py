@@ -131,7 +131,13 @@ class MemoryGateway(MaintenanceCalls, VectorCalls):
         self._check_writable("note_pin")
         yield self._command("pin", "hincrby", self.keys.respins, result_key, 1)
         if self.ttl_ms:
-            yield self._command("pin", "pexpire", self.keys.respins, self.ttl_ms)
+            # Every key of a memory expires at meta's deadline (lua/lib/deltas.lua), this one
+            # too; a memory with none yet gets the TTL, and its first write moves them all.
+            deadline = int((yield self._command("pin", "pexpiretime", self.keys.meta)))
+            if deadline > 0:
+                yield self._command("pin", "pexpireat", self.keys.respins, deadline)
+            else:
+                yield self._command("pin", "pexpire", self.keys.respins, self.ttl_ms)
         return int((yield from self.pinned_results()))
 
     @op

@@ -22,7 +22,7 @@ from compozy_memory import (
     SuppliedCounter,
 )
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._model.limits import ttl_slack
+from compozy_memory._model.limits import DEDUPE_CHUNK, ttl_slack
 from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.translate import RedisClient
 from compozy_memory.embedded import EmbeddedCluster
@@ -463,7 +463,9 @@ async def test_a_handles_own_keys_are_remembered_compactly_within_the_window(
     client: RedisClient, memory_key: str
 ) -> None:
     # A call with no dedupe_key gets '~<process>:<n>'. One process's keys share one record
-    # (meta 'w:<process>') and one member of the dedupe set, not one member a write.
+    # (meta 'w:<process>', its newest DEDUPE_CHUNK writes) and one member of the dedupe set;
+    # older writes are sealed a chunk at a time (a field and a member a chunk), not one member
+    # a write.
     mem = memory(client, memory_key, counter=COUNTER)
     token = "~testprocess:7"
     first = await mem.append({"role": "user", "content": "a"}, dedupe_key=token)
@@ -475,8 +477,10 @@ async def test_a_handles_own_keys_are_remembered_compactly_within_the_window(
     members = {
         m.decode() for m in await client.zrange(mem.keys.dedupe, 0, -1) if isinstance(m, bytes)
     }
+    chunks = {m for m in members if m.startswith("~testprocess.")}
+    assert chunks == {f"~testprocess.{s}" for s in range(301 // DEDUPE_CHUNK)}
     assert {"~testprocess", "event-1"} <= members
-    assert len(members) == 3  # two processes (this one too) and one caller's key
+    assert len(members - chunks) == 3  # two processes (this one too) and one caller's key
     again = await mem.append({"role": "user", "content": "a"}, dedupe_key=token)
     assert again.duplicate
     assert again.ids == first.ids

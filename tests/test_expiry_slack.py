@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 from lupa import lua51
 
-from compozy_memory._model.limits import TTL_SLACK_PARTS, ttl_slack
+from compozy_memory._model.limits import (
+    DEDUPE_CHUNK,
+    DEDUPE_CHUNKS,
+    DEDUPE_WINDOW,
+    TTL_SLACK_PARTS,
+    ttl_slack,
+)
 from compozy_memory._wire.scripts import helpers
 
 
@@ -25,3 +31,8 @@ def test_the_slack_python_states_is_the_slack_the_scripts_give(ttl_ms: int) -> N
     assert slack(ttl_ms) == ttl_slack(ttl_ms)  # type: ignore[operator]
     assert ttl_slack(ttl_ms) >= 1
     assert ttl_slack(ttl_ms) * TTL_SLACK_PARTS >= ttl_ms > (ttl_slack(ttl_ms) - 1) * TTL_SLACK_PARTS
+
+
+def test_a_process_keeps_chunks_enough_to_cover_the_dedupe_window() -> None:
+    # A process that writes one message a call keeps its keys for the whole window.
+    assert DEDUPE_CHUNK * DEDUPE_CHUNKS >= DEDUPE_WINDOW

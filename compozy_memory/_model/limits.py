@@ -10,6 +10,8 @@ __all__ = [
     "ARCHIVE_DROP_STEP",
     "COMPACT_FIELDS",
     "DATA_FORMAT",
+    "DEDUPE_CHUNK",
+    "DEDUPE_CHUNKS",
     "DEDUPE_SWEEP",
     "DEDUPE_WINDOW",
     "INDEX_STEP_DOCS",
@@ -108,6 +110,13 @@ UNBOUNDED_TOKENS = 10**12
 DEDUPE_WINDOW = 1_000
 #: Keys older than the window are swept when the ids cross a multiple of this.
 DEDUPE_SWEEP = 64
+#: The keys a process makes up for its writes (``~<process>:<n>``) are recorded in meta: its
+#: newest DEDUPE_CHUNK in one field every write reads and rewrites, the older ones sealed a
+#: chunk at a time into fields of their own, read only to look up a retried key; a process
+#: keeps its DEDUPE_CHUNKS newest chunks (``lua/lib/dedupe.lua``). Together they cover the
+#: window: DEDUPE_CHUNK x DEDUPE_CHUNKS >= DEDUPE_WINDOW.
+DEDUPE_CHUNK = 32
+DEDUPE_CHUNKS = 32
 #: A memory's keys expire at one deadline, moved by a write only when it is less than the TTL
 #: away, and then to the TTL plus 1/TTL_SLACK_PARTS of it: the keys expire between the TTL and
 #: that much more after the last write, and their expiry is set once in that slack, not by
@@ -189,6 +198,8 @@ LUA_CONSTANTS: dict[str, int] = {
     "MAX_MESSAGE_TOKENS": MAX_MESSAGE_TOKENS,
     "DEDUPE_WINDOW": DEDUPE_WINDOW,
     "DEDUPE_SWEEP": DEDUPE_SWEEP,
+    "DEDUPE_CHUNK": DEDUPE_CHUNK,
+    "DEDUPE_CHUNKS": DEDUPE_CHUNKS,
     "TTL_SLACK_PARTS": TTL_SLACK_PARTS,
     "POSTINGS_BLOCK": POSTINGS_BLOCK,
     "MAX_DOC_TERMS": MAX_DOC_TERMS,

@@ -87,6 +87,7 @@ WRITE_COMMANDS = (
     "zrem",
     "zpopmin",
     "lpop",
+    "rpop",
     "set",
     "get",
     # `purge` asks each key's type to empty a big one in chunks before it unlinks it.

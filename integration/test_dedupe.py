@@ -236,3 +236,30 @@ async def test_a_record_an_earlier_release_wrote_is_read_and_kept(
     for n in (5, 6, 7, 9, 10):
         assert (await mem.append(turn(0), dedupe_key=process_key("old", n))).duplicate
     assert await mem.len() == 5
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "99:0:0:40,x:y,z",  # a full record whose list is not one
+        "1:2:3:4",  # a header and nothing after it
+        ",abc,:,5:",  # an earlier release's form, damaged
+        "7:0:999999999:1,7:1",  # a chunk number far past any written
+    ],
+)
+async def test_a_damaged_record_never_fails_an_append_halfway(
+    client: RedisClient, memory_key: str, planted: str
+) -> None:
+    """A process's record is rewritten after the message is pushed: whatever a damaged or
+    planted one holds, the append stores its message and meta's totals once, and its retry is
+    found."""
+    mem = memory(client, memory_key, project=PROJECT)
+    await mem.append(turn(0, tokens=3))
+    await client.hset(mem.keys.meta, "w:hurt", planted)
+    first = await mem.append(turn(1, tokens=5), dedupe_key=process_key("hurt", 1_000))
+    again = await mem.append(turn(1, tokens=5), dedupe_key=process_key("hurt", 1_000))
+    assert not first.duplicate
+    assert again.duplicate
+    assert again.ids == first.ids
+    assert (first.total_count, first.total_tokens) == (2, 8)
+    assert await consistency_problems(client, mem.keys) == []

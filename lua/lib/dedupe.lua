@@ -152,6 +152,8 @@ end
 -- (so it is given the memory's deadline). Each time the ids cross a multiple of DEDUPE_SWEEP,
 -- the members whose keys left the window are swept, a caller's key at DEDUPE_WINDOW ids, a
 -- process's record or chunk DEDUPE_SWEEP ids later (their scores lag by less than that).
+-- It runs after the write's RPUSH, so nothing a record holds may fail it: one damaged or
+-- planted is read for what it is.
 local function dedupe_record(k, own, process, n, r, first_id, last_id, out)
   local created = false
   if (own ~= nil or process ~= nil)
@@ -191,7 +193,7 @@ local function dedupe_record(k, own, process, n, r, first_id, last_id, out)
     if count >= DEDUPE_CHUNK then
       -- Seal the list (unless all of it has left the window); the oldest chunk past
       -- DEDUPE_CHUNKS goes.
-      local newest = tonumber(string.match(list, ':(%d+)$'))
+      local newest = tonumber(string.match(list, ':(%d+)$')) or 0  -- 0: not a list of ours
       if newest >= last_id - DEDUPE_WINDOW then
         out[#out + 1] = field .. '.' .. seq
         out[#out + 1] = list

@@ -10,6 +10,7 @@ the part, and that clear() repairs it (ids keep increasing where meta survived).
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -171,3 +172,47 @@ async def test_parts_without_counts_are_losses_a_memory_survives(
     stored = await mem.append({"role": "user", "content": "still here"})
     assert stored.total_count == (await mem.health()).message_count
     assert (await mem.context_layers(400)).recalled == ()
+
+
+async def stored(client: RedisClient, mem: MemoryInstance) -> dict[str, object]:
+    """Every key of a memory: its contents and its deadline (PEXPIRETIME, which does not tick)."""
+    out: dict[str, object] = {}
+    for key in mem.keys.data:
+        kind = await client.type(key)
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if kind == "list":
+            out[key] = await client.lrange(key, 0, -1)
+        elif kind == "hash":
+            out[key] = await client.hgetall(key)
+        elif kind == "zset":
+            out[key] = await client.zrange(key, 0, -1, withscores=True)
+        out[f"{key}:deadline"] = await client.pexpiretime(key)
+    return out
+
+
+@pytest.mark.parametrize("loss", ["all", "some"])
+@pytest.mark.parametrize("size", [1, 600], ids=["one", "many"])
+async def test_an_append_to_a_memory_whose_messages_were_evicted_changes_nothing(
+    client: RedisClient, engine: EngineSpec, loss: str, size: int
+) -> None:
+    """The append learns that msgs does not hold what meta counts from the length its push
+    returns, and takes the push back before it refuses: every key as it was, TTLs too."""
+    mem = MemoryInstance.open(
+        client,
+        project="evict",
+        key=f"m:{uuid.uuid4().hex}",
+        counter=COUNTER,
+        policy=MemoryPolicy(ttl=timedelta(hours=1)),
+        background_index=False,
+    )
+    await mem.append_many([{"role": "user", "content": f"m{n}", "tokens": 2} for n in range(8)])
+    if loss == "all":
+        await client.delete(mem.keys.msgs)
+    else:
+        await client.lpop(mem.keys.msgs, 3)
+    before = await stored(client, mem)
+    batch = [{"role": "user", "content": f"new {n}", "tokens": 1} for n in range(size)]
+    await refused(mem.append_many(batch))
+    await refused(mem.append_many(batch, dedupe_key="caller-key"))
+    assert await stored(client, mem) == before
+    assert "msgs" in (await mem.health()).evicted

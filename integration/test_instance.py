@@ -23,6 +23,7 @@ from compozy_memory import (
 )
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.limits import DEDUPE_CHUNK, ttl_slack
 from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory.embedded import EmbeddedCluster
 from integration import memories
@@ -208,7 +209,7 @@ async def test_trim_archives_and_never_removes_priority_zero(
     archived = [json.loads(e)["content"] for e in await client.lrange(mem.keys.archive, 0, -1)]
     assert archived == [f"m{i}" for i in range(10)]
     for key in (mem.keys.msgs, mem.keys.meta, mem.keys.archive):
-        assert 0 < await client.pttl(key) <= 300_000
+        assert 0 < await client.pttl(key) <= 300_000 + ttl_slack(300_000)
 
 
 async def test_archive_is_capped(client: RedisClient, memory_key: str) -> None:
@@ -272,12 +273,15 @@ async def test_every_key_carries_the_ttl(client: RedisClient, memory_key: str) -
         mem.keys.ixseg,
         mem.keys.ixdocs,
     )
+    # One deadline for every key, between the TTL and the TTL and its slack away.
+    assert len({await client.pexpiretime(key) for key in parts}) == 1
     for key in parts:
-        assert 85_000 < await client.pttl(key) <= 90_000, key
+        assert 85_000 < await client.pttl(key) <= 90_000 + ttl_slack(90_000), key
     assert await mem.set_ttl(timedelta(hours=1)) == 6
     await mem.append({"role": "user", "content": "w", "tokens": 1})
+    assert len({await client.pexpiretime(key) for key in parts}) == 1
     for key in parts:
-        assert 3_590_000 < await client.pttl(key) <= 3_600_000, key
+        assert 3_590_000 < await client.pttl(key) <= 3_600_000 + ttl_slack(3_600_000), key
     assert await mem.set_ttl(None) == 6
     for key in parts:
         assert await client.pttl(key) == -1
@@ -459,7 +463,9 @@ async def test_a_handles_own_keys_are_remembered_compactly_within_the_window(
     client: RedisClient, memory_key: str
 ) -> None:
     # A call with no dedupe_key gets '~<process>:<n>'. One process's keys share one record
-    # (meta 'w:<process>') and one member of the dedupe set, not one member a write.
+    # (meta 'w:<process>', its newest DEDUPE_CHUNK writes) and one member of the dedupe set;
+    # older writes are sealed a chunk at a time (a field and a member a chunk), not one member
+    # a write.
     mem = memory(client, memory_key, counter=COUNTER)
     token = "~testprocess:7"
     first = await mem.append({"role": "user", "content": "a"}, dedupe_key=token)
@@ -471,8 +477,10 @@ async def test_a_handles_own_keys_are_remembered_compactly_within_the_window(
     members = {
         m.decode() for m in await client.zrange(mem.keys.dedupe, 0, -1) if isinstance(m, bytes)
     }
+    chunks = {m for m in members if m.startswith("~testprocess.")}
+    assert chunks == {f"~testprocess.{s}" for s in range(301 // DEDUPE_CHUNK)}
     assert {"~testprocess", "event-1"} <= members
-    assert len(members) == 3  # two processes (this one too) and one caller's key
+    assert len(members - chunks) == 3  # two processes (this one too) and one caller's key
     again = await mem.append({"role": "user", "content": "a"}, dedupe_key=token)
     assert again.duplicate
     assert again.ids == first.ids

@@ -1,9 +1,10 @@
 #!lua
 -- append.lua: store one or many messages at the end of a memory, atomically and at most once.
--- USES: args batch dedupe deltas
+-- USES: args batch clock dedupe deltas
 -- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins
 -- ARGV: ttl_ms max_tokens dedupe_key n messages...
---   ttl_ms      TTL set on every key passed; 0 leaves TTLs alone
+--   ttl_ms      the memory's TTL: every key of it expires at one deadline, moved when due
+--               (lib/deltas.lua: ttl_deadline); 0 leaves TTLs alone
 --   max_tokens  the most tokens one message may have; 0 = no limit
 --   dedupe_key  '' for none; a key already remembered means this append was stored before,
 --               and nothing is written again
@@ -21,17 +22,23 @@ local dedupe_key = dedupe_arg(a_dedupe_key)
 local n = int_arg(a_n, 'n', 1, MAX_BATCH)
 local batch = validate_batch(ARGV, ARGS_FROM, n, max_tokens)
 
-local seen = dedupe_seen(k_meta, k_dedupe, dedupe_key)
+-- One HMGET reads the totals, the checks' fields and the dedupe record; one HSET writes them.
+local own, process, counter = dedupe_token(dedupe_key)
+local field = process and 'w:' .. process
+local m = batch_read(K, batch, field)
+local seen, record = dedupe_seen(K, own, process, counter, field and m[field],
+  tonumber(m.last_id) or 0)
 if seen ~= nil then
   return dedupe_reply(k_meta, seen, n)
 end
-
--- summary_tokens rides along (delta 0) so the caller sees the whole context's size.
-local deltas = new_deltas()
-deltas.summary_tokens = 0
-local first_id, last_id, values = push_batch(K, batch, deltas,
-  {'msgs', 'archive', 'summaries', 'ixdocs', 'facts'}, dedupe_key)
-dedupe_record(k_meta, k_dedupe, dedupe_key, first_id, last_id)
-apply_ttl(KEYS, ttl_ms)
-return {first_id, last_id, values.tokens, values.count, values.summary_tokens, 0, values.inc,
-  values.ver}
+-- A new memory (no meta): none of these may exist, or its meta was evicted.
+batch_check(K, batch, m, m.inc == nil and {'msgs', 'archive', 'summaries', 'ixdocs', 'facts'})
+local us = now_us()
+local now = math.floor(us / 1000)
+local first_id, last_id, created = batch_push(K, batch, m, now)
+local more = {}
+local dedupe_created = dedupe_record(K, own, process, counter, record, first_id, last_id, more)
+local tokens, count, summary_tokens, inc, ver = batch_meta(K, batch, m, dedupe_key, us, more)
+-- Every key at the memory's deadline: all of them when it moves, else those this created.
+apply_ttl_created(k_meta, KEYS, ttl_ms, now, created and k_msgs, dedupe_created and k_dedupe)
+return {first_id, last_id, tokens, count, summary_tokens, 0, inc, ver}

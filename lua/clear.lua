@@ -4,7 +4,7 @@
 -- USES: args batch deltas
 -- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins legacy_ixpost legacy_ixdocs legacy_ixp
 -- ARGV: ttl_ms
---   ttl_ms  TTL for the meta key that remains; 0 keeps the TTL meta had
+--   ttl_ms  the memory's TTL, for the meta key that remains; 0 keeps the deadline meta had
 -- REPLY: {removed pins[2]}
 --   removed  the number of live messages removed
 --   pins     (result key, pins) pairs: the stored results this memory's messages pinned, for
@@ -17,9 +17,10 @@
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local kept = redis.call('HMGET', k_meta, 'count', 'last_id', 'epoch', 'inc', 'fmt', 'ix_gen')
 local pins = redis.call('HGETALL', k_respins)
-local pttl = redis.call('PTTL', k_meta)
+local deadline = redis.call('PEXPIRETIME', k_meta)
 redis.call('UNLINK', k_msgs, k_meta, k_archive, k_summaries, k_dedupe, k_recalled, k_ixseg,
-  k_ixdocs, k_ixgone, k_ixvec, k_facts, k_factord, k_respins, k_legacy_ixpost, k_legacy_ixdocs, k_legacy_ixp)
+  k_ixdocs, k_ixgone, k_ixvec, k_facts, k_factord, k_respins, k_legacy_ixpost, k_legacy_ixdocs,
+  k_legacy_ixp)
 local last_id = tonumber(kept[2]) or 0
 if kept[4] then
   local restore = {'last_id', last_id, 'ix_next', last_id + 1, 'vx_next', last_id + 1,
@@ -35,10 +36,12 @@ if kept[4] then
   end
   redis.call('HSET', k_meta, unpack(restore))
 end
-if ttl_ms == 0 and pttl > 0 then
-  ttl_ms = pttl
+-- meta is the memory's one key now: its deadline is every key's.
+if ttl_ms > 0 then
+  apply_ttl(k_meta, {k_meta}, ttl_ms)
+elseif deadline > 0 then
+  redis.call('PEXPIREAT', k_meta, deadline)
 end
-apply_ttl({k_meta}, ttl_ms)
 local out = {tonumber(kept[1]) or 0, #pins / 2}
 for i = 1, #pins do
   out[#out + 1] = pins[i]

@@ -9,5 +9,5 @@
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local n = redis.call('LLEN', k_recalled)
 redis.call('DEL', k_recalled)
-apply_ttl(KEYS, ttl_ms)
+apply_ttl(k_meta, KEYS, ttl_ms)
 return n

@@ -17,5 +17,5 @@ for i = ARGS_FROM, #ARGV do
   removed = removed + redis.call('HDEL', k_facts, ARGV[i])
   redis.call('ZREM', k_factord, ARGV[i])
 end
-apply_ttl(KEYS, ttl_ms)
+apply_ttl(k_meta, KEYS, ttl_ms)
 return removed

@@ -52,5 +52,5 @@ if over > 0 then
   end
 end
 out[1] = redis.call('ZCARD', k_factord)
-apply_ttl(KEYS, ttl_ms)
+apply_ttl(k_meta, KEYS, ttl_ms)
 return out

@@ -138,6 +138,6 @@ local values = apply_deltas(k_meta, deltas, nil, function()
   return {'last_flush', ts, 'ver', next_version(last_id, '')}
 end)
 archive_push(K, archived, archive_max)
-apply_ttl(KEYS, ttl_ms)
+apply_ttl(k_meta, KEYS, ttl_ms)
 return {summary_id, #removed, removed_tokens, values.tokens, values.count,
   values.summary_tokens or 0}

@@ -122,5 +122,5 @@ elseif a_part == 'done' then
     'fmt', DATA_FORMAT, 'ver', string.format('%d', values.last_id) .. ':' .. a_token)
   redis.call('HDEL', k_meta, 'imp')
 end
-apply_ttl(KEYS, ttl_ms)
+apply_ttl(k_meta, KEYS, ttl_ms)
 return {values.count, values.last_id}

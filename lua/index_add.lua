@@ -4,7 +4,8 @@
 -- USES: archive args deltas docs docs_write envelope meta segments segments_write
 -- KEYS: msgs meta archive summaries ixseg ixdocs ixgone ixvec
 -- ARGV: ttl_ms archive_max analyzer ix_next upto seq_from seq_upto n_gone gone_first n_docs positive negative n_fields items...
---   ttl_ms       TTL set on every key; 0 leaves TTLs alone
+--   ttl_ms       the memory's TTL: the keys this step writes get meta's deadline
+--                (lib/deltas.lua: ttl_follow); 0 leaves TTLs alone
 --   archive_max  the archive's cap, enforced a step at a time here too (it may have shrunk)
 --   analyzer     the analyser version the segments were made with; must be the index's
 --   ix_next      meta's ix_next as index_pending.lua returned it (the step applies only if
@@ -174,5 +175,5 @@ redis.call('HSET', k_meta, 'ix_next', ix_next, 'ix_seq', ix_seq, 'ix_an', a_anal
   'ix_docs', (tonumber(m.ix_docs) or 0) + indexed, 'ix_len', (tonumber(m.ix_len) or 0) + length,
   'ix_gone', (tonumber(m.ix_gone) or 0) - n_gone, 'ix_gen', gen, 'ix_nseg', #list)
 archive_cap(K, archive_max)
-apply_ttl(KEYS, ttl_ms)
+ttl_follow(k_meta, {k_ixseg, k_ixdocs, k_ixgone}, ttl_ms)
 return reply(1, indexed)

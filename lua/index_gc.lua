@@ -4,7 +4,7 @@
 -- USES: args clock deltas segments segments_write
 -- KEYS: meta ixseg
 -- ARGV: ttl_ms
---   ttl_ms  TTL set on the keys written; 0 leaves TTLs alone
+--   ttl_ms  the memory's TTL: ixseg gets meta's deadline (ttl_follow); 0 leaves it alone
 -- REPLY: left
 --   left  fields still to delete (0: nothing left; call again otherwise)
 -- At most GC_STEP_FIELDS fields a call, each named from its segment's entry (no HSCAN).
@@ -20,5 +20,5 @@ if #expired > 0 then
   end
 end
 local left = seg_collect(k_ixseg, garbage, GC_STEP_FIELDS)
-apply_ttl({k_meta, k_ixseg}, ttl_ms)
+ttl_follow(k_meta, {k_ixseg}, ttl_ms)
 return left

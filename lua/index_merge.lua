@@ -4,7 +4,7 @@
 -- USES: args clock deltas meta segments segments_write
 -- KEYS: meta ixseg
 -- ARGV: ttl_ms reservation inputs shape declared n_fields fields...
---   ttl_ms       TTL set on the keys written; 0 leaves TTLs alone
+--   ttl_ms       the memory's TTL: ixseg gets meta's deadline (ttl_follow); 0 leaves it
 --   reservation  0: a new merge of inputs: claims them, gives the output its generation and
 --                stores the fields given; > 0: that merge's generation (it was begun before):
 --                publishes it, with the fields given as its last part
@@ -131,7 +131,7 @@ if written < declared then
     seg_discard(garbage, expired)
     seg_collect(k_ixseg, garbage, 0)
   end
-  apply_ttl({k_meta, k_ixseg}, ttl_ms)
+  ttl_follow(k_meta, {k_ixseg}, ttl_ms)
   return {0, gen, #list}
 end
 -- Publish: the output takes the inputs' place, they go to the garbage.
@@ -154,5 +154,5 @@ seg_discard(garbage, gone)
 seg_discard(garbage, expired)
 seg_collect(k_ixseg, garbage, GC_STEP_FIELDS)
 redis.call('HSET', k_meta, 'ix_nseg', #kept)
-apply_ttl({k_meta, k_ixseg}, ttl_ms)
+ttl_follow(k_meta, {k_ixseg}, ttl_ms)
 return {1, gen, #kept}

@@ -4,7 +4,7 @@
 -- USES: args clock deltas segments segments_write
 -- KEYS: meta ixseg
 -- ARGV: ttl_ms reservation n_fields fields...
---   ttl_ms       TTL set on the keys written; 0 leaves TTLs alone
+--   ttl_ms       the memory's TTL: ixseg gets meta's deadline (ttl_follow); 0 leaves it
 --   reservation  the merge's generation, as index_merge.lua gave it
 --   n_fields     (name, value) pairs follow, 'b<k>' and 'p<j>' of the merged segment (at most
 --                STEP_FIELDS and MAX_CALL_BYTES)
@@ -44,5 +44,5 @@ end
 local written = tonumber(r[5]) + seg_write(k_ixseg, fields, {[''] = reservation})
 r[2], r[5], r[6] = now + MERGE_LEASE_MS, written, tonumber(r[6]) + bytes
 redis.call('HSET', k_ixseg, 'R', seg_format(reservations))
-apply_ttl({k_meta, k_ixseg}, ttl_ms)
+ttl_follow(k_meta, {k_ixseg}, ttl_ms)
 return {written, declared}

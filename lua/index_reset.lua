@@ -5,7 +5,8 @@
 -- USES: args deltas meta
 -- KEYS: msgs meta archive summaries ixseg ixdocs ixgone ixvec legacy_ixpost legacy_ixdocs legacy_ixp
 -- ARGV: ttl_ms force off
---   ttl_ms  TTL set on meta; 0 leaves it alone
+--   ttl_ms  the memory's TTL: meta keeps its deadline (lib/deltas.lua: ttl_follow); 0 leaves
+--           TTLs alone
 --   force   1: rebuild even an index of this release's format; 0: only an older one, or one
 --           dropped when search was turned off
 --   off     1: search is off: drop the index and its vectors and keep none (meta's ix_off:
@@ -35,7 +36,7 @@ if off == 1 then
     'ix_docs', 0, 'ix_len', 0, 'ix_gone', 0, 'ix_nseg', 0, 'vx_count', 0, 'vx_next', 0,
     'summary_count', redis.call('LLEN', k_summaries))
   redis.call('HDEL', k_meta, 'ix_an', 'vx_model', 'vx_names')
-  apply_ttl({k_meta}, ttl_ms)
+  ttl_follow(k_meta, {k_meta}, ttl_ms)
   return {1, DATA_FORMAT}
 end
 local archived = (tonumber(m.archived) or 0) - (tonumber(m.archive_base) or 0)
@@ -47,5 +48,5 @@ redis.call('HSET', k_meta, 'fmt', DATA_FORMAT, 'ix_next', 0,
 -- nothing of the new segments.
 redis.call('HDEL', k_meta, 'ix_an', 'ix_off', 'ix_sweep', 'ix_postings', 'ix_dead',
   'ix_maxdead')
-apply_ttl({k_meta}, ttl_ms)
+ttl_follow(k_meta, {k_meta}, ttl_ms)
 return {1, DATA_FORMAT}

@@ -21,7 +21,7 @@ end
 local created = redis.call('EXISTS', k_meta) == 0
 local inc = incarnation(k_meta)
 if created then
-  apply_ttl({k_meta}, ttl_ms)
+  apply_ttl(k_meta, {k_meta}, ttl_ms)
 end
 if not redis.call('SET', k_lock, a_token, 'NX', 'PX', lease_ms) then
   if redis.call('GET', k_lock) == a_token then

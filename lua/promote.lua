@@ -57,5 +57,5 @@ while n > MAX_RECALLED or (max_tokens > 0 and total > max_tokens) do
   total = total - t
   n = n - 1
 end
-apply_ttl(KEYS, ttl_ms)
+apply_ttl(k_meta, KEYS, ttl_ms)
 return out

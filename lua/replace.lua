@@ -3,7 +3,7 @@
 -- USES: archive args batch dedupe deltas envelope meta
 -- KEYS: msgs meta archive summaries dedupe recalled ixseg ixdocs ixgone ixvec facts factord respins
 -- ARGV: ttl_ms max_tokens archive_max if_last_id if_incarnation if_version dedupe_key n messages...
---   ttl_ms          TTL set on every key; 0 leaves TTLs alone
+--   ttl_ms          the memory's TTL, on every key (lib/deltas.lua); 0 leaves TTLs alone
 --   max_tokens      the most tokens one message may have; 0 = no limit
 --   archive_max     the archive keeps at most this many originals; 0 = no cap
 --   if_last_id      replace only if meta last_id equals this; -1 = unconditionally
@@ -26,7 +26,10 @@ local if_last_id = int_arg(a_if_last_id, 'if_last_id', -1, nil)
 local dedupe_key = dedupe_arg(a_dedupe_key)
 local n = int_arg(a_n, 'n', 0, MAX_BATCH)
 local batch = validate_batch(ARGV, ARGS_FROM, n, max_tokens)
-local seen = dedupe_seen(k_meta, k_dedupe, dedupe_key)
+local own, process, counter = dedupe_token(dedupe_key)
+local prior = redis.call('HMGET', k_meta, 'last_id', process and 'w:' .. process or 'last_id')
+local seen, record = dedupe_seen(K, own, process, counter, process and prior[2] or nil,
+  tonumber(prior[1]) or 0)
 if seen ~= nil then
   return dedupe_reply(k_meta, seen, n)
 end
@@ -67,13 +70,14 @@ if #stale > 0 then
   redis.call('HDEL', k_meta, unpack(stale))
 end
 redis.call('HSET', k_meta, 'tokens', 0, 'count', 0, 'pins', ',')
-local deltas = new_deltas()
-deltas.summary_tokens = 0
-deltas.replaced = 1
-local first_id, values
-first_id, last_id, values = push_batch(K, batch, deltas, {}, dedupe_key)
+local first_id, tokens, summary_tokens, inc, ver
+first_id, last_id, tokens, count, summary_tokens, inc, ver = push_batch(K, batch, {}, dedupe_key,
+  'replaced')
 archive_push(K, old, archive_max)
-dedupe_record(k_meta, k_dedupe, dedupe_key, last_id + 1 - n, last_id)
-apply_ttl(KEYS, ttl_ms)
-return {first_id, last_id, values.tokens, values.count, values.summary_tokens, 0, values.inc,
-  values.ver}
+local fields = {}
+dedupe_record(K, own, process, counter, record, last_id + 1 - n, last_id, fields)
+if #fields > 0 then
+  redis.call('HSET', k_meta, unpack(fields))
+end
+apply_ttl(k_meta, KEYS, ttl_ms)
+return {first_id, last_id, tokens, count, summary_tokens, 0, inc, ver}

@@ -81,5 +81,5 @@ if #moved > 0 then
   archive_push(K, moved, archive_max)
   tokens, count = values.tokens, values.count
 end
-apply_ttl(KEYS, ttl_ms)
+apply_ttl(k_meta, KEYS, ttl_ms)
 return {#moved, moved_tokens, tokens, count, status}

@@ -4,7 +4,8 @@
 -- USES: args deltas docs meta
 -- KEYS: msgs meta archive summaries ixdocs ixgone ixvec
 -- ARGV: ttl_ms model vx_next upto names n vectors...
---   ttl_ms   TTL set on every key; 0 leaves TTLs alone
+--   ttl_ms   the memory's TTL: the keys written get its deadline (lib/deltas.lua:
+--            ttl_follow); 0 leaves TTLs alone
 --   model    the embedder's model; the stored vectors must be of the same (vec_reset.lua)
 --   vx_next  meta's vx_next as vec_pending.lua returned it (the step applies only if no
 --            other client moved it meanwhile); upto: vx_next moves past this id
@@ -105,5 +106,5 @@ for _, list in ipairs({m.vx_names or '', names}) do
 end
 redis.call('HSET', k_meta, 'vx_next', upto + 1, 'vx_model', a_model, 'vx_count', stored,
   'vx_bytes', width or m.vx_bytes or 0, 'vx_names', table.concat(kept, '\t'))
-apply_ttl(KEYS, ttl_ms)
+ttl_follow(k_meta, KEYS, ttl_ms)
 return {1, upto + 1, stored}

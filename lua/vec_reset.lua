@@ -4,7 +4,8 @@
 -- USES: args deltas meta
 -- KEYS: meta ixvec
 -- ARGV: ttl_ms model
---   ttl_ms  TTL set on meta; 0 leaves it alone
+--   ttl_ms  the memory's TTL: meta keeps its deadline (lib/deltas.lua: ttl_follow); 0 leaves
+--           it alone
 --   model   the model the vectors are to be made with from now on
 -- REPLY: reset
 --   1 if vectors of another model were dropped; 0 if they were of this model already
@@ -22,5 +23,5 @@ end
 redis.call('UNLINK', k_ixvec)
 redis.call('HSET', k_meta, 'vx_next', 1, 'vx_count', 0, 'vx_model', a_model)
 redis.call('HDEL', k_meta, 'vx_bytes', 'vx_names')
-apply_ttl({k_meta}, ttl_ms)
+ttl_follow(k_meta, {k_meta}, ttl_ms)
 return 1

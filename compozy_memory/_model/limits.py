@@ -9,6 +9,8 @@ from __future__ import annotations
 __all__ = [
     "ARCHIVE_DROP_STEP",
     "DATA_FORMAT",
+    "DEDUPE_CHUNK",
+    "DEDUPE_CHUNKS",
     "DEDUPE_SWEEP",
     "DEDUPE_WINDOW",
     "GC_STEP_FIELDS",
@@ -54,10 +56,12 @@ __all__ = [
     "RESCORE_TERMS",
     "SEGMENT_STATE_BYTES",
     "STEP_FIELDS",
+    "TTL_SLACK_PARTS",
     "UNBOUNDED_TOKENS",
     "VECTOR_SCAN_IDS",
     "VECTOR_STEP_BYTES",
     "VECTOR_STEP_DOCS",
+    "ttl_slack",
 ]
 
 #: The layout of a memory's data this release reads and writes (meta's ``fmt``). Format 3
@@ -114,6 +118,26 @@ UNBOUNDED_TOKENS = 10**12
 DEDUPE_WINDOW = 1_000
 #: Keys older than the window are swept when the ids cross a multiple of this.
 DEDUPE_SWEEP = 64
+#: The keys a process makes up for its writes (``~<process>:<n>``) are recorded in meta: its
+#: newest DEDUPE_CHUNK in one field every write reads and rewrites, the older ones sealed a
+#: chunk at a time into fields of their own, read only to look up a retried key; a process
+#: keeps its DEDUPE_CHUNKS newest chunks (``lua/lib/dedupe.lua``). Together they cover the
+#: window: DEDUPE_CHUNK x DEDUPE_CHUNKS >= DEDUPE_WINDOW.
+DEDUPE_CHUNK = 32
+DEDUPE_CHUNKS = 32
+#: A memory's keys expire at one deadline, moved by a write only when it is less than the TTL
+#: away, and then to the TTL plus 1/TTL_SLACK_PARTS of it: the keys expire between the TTL and
+#: that much more after the last write, and their expiry is set once in that slack, not by
+#: every write (``lua/lib/deltas.lua``).
+TTL_SLACK_PARTS = 32
+
+
+def ttl_slack(ttl_ms: int) -> int:
+    """How far past ``ttl_ms`` a memory's deadline is set when a write moves it (ms): a key of
+    a memory with that TTL expires between ``ttl_ms`` and ``ttl_ms + ttl_slack(ttl_ms)`` after
+    the last write (``ttl_slack`` in ``lua/lib/deltas.lua``)."""
+    return -(-ttl_ms // TTL_SLACK_PARTS)
+
 
 #: The index (``compozy_memory._search.segments``): the distinct terms one document may have,
 #: the documents one indexing step covers (its segment's), the segments a memory lists (the
@@ -196,6 +220,9 @@ LUA_CONSTANTS: dict[str, int] = {
     "MAX_MESSAGE_TOKENS": MAX_MESSAGE_TOKENS,
     "DEDUPE_WINDOW": DEDUPE_WINDOW,
     "DEDUPE_SWEEP": DEDUPE_SWEEP,
+    "DEDUPE_CHUNK": DEDUPE_CHUNK,
+    "DEDUPE_CHUNKS": DEDUPE_CHUNKS,
+    "TTL_SLACK_PARTS": TTL_SLACK_PARTS,
     "MAX_DOC_TERMS": MAX_DOC_TERMS,
     "INDEX_STEP_DOCS": INDEX_STEP_DOCS,
     "MAX_SEGMENTS": MAX_SEGMENTS,

@@ -78,6 +78,8 @@ WRITE_COMMANDS = (
     "del",
     "unlink",
     "pexpire",
+    "pexpireat",
+    "pexpiretime",
     "persist",
     "zadd",
     "zscore",
@@ -86,6 +88,7 @@ WRITE_COMMANDS = (
     "zrem",
     "zpopmin",
     "lpop",
+    "rpop",
     "set",
     "get",
     # `purge` asks each key's type to empty a big one in chunks before it unlinks it.

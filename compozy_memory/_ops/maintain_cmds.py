@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -181,10 +180,10 @@ async def _clear(ctx: typer.Context, keys: InstanceKeys) -> int:
     from compozy_memory._model.policy import MemoryPolicy
 
     async with open_client(settings(ctx)) as client:
-        # The TTL it has now, read just before: meta is rewritten and must keep expiring.
-        ttl_ms = await require_memory(client, keys)
-        policy = MemoryPolicy(ttl=None if ttl_ms is None else timedelta(milliseconds=ttl_ms))
-        return await open_memory(client, keys, read_only=False, policy=policy).clear()
+        await require_memory(client, keys)
+        # A handle without a TTL: clear.lua then gives the meta it rewrites the deadline meta
+        # had, exactly (and none to a memory that had none).
+        return await open_memory(client, keys, read_only=False, policy=MemoryPolicy()).clear()
 
 
 def purge(

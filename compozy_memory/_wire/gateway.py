@@ -134,7 +134,13 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
         self._check_writable("note_pin")
         yield from self._command("pin", raw, "hincrby", self.keys.respins, result_key, 1)
         if self.ttl_ms:
-            yield from self._command("pin", raw, "pexpire", self.keys.respins, self.ttl_ms)
+            # Every key of a memory expires at meta's deadline (lua/lib/deltas.lua), this one
+            # too; a memory with none yet gets the TTL, and its first write moves them all.
+            deadline = yield from self._command("pin", int, "pexpiretime", self.keys.meta)
+            if deadline > 0:
+                yield from self._command("pin", raw, "pexpireat", self.keys.respins, deadline)
+            else:
+                yield from self._command("pin", raw, "pexpire", self.keys.respins, self.ttl_ms)
         return (yield from self.pinned_results())
 
     @op

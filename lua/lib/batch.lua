@@ -1,7 +1,7 @@
 -- lib/batch.lua: message batches: validating the (tokens, priority, body) triples a write
 -- carries, storing them, and what every write to the conversation records in meta: the
 -- pinned messages' ids and the version.
--- USES: args clock deltas envelope meta
+-- USES: args clock envelope meta
 --
 -- meta's 'ver' names the conversation's content, not only its length: '<last_id>:<mark>',
 -- where mark is the write's dedupe key (unique to one write) or, for writes without one,
@@ -11,31 +11,29 @@
 -- 'pins' lists the ids of the pinned messages (',7,9,'), so a context finds them wherever
 -- they are without scanning the conversation.
 
--- Checks n message triples (tokens, priority, body) in args from index first and returns
--- them parsed: {tokens = {...}, priority = {...}, body = {...}, pinned = n pinned}.
+-- Checks n message triples (tokens, priority, body) in args from index first. Returns the
+-- batch: {args, first, n, total (tokens), pinned (messages of priority 0), and by priority:
+-- p, the one priority of a batch that has one (one message, most often), else tokens and
+-- count, tables by priority}; batch_push reads each message from args again. A batch of one
+-- priority makes no tables but itself: this runs on every append.
 local function validate_batch(args, first, n, max_tokens)
   if #args ~= first - 1 + 3 * n then
     fail('INVALID', 'expected ' .. n .. ' message triples, got ' .. (#args - first + 1)
       .. ' arguments')
   end
-  local batch = {tokens = {}, priority = {}, body = {}, pinned = 0}
-  local bytes = 0
+  local by_tokens, by_count, one = nil, nil, nil
+  local bytes, total, pinned = 0, 0, 0
   for i = 1, n do
     local at = first + 3 * (i - 1)
-    -- Labels are built only on failure: this loop runs on every append.
+    -- Labels are built only on failure.
     local tokens = int_or_nil(args[at], 0, MAX_MESSAGE_TOKENS)
       or int_arg(args[at], 'message ' .. i .. ' tokens', 0, MAX_MESSAGE_TOKENS)
     if max_tokens > 0 and tokens > max_tokens then
       fail('TOOLARGE', 'message ' .. i .. ' has ' .. tokens
         .. ' tokens, more than the memory limit of ' .. max_tokens)
     end
-    batch.tokens[i] = tokens
     local priority = int_or_nil(args[at + 1], 0, MAX_PRIORITY)
       or int_arg(args[at + 1], 'message ' .. i .. ' priority', 0, MAX_PRIORITY)
-    batch.priority[i] = priority
-    if priority == 0 then
-      batch.pinned = batch.pinned + 1
-    end
     local body = args[at + 2]
     if string.sub(body, 1, 2) ~= '{"' or string.sub(body, -1) ~= '}' then
       fail('INVALID', 'message ' .. i .. ' body must be a non-empty JSON object')
@@ -45,95 +43,196 @@ local function validate_batch(args, first, n, max_tokens)
         .. MAX_MESSAGE_BYTES .. ' (store larger content with offload)')
     end
     bytes = bytes + #body
-    batch.body[i] = body
+    if priority == 0 then
+      pinned = pinned + 1
+    end
+    if one == nil and by_tokens == nil then
+      one = priority
+    elseif priority ~= one and by_tokens == nil then
+      by_tokens, by_count = {[one] = total}, {[one] = i - 1}
+      one = nil
+    end
+    if by_tokens ~= nil then
+      by_tokens[priority] = (by_tokens[priority] or 0) + tokens
+      by_count[priority] = (by_count[priority] or 0) + 1
+    end
+    total = total + tokens
   end
   if bytes > MAX_CALL_BYTES then
     fail('TOOLARGE', 'the messages of one call have ' .. bytes .. ' bytes; at most '
       .. MAX_CALL_BYTES)
   end
-  return batch
+  return {args = args, first = first, n = n, total = total, pinned = pinned, p = one,
+    tokens = by_tokens, count = by_count}
 end
 
--- The version after a write whose last id is last_id; mark: the write's dedupe key, or ''.
-local function next_version(last_id, mark)
+-- The version after a write whose last id is last_id; mark: the write's dedupe key, or ''
+-- (then us, the server clock in microseconds, or TIME, makes one).
+local function next_version(last_id, mark, us)
   if mark == '' then
-    mark = 't' .. string.format('%d', now_us())
+    return string.format('%d:t%d', last_id, us or now_us())
   end
-  return string.format('%d', last_id) .. ':' .. mark
+  return string.format('%d:%s', last_id, mark)
 end
 
--- Stores a validated batch after the live messages; returns first_id, last_id and the new
--- meta values (with 'ver'). Refuses (nothing written) a memory of a newer format, one whose
--- keys were partly evicted, and a batch that would pin more than MAX_PINNED messages.
--- k: the memory's keys; parts: those whose existence tells an evicted meta from a new
--- memory; mark: as for next_version.
-local function push_batch(k, batch, deltas, parts, mark)
-  local n = #batch.tokens
-  -- Totals by priority first: one account() (two field names) a priority, not a message.
-  local by_priority = {}
-  for i = 1, n do
-    local p = batch.priority[i]
-    local sum = by_priority[p]
-    if sum == nil then
-      by_priority[p] = {batch.tokens[i], 1}
-    else
-      sum[1], sum[2] = sum[1] + batch.tokens[i], sum[2] + 1
+-- A batch's write, in steps, so a script can act between them: batch_read (one HMGET of all
+-- the write needs), batch_check (every refusal, before any write), batch_push (the
+-- envelopes), batch_meta (one HSET). push_batch runs them all. They run on every append: the
+-- fields are named once, and they allocate little (at this size, the server's time goes
+-- more to the tables and strings a script makes than to the commands it calls).
+
+-- Reads meta's fields a batch's write needs, with one HMGET: inc, fmt, imp, the totals, the
+-- batch's priorities' totals, 'pins' when it pins messages, and extra (a field name, or nil).
+-- Returns them by field (text; nil when missing).
+local function batch_read(k, batch, extra)
+  local fields, v, m
+  local p = batch.p
+  if p ~= nil then  -- one priority: the fields named at once
+    local pt, pc = 'p:' .. p .. ':tokens', 'p:' .. p .. ':count'
+    fields = {'inc', 'fmt', 'imp', 'last_id', 'tokens', 'count', 'summary_tokens', pt, pc}
+  else
+    fields = {'inc', 'fmt', 'imp', 'last_id', 'tokens', 'count', 'summary_tokens'}
+    for q in pairs(batch.count or {}) do
+      fields[#fields + 1] = 'p:' .. q .. ':tokens'
+      fields[#fields + 1] = 'p:' .. q .. ':count'
     end
   end
-  for p, sum in pairs(by_priority) do
-    account(deltas, 1, sum[1], p, sum[2])
+  if batch.pinned > 0 then
+    fields[#fields + 1] = 'pins'
   end
-  deltas.last_id = (deltas.last_id or 0) + n
-  local pins = nil
-  local values = apply_deltas(k.meta, deltas, function(before)
-    check_format(before)
-    check_not_importing(before)
-    if before.inc == nil then
-      local new_parts = {}
-      for _, name in ipairs(parts) do
-        new_parts[name] = {k[name]}
-      end
-      check_parts(before, k, new_parts)
-    else
-      check_parts(before, k, {msgs = {k.msgs, tonumber(before.count) or 0}})
+  fields[#fields + 1] = extra
+  v = redis.call('HMGET', k.meta, unpack(fields))
+  -- A missing field comes as false. The constructor sizes the table for these at once.
+  m = {inc = v[1] or nil, fmt = v[2] or nil, imp = v[3] or nil, last_id = v[4] or nil,
+    tokens = v[5] or nil, count = v[6] or nil, summary_tokens = v[7] or nil}
+  for i = 8, #fields do
+    m[fields[i]] = v[i] or nil
+  end
+  return m
+end
+
+-- Refuses (nothing written) a memory of a newer format, one an import is filling, a new
+-- memory (no meta) some of whose parts are there (an evicted meta; parts, a list or nil,
+-- names them), and a batch that would pin more than MAX_PINNED messages. An existing
+-- memory's msgs is checked by batch_push.
+local function batch_check(k, batch, m, parts)
+  check_format(m)
+  check_not_importing(m)
+  if m.inc == nil then
+    local new_parts = {}
+    for _, name in ipairs(parts or {}) do
+      new_parts[name] = {k[name]}
     end
-    if batch.pinned > 0 then
-      if (tonumber(before['p:0:count']) or 0) + batch.pinned > MAX_PINNED then
-        fail('INVALID', 'a memory holds at most ' .. MAX_PINNED .. ' pinned messages '
-          .. '(priority 0)')
-      end
-      pins = redis.call('HGET', k.meta, 'pins') or ','
-    end
-  end, function(values)
-    values.ver = next_version(values.last_id, mark)
-    local out = {'ver', values.ver}
-    if pins then
-      local first = values.last_id - n + 1
-      for i = 1, n do
-        if batch.priority[i] == 0 then
-          pins = pins .. (first + i - 1) .. ','
-        end
-      end
-      out[3], out[4] = 'pins', pins
-    end
-    return out
-  end)
-  local last_id = values.last_id
+    check_parts(m, k, new_parts)
+  end
+  if batch.pinned > 0 and (tonumber(m['p:0:count']) or 0) + batch.pinned > MAX_PINNED then
+    fail('INVALID', 'a memory holds at most ' .. MAX_PINNED .. ' pinned messages (priority 0)')
+  end
+end
+
+-- Pushes the batch's envelopes (time stamped ts, ms) after the live messages; returns
+-- first_id, last_id and whether this created msgs. The length RPUSH returns is the check
+-- that msgs held what meta counts: when it did not (its key was evicted or deleted), the
+-- envelopes are popped again and the write is refused, leaving the memory as it was.
+local function batch_push(k, batch, m, ts)
+  local n, args = batch.n, batch.args
+  local last_id = (tonumber(m.last_id) or 0) + n
   local first_id = last_id - n + 1
-  local ts = now_ms()
-  local envelopes = {}
-  for i = 1, n do
-    envelopes[#envelopes + 1] = envelope(first_id + i - 1, ts, batch.tokens[i],
-      batch.priority[i], batch.body[i])
-    if #envelopes == 512 then
-      redis.call('RPUSH', k.msgs, unpack(envelopes))
-      envelopes = {}
+  if n == 0 then
+    return first_id, last_id, false
+  end
+  local length
+  if n == 1 then
+    local at = batch.first
+    length = redis.call('RPUSH', k.msgs, envelope(first_id, ts, tonumber(args[at]),
+      tonumber(args[at + 1]), args[at + 2]))
+  else
+    local envelopes = {}
+    for i = 1, n do
+      local at = batch.first + 3 * (i - 1)
+      envelopes[#envelopes + 1] = envelope(first_id + i - 1, ts, tonumber(args[at]),
+        tonumber(args[at + 1]), args[at + 2])
+      if #envelopes == 512 or i == n then
+        length = redis.call('RPUSH', k.msgs, unpack(envelopes))
+        envelopes = {}
+      end
     end
   end
-  if #envelopes > 0 then
-    redis.call('RPUSH', k.msgs, unpack(envelopes))
+  local count = tonumber(m.count) or 0
+  if length ~= count + n then
+    redis.call('RPOP', k.msgs, n)
+    fail('EVICTED', 'msgs holds ' .. (length - n) .. ' where meta says ' .. count
+      .. ': keys of this memory were evicted or deleted')
   end
-  return first_id, last_id, values
+  return first_id, last_id, length == n
+end
+
+-- Writes meta after a pushed batch with one HSET: the totals, the version (marked with mark
+-- as for next_version), the fields in more (field, value, ...; or nil), the pinned ids, an
+-- incarnation for a new memory, and one more in counter (a field batch_read read as its
+-- extra, or nil). Returns the new totals, summary tokens, incarnation and version.
+local function batch_meta(k, batch, m, mark, us, more, counter)
+  local n = batch.n
+  local last_id = (tonumber(m.last_id) or 0) + n
+  local tokens = (tonumber(m.tokens) or 0) + batch.total
+  local count = (tonumber(m.count) or 0) + n
+  local ver = next_version(last_id, mark, us)
+  local out = {'last_id', string.format('%d', last_id), 'tokens', string.format('%d', tokens),
+    'count', string.format('%d', count), 'ver', ver, unpack(more or {})}
+  local p = batch.p
+  if p ~= nil then
+    local pt, pc = 'p:' .. p .. ':tokens', 'p:' .. p .. ':count'
+    out[#out + 1] = pt
+    out[#out + 1] = string.format('%d', (tonumber(m[pt]) or 0) + batch.total)
+    out[#out + 1] = pc
+    out[#out + 1] = string.format('%d', (tonumber(m[pc]) or 0) + n)
+  else
+    for q, added in pairs(batch.tokens or {}) do
+      local field = 'p:' .. q .. ':tokens'
+      out[#out + 1] = field
+      out[#out + 1] = string.format('%d', (tonumber(m[field]) or 0) + added)
+      field = 'p:' .. q .. ':count'
+      out[#out + 1] = field
+      out[#out + 1] = string.format('%d', (tonumber(m[field]) or 0) + batch.count[q])
+    end
+  end
+  if batch.pinned > 0 then
+    local pins = m.pins or ','
+    for i = 1, n do
+      if tonumber(batch.args[batch.first + 3 * (i - 1) + 1]) == 0 then
+        pins = pins .. (last_id - n + i) .. ','
+      end
+    end
+    out[#out + 1] = 'pins'
+    out[#out + 1] = pins
+  end
+  local inc = m.inc
+  if inc == nil then
+    inc = string.format('%d', us or now_us())
+    out[#out + 1] = 'inc'
+    out[#out + 1] = inc
+    out[#out + 1] = 'fmt'
+    out[#out + 1] = DATA_FORMAT
+  end
+  if counter then
+    out[#out + 1] = counter
+    out[#out + 1] = string.format('%d', (tonumber(m[counter]) or 0) + 1)
+  end
+  redis.call('HSET', k.meta, unpack(out))
+  return tokens, count, tonumber(m.summary_tokens) or 0, inc, ver
+end
+
+-- Stores a validated batch after the live messages; returns first_id, last_id, the new
+-- totals, summary tokens, incarnation and version. Refuses (nothing written) what
+-- batch_check and batch_push refuse. k: the memory's keys; parts: those whose existence
+-- tells an evicted meta from a new memory; mark: as for next_version; counter: a meta field
+-- to add one to, or nil.
+local function push_batch(k, batch, parts, mark, counter)
+  local m = batch_read(k, batch, counter)
+  batch_check(k, batch, m, parts)
+  local us = now_us()
+  local first_id, last_id = batch_push(k, batch, m, math.floor(us / 1000))
+  return first_id, last_id, batch_meta(k, batch, m, mark, us, nil, counter)
 end
 
 -- Reads the oldest prefix_len live messages and checks that they are the ids the caller

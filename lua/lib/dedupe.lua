@@ -1,9 +1,11 @@
 -- lib/dedupe.lua: idempotent writes: dedupe keys remembered per memory.
 -- USES: args
 
--- Idempotent writes: append and replace carry a dedupe key (a random one per call by
--- default), remembered in a sorted set scored by the last id the write was given. A retry
--- of a write whose reply was lost finds its key and writes nothing again.
+-- Idempotent writes: append and replace carry a dedupe key (one the handle makes up per call
+-- by default). A retry of a write whose reply was lost finds its key and writes nothing
+-- again. A key is remembered while the last id its write was given is within DEDUPE_WINDOW
+-- ids of the memory's newest (checked when the key is looked up, so the window is exact), and
+-- what is kept for it is bounded.
 local function dedupe_arg(value)
   if string.len(value) > MAX_DEDUPE_KEY then
     fail('INVALID', 'a dedupe key has at most ' .. MAX_DEDUPE_KEY .. ' bytes, got '
@@ -12,35 +14,102 @@ local function dedupe_arg(value)
   return value
 end
 
+-- A caller's own key is a member of the dedupe set, scored by its write's last id.
+--
 -- A key the handles make up themselves, '~<process>:<n>' (a random prefix per process and a
--- counter), is remembered compactly, as the process's writes to this memory are many and its
--- keys alike: meta field 'w:<process>' lists ',n:last_id' per write in the order the writes
--- were applied (so by last_id), and the dedupe set holds one member '~<process>' scored by
--- its newest write, so the sweep below forgets a quiet process's list with the rest. A
--- caller's own key is a member of the dedupe set itself.
-local function made_up(token)
-  return string.match(token, '^~([%w_%-]+):(%d+)$')
-end
+-- counter), is remembered in meta, as a process's writes to one memory are many and their
+-- keys alike. Meta field 'w:<process>' is the process's record: '<hi>:<z>:<seq>:<k>', then its
+-- newest k writes (',<n>:<last id>' each, in the order applied), where
+--   hi   is the largest n recorded: a key above it is new (the first attempt of a write, the
+--        usual case), and is recorded without a lookup;
+--   z    is the score of the dedupe set's member '~<process>', moved up once the ids have gone
+--        DEDUPE_SWEEP past it (the sweep gives such members that much more room);
+--   seq  numbers the next sealed chunk: once a record holds DEDUPE_CHUNK writes, they go to
+--        field 'w:<process>.<seq>' (scored in the set as '~<process>.<seq>' by its newest last
+--        id), and a process keeps its DEDUPE_CHUNKS newest chunks.
+-- So an append reads and writes a record of at most DEDUPE_CHUNK writes, a seal is a write of
+-- one chunk every DEDUPE_CHUNK appends, and only a key at or below hi (a retry, or a write
+-- that arrived after newer ones of its process) reads the sealed chunks. A record an earlier
+-- release wrote (',<n>:<last id>...', no header) is searched whole, and gets a header on its
+-- process's next write.
 
--- Returns the last id the write with this key was given, or nil if it is not remembered.
-local function dedupe_seen(meta, key, token)
+-- A dedupe key as the scripts keep it: (own) for a caller's, (nil, process, n) for one the
+-- handles made up, nothing for none. A counter written with leading zeros is not one a handle
+-- makes: such a key is kept as a caller's, so the counters compare by their digits alone.
+local function dedupe_token(token)
   if token == '' then
     return nil
   end
-  local process, n = made_up(token)
-  if process then
-    local list = redis.call('HGET', meta, 'w:' .. process)
-    local at = list and string.find(list, ',' .. n .. ':', 1, true)
-    if at then
-      return tonumber(string.match(list, '^,%d+:(%d+)', at))
+  local process, n = string.match(token, '^~([%w_%-]+):([1-9]%d*)$')
+  if process == nil then
+    process, n = string.match(token, '^~([%w_%-]+):(0)$')
+    if process == nil then
+      return token
     end
+  end
+  return nil, process, n
+end
+
+-- Whether counter a (digits, no leading zero) is a larger number than b, whatever their length.
+local function digits_above(a, b)
+  if #a ~= #b then
+    return #a > #b
+  end
+  return a > b
+end
+
+-- A process's record read (record: meta's 'w:<process>', or nil): {hi, z, seq, count, from,
+-- text}, hi nil for an earlier release's list; nil for no record.
+local function dedupe_parse(record)
+  if record == nil then
     return nil
   end
-  local score = redis.call('ZSCORE', key, token)
-  if score then
-    return tonumber(score)
+  local hi, z, seq, count, from = string.match(record, '^(%d+):(%d+):(%d+):(%d+)()')
+  if hi == nil then
+    return {z = 0, seq = 0, count = select(2, string.gsub(record, ',', ',')), from = 1,
+      text = record}
+  end
+  return {hi = hi, z = tonumber(z), seq = tonumber(seq), count = tonumber(count), from = from,
+    text = record}
+end
+
+-- The last id in text (',<n>:<last id>' entries from index from) recorded for n, or nil.
+local function dedupe_find(text, n, from)
+  local at = text and string.find(text, ',' .. n .. ':', from, true)
+  if at then
+    return tonumber(string.match(text, '^,%d+:(%d+)', at))
   end
   return nil
+end
+
+-- Returns the last id the write with this key (own, or process and n, as dedupe_token gave
+-- them) was given, or nil if it is not remembered; and, for a process's key, its record
+-- parsed (for dedupe_record). record: meta's 'w:<process>' (or nil); newest: meta's last id.
+local function dedupe_seen(k, own, process, n, record, newest)
+  local seen, r
+  if own ~= nil then
+    seen = tonumber(redis.call('ZSCORE', k.dedupe, own))
+  elseif process ~= nil then
+    r = dedupe_parse(record)
+    if r == nil or (r.hi ~= nil and digits_above(n, r.hi)) then
+      return nil, r  -- above every key recorded: new
+    end
+    seen = dedupe_find(r.text, n, r.from)
+    if seen == nil and r.seq > 0 then
+      local fields = {}
+      for s = r.seq - 1, math.max(0, r.seq - DEDUPE_CHUNKS), -1 do
+        fields[#fields + 1] = 'w:' .. process .. '.' .. s
+      end
+      local chunks = redis.call('HMGET', k.meta, unpack(fields))
+      for i = 1, #chunks do
+        seen = seen or dedupe_find(chunks[i] or nil, n, 1)
+      end
+    end
+  end
+  if seen ~= nil and seen >= newest - DEDUPE_WINDOW then
+    return seen, r
+  end
+  return nil, r
 end
 
 -- The reply of an append or replace whose dedupe key was already remembered: the ids the
@@ -53,7 +122,7 @@ local function dedupe_reply(meta, last, n)
     t[4] or '', t[5] or (string.format('%d', tonumber(t[6]) or 0) .. ':')}
 end
 
--- Before members leave the dedupe set: drops the lists of the processes among them.
+-- Before members leave the dedupe set: drops the records of the processes among them.
 local function dedupe_forget(meta, members)
   for _, member in ipairs(members) do
     if string.sub(member, 1, 1) == '~' then
@@ -62,40 +131,88 @@ local function dedupe_forget(meta, members)
   end
 end
 
--- Remembers token for the write whose last id is last_id. Keys whose write ended more than
--- DEDUPE_WINDOW ids ago are forgotten: a process's list loses them at its front as it writes,
--- and the set is swept each time the ids cross a multiple of DEDUPE_SWEEP; the set never
--- holds more than DEDUPE_WINDOW + DEDUPE_SWEEP members, even for writes that add no ids
--- (replace with no messages).
-local function dedupe_record(meta, key, token, first_id, last_id)
-  if token == '' then
-    return
+-- Adds member to the dedupe set (score: a last id); returns whether that created the set.
+-- The set never holds more than DEDUPE_WINDOW + DEDUPE_SWEEP members: past that, its lowest
+-- go.
+local function dedupe_add(k, score, member)
+  if redis.call('ZADD', k.dedupe, score, member) == 0 then
+    return false
   end
-  local process, n = made_up(token)
-  if process then
-    local field = 'w:' .. process
-    local list = (redis.call('HGET', meta, field) or '') .. ',' .. n .. ':' .. last_id
-    local from, cut = 1, last_id - DEDUPE_WINDOW
-    while true do
-      local old, stop = string.match(list, '^,%d+:(%d+)()', from)
-      if old == nil or tonumber(old) >= cut then
-        break
-      end
-      from = stop
-    end
-    redis.call('HSET', meta, field, string.sub(list, from))
-    redis.call('ZADD', key, last_id, '~' .. process)
-  else
-    redis.call('ZADD', key, last_id, token)
-  end
-  if math.floor(last_id / DEDUPE_SWEEP) ~= math.floor((first_id - 1) / DEDUPE_SWEEP) then
-    local cut = '(' .. (last_id - DEDUPE_WINDOW)
-    dedupe_forget(meta, redis.call('ZRANGE', key, '-inf', cut, 'BYSCORE'))
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', cut)
-  end
-  local size = redis.call('ZCARD', key)
+  local size = redis.call('ZCARD', k.dedupe)
   if size > DEDUPE_WINDOW + DEDUPE_SWEEP then
-    dedupe_forget(meta, redis.call('ZRANGE', key, 0, size - DEDUPE_WINDOW - 1))
-    redis.call('ZREMRANGEBYRANK', key, 0, size - DEDUPE_WINDOW - 1)
+    dedupe_forget(k.meta, redis.call('ZRANGE', k.dedupe, 0, size - DEDUPE_WINDOW - 1))
+    redis.call('ZREMRANGEBYRANK', k.dedupe, 0, size - DEDUPE_WINDOW - 1)
   end
+  return size == 1
+end
+
+-- Remembers the key (own, or process and n) of the write whose ids are first_id..last_id;
+-- r: the process's record as dedupe_seen parsed it. Adds the meta fields to set to out
+-- (field, value, ...: the write's one HSET), and returns whether the dedupe set was created
+-- (so it is given the memory's deadline). Each time the ids cross a multiple of DEDUPE_SWEEP,
+-- the members whose keys left the window are swept, a caller's key at DEDUPE_WINDOW ids, a
+-- process's record or chunk DEDUPE_SWEEP ids later (their scores lag by less than that).
+-- It runs after the write's RPUSH, so nothing a record holds may fail it: one damaged or
+-- planted is read for what it is.
+local function dedupe_record(k, own, process, n, r, first_id, last_id, out)
+  local created = false
+  if (own ~= nil or process ~= nil)
+      and math.floor(last_id / DEDUPE_SWEEP) ~= math.floor((first_id - 1) / DEDUPE_SWEEP) then
+    local gone, lagging = {}, last_id - DEDUPE_WINDOW - DEDUPE_SWEEP
+    local old = redis.call('ZRANGE', k.dedupe, '-inf', '(' .. (last_id - DEDUPE_WINDOW),
+      'BYSCORE', 'WITHSCORES')
+    for i = 1, #old, 2 do
+      if string.sub(old[i], 1, 1) ~= '~' or tonumber(old[i + 1]) < lagging then
+        gone[#gone + 1] = old[i]
+      end
+    end
+    if #gone > 0 then
+      dedupe_forget(k.meta, gone)
+      redis.call('ZREM', k.dedupe, unpack(gone))
+    end
+  end
+  if own ~= nil then
+    created = dedupe_add(k, last_id, own)
+  elseif process ~= nil then
+    local field, member = 'w:' .. process, '~' .. process
+    local hi, z, seq, count, list = n, 0, 0, 0, ''
+    if r ~= nil then
+      z, seq, count = r.z, r.seq, r.count
+      list = r.from > 1 and string.sub(r.text, r.from) or r.text
+      if r.hi == nil then  -- an earlier release's list: its largest n becomes hi
+        for seen in string.gmatch(list, ',(%d+):') do
+          seen = string.match(seen, '^0*(%d.*)$')
+          if digits_above(seen, hi) then
+            hi = seen
+          end
+        end
+      elseif not digits_above(n, r.hi) then
+        hi = r.hi
+      end
+    end
+    if count >= DEDUPE_CHUNK then
+      -- Seal the list (unless all of it has left the window); the oldest chunk past
+      -- DEDUPE_CHUNKS goes.
+      local newest = tonumber(string.match(list, ':(%d+)$')) or 0  -- 0: not a list of ours
+      if newest >= last_id - DEDUPE_WINDOW then
+        out[#out + 1] = field .. '.' .. seq
+        out[#out + 1] = list
+        created = dedupe_add(k, newest, member .. '.' .. seq)
+        if seq >= DEDUPE_CHUNKS then
+          redis.call('HDEL', k.meta, field .. '.' .. (seq - DEDUPE_CHUNKS))
+          redis.call('ZREM', k.dedupe, member .. '.' .. (seq - DEDUPE_CHUNKS))
+        end
+        seq = seq + 1
+      end
+      count, list = 0, ''
+    end
+    if r == nil or last_id - z >= DEDUPE_SWEEP then
+      z = last_id
+      created = dedupe_add(k, z, member) or created
+    end
+    out[#out + 1] = field
+    out[#out + 1] = hi .. ':' .. string.format('%d', z) .. ':' .. seq .. ':' .. (count + 1)
+      .. list .. ',' .. n .. ':' .. string.format('%d', last_id)
+  end
+  return created
 end

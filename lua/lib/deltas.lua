@@ -1,6 +1,6 @@
 -- lib/deltas.lua: changing a memory's meta: exact totals through deltas, its incarnation (set
 -- from the server clock when meta is created, so a memory that expired and was written again
--- is told apart from the old one), and the TTL every write sets.
+-- is told apart from the old one), and the deadline every key of the memory shares (its TTL).
 -- USES: clock
 
 -- Meta changes are gathered in a table of field -> delta and written with one HMGET and one
@@ -73,11 +73,73 @@ local function incarnation(meta)
   return inc
 end
 
--- Sets the instance TTL on every key in keys (PEXPIRE on a missing key is a no-op).
-local function apply_ttl(keys, ttl_ms)
+-- TTLs. Every key of a memory expires at one deadline, meta's (PEXPIRETIME): a key that
+-- expired before the others would read as evicted. A write leaves the deadline alone while it
+-- is between ttl_ms and ttl_ms + ttl_slack(ttl_ms) away, and otherwise moves it for every key
+-- at once to ttl_ms + ttl_slack(ttl_ms) from now. So the keys expire between the TTL and the
+-- TTL plus 1/TTL_SLACK_PARTS of it after the memory's last write, and a write sets its keys'
+-- expiry once in ttl_slack(ttl_ms) milliseconds, not on every call; a key a write creates in
+-- between is given the deadline the others have.
+
+-- The slack a deadline is given past the TTL: 1/TTL_SLACK_PARTS of it, at least 1 ms.
+local function ttl_slack(ttl_ms)
+  return math.ceil(ttl_ms / TTL_SLACK_PARTS)
+end
+
+-- The memory's deadline (ms since the epoch) after a write at now (ms), and whether the write
+-- moves it (meta's own is then not between ttl_ms and ttl_ms + the slack away, or meta has
+-- none: every key of the memory must be set to the new one). ttl_ms > 0.
+local function ttl_deadline(meta, ttl_ms, now)
+  local at = redis.call('PEXPIRETIME', meta)
+  if at >= now + ttl_ms and at <= now + ttl_ms + ttl_slack(ttl_ms) then
+    return at, false
+  end
+  return now + ttl_ms + ttl_slack(ttl_ms), true
+end
+
+-- Sets the memory's TTL (ttl_ms; 0 leaves TTLs alone) on keys, every key of the memory the
+-- script declares (its whole KEYS: a script that declares only some of them calls ttl_follow),
+-- at the memory's deadline, moved if it is due (ttl_deadline).
+local function apply_ttl(meta, keys, ttl_ms)
   if ttl_ms > 0 then
+    local at = ttl_deadline(meta, ttl_ms, now_ms())
     for i = 1, #keys do
-      redis.call('PEXPIRE', keys[i], ttl_ms)
+      redis.call('PEXPIREAT', keys[i], at)
+    end
+  end
+end
+
+-- apply_ttl for a write that knows which keys it created: created_a and created_b (keys, or
+-- false). When the deadline does not move only they are set: the others have it. now: the
+-- server clock (ms).
+local function apply_ttl_created(meta, keys, ttl_ms, now, created_a, created_b)
+  if ttl_ms > 0 then
+    local at, moved = ttl_deadline(meta, ttl_ms, now)
+    if moved then
+      for i = 1, #keys do
+        redis.call('PEXPIREAT', keys[i], at)
+      end
+    else
+      if created_a then
+        redis.call('PEXPIREAT', created_a, at)
+      end
+      if created_b then
+        redis.call('PEXPIREAT', created_b, at)
+      end
+    end
+  end
+end
+
+-- For a script that writes only some of a memory's keys: sets keys to the deadline the memory
+-- has (meta's), never moving it, since the keys not passed would keep the old one; nothing
+-- when ttl_ms is 0 or meta has no deadline (the next write that declares every key sets one).
+local function ttl_follow(meta, keys, ttl_ms)
+  if ttl_ms > 0 then
+    local at = redis.call('PEXPIRETIME', meta)
+    if at > 0 then
+      for i = 1, #keys do
+        redis.call('PEXPIREAT', keys[i], at)
+      end
     end
   end
 end

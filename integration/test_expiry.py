@@ -141,7 +141,7 @@ async def test_every_key_of_a_memory_expires_at_one_deadline(
     before = await server_ms(client)
     found = await deadlines(client, mem.keys)
     assert set(found) == {
-        "msgs", "meta", "dedupe", "archive", "p", "d", "facts", "factord", "recalled", "respins"
+        "msgs", "meta", "dedupe", "archive", "s", "d", "facts", "factord", "recalled", "respins"
     }  # fmt: skip
     assert len(set(found.values())) == 1, found
     at = found["meta"]
@@ -238,7 +238,7 @@ async def test_a_key_created_between_moves_gets_the_memory_deadline(
     await each_at_the_deadline("msgs", "dedupe")
     await mem.append_many([turn(n) for n in range(2, 6)])
     await mem.indexer.catch_up()  # the index's keys, by its own steps
-    await each_at_the_deadline("p", "d")
+    await each_at_the_deadline("s", "d")
     await mem.trim(keep_messages=0)  # msgs emptied (gone), the archive created
     assert not await client.exists(mem.keys.msgs)
     await each_at_the_deadline("archive")

@@ -147,9 +147,12 @@ class MemoryManager(ManagerBase[RedisClient, MemoryInstance]):
         return self._handles_for(agent, pattern, refs, context)
 
     async def aclose(self) -> None:
-        """Send the session-index entries still pending, and close what the manager's
-        summarizers and token counters opened (API clients); the Redis client is the
-        caller's to close."""
+        """Stop the background work of every handle the manager gave out (as
+        :meth:`MemoryInstance.aclose`), send the session-index entries still pending, and
+        close what the manager's summarizers and token counters opened (API clients); the
+        Redis client is the caller's to close."""
+        for handle in list(self._handles.values()):
+            await handle.aclose()
         await self.sessions.flushed()
         for closing in self._closing():
             await closing

@@ -121,9 +121,12 @@ class SyncMemoryManager(ManagerBase[SyncRedisClient, SyncMemoryInstance]):
         return self._handles_for(agent, pattern, refs, context)
 
     def close(self) -> None:
-        """Send the session-index entries still pending, and close what the manager's
-        summarizers and token counters opened (API clients, on the summarizers' loop); the
-        Redis client is the caller's to close."""
+        """Stop the background work of every handle the manager gave out (as
+        :meth:`SyncMemoryInstance.close`), send the session-index entries still pending, and
+        close what the manager's summarizers and token counters opened (API clients, on the
+        summarizers' loop); the Redis client is the caller's to close."""
+        for handle in list(self._handles.values()):
+            handle.close()
         self.sessions.flushed_sync()
         for closing in self._closing():
             run_coroutine(closing)

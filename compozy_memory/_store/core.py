@@ -89,6 +89,8 @@ class FlushHook(Protocol):
 
     def wait_idle_sync(self, timeout: float | None = None) -> bool: ...
 
+    def close(self) -> None: ...
+
     def twin(
         self,
         gateway: MemoryGateway,
@@ -197,6 +199,16 @@ class MemoryCore(ContextReads):
     @property
     def flusher(self) -> FlushHook | None:
         return self._flusher
+
+    def _close_background(self) -> None:
+        """Start no more background work (index catch-ups, vectors, flushes): what was due is
+        dropped, what runs ends with its current step, nothing is retried; the next operation
+        that needs an index or a flush does it itself."""
+        self.index_ops.close()
+        if self.vector_ops is not None:
+            self.vector_ops.close()
+        if self._flusher is not None:
+            self._flusher.close()
 
     # -- writes -------------------------------------------------------------------------
 

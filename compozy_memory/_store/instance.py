@@ -406,6 +406,15 @@ class MemoryInstance(MemoryCore):
             span.found(messages)
         return messages
 
+    async def aclose(self) -> None:
+        """Stop this handle's background work: catch-ups of the index and vectors and
+        flushes that were due are dropped, one under way ends with its current step, nothing
+        is retried, and nothing is printed. The memory is unchanged and can be opened again;
+        ``await memory.indexer.wait_idle()`` first waits for the index to catch up (and
+        ``memory.flusher.wait_idle()`` for a flush). The Redis client is the caller's to
+        close."""
+        self._close_background()
+
     async def clear_recalled(self) -> int:
         """Drop every recalled message from the context (they stay in the archive)."""
         return await self._run(self._clear_recalled())

@@ -288,6 +288,14 @@ class SyncMemoryInstance(MemoryCore):
             span.found(messages)
         return messages
 
+    def close(self) -> None:
+        """Stop this handle's background work: catch-ups of the index and vectors and
+        flushes that were due are dropped, one under way ends with its current step, nothing
+        is retried, and nothing is printed. The memory is unchanged and can be opened again;
+        ``memory.indexer.wait_idle()`` first waits for the index to catch up. The Redis client
+        is the caller's to close."""
+        self._close_background()
+
     def clear_recalled(self) -> int:
         """Drop every recalled message from the context."""
         return self._run(self._clear_recalled())

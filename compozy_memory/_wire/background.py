@@ -70,8 +70,12 @@ class TaskTrigger:
         self.debounce = debounce
         self._task: asyncio.Task[None] | None = None
         self._again = False
+        self._closed = False
+        self._working = False
 
     def fire(self) -> None:
+        if self._closed:
+            return
         if self._task is not None and not self._task.done():
             self._again = True
             return
@@ -83,13 +87,30 @@ class TaskTrigger:
     async def wait_idle(self) -> None:
         """Wait for the work, if any (for shutdown and tests)."""
         while self._task is not None and not self._task.done():
-            await asyncio.shield(self._task)
+            task = self._task
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise  # the waiter was cancelled, not the work
+
+    def close(self) -> None:
+        """Run no more: a run not started yet is dropped (its task cancelled); one under way
+        ends with its current work and does not run again."""
+        self._closed = True
+        self._again = False
+        if self._task is not None and not self._task.done() and not self._working:
+            self._task.cancel()
 
     async def _run(self) -> None:
-        while True:
+        while not self._closed:
             await asyncio.sleep(self.debounce)
             self._again = False
-            await self.work()
+            self._working = True
+            try:
+                await self.work()
+            finally:
+                self._working = False
             if not self._again:
                 return
 
@@ -105,9 +126,12 @@ class ThreadTrigger:
         self._state = _IDLE
         self._idle = threading.Event()
         self._idle.set()
+        self._closed = False
 
     def fire(self) -> None:
         with self._lock:
+            if self._closed:
+                return
             if self._state != _IDLE:
                 self._state = _AGAIN if self._state == _RUNNING else self._state
                 return
@@ -119,8 +143,20 @@ class ThreadTrigger:
         """Wait for the work, if any; False if ``timeout`` passed first."""
         return self._idle.wait(timeout)
 
+    def close(self) -> None:
+        """Run no more: a run not started yet is dropped; one under way ends with its current
+        work and does not run again."""
+        with self._lock:
+            self._closed = True
+            if self._state == _AGAIN:
+                self._state = _RUNNING
+
     def _run(self) -> None:
         with self._lock:
+            if self._closed:
+                self._state = _IDLE
+                self._idle.set()
+                return
             self._state = _RUNNING
         try:
             self.work()
@@ -199,6 +235,9 @@ class Debounced:
     def fire(self) -> None:
         self.trigger.fire()
 
+    def close(self) -> None:
+        self.trigger.close()
+
     async def wait_idle(self) -> None:
         if isinstance(self.trigger, TaskTrigger):
             await self.trigger.wait_idle()
@@ -216,6 +255,11 @@ class Backgrounded:
     async def wait_idle(self) -> None:
         """Wait for the background work, if any (for shutdown and tests)."""
         await self._job.wait_idle()
+
+    def close(self) -> None:
+        """Start no more background work: what was due and not started is dropped, what
+        runs ends with its current step (the next operation that needs it does it itself)."""
+        self._job.close()
 
     def wait_idle_sync(self, timeout: float | None = None) -> bool:
         """:meth:`wait_idle` for a sync handle's part; False if ``timeout`` passed."""

@@ -2,7 +2,7 @@
 -- index_read.lua: what a search or a merge reads of the index: the segment list, BM25's
 -- counts, and fields of listed segments, in one consistent read.
 -- USES: args meta query segments
--- KEYS: msgs meta archive summaries ixseg ixdocs ixgone
+-- KEYS: meta ixseg ixdocs
 -- ARGV: gens fields...
 --   gens    the generations the fields belong to, '|'-separated ('' with no fields: the list
 --           alone); if one is no longer listed, no field is read (stale = 1: read the list
@@ -37,8 +37,9 @@ for i = ARGS_FROM, #ARGV do
     fail('INVALID', 'field ' .. string.sub(ARGV[i], 1, 32) .. ' names no segment field')
   end
 end
-local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
-  {'ix_next', 'ix_seq', 'ix_len', 'ix_an', 'ix_nseg', 'last_id'})
+-- Only the index's own keys are checked for eviction here: the hits are fetched (and the
+-- messages' keys checked) by search_fetch.lua or context.lua.
+local m = guarded(K, {'index'}, {'ix_next', 'ix_seq', 'ix_len', 'ix_an', 'ix_nseg', 'last_id'})
 local list, reservations, garbage = seg_read(k_ixseg, 'L', 'R', 'G')
 local out = {m.ix_off and 0 or (tonumber(m.fmt) or 1), m.ix_an or '', unindexed(m), tonumber(m.ix_docs) or 0,
   tonumber(m.ix_len) or 0, #garbage > 0 and 1 or 0, 0, seg_format(list),
@@ -66,7 +67,10 @@ for i = ARGS_FROM, #ARGV do
       .. 'them in smaller calls')
   end
 end
-for i = ARGS_FROM, #ARGV do
-  out[#out + 1] = redis.call('HGET', k_ixseg, ARGV[i])
+for from = ARGS_FROM, #ARGV, 1000 do
+  local values = redis.call('HMGET', k_ixseg, unpack(ARGV, from, math.min(from + 999, #ARGV)))
+  for i = 1, #values do
+    out[#out + 1] = values[i]
+  end
 end
 return out

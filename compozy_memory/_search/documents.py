@@ -181,12 +181,16 @@ def message_terms(message: Mapping[str, Any], *, limit: int | None = None) -> Me
     return MessageTerms(Counter(terms), len(terms))
 
 
-def document_terms(message: Message) -> MessageTerms:
+def document_terms(message: Message | Mapping[str, Any]) -> MessageTerms:
     """What a stored message contributes to the index: :func:`message_terms` of at most
     ``MAX_INDEX_TEXT`` characters of its text, keeping its ``MAX_DOC_TERMS`` most frequent
     distinct terms (the earliest first among equals); the length counts every analysed term,
-    up to 65,535."""
-    data = message.model_dump(mode="json", by_alias=True, exclude_none=True)
+    up to 65,535. ``message`` may be the stored envelope as parsed JSON (what the indexer
+    reads: no model is built for it)."""
+    if isinstance(message, Message):
+        data: Mapping[str, Any] = message.model_dump(mode="json", by_alias=True, exclude_none=True)
+    else:
+        data = message
     tf, length = message_terms(data, limit=MAX_INDEX_TEXT)
     if len(tf) > MAX_DOC_TERMS:
         order = {term: i for i, term in enumerate(tf)}
@@ -195,11 +199,18 @@ def document_terms(message: Message) -> MessageTerms:
     return MessageTerms(tf, min(length, 65_535))
 
 
-def kind_of(message: Message) -> int:
-    """The message's kind in the index: its role's, or the summary kind."""
-    if message.content_type == "summary":
+def kind_of(message: Message | Mapping[str, Any]) -> int:
+    """The message's kind in the index: its role's, or the summary kind (``message`` may be
+    the stored envelope as parsed JSON)."""
+    content_type: object
+    role: object
+    if isinstance(message, Message):
+        content_type, role = message.content_type, message.role
+    else:
+        content_type, role = message.get("type", "message"), message.get("role")
+    if content_type == "summary":
         return KINDS["summary"]
-    return KINDS.get(message.role, OTHER_KIND)
+    return KINDS.get(role, OTHER_KIND) if isinstance(role, str) else OTHER_KIND
 
 
 def document(message: Message, *, seq: int = 0, summary: bool = False) -> str:

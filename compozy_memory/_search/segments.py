@@ -219,10 +219,33 @@ def _fixed(out: bytearray, values: Sequence[int], width: int) -> None:
             v >>= 7
 
 
+def _small(out: bytearray, value: int) -> int:
+    """``value`` (< 2 ** 21) in as few 7-bit digits as hold it; returns how many."""
+    if value < 0x80:
+        out.append(value)
+        return 1
+    if value < 0x4000:
+        out += bytes((value & 0x7F, value >> 7))
+        return 2
+    out += bytes((value & 0x7F, value >> 7 & 0x7F, value >> 14))
+    return 3
+
+
 def _run(
     out: bytearray, ids: Sequence[int], tfs: Sequence[int], lengths: Sequence[int], base: int
 ) -> None:
     """Inline postings (ids >= base, increasing)."""
+    if len(ids) == 1:  # most terms of a small segment: one document each
+        tf, length = tfs[0], lengths[0]
+        if tf > 0xFFFF or length > 0xFFFF:
+            raise ValueError("term frequencies and lengths are at most 65,535")
+        at = len(out)
+        out += b"\x01\x00"
+        _varint(out, ids[0] - base)
+        wt = _small(out, tf)
+        wl = _small(out, length)
+        out[at + 1] = wt | wl << 2
+        return
     deltas = [b - a for a, b in pairwise(ids)]
     wd = _digits(max(deltas, default=0))
     wt = _digits(max(tfs))
@@ -244,18 +267,19 @@ def encode(segment: Segment) -> Encoded:
     base = segment.docs[0]
     names = sorted(segment.terms)
     n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
-    grouped: dict[int, list[str]] = {}
+    grouped: dict[int, list[tuple[str, bytes]]] = {}
     for term in names:
-        if "\n" in term or not term:
+        raw = term.encode()
+        if b"\n" in raw or not raw:
             raise ValueError(f"an index term is not empty and holds no newline: {term!r}")
-        grouped.setdefault(bucket_of(term, n_buckets), []).append(term)
+        grouped.setdefault(zlib.crc32(raw) % n_buckets, []).append((term, raw))
     fields: dict[str, bytes] = {}
     n_blocks = 0
     for k, bucket_terms in sorted(grouped.items()):
         dfs: list[int] = []
         ends: list[int] = []
         data = bytearray()
-        for term in bucket_terms:
+        for term, _ in bucket_terms:
             p = segment.terms[term]
             df = len(p.ids)
             if df <= INLINE:
@@ -275,7 +299,7 @@ def encode(segment: Segment) -> Encoded:
                     previous = last
             dfs.append(df)
             ends.append(len(data))
-        text = b"\n".join(t.encode() for t in bucket_terms)
+        text = b"\n".join(raw for _, raw in bucket_terms)
         width = _digits(max(max(dfs), ends[-1]))
         out = bytearray((_VERSION, width))
         _varint(out, len(text))
@@ -337,6 +361,11 @@ def _decode_run(buf: bytes, at: int, n: int, base: int) -> Postings:
         raise CorruptDataError("postings run past the end of an index field")
     wd, wtl = buf[at], buf[at + 1]
     first, at = _read_varint(buf, at + 2)
+    if n == 1 and wtl in (5, 9):  # one document, tf one digit, length one or two: most terms
+        if at + (wtl >> 2) + 1 > len(buf):
+            raise CorruptDataError("postings run past the end of an index field")
+        length = buf[at + 1] if wtl == 5 else buf[at + 1] | buf[at + 2] << 7
+        return Postings([base + first], [buf[at]], [length])
     deltas, at = _read_fixed(buf, at, n - 1, wd)
     tfs, at = _read_fixed(buf, at, n, wtl & 3)
     lengths, at = _read_fixed(buf, at, n, wtl >> 2)

@@ -43,7 +43,6 @@ from compozy_memory._model.limits import (
     INDEX_STEP_DOCS,
     STEP_FIELDS,
 )
-from compozy_memory._model.messages import Message
 from compozy_memory._search.analysis import ANALYZER_VERSION
 from compozy_memory._search.documents import KINDS, document_terms, kind_of
 from compozy_memory._search.merging import merge, plan_merge
@@ -287,12 +286,13 @@ class Indexer(Backgrounded):
             positive=positive,
             negative=negative,
             gone=len(gones),
-            gone_first=(gones[0].id or 0) if gones else 0,
+            gone_first=int(gones[0]["id"]) if gones else 0,
         )
         if not applied.applied:
             return applied, False  # another indexer moved the index meanwhile: read again
-        if items and items[0][2].ts is not None:
-            lag = max(0.0, time.time() - items[0][2].ts / 1000)
+        oldest = items[0][2].get("ts") if items else None
+        if isinstance(oldest, int | float):
+            lag = max(0.0, time.time() - oldest / 1000)
             yield from Observe("index_lag", (self.name,), lag, self.metrics)
         # Removals and the archive's cap come in steps of their own size: after those, read
         # again (the cap's step may have made more).
@@ -367,26 +367,29 @@ class Indexer(Backgrounded):
         return done
 
 
-def _covered(pending: IndexPending, items: list[tuple[str, int, Message]]) -> tuple[int, int]:
+def _covered(
+    pending: IndexPending, items: list[tuple[str, int, dict[str, Any]]]
+) -> tuple[int, int]:
     """(upto, seq_upto) a step of ``items`` (a prefix of ``pending.adds``) covers."""
     if len(items) == len(pending.adds):
         return pending.upto, pending.seq_upto
-    nxt = pending.adds[len(items)]
-    where, seq, message = nxt
+    where, seq, message = pending.adds[len(items)]
     if where == "a":
         return pending.upto, seq - 1
-    return (message.id or 0) - 1, max(0, pending.seq_from - 1)
+    return int(message["id"]) - 1, max(0, pending.seq_from - 1)
 
 
-def _analysed(message: Message, *, summary: bool) -> tuple[int, int, Counter[str], int]:
-    """(id, kind, term frequencies, length) of one message."""
-    assert message.id is not None, "messages read from Redis carry their id"
+def _analysed(
+    message: dict[str, Any], *, summary: bool
+) -> tuple[int, int, Counter[str], int]:
+    """(id, kind, term frequencies, length) of one stored envelope (parsed JSON)."""
     tf, length = document_terms(message)
-    return message.id, KINDS["summary"] if summary else kind_of(message), Counter(tf), length
+    kind = KINDS["summary"] if summary else kind_of(message)
+    return int(message["id"]), kind, Counter(tf), length
 
 
 def _build_step(
-    items: list[tuple[str, int, Message]], gones: list[Message]
+    items: list[tuple[str, int, dict[str, Any]]], gones: list[dict[str, Any]]
 ) -> tuple[list[tuple[int, int, int, int]], Encoded | None, Encoded | None]:
     """The documents' records, their segment and the removed documents' negative segment."""
     documents: list[tuple[int, int, int, int]] = []

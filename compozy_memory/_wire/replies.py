@@ -3,6 +3,7 @@ result types."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from compozy_memory._model.results import (
     FlushCommit,
     MemoryHealth,
 )
+from compozy_memory.errors import CorruptDataError
 
 __all__ = [
     "IndexPending",
@@ -83,10 +85,11 @@ class IndexPending:
     last_id: int
     #: Archived envelopes past the archive's cap: a step drops some (the cap may shrink).
     over_cap: int
-    #: (where, seq, message): 'l' live, 's' summary, 'a' archived at seq; oldest first.
-    adds: tuple[tuple[str, int, Message], ...]
+    #: (where, seq, envelope as parsed JSON): 'l' live, 's' summary, 'a' archived at seq;
+    #: oldest first.
+    adds: tuple[tuple[str, int, dict[str, Any]], ...]
     #: Envelopes the archive's cap dropped whose terms still count.
-    gones: tuple[Message, ...]
+    gones: tuple[dict[str, Any], ...]
 
     @property
     def idle(self) -> bool:
@@ -100,6 +103,18 @@ class IndexPending:
         )
 
 
+def _envelope(raw: bytes | str) -> dict[str, Any]:
+    """A stored envelope as parsed JSON (the indexer analyses it as it is: building a model
+    of each costs more than the analysis)."""
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise CorruptDataError(f"a stored envelope is not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("id"), int):
+        raise CorruptDataError("a stored envelope is not an object with an id")
+    return data
+
+
 def index_pending(reply: Mapping[str, Any]) -> IndexPending:
     return IndexPending(
         int(reply["fmt"]),
@@ -110,11 +125,8 @@ def index_pending(reply: Mapping[str, Any]) -> IndexPending:
         int(reply["seq_upto"]),
         int(reply["last_id"]),
         int(reply["over_cap"]),
-        tuple(
-            (text(where), int(seq), Message.model_validate_json(env))
-            for where, seq, env in reply["adds"]
-        ),
-        tuple(messages(reply["gones"])),
+        tuple((text(where), int(seq), _envelope(env)) for where, seq, env in reply["adds"]),
+        tuple(_envelope(env) for env in reply["gones"]),
     )
 
 

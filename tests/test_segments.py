@@ -208,3 +208,11 @@ def test_search_scores_equal_the_reference_bm25(
         if len(expected) <= 40:  # the budgets read everything: the same top ten
             best = sorted(expected.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:10]
             assert [d for d, _ in got] == [d for d, _ in best]
+
+
+@pytest.mark.parametrize("length", [1, 127, 128, 500, 16_383, 16_384, 65_535])
+@pytest.mark.parametrize("tf", [1, 127, 128, 65_535])
+def test_one_document_lists_read_back_whatever_their_widths(length: int, tf: int) -> None:
+    built = build([(7, Counter({"only": tf}), length), (9, Counter({"other": 1}), 3)])
+    store = Store()
+    same(store.read(store.add(built)), built)

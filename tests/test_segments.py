@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.bm25_reference import Index
-from compozy_memory._search.merging import merge
+from compozy_memory._search.merging import decode_segment, merge
 from compozy_memory._search.scoring import SearchPlan, SearchSettings
 from compozy_memory._search.segments import (
     BLOCK,
@@ -21,7 +21,6 @@ from compozy_memory._search.segments import (
     Segment,
     SegmentEntry,
     build,
-    decode_segment,
     encode,
 )
 from compozy_memory.errors import CorruptDataError

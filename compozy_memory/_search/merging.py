@@ -15,14 +15,23 @@ the positive segments they overlap, those are merged together, and both leave.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from itertools import pairwise
 
 from compozy_memory._model.limits import MAX_SEGMENTS
-from compozy_memory._search.segments import Postings, Segment, SegmentEntry
+from compozy_memory._search.segments import (
+    Bucket,
+    Postings,
+    Segment,
+    SegmentEntry,
+    block_field,
+    block_postings,
+    bucket_field,
+    decode_block,
+)
 from compozy_memory.errors import CorruptDataError
 
-__all__ = ["BASE", "PURGE_SHARE", "TIER", "merge", "plan_merge", "tier"]
+__all__ = ["BASE", "PURGE_SHARE", "TIER", "decode_segment", "merge", "plan_merge", "tier"]
 
 #: Segments of one tier merged into one of the next.
 TIER = 8
@@ -94,6 +103,37 @@ def _purge(
     if not overlapping or removed < PURGE_SHARE * held:
         return []
     return [*overlapping, *negatives]
+
+
+def decode_segment(entry: SegmentEntry, values: Mapping[str, bytes | None]) -> Segment:
+    """A whole segment from its fields (``values`` by field name; missing buckets are
+    empty), for a merge."""
+    terms: dict[str, Postings] = {}
+    docs: set[int] = set()
+    for k in range(entry.buckets):
+        raw = values.get(bucket_field(entry.gen, k))
+        if raw is None:
+            continue
+        for term, t in Bucket(raw, entry.first).entries():
+            if t.postings is not None:
+                p = t.postings
+            else:
+                p = Postings()
+                for i in range(len(t.block_last)):
+                    block = values.get(block_field(entry.gen, t.first_block + i))
+                    if block is None:
+                        raise CorruptDataError(
+                            f"block {t.first_block + i} of index segment {entry.gen} is missing"
+                        )
+                    part = decode_block(block, block_postings(t, i), entry.first)
+                    p.ids += part.ids
+                    p.tfs += part.tfs
+                    p.lengths += part.lengths
+            if len(p.ids) != t.df:
+                raise CorruptDataError(f"term {term!r} of index segment {entry.gen} is short")
+            terms[term] = p
+            docs.update(p.ids)
+    return Segment(entry.sign, terms, sorted(docs))
 
 
 def merge(parts: Sequence[Segment]) -> tuple[Segment | None, Segment | None]:

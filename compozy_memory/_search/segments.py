@@ -73,7 +73,6 @@ __all__ = [
     "build",
     "decode_block",
     "decode_bucket",
-    "decode_segment",
     "encode",
 ]
 
@@ -446,34 +445,3 @@ def decode_bucket(buf: bytes, base: int) -> Bucket:
 def block_postings(entry: TermEntry, i: int) -> int:
     """How many postings block ``i`` of ``entry``'s blocks holds."""
     return min(BLOCK, entry.df - i * BLOCK)
-
-
-def decode_segment(entry: SegmentEntry, values: Mapping[str, bytes | None]) -> Segment:
-    """A whole segment from its fields (``values`` by field name; missing buckets are
-    empty), for a merge."""
-    terms: dict[str, Postings] = {}
-    docs: set[int] = set()
-    for k in range(entry.buckets):
-        raw = values.get(bucket_field(entry.gen, k))
-        if raw is None:
-            continue
-        for term, t in Bucket(raw, entry.first).entries():
-            if t.postings is not None:
-                p = t.postings
-            else:
-                p = Postings()
-                for i in range(len(t.block_last)):
-                    block = values.get(block_field(entry.gen, t.first_block + i))
-                    if block is None:
-                        raise CorruptDataError(
-                            f"block {t.first_block + i} of index segment {entry.gen} is missing"
-                        )
-                    part = decode_block(block, block_postings(t, i), entry.first)
-                    p.ids += part.ids
-                    p.tfs += part.tfs
-                    p.lengths += part.lengths
-            if len(p.ids) != t.df:
-                raise CorruptDataError(f"term {term!r} of index segment {entry.gen} is short")
-            terms[term] = p
-            docs.update(p.ids)
-    return Segment(entry.sign, terms, sorted(docs))

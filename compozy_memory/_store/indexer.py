@@ -45,13 +45,12 @@ from compozy_memory._model.limits import (
 )
 from compozy_memory._search.analysis import ANALYZER_VERSION
 from compozy_memory._search.documents import KINDS, document_terms, kind_of
-from compozy_memory._search.merging import merge, plan_merge
+from compozy_memory._search.merging import decode_segment, merge, plan_merge
 from compozy_memory._search.segments import (
     Encoded,
     Segment,
     SegmentEntry,
     build,
-    decode_segment,
     encode,
 )
 from compozy_memory._wire.background import Backgrounded, Debounced
@@ -379,9 +378,7 @@ def _covered(
     return int(message["id"]) - 1, max(0, pending.seq_from - 1)
 
 
-def _analysed(
-    message: dict[str, Any], *, summary: bool
-) -> tuple[int, int, Counter[str], int]:
+def _analysed(message: dict[str, Any], *, summary: bool) -> tuple[int, int, Counter[str], int]:
     """(id, kind, term frequencies, length) of one stored envelope (parsed JSON)."""
     tf, length = document_terms(message)
     kind = KINDS["summary"] if summary else kind_of(message)

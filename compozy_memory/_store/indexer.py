@@ -381,8 +381,9 @@ def _covered(pending: IndexPending, items: list[tuple[str, int, Message]]) -> tu
 def _analysed(message: Message, *, summary: bool) -> tuple[int, int, Counter[str], int]:
     """(id, kind, term frequencies, length) of one message."""
     assert message.id is not None, "messages read from Redis carry their id"
-    tf, length = document_terms(message)
-    return message.id, KINDS["summary"] if summary else kind_of(message), Counter(tf), length
+    kind = KINDS["summary"] if summary else kind_of(message)
+    tf, length = document_terms(message, kind=kind)
+    return message.id, kind, Counter(tf), length
 
 
 def _build_step(

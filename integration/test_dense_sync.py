@@ -21,7 +21,7 @@ from integration.engines import EngineSpec
 from integration.test_dense_search import CHAT, Concepts, turn
 from integration.test_sync_api import FLUSHING_DIR
 
-QUESTION = "Tell me about the dog Ann has."
+QUESTION = "What kind of dog does Ann have?"
 
 
 def test_a_sync_handle_embeds_in_the_background_and_fuses_its_search(

@@ -12,10 +12,8 @@ from hypothesis import strategies as st
 from compozy_memory._search.analysis import (
     _TOKEN_RE,
     MAX_TERM_BYTES,
-    NOISE_WORDS,
     STOP_WORDS,
     analyze,
-    analyze_content,
     analyze_query,
     cap_term,
 )
@@ -33,25 +31,18 @@ def test_stemming_joins_inflections() -> None:
 
 def test_stop_words_are_dropped_and_content_words_kept() -> None:
     assert analyze("the and is of to it was") == []
-    # The index keeps question words and pronouns: "What did you spend the bonus on, Ravi?"
-    # is how "What did Ravi splurge on?" finds the reply after it.
-    assert analyze("What did you spend") == ["what", "did", "you", "spend"]
-    # The summarizer's salience drops what carries no fact (the long list).
-    assert analyze_content("Yes, thanks! Okay, so...") == []
-    assert analyze_content("What did you spend") == ["spend"]
+    assert analyze("Yes, thanks! Okay, so...") == []
     # The stock list treats these as noise; in an archive they are what people ask about.
     for word in ("order", "name", "date", "may", "home", "number"):
         assert word not in STOP_WORDS
-        assert word not in NOISE_WORDS
         assert analyze(word) != []
-        assert analyze_content(word) != []
 
 
 def test_numbers_and_ids_are_searchable() -> None:
     terms = analyze("Order #1042 cost $1,200 at 3pm on 2023-05-08, ref SKU-4471-XL, 12:30")
     for term in ("1042", "1200", "3pm", "3", "2023-05-08", "2023", "sku-4471-xl", "4471", "12:30"):
         assert term in terms
-    assert set(analyze_query("order 1042?")) <= set(terms)
+    assert set(analyze_query("what about order 1042?")) <= set(terms)
     assert "40" in analyze("It was $40.")
 
 
@@ -153,8 +144,7 @@ def test_message_terms_index_speaker_and_date() -> None:
     for term in ("may", "2023", "2023-05-08"):
         assert tf[term] == 1
     assert length == sum(tf.values())
-    asked = set(analyze_query("When did Caroline go to the support group in May 2023?"))
-    assert asked - set(tf) == {"when", "did", "go"}  # question words are terms too
+    assert set(analyze_query("When did Caroline go to the support group in May 2023?")) <= set(tf)
 
 
 def test_message_terms_fall_back_to_role_and_metadata_date() -> None:

@@ -38,7 +38,7 @@ from compozy_memory._model.exchanges import answered_ids
 from compozy_memory._model.messages import Message
 from compozy_memory._model.results import Summary
 from compozy_memory._model.tokens import TokenCounter
-from compozy_memory._search.analysis import analyze_content
+from compozy_memory._search.analysis import analyze
 
 __all__ = ["ExtractiveSummarizer"]
 
@@ -130,7 +130,7 @@ async def _units(messages: Sequence[Message]) -> list[_Unit]:
     for message in messages:
         if message.name:
             names.add(message.name.lower())
-            names.update(analyze_content(message.name))
+            names.update(analyze(message.name))
     answered = answered_ids(messages)
     name_set = frozenset(names)
     units: list[_Unit] = []

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from compozy_memory._search.analysis import analyze_content
+from compozy_memory._search.analysis import analyze
 
 __all__ = [
     "content_terms",
@@ -108,7 +108,7 @@ let know need perfect all now everything congrats congratulations luck care hugs
 fine alright hmm wonderful lovely sweet bless xoxo cute adorable brilliant fantastic thrilled
 excited proud hope well day have lot much very really so too gonna see you soon
 """
-_PHATIC = frozenset(analyze_content(_PHATIC_WORDS))
+_PHATIC = frozenset(analyze(_PHATIC_WORDS))
 
 
 _RELATIVE_WHEN = re.compile(
@@ -128,7 +128,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def content_terms(text: str) -> frozenset[str]:
-    return frozenset(analyze_content(text))
+    return frozenset(analyze(text))
 
 
 def is_phatic(text: str, terms: Iterable[str], names: frozenset[str]) -> bool:

@@ -22,19 +22,16 @@ from compozy_memory._model.limits import MAX_TERM_BYTES
 __all__ = [
     "ANALYZER_VERSION",
     "MAX_TERM_BYTES",
-    "NOISE_WORDS",
     "STOP_WORDS",
     "analyze",
-    "analyze_content",
     "analyze_query",
     "cap_term",
     "stem_word",
     "stemmer",
 ]
 
-#: 2: a message's date terms come from its metadata.date before its ts. 3: the index's stop
-#: list is the short classic one (``STOP_WORDS``): question words and pronouns are terms.
-ANALYZER_VERSION = 3
+#: 2: a message's date terms come from its metadata.date before its ts.
+ANALYZER_VERSION = 2
 _HASH_HEX = 8
 
 
@@ -64,7 +61,6 @@ class _ThreadState(threading.local):
         # the stemmer call for nearly every word after the first few messages.
         self.stems: dict[str, str] = {}
         self.chunks: dict[str, tuple[str, ...]] = {}
-        self.content_chunks: dict[str, tuple[str, ...]] = {}
 
 
 _state = _ThreadState()
@@ -79,8 +75,7 @@ def stemmer() -> _Stemmer:
 
 # The stopwords-iso English list was built from web pages and treats many content words as
 # noise. In a conversation archive these are exactly what people ask about ("what was the
-# order number?", "what is the dog's name?", "in May"), so they are kept as terms of what
-# the summarizer weighs (``NOISE_WORDS``).
+# order number?", "what is the dog's name?", "in May"), so they are kept as terms.
 _KEEP = frozenset(
     """
     10 39 act added adopted affected amount announce area areas back begin beginning big
@@ -105,20 +100,7 @@ def _load_stop_words() -> frozenset[str]:
     return frozenset(w for w in words if w not in _KEEP and not any(c.isdigit() for c in w))
 
 
-#: What the summarizer's salience (:func:`analyze_content`) leaves out: the stopwords-iso
-#: English list less the words people ask about. Words that carry no fact of their own.
-NOISE_WORDS: frozenset[str] = _load_stop_words()
-
-#: What the index leaves out: the short classic English list (articles, auxiliaries,
-#: conjunctions, a few prepositions and pronouns), 33 words. A longer list drops what
-#: matches a question to the turn that asked it ("which", "what did you", "when"): the answer
-#: to "What did Ravi splurge on?" is the reply to "What did you spend the bonus on, Ravi?",
-#: found by its neighbour (measured on the hard benchmark's tuning split: search recall@10
-#: 0.21 with the long list, 0.30 with this one).
-STOP_WORDS: frozenset[str] = frozenset(
-    """a an and are as at be but by for if in into is it no not of on or such that the their
-    then there these they this to was will with""".split()  # noqa: SIM905 - as text
-)
+STOP_WORDS: frozenset[str] = _load_stop_words()
 
 # A token is a run of letters/digits, possibly joined by connectors that people put inside
 # identifiers, dates, times and amounts: 2023-05-08, 12:30, 3.5, SKU-4471-XL, lookup_order,
@@ -169,19 +151,19 @@ def stem_word(word: str) -> str:
     return stem
 
 
-def _word(token: str, out: list[str], stops: frozenset[str]) -> None:
+def _word(token: str, out: list[str]) -> None:
     """Append the term for one alphabetic word (after the stop list and the stemmer)."""
-    if token not in stops:
+    if token not in STOP_WORDS:
         out.append(cap_term(stem_word(token)))
 
 
-def _cjk(token: str, out: list[str], stops: frozenset[str]) -> None:
+def _cjk(token: str, out: list[str]) -> None:
     # Scripts written without spaces: index overlapping character bigrams, the usual
     # dictionary-free way to make them searchable.
     pos = 0
     for m in _CJK_RE.finditer(token):
         if m.start() > pos:
-            _compound(token[pos : m.start()], out, stops)
+            _compound(token[pos : m.start()], out)
         run = m.group()
         if len(run) == 1:
             out.append(run)
@@ -189,26 +171,26 @@ def _cjk(token: str, out: list[str], stops: frozenset[str]) -> None:
             out.extend(run[i : i + 2] for i in range(len(run) - 1))
         pos = m.end()
     if pos < len(token):
-        _compound(token[pos:], out, stops)
+        _compound(token[pos:], out)
 
 
-def _compound(token: str, out: list[str], stops: frozenset[str]) -> None:
+def _compound(token: str, out: list[str]) -> None:
     if "," in token:
         token = token.replace(",", "")
     if token.isalpha():
-        _word(token, out, stops)
+        _word(token, out)
         return
     if token.isdigit():
         out.append(cap_term(token))
         return
     if "'" in token:
-        if token in stops:
+        if token in STOP_WORDS:
             return
         base = token[:-2] if token.endswith("'s") else token
         if "'" in base:
             base = base.replace("'", "")
         if base.isalpha():
-            _word(base, out, stops)
+            _word(base, out)
             return
         token = base
     # Identifiers, dates, times, amounts: the whole token is a term (so "2023-05-08" or
@@ -218,7 +200,7 @@ def _compound(token: str, out: list[str], stops: frozenset[str]) -> None:
         if not part:
             continue
         if part.isalpha():
-            _word(part, out, stops)
+            _word(part, out)
         elif part.isdigit():
             out.append(cap_term(part))
         else:
@@ -229,40 +211,22 @@ def _compound(token: str, out: list[str], stops: frozenset[str]) -> None:
                 if piece.isdigit():
                     out.append(piece)
                 else:
-                    _word(piece, out, stops)
+                    _word(piece, out)
 
 
-def _chunk_terms(
-    chunk: str, stops: frozenset[str], memo: dict[str, tuple[str, ...]]
-) -> tuple[str, ...]:
+def _chunk_terms(chunk: str) -> tuple[str, ...]:
     out: list[str] = []
     for token in _TOKEN_RE.findall(chunk):
         if not token.isascii() and _CJK_RE.search(token):
-            _cjk(token, out, stops)
+            _cjk(token, out)
         else:
-            _compound(token, out, stops)
+            _compound(token, out)
     terms = tuple(out)
+    memo = _state.chunks
     if len(memo) >= _CHUNK_MEMO_LIMIT:
         memo.clear()
     memo[chunk] = terms
     return terms
-
-
-def _analyze(text: str, stops: frozenset[str], memo: dict[str, tuple[str, ...]]) -> list[str]:
-    if not text:
-        return []
-    if not text.isascii():
-        text = _fold_accents(text.replace("\u2019", "'")).casefold()
-    # Blanking the ASCII characters that can never be inside a token (and lowercasing, which
-    # is casefolding for ASCII) lets str.split do most of the tokenising; the regex then runs
-    # only on chunks not seen before, whose terms are memoised per thread. The result is the
-    # same as running the regex over the whole text.
-    get = memo.get
-    per_chunk = [
-        terms if (terms := get(chunk)) is not None else _chunk_terms(chunk, stops, memo)
-        for chunk in text.translate(_BLANK_AND_LOWER).split()
-    ]
-    return list(chain.from_iterable(per_chunk))
 
 
 def analyze(text: str) -> list[str]:
@@ -273,13 +237,20 @@ def analyze(text: str) -> list[str]:
     ``2023-05-08`` -> the date and its parts, ``3pm`` -> ``3pm`` and ``3``). Every term is
     at most ``MAX_TERM_BYTES`` bytes of UTF-8 and contains no whitespace or control character.
     """
-    return _analyze(text, STOP_WORDS, _state.chunks)
-
-
-def analyze_content(text: str) -> list[str]:
-    """:func:`analyze` with the long stop list (``NOISE_WORDS``): the words of ``text`` that
-    can carry a fact, for the summarizer's salience."""
-    return _analyze(text, NOISE_WORDS, _state.content_chunks)
+    if not text:
+        return []
+    if not text.isascii():
+        text = _fold_accents(text.replace("\u2019", "'")).casefold()
+    # Blanking the ASCII characters that can never be inside a token (and lowercasing, which
+    # is casefolding for ASCII) lets str.split do most of the tokenising; the regex then runs
+    # only on chunks not seen before, whose terms are memoised per thread. The result is the
+    # same as running the regex over the whole text.
+    get = _state.chunks.get
+    per_chunk = [
+        terms if (terms := get(chunk)) is not None else _chunk_terms(chunk)
+        for chunk in text.translate(_BLANK_AND_LOWER).split()
+    ]
+    return list(chain.from_iterable(per_chunk))
 
 
 def analyze_query(text: str) -> list[str]:

@@ -1,5 +1,4 @@
-"""Ready :class:`~compozy_memory._search.dense.Embedder`\\ s for real models, and the cache
-every embedding goes through.
+"""Ready embedders for real models, and the cache every embedding goes through.
 
 * :class:`SentenceTransformerEmbedder`: a sentence-transformers model (``pip install
   'compozy-memory[sentence-transformers]'``), loaded from a local folder or a name the

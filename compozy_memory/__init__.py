@@ -53,6 +53,11 @@ if TYPE_CHECKING:
     )
     from compozy_memory._ops.exporter import MetricsServer, start_metrics_server
     from compozy_memory._search.dense import Embedder
+    from compozy_memory._search.embedders import (
+        OnnxEmbedder,
+        OpenAIEmbedder,
+        SentenceTransformerEmbedder,
+    )
     from compozy_memory._search.fusion import DEFAULT_FUSION, Fusion
     from compozy_memory._search.static_model import StaticEmbedder
     from compozy_memory._store.indexer import Indexer, IndexProgress
@@ -151,6 +156,9 @@ _LAZY: dict[str, str] = {
     "MetricsServer": "compozy_memory._ops.exporter",
     "start_metrics_server": "compozy_memory._ops.exporter",
     "Embedder": "compozy_memory._search.dense",
+    "OnnxEmbedder": "compozy_memory._search.embedders",
+    "OpenAIEmbedder": "compozy_memory._search.embedders",
+    "SentenceTransformerEmbedder": "compozy_memory._search.embedders",
     "DEFAULT_FUSION": "compozy_memory._search.fusion",
     "Fusion": "compozy_memory._search.fusion",
     "StaticEmbedder": "compozy_memory._search.static_model",
@@ -274,6 +282,8 @@ __all__ = [
     "MetricsServer",
     "MissingTokenCountError",
     "Namespace",
+    "OnnxEmbedder",
+    "OpenAIEmbedder",
     "ReadOnlyMemoryError",
     "ReplicationError",
     "ResultCorruptError",
@@ -282,6 +292,7 @@ __all__ = [
     "RuleBasedSummarizer",
     "ScriptError",
     "SearchPolicy",
+    "SentenceTransformerEmbedder",
     "ServerBusyError",
     "SessionClosedError",
     "Snapshot",

@@ -94,8 +94,8 @@ async def built_from_scratch(client: RedisClient, keys: InstanceKeys) -> IndexSt
             assert message.id is not None
             if message.priority == 0:
                 continue
-            tf, length = document_terms(message)
             kind = KINDS["summary"] if part == "summaries" else kind_of(message)
+            tf, length = document_terms(message, kind=kind)
             state.docs[message.id] = (kind, length)
             if part == "archive":
                 state.seqs[message.id] = base + at + 1

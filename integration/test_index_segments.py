@@ -110,12 +110,13 @@ async def test_the_index_equals_one_built_from_scratch_through_merges_and_interr
             pending = await mem.gateway.index_pending(4, 1 << 20)
             if pending.adds:
                 await mem.indexer.catch_up(max_steps=1)
+                from compozy_memory._search.analysis import ANALYZER_VERSION
                 from compozy_memory._store.indexer import _build_step
 
                 documents, positive, negative = _build_step(list(pending.adds), [])
                 again = await mem.gateway.index_add(
                     pending,
-                    analyzer="2",
+                    analyzer=str(ANALYZER_VERSION),
                     upto=pending.upto,
                     seq_upto=pending.seq_upto,
                     documents=documents,

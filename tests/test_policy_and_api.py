@@ -38,7 +38,7 @@ def test_public_surface_is_pinned() -> None:
             "DataRef", "Facts", "Namespace", "ResultCorruptError", "ResultStore",
             "SyncMemoryInstance", "SyncMemoryManager", "connect_sync", "warm_sync",
             "DEFAULT_FUSION", "Embedder", "Fusion", "StaticEmbedder", "VectorProgress",
-            "Vectorizer",
+            "Vectorizer", "OnnxEmbedder", "OpenAIEmbedder", "SentenceTransformerEmbedder",
         ]
     )  # fmt: skip
     for name in compozy_memory.__all__:

@@ -253,11 +253,15 @@ class Hit:
 
 
 class Hits(list[Hit]):
-    """Search results, best first, and how many messages search could not see yet."""
+    """Search results, best first, how many messages search could not see yet, and the
+    summaries that match (:attr:`summaries`)."""
 
     #: Messages not indexed yet (appended moments ago, or an index being rebuilt): the
     #: indexer works them off within seconds; ``0`` when search saw everything.
     unindexed: int = 0
+    #: Summaries that match, best first, in a lane of their own (a search without
+    #: ``roles``): they never take the place of a message in the list itself.
+    summaries: tuple[Hit, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,8 +30,10 @@ __all__ = [
     "stemmer",
 ]
 
-#: 2: a message's date terms come from its metadata.date before its ts.
-ANALYZER_VERSION = 2
+#: 2: a message's date terms come from its metadata.date before its ts. 3: a summary's
+#: document holds the term ``~summary`` and counts as at most 24 terms long
+#: (:mod:`~compozy_memory._search.documents`).
+ANALYZER_VERSION = 3
 _HASH_HEX = 8
 
 

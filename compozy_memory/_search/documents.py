@@ -20,6 +20,7 @@ __all__ = [
     "KINDS",
     "MAX_INDEX_TEXT",
     "OTHER_KIND",
+    "SUMMARY_TERM",
     "MessageTerms",
     "date_terms",
     "document",
@@ -35,6 +36,12 @@ MAX_INDEX_TEXT = 32_768
 #: A document's kind in the index (``lua/lib/docs.lua``), by role; summaries are their own.
 KINDS = {"user": 1, "assistant": 2, "system": 3, "tool": 4, "developer": 5, "summary": 6}
 OTHER_KIND = 7
+#: A term every summary's document holds and no text can make (the analyser never yields
+#: "~" but in a capped term's digest, which is hex): a search reads its postings where they
+#: meet the candidates to tell summaries from turns.
+SUMMARY_TERM = "~summary"
+#: The length a summary's document counts as at most (in analysed terms): a long turn's.
+SUMMARY_LENGTH = 24
 
 _MONTHS = (
     "january",
@@ -181,21 +188,33 @@ def message_terms(message: Mapping[str, Any], *, limit: int | None = None) -> Me
     return MessageTerms(Counter(terms), len(terms))
 
 
-def document_terms(message: Message | Mapping[str, Any]) -> MessageTerms:
+def document_terms(
+    message: Message | Mapping[str, Any], *, kind: int | None = None
+) -> MessageTerms:
     """What a stored message contributes to the index: :func:`message_terms` of at most
     ``MAX_INDEX_TEXT`` characters of its text, keeping its ``MAX_DOC_TERMS`` most frequent
     distinct terms (the earliest first among equals); the length counts every analysed term,
-    up to 65,535. ``message`` may be the stored envelope as parsed JSON (what the indexer
-    reads: no model is built for it)."""
+    up to 65,535. A summary (``kind`` the summary kind) holds ``SUMMARY_TERM`` too (not
+    counted in its length). ``message`` may be the stored envelope as parsed JSON (what the
+    indexer reads: no model is built for it)."""
     if isinstance(message, Message):
         data: Mapping[str, Any] = message.model_dump(mode="json", by_alias=True, exclude_none=True)
     else:
         data = message
     tf, length = message_terms(data, limit=MAX_INDEX_TEXT)
-    if len(tf) > MAX_DOC_TERMS:
+    marked = kind == KINDS["summary"]
+    most = MAX_DOC_TERMS - 1 if marked else MAX_DOC_TERMS
+    if len(tf) > most:
         order = {term: i for i, term in enumerate(tf)}
-        kept = sorted(tf, key=lambda term: (-tf[term], order[term]))[:MAX_DOC_TERMS]
+        kept = sorted(tf, key=lambda term: (-tf[term], order[term]))[:most]
         tf = Counter({term: tf[term] for term in sorted(kept, key=order.__getitem__)})
+    if marked:
+        tf[SUMMARY_TERM] = 1
+        # A summary is many turns' facts in one document: counted at its full length, a
+        # few dozen summaries would double the mean length BM25 normalises every turn by
+        # (short turns, "Oh, Ravi, that's great!", then outrank the turn that asked).
+        # Summaries are ranked in a lane of their own; in the statistics they count as a turn.
+        length = min(length, SUMMARY_LENGTH)
     return MessageTerms(tf, min(length, 65_535))
 
 
@@ -218,7 +237,7 @@ def document(message: Message, *, seq: int = 0, summary: bool = False) -> str:
     ``id<TAB>kind<TAB>length<TAB>seq<TAB>term<TAB>tf...``. Terms never hold whitespace, so a
     tab separates them."""
     assert message.id is not None, "messages read from Redis carry their id"
-    tf, length = document_terms(message)
     kind = KINDS["summary"] if summary else kind_of(message)
+    tf, length = document_terms(message, kind=kind)
     head = f"{message.id}\t{kind}\t{length}\t{seq}"
     return "\t".join([head, *(f"{term}\t{count}" for term, count in tf.items())])

@@ -25,7 +25,7 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from compozy_memory._search.ranking import neighbour_boost
+from compozy_memory._search.ranking import neighbour_lift
 from compozy_memory.errors import ConfigurationError
 
 __all__ = [
@@ -168,11 +168,13 @@ def fuse(
     dense: Mapping[int, float],
     exists: Container[int] | Callable[[int], bool],
     fusion: Fusion = DEFAULT_FUSION,
+    skip: Container[int] = (),
 ) -> dict[int, float]:
     """Fused scores of every document in ``bm25`` or ``dense``, neighbour boost included.
 
     ``dense`` holds the cosine similarities of the candidates (:func:`candidate_ids`);
-    ``exists`` says which doc ids are in the memory, for the neighbour boost.
+    ``exists`` says which doc ids are in the memory, for the neighbour boost; ``skip``: ids
+    that are not turns (summaries), which a neighbour is looked for past.
     """
     if fusion.method == "rank":
         fused = rank_fusion(bm25, dense, fusion.dense_weight, fusion.rank_k)
@@ -180,25 +182,4 @@ def fuse(
         fused = score_fusion(bm25, dense, fusion.dense_weight)
     else:
         fused = product_fusion(bm25, dense, fusion.dense_weight)
-    return neighbour_lift(fused, fusion.neighbour_weight, fusion.before_weight, exists)
-
-
-def neighbour_lift(
-    scores: Mapping[int, float],
-    after: float,
-    before: float,
-    exists: Container[int] | Callable[[int], bool],
-) -> dict[int, float]:
-    """Each document's score plus the larger of ``after`` times the score of the turn before
-    it and ``before`` times the score of the turn after it; neighbours of scored documents
-    that ``exists`` says are there join. With ``after == before`` this is BM25's symmetric
-    neighbour boost; apart, the reply to a matching turn gains more than the turn that led
-    to it, which a strict question ("where is the turn that says it?") keeps out of the way."""
-    if after == before or not scores:
-        return neighbour_boost(scores, after, exists)
-    ids = neighbour_boost(scores, 1.0, exists).keys()  # the scored and their neighbours
-    get = scores.get
-    return {
-        doc_id: get(doc_id, 0.0) + max(after * get(doc_id - 1, 0.0), before * get(doc_id + 1, 0.0))
-        for doc_id in ids
-    }
+    return neighbour_lift(fused, fusion.neighbour_weight, fusion.before_weight, exists, skip)

@@ -13,7 +13,10 @@ documents. Its cost follows the query, not the history:
 3. The terms left over (common ones: a speaker's name, a month) are scored on the best
    candidates only, from the blocks whose id range holds one (``RESCORE_BLOCKS`` at most).
 4. A document's score gains ``neighbour_weight`` times its better neighbour's
-   (:func:`~compozy_memory._search.ranking.neighbour_boost`).
+   (:func:`~compozy_memory._search.ranking.neighbour_boost`). Summaries are not turns: the
+   postings of ``marker`` (the term every summary's document holds) whose blocks hold a
+   candidate or a neighbour of one say which ids are summaries (:attr:`SearchPlan.summaries`),
+   which the boost passes over and a search ranks in a lane of their own.
 
 The scores of the documents it returns are BM25's over every live document (checked against
 ``benchmarks/bm25_reference.py``); which documents can come back is bounded by the budgets.
@@ -35,7 +38,7 @@ from compozy_memory._model.limits import (
     RESCORE_POOL,
     RESCORE_TERMS,
 )
-from compozy_memory._search.ranking import neighbour_boost, top_k
+from compozy_memory._search.ranking import MAX_SKIP, neighbour_boost, top_k
 from compozy_memory._search.segments import (
     Bucket,
     SegmentEntry,
@@ -91,8 +94,12 @@ class SearchPlan:
         n_docs: int,
         total_length: int,
         settings: SearchSettings,
+        marker: str | None = None,
     ) -> None:
-        self.terms = [_Term(t) for t in dict.fromkeys(terms)]
+        self.terms = [_Term(t) for t in dict.fromkeys(terms) if t != marker]
+        self._marker = _Term(marker) if marker else None
+        #: Ids known to be summaries (``marker``'s postings among the candidates).
+        self.summaries: set[int] = set()
         # Newest first: the budgets keep the newest postings.
         self.segments = sorted(segments, key=lambda s: s.last, reverse=True)
         self.n_docs = n_docs
@@ -117,15 +124,18 @@ class SearchPlan:
         """The bucket of every query term in every segment."""
         out: dict[str, None] = {}
         for s in self.segments:
-            for t in self.terms:
+            for t in self._all_terms():
                 out[bucket_field(s.gen, bucket_of(t.term, s.buckets))] = None
         return list(out)
+
+    def _all_terms(self) -> list[_Term]:
+        return [*self.terms, self._marker] if self._marker is not None else self.terms
 
     def take_buckets(self, values: Mapping[str, bytes | None]) -> None:
         """The buckets' values by field name (``None``: an empty bucket)."""
         decoded: dict[str, Bucket] = {}
         for s in self.segments:
-            for t in self.terms:
+            for t in self._all_terms():
                 name = bucket_field(s.gen, bucket_of(t.term, s.buckets))
                 raw = values.get(name)
                 if raw is None:
@@ -266,13 +276,13 @@ class SearchPlan:
         return [doc_id for doc_id, _ in top_k(self.scores, self._keep)]
 
     def _rescore_fields(self) -> list[str]:
+        names = self._marker_fields()
         if not self._later:
-            return []
+            return names
         self._ranked = self._candidates()
         if not self._ranked:
-            return []
+            return names
         wanted = sorted(self._ranked)
-        names: list[str] = []
         blocks = RESCORE_BLOCKS
         for t in self._later[:RESCORE_TERMS]:
             for s, entry in t.found:
@@ -290,7 +300,42 @@ class SearchPlan:
                     low = high + 1
         return names
 
+    def _near_candidates(self) -> list[int]:
+        """The candidates and the ids a neighbour may be looked for at, sorted."""
+        out: set[int] = set()
+        for doc_id in self.scores:
+            out.update(range(doc_id - MAX_SKIP, doc_id + MAX_SKIP + 1))
+        return sorted(out)
+
+    def _marker_fields(self) -> list[str]:
+        """Blocks of the summaries' postings that hold a candidate or a neighbour of one
+        (``RESCORE_BLOCKS`` at most)."""
+        if self._marker is None or not self.scores:
+            return []
+        wanted = self._near_candidates()
+        names: list[str] = []
+        for s, entry in self._marker.found:
+            if entry.postings is not None or s.sign < 0:
+                continue
+            low = s.first
+            for i, high in enumerate(entry.block_last):
+                if len(names) >= RESCORE_BLOCKS:
+                    return names
+                if _any_within(wanted, low, high):
+                    names.append(block_field(s.gen, entry.first_block + i))
+                low = high + 1
+        return names
+
+    def _read_marker(self) -> None:
+        if self._marker is None or not self.scores:
+            return
+        wanted = set(self._near_candidates())
+        for s, entry in self._marker.found:
+            if s.sign > 0:
+                self.summaries.update(d for d, _, _ in self._lookup(s, entry, wanted))
+
     def _rescore(self) -> None:
+        self._read_marker()
         if not self._ranked:
             return
         wanted = set(self._ranked)
@@ -331,17 +376,28 @@ class SearchPlan:
     # -- 4. ranking ------------------------------------------------------------------------
 
     def ranking(self) -> list[tuple[int, float]]:
-        """The best documents, best first: ``pool`` of them (at least ``limit``)."""
+        """The best documents, best first: ``pool`` of them (at least ``limit``); with
+        summaries known (:attr:`summaries`), the best ``pool`` others then the best ``limit``
+        summaries."""
         while self.wanted():
             pass  # nothing left to read: a plan without blocks ranks at once
         scores = self.scores
         if self._later and self._ranked:
             scores = {doc_id: scores[doc_id] for doc_id in self._ranked}
         weight = self.settings.neighbour_weight
+        skip = self.summaries
         if weight > 0:
-            best = top_k(scores, 4 * self.settings.limit)
-            scores = neighbour_boost(dict(best), weight, lambda doc_id: doc_id >= 1)
-        return top_k(scores, max(self.settings.pool, self.settings.limit))
+            # Every scored document lifts its neighbours (a bounded set: the budgets bound
+            # it): a reply whose own score ranks it 50th can still come in with the turn that
+            # asked, which only the best 40 lifting would leave out.
+            scores = neighbour_boost(scores, weight, lambda doc_id: doc_id >= 1, skip)
+        most = max(self.settings.pool, self.settings.limit)
+        if not skip:
+            return top_k(scores, most)
+        # Two lanes: the best ``most`` turns, then the best ``limit`` summaries known.
+        turns = {doc_id: s for doc_id, s in scores.items() if doc_id not in skip}
+        summaries = {doc_id: s for doc_id, s in scores.items() if doc_id in skip}
+        return top_k(turns, most) + top_k(summaries, self.settings.limit)
 
 
 def _any_within(sorted_ids: Sequence[int], low: int, high: int) -> bool:

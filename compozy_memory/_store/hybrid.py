@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from compozy_memory._model.results import Hit, Hits
 from compozy_memory._search.dense import Embedder, cosines, strip_names
+from compozy_memory._search.documents import KINDS
 from compozy_memory._search.fusion import Fusion, fuse
 from compozy_memory._search.ranking import neighbour_boost, top_k
 from compozy_memory._store.searching import bm25_ranking
@@ -43,6 +44,8 @@ class Ranking:
     unindexed: int
     #: Whether dense scores took part (False: BM25 alone).
     dense: bool
+    #: Ids known to be summaries (their own lane; the neighbour lift passes over them).
+    summaries: frozenset[int] = frozenset()
 
 
 def fused_ranking(
@@ -75,27 +78,49 @@ def fused_ranking(
     bm25 = {i: s for i, s in zip(found.ids, found.bm25, strict=True) if s is not None}
     exists = set(found.ids)
     dense = yield from _dense_scores(embedder, query, found)
+    skip = ranked.summaries
     if dense is None:
-        scores = neighbour_boost(bm25, gateway.policy.search.neighbour_weight, exists)
-        return Ranking(top_k(scores, limit), ranked.unindexed, False)
-    return Ranking(top_k(fuse(bm25, dense, exists, fusion), limit), ranked.unindexed, True)
+        scores = neighbour_boost(bm25, gateway.policy.search.neighbour_weight, exists, skip)
+        return Ranking(top_k(scores, limit), ranked.unindexed, False, skip)
+    fused = fuse(bm25, dense, exists, fusion, skip)
+    return Ranking(top_k(fused, limit), ranked.unindexed, True, skip)
 
 
 def fused_hits(
-    gateway: MemoryGateway, ranked: Steps[Ranking], *, limit: int, kinds: Sequence[int] = ()
+    gateway: MemoryGateway,
+    ranked: Steps[Ranking],
+    *,
+    limit: int,
+    kinds: Sequence[int] = (),
+    summary_limit: int = 0,
 ) -> Steps[Hits]:
     """The best ``limit`` documents of a ranking (the steps of :func:`fused_ranking`, or of
-    BM25 alone) still indexed and of ``kinds``, as hits with the turns next to them."""
+    BM25 alone) still indexed and of ``kinds``, as hits with the turns next to them.
+
+    With ``summary_limit`` (a search without roles: two lanes), ``kinds`` are the messages'
+    and the hits are messages only; the best ``summary_limit`` summaries go to
+    :attr:`Hits.summaries`, fetched apart, so a summary never takes a message's place."""
     ranking = yield from ranked
     scores = dict(ranking.best)
-    fetched = yield from gateway.search_fetch(
-        [doc_id for doc_id, _ in ranking.best], limit=limit, kinds=kinds
-    )
+    known = ranking.summaries
+    ids = [doc_id for doc_id, _ in ranking.best]
+    if summary_limit > 0:
+        ids = [doc_id for doc_id in ids if doc_id not in known]
+    fetched = yield from gateway.search_fetch(ids, limit=limit, kinds=kinds)
     out = Hits(
         Hit(doc_id, scores[doc_id], message, before, after, where)
         for doc_id, where, message, before, after in fetched
     )
     out.unindexed = ranking.unindexed
+    wanted = [doc_id for doc_id, _ in ranking.best if doc_id in known][:summary_limit]
+    if wanted:
+        found = yield from gateway.search_fetch(
+            wanted, limit=summary_limit, kinds=[KINDS["summary"]]
+        )
+        out.summaries = tuple(
+            Hit(doc_id, scores[doc_id], message, before, after, where)
+            for doc_id, where, message, before, after in found
+        )
     return out
 
 

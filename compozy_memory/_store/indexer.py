@@ -380,8 +380,8 @@ def _covered(
 
 def _analysed(message: dict[str, Any], *, summary: bool) -> tuple[int, int, Counter[str], int]:
     """(id, kind, term frequencies, length) of one stored envelope (parsed JSON)."""
-    tf, length = document_terms(message)
     kind = KINDS["summary"] if summary else kind_of(message)
+    tf, length = document_terms(message, kind=kind)
     return int(message["id"]), kind, Counter(tf), length
 
 

@@ -38,6 +38,10 @@ __all__ = ["ContextReads"]
 
 #: How far back ``context()`` looks for the newest user turn, its implicit query.
 _USER_TURN_LOOKBACK = 8
+#: Summaries a search without roles returns beside its messages (``Hits.summaries``).
+SUMMARY_HITS = 3
+#: The kinds a search without roles returns in its list: every kind but summaries.
+MESSAGE_KINDS = sorted({*KINDS.values(), OTHER_KIND} - {KINDS["summary"]})
 
 
 class ContextReads:
@@ -99,11 +103,12 @@ class ContextReads:
                 ranking = yield from fused_ranking(
                     self.gateway, self.embedder, self.fusion, query, terms, limit=pool
                 )
-                best = ranking.best
+                best, summaries = ranking.best, ranking.summaries
             else:
                 ranked = yield from bm25_ranking(self.gateway, terms, limit=limit, pool=pool)
-                best = ranked.best
-            hits = [doc_id for doc_id, _ in best]
+                best, summaries = ranked.best, ranked.summaries
+            # Summaries have their layer and its share: the recall share is the turns'.
+            hits = [doc_id for doc_id, _ in best if doc_id not in summaries]
         layers = yield from self.gateway.context(
             budget - reserve_output,
             summary_share=shares.summary_share,
@@ -142,8 +147,11 @@ class ContextReads:
         yield from self._fresh_index()
         kinds = sorted({KINDS.get(r, OTHER_KIND) for r in wanted})
         # Candidates past the limit stand in for hits the cap dropped since they were
-        # indexed, or of other kinds (a filter takes more of them).
-        pool = min(MAX_SEARCH_CANDIDATES, (12 if kinds else 2) * limit)
+        # indexed, or of other kinds (a filter takes more of them); without roles, summaries
+        # are a lane of their own, out of the messages' places.
+        pool = min(MAX_SEARCH_CANDIDATES, (12 if kinds else 3) * limit)
+        summary_limit = 0 if kinds else SUMMARY_HITS
+        fetch_kinds = kinds or MESSAGE_KINDS
         ranked: Steps[Ranking]
         if self.embedder is None:
             ranked = self._bm25(terms, limit, pool, since_id or 0)
@@ -158,7 +166,9 @@ class ContextReads:
                 since_id=since_id or 0,
                 kinds=kinds,
             )
-        searching = fused_hits(self.gateway, ranked, limit=limit, kinds=kinds)
+        searching = fused_hits(
+            self.gateway, ranked, limit=limit, kinds=fetch_kinds, summary_limit=summary_limit
+        )
         if RECORDING.content:  # opt-in: the query goes on the span
             about = ABOUT.set(Content(query=query))
             try:
@@ -171,7 +181,7 @@ class ContextReads:
         ranked = yield from bm25_ranking(
             self.gateway, terms, limit=limit, pool=pool, since_id=since_id
         )
-        return Ranking(ranked.best, ranked.unindexed, False)
+        return Ranking(ranked.best, ranked.unindexed, False, ranked.summaries)
 
     def _recall_messages(self, ids: Iterable[int]) -> Steps[list[Message]]:
         self._check_writable("recall_messages")

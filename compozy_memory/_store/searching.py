@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from compozy_memory._model.limits import DATA_FORMAT, INDEX_READ_FIELDS
+from compozy_memory._search.documents import SUMMARY_TERM
 from compozy_memory._search.scoring import SearchPlan, SearchSettings
 from compozy_memory._search.segments import SegmentEntry
 from compozy_memory._wire.gateway import MemoryGateway
@@ -42,6 +43,8 @@ class Bm25Ranking:
     best: list[tuple[int, float]]
     #: Messages not searchable yet when the index was read.
     unindexed: int
+    #: Ids known to be summaries, among the candidates and their neighbours.
+    summaries: frozenset[int] = frozenset()
 
 
 def bm25_ranking(
@@ -67,7 +70,7 @@ def bm25_ranking(
     segments = _seen.get(gateway, ())
     state: IndexState | None = None
     for _ in range(_ATTEMPTS):
-        plan = SearchPlan(terms, segments, 0, 0, settings)
+        plan = SearchPlan(terms, segments, 0, 0, settings, SUMMARY_TERM)
         fields = plan.bucket_fields() if segments else []
         gens = [s.gen for s in segments]
         read = yield from gateway.index_read(gens, fields[:_FIELDS_PER_READ])
@@ -78,7 +81,7 @@ def bm25_ranking(
         if read.stale or read.segments != segments:
             segments = _seen[gateway] = read.segments
             continue
-        plan = SearchPlan(terms, segments, read.n_docs, read.total_length, settings)
+        plan = SearchPlan(terms, segments, read.n_docs, read.total_length, settings, SUMMARY_TERM)
         values = dict(read.values)
         ok = yield from _read_into(gateway, gens, fields[_FIELDS_PER_READ:], values)
         if not ok:
@@ -92,7 +95,7 @@ def bm25_ranking(
                 break
             plan.take(more)
         else:
-            return Bm25Ranking(plan.ranking(), read.unindexed)
+            return Bm25Ranking(plan.ranking(), read.unindexed, frozenset(plan.summaries))
         segments = ()
     # The list changed under every attempt (merges in a burst): rank what was last read.
     assert state is not None

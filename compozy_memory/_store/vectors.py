@@ -26,7 +26,8 @@ from compozy_memory._model.limits import (
     VECTOR_STEP_BYTES,
     VECTOR_STEP_DOCS,
 )
-from compozy_memory._search.dense import VECTOR_FORMAT, Embedder, dense_text, embed_all
+from compozy_memory._search.dense import VECTOR_FORMAT, Embedder, dense_text
+from compozy_memory._search.embedders import embed_shared
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._wire.background import Backgrounded, Debounced
 from compozy_memory._wire.effects import Await
@@ -48,8 +49,10 @@ _EMBED_CHARS = 8_000
 
 def embed(embedder: Embedder, texts: Sequence[str], *, query: bool = False) -> Await[list[bytes]]:
     """The effect of embedding ``texts`` with ``embedder`` (quantized): a coroutine, awaited on
-    an event loop, run on the summarizers' loop from a thread."""
-    return Await(lambda: embed_all(embedder, texts, query=query))
+    an event loop, run on the summarizers' loop from a thread. Through the embedder's cache
+    (:func:`~compozy_memory._search.embedders.embed_shared`): a text this process embedded
+    with it, or is embedding, is not embedded again."""
+    return Await(lambda: embed_shared(embedder, texts, query=query))
 
 
 @dataclass(frozen=True, slots=True)

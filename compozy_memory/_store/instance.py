@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from compozy_memory import _telemetry
 from compozy_memory._io.connection import sync_twin
@@ -43,8 +43,6 @@ from compozy_memory._store.sync_instance import SyncMemoryInstance
 from compozy_memory._store.vectors import Vectorizer
 
 __all__ = ["Facts", "FlushHook", "IndexHook", "Indexer", "MemoryInstance", "MessageInput"]
-
-T = TypeVar("T")
 
 
 class MemoryInstance(MemoryCore):

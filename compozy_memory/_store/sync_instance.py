@@ -1,11 +1,12 @@
 """SyncMemoryInstance: the same handle on one memory, on redis-py's blocking client.
 
-Every method runs the steps :class:`~compozy_memory.MemoryInstance` runs (they live in
-:class:`~compozy_memory._store.core.MemoryCore`) on a
+Every method runs the steps :class:`~compozy_memory.MemoryInstance` runs (``memory.steps``,
+:class:`~compozy_memory.MemorySteps`) on a
 :class:`~compozy_memory._io.sync_transport.SyncTransport`, in the calling thread: no event
 loop, so a sync handle works in plain threads and inside a running loop alike (there it blocks
 the loop for the call, as any blocking client does). The methods are documented on
-:class:`~compozy_memory.MemoryInstance`; what differs is said here.
+:class:`~compozy_memory.MemoryInstance`; what differs is said here. Both classes' methods are
+generated from one table (:mod:`compozy_memory._operations`, ``scripts/gen_facades``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ __all__ = [
     "SyncVectorizer",
 ]
 
-T = TypeVar("T")
 A = TypeVar("A")
 
 

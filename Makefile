@@ -35,6 +35,7 @@ demo:
 # parts of docs/ (CLI reference, lua/ and module tables) are what the code gives now.
 docs: install
 	scripts/gen_docs --check
+	scripts/gen_facades --check
 	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict
 
 # The published report, docs/benchmarks/ (JSON, Markdown, PNG charts): Redis 7 (redis-server

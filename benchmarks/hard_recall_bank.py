@@ -13,8 +13,11 @@ and ``{person}`` a relative of the owner and their name (multi-hop facts).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Bank", "Family", "Hop", "HopAttribute"]
+from benchmarks.datafiles import tuples
+
+__all__ = ["Bank", "Family", "Hop", "HopAttribute", "bank_from_data"]
 
 
 @dataclass(frozen=True)
@@ -69,3 +72,19 @@ class Bank:
     reactions: tuple[str, ...]
     families: tuple[Family, ...]
     hop: Hop
+
+
+def bank_from_data(data: dict[str, Any]) -> Bank:
+    """A bank from its JSON form (``benchmarks/hard_recall_*.json``)."""
+    fields = tuples(data)
+    hop = fields["hop"]
+    return Bank(
+        name=fields["name"],
+        names=fields["names"],
+        filler=fields["filler"],
+        reactions=fields["reactions"],
+        families=tuple(Family(**f) for f in fields["families"]),
+        hop=Hop(
+            hop["relations"], hop["intros"], tuple(HopAttribute(**a) for a in hop["attributes"])
+        ),
+    )

@@ -15,9 +15,6 @@ the same shapes are planted too, as distractors. Sizes are approximate (4 charac
 Run ``python -m benchmarks.recall_data`` for statistics.
 """
 
-# Vocabulary lists are written as text and split: easier to read and extend than literals.
-# ruff: noqa: SIM905
-
 from __future__ import annotations
 
 import json
@@ -27,6 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Literal
+
+from benchmarks.datafiles import load, tuples
 
 __all__ = ["Conversation", "Question", "approx_tokens", "generate", "message_text"]
 
@@ -93,106 +92,45 @@ def approx_tokens(message: dict[str, Any]) -> int:
 # ---------------------------------------------------------------------------------------
 # Vocabulary. Invented names keep facts unambiguous; shared everyday words keep BM25 honest.
 
-_FIRST_NAMES = (
-    "Caroline Melanie Priya Jonah Aiko Mateo Greta Omar Lena Tobias Ines Rafael Noor Felix "
-    "Ingrid Dario Yara Keanu Sofia Elias Maren Tariq Hazel Bruno Leila Anton Signe Kofi Marta "
-    "Ravi Zoe Emil Dalia Hugo Freya Nikhil Ada Lucan Mira Theo Selma Jasper Vera Idris Clara "
-    "Osman Petra Bastian Amara Ronan Esme Linus Talia Soren Imani Casper Lotte Arjun Wren"
-).split()
-_CITIES = (
-    "Lisbon Portland Kyoto Oaxaca Reykjavik Tucson Edinburgh Valencia Quebec Savannah Bergen "
-    "Hanoi Asheville Marrakesh Tallinn Boulder Halifax Krakow Seville Cusco Ljubljana Hobart "
-    "Galway Tbilisi Porto Nagano Bruges Mendoza Victoria Trieste Antigua Dunedin"
-).split()
-_PET_KINDS = "dog cat puppy kitten parrot rabbit hamster turtle goldfish ferret".split()
-_PET_NAMES = (
-    "Biscuit Luna Pepper Mochi Ziggy Noodle Waffles Pickles Juniper Ollie Maple Tofu Bingo "
-    "Clover Nacho Pretzel Sprout Marble Cosmo Dumpling Fig Pumpkin Sushi Rocket Basil Olive"
-).split()
-_RELATIVES = (
-    "sister brother cousin aunt uncle grandma grandpa niece nephew roommate neighbour".split()
-)
-_HOBBIES = (
-    "pottery salsa watercolor guitar ceramics yoga climbing Italian sourdough woodworking "
-    "photography chess calligraphy fencing knitting improv"
-).split()
-_FAVOURITES = {
-    "ice cream flavour": "pistachio mango lavender stracciatella rhubarb cardamom".split(),
-    "board game": "Catan Azul Wingspan Carcassonne Splendor Codenames".split(),
-    "tea": "oolong rooibos genmaicha darjeeling chamomile sencha".split(),
-    "season": "autumn spring winter summer".split(),
-    "podcast": "Nightvale Radiolab Serial Hardcore Unexplained Invisibilia".split(),
-    "pasta shape": "rigatoni orecchiette farfalle bucatini penne fusilli".split(),
-    "flower": "peonies tulips dahlias ranunculus lilacs marigolds".split(),
-    "cheese": "gruyere manchego halloumi gorgonzola comte taleggio".split(),
-}
-_COUNTED = (
-    ("half marathons", "run", "ran"),
-    ("tomato plants", "plant", "planted"),
-    ("books", "read", "read"),
-    ("loaves of bread", "bake", "baked"),
-    ("jars of jam", "make", "made"),
-    ("paintings", "finish", "finished"),
-    ("quilts", "sew", "sewed"),
-    ("scarves", "knit", "knitted"),
-)
-_RESTAURANTS = (
-    "Cedar House|Blue Heron|Casa Lumen|Little Saigon|Olive Branch|Copper Pot|Juniper Table|"
-    "Harbor Lights|Saffron Road|Green Fig|Tin Lantern|Red Kettle"
-).split("|")
-_BANDS = (
-    "Velvet Anchors|Paper Moons|Glass Harbor|Static Orchard|Neon Pines|Hollow Birds|"
-    "Silver Tongues|Quiet Riot Club|Amber Wolves|Lantern Kids"
-).split("|")
-_VENUES = "Fillmore|Roxy|Paramount|Greek Theatre|Ryman|Orpheum|Troubadour|Apollo".split("|")
-_GIFTS = (
-    "record player|hammock|espresso machine|telescope|kayak|sewing machine|drone|"
-    "pottery wheel|ukulele|bread maker|rowing machine|typewriter"
-).split("|")
-_JOBS = "nurse architect librarian paramedic sommelier cartographer pharmacist".split()
-_COMPANIES = (
-    "Brightwave|Northwind Labs|Tallgrass Health|Orbital Foods|Keystone Bank|Pinecrest Clinic|"
-    "Lumen Studio|Harborview Press|Fieldstone Energy|Quartz Robotics"
-).split("|")
-_CAR_MODELS = "Corolla Civic Outback Golf Mazda3 Forester Prius Leaf Impreza Jazz".split()
-_COLORS = "red blue green silver black white yellow teal orange maroon navy".split()
-_ALLERGENS = "shellfish peanuts sesame kiwi pollen penicillin cashews latex".split()
-_EVENTS = (
-    "housewarming party|piano recital|baby shower|retirement party|art show|graduation|"
-    "book launch|engagement party"
-).split("|")
-_PLACES = (
-    "animal shelter|food bank|community garden|public library|youth center|hospice|"
-    "soup kitchen|wildlife rescue"
-).split("|")
-_SPORTS = "softball volleyball kickball pickleball ultimate frisbee basketball".split()
-_PARKS = (
-    "Riverside Park|Elm Field|Harmon Commons|Lakeview Park|Cypress Green|Miller Field|"
-    "Brookside Park|Fairmount Oval"
-).split("|")
-_BOOKS = (
-    "The Glass Orchard|Winter Lanterns|A Map of Salt|The Quiet Engine|Northern Tides|"
-    "The Paper Garden|Small Hours|The Last Cartographer"
-).split("|")
-_AUTHORS = "Okafor Lindqvist Moreau Takahashi Brennan Castellano Novak Adeyemi".split()
-_DIETS = "vegetarian vegan pescatarian keto gluten-free".split()
-_SIZES = "small medium large XL".split()
-_ITEMS = (
-    "rain jacket|hiking boots|wool sweater|desk lamp|backpack|standing desk|air purifier|"
-    "coffee grinder|yoga mat|office chair|blender|headphones"
-).split("|")
-_STATUSES = "shipped|in transit|out for delivery|delayed at customs|awaiting pickup".split("|")
-_CARRIERS = "UPS FedEx DHL USPS Purolator Evri".split()
-_PLANS = "Starter Growth Business Enterprise Team".split()
-_ROOMS = "Aurora Birch Cobalt Delta Ember Fjord Granite Harbor".split()
-_WEEKDAYS = "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split()
-_MONTHS = (
-    "January February March April May June July August September October November December"
-).split()
-_STREETS = "Baker Street|Linden Avenue|Harbor Road|Maple Lane|Orchard Way|Quarry Road".split("|")
-_TRIPS = "honeymoon|ski trip|family reunion|road trip|conference trip|bachelor party".split("|")
-_CONDITIONS = "light rain|sunny spells|heavy snow|thunderstorms|dense fog|clear skies".split("|")
-_SIGHTS = "old town|harbor|cathedral|night market|waterfall|castle".split()
+# The vocabulary, the fact templates and the small talk: benchmarks/recall_data.json.
+_DATA = load("recall_data")
+
+_FIRST_NAMES = list(_DATA["first_names"])
+_CITIES = list(_DATA["cities"])
+_PET_KINDS = list(_DATA["pet_kinds"])
+_PET_NAMES = list(_DATA["pet_names"])
+_RELATIVES = list(_DATA["relatives"])
+_HOBBIES = list(_DATA["hobbies"])
+_FAVOURITES = {k: list(v) for k, v in _DATA["favourites"].items()}
+_COUNTED = tuples(_DATA["counted"])
+_RESTAURANTS = list(_DATA["restaurants"])
+_BANDS = list(_DATA["bands"])
+_VENUES = list(_DATA["venues"])
+_GIFTS = list(_DATA["gifts"])
+_JOBS = list(_DATA["jobs"])
+_COMPANIES = list(_DATA["companies"])
+_CAR_MODELS = list(_DATA["car_models"])
+_COLORS = list(_DATA["colors"])
+_ALLERGENS = list(_DATA["allergens"])
+_EVENTS = list(_DATA["events"])
+_PLACES = list(_DATA["places"])
+_SPORTS = list(_DATA["sports"])
+_PARKS = list(_DATA["parks"])
+_BOOKS = list(_DATA["books"])
+_AUTHORS = list(_DATA["authors"])
+_DIETS = list(_DATA["diets"])
+_SIZES = list(_DATA["sizes"])
+_ITEMS = list(_DATA["items"])
+_STATUSES = list(_DATA["statuses"])
+_CARRIERS = list(_DATA["carriers"])
+_PLANS = list(_DATA["plans"])
+_ROOMS = list(_DATA["rooms"])
+_WEEKDAYS = list(_DATA["weekdays"])
+_MONTHS = list(_DATA["months"])
+_STREETS = list(_DATA["streets"])
+_TRIPS = list(_DATA["trips"])
+_CONDITIONS = list(_DATA["conditions"])
+_SIGHTS = list(_DATA["sights"])
 
 
 def _draw_number(rng: random.Random, pool: str) -> str:
@@ -311,637 +249,35 @@ def _t(who: str, text: str, **args: str) -> _Turn:
     return _Turn(who, text, tuple(args.items()))
 
 
-_FRIEND_FACTS: tuple[_Fact, ...] = (
-    _Fact(
-        "pet",
-        "direct",
-        "kind",
-        (_t("o", "Big news: we adopted a {kind} last weekend! We named it {pet}."),),
-        0,
-        (
-            "What is the name of the {kind} {o} adopted?",
-            "What did {o} name the new {kind}?",
-            "What is {o}'s {kind} called?",
-        ),
-        ("pet",),
-        slot="pet",
-    ),
-    _Fact(
-        "visit",
-        "direct",
-        "rel",
-        (_t("o", "My {rel} {person} is flying in from {city} next week, I can't wait."),),
-        0,
-        ("Who is flying in from {city} to visit {o}?", "What is the name of {o}'s {rel}?"),
-        ("person",),
-        slot="rel",
-    ),
-    _Fact(
-        "class",
-        "direct",
-        "hobby",
-        (_t("o", "I signed up for a {hobby} class! The first session is on {month} {day}."),),
-        0,
-        ("When does {o}'s {hobby} class start?", "What date is the first {hobby} session?"),
-        ("month", "day"),
-    ),
-    _Fact(
-        "trip",
-        "direct",
-        "days",
-        (_t("o", "We just got back from {days} days in {city}, the {sight} was unreal."),),
-        0,
-        ("Which city did {o} visit for {days} days?", "Where was {o}'s trip with the {sight}?"),
-        ("city",),
-    ),
-    _Fact(
-        "count",
-        "direct",
-        "counted",
-        (_t("o", "Fun fact, I've {done} {n} {counted} so far this year."),),
-        0,
-        ("How many {counted} has {o} {done} this year?", "What number of {counted} did {o} do?"),
-        ("n",),
-        slot="count",
-    ),
-    _Fact(
-        "job",
-        "direct",
-        "job",
-        (_t("o", "I start my new job as a {job} at {company} on Monday!"),),
-        0,
-        ("Where is {o} starting work as a {job}?", "Which company hired {o} as a {job}?"),
-        ("company",),
-    ),
-    _Fact(
-        "car",
-        "direct",
-        "model",
-        (_t("o", "Finally bought a car, a used {color} {model} with low mileage."),),
-        0,
-        ("What colour is the {model} {o} bought?", "Which car model did {o} purchase?"),
-        ("color",),
-    ),
-    _Fact(
-        "allergy",
-        "direct",
-        "allergen",
-        (_t("o", "Turns out I'm allergic to {allergen}, the doctor confirmed it today."),),
-        0,
-        ("What did the doctor say {o} is allergic to?", "What allergy does {o} have?"),
-        ("allergen",),
-        once=True,
-    ),
-    _Fact(
-        "event",
-        "direct",
-        "event",
-        (_t("o", "Our {event} is on {month} {day}, save the date!"),),
-        0,
-        ("What date is {o}'s {event}?", "When is the {event} {o} is hosting?"),
-        ("month", "day"),
-    ),
-    _Fact(
-        "book",
-        "direct",
-        "book",
-        (_t("o", "I'm reading {book} by {author} and I can't put it down."),),
-        0,
-        ("Who wrote the book {o} couldn't put down?", "Who is the author of {book}?"),
-        ("author",),
-    ),
-    _Fact(
-        "volunteer",
-        "direct",
-        "place",
-        (_t("o", "I started volunteering at the {place} every {weekday}."),),
-        0,
-        ("On which day does {o} volunteer at the {place}?", "When does {o} volunteer?"),
-        ("weekday",),
-    ),
-    _Fact(
-        "league",
-        "direct",
-        "sport",
-        (_t("o", "I joined a {sport} league, we play at {park} on Thursdays."),),
-        0,
-        ("Where does {o}'s {sport} league play?", "Which park hosts the {sport} games?"),
-        ("park",),
-    ),
-    _Fact(
-        "child",
-        "direct",
-        "person",
-        (_t("o", "Can you believe my nephew {person} just turned {age}?"),),
-        0,
-        ("How old is {o}'s nephew {person}?", "What age did {person} turn?"),
-        ("age",),
-    ),
-    _Fact(
-        "favourite",
-        "direct",
-        "fav",
-        (_t("o", "Honestly my favourite {fav} is {favval}, nothing beats it."),),
-        0,
-        ("What {fav} does {o} like best?", "Which {fav} is {o}'s top pick?"),
-        ("favval",),
-        slot="fav",
-    ),
-    # The answer is the reply to the turn that holds the question's words.
-    _Fact(
-        "gift",
-        "reply",
-        "person",
-        (
-            _t("x", "What did you end up getting {person} for the birthday?"),
-            _t("o", "A {gift}! Honestly it was a hit."),
-        ),
-        1,
-        ("What birthday present did {o} get for {person}?", "What did {person} get from {o}?"),
-        ("gift",),
-    ),
-    _Fact(
-        "dinner",
-        "reply",
-        "restaurant",
-        (
-            _t("x", "So where did you go for the anniversary dinner?"),
-            _t("o", "{restaurant}, the chef even sent out dessert."),
-        ),
-        1,
-        ("Which restaurant did {o} pick for the anniversary dinner?",),
-        ("restaurant",),
-    ),
-    _Fact(
-        "concert",
-        "reply",
-        "venue",
-        (
-            _t("x", "Who did you see at the {venue} on Friday?"),
-            _t("o", "{band}! We were right at the front."),
-        ),
-        1,
-        ("Which band did {o} see at the {venue}?", "Who played the {venue} show {o} went to?"),
-        ("band",),
-    ),
-    _Fact(
-        "jars",
-        "reply",
-        "counted",
-        (
-            _t("x", "How many {counted} did you {do} in the end?"),
-            _t("o", "{n}, way more than I planned haha"),
-        ),
-        1,
-        ("How many {counted} did {o} {do} in the end?",),
-        ("n",),
-        slot="count",
-    ),
-    _Fact(
-        "relname",
-        "reply",
-        "rel",
-        (
-            _t("x", "Remind me, what's your {rel}'s name again?"),
-            _t("o", "{person}. You'd love them."),
-        ),
-        1,
-        ("What is the name of {o}'s {rel}?", "What is {o}'s {rel} called?"),
-        ("person",),
-        slot="rel",
-    ),
-    _Fact(
-        "tripcity",
-        "reply",
-        "trip",
-        (
-            _t("x", "Did you two decide where the {trip} is going to be?"),
-            _t("o", "Yes! {city}, mostly because of the {sight}."),
-        ),
-        1,
-        ("Where is {o}'s {trip} going to be?", "Which city was chosen for the {trip}?"),
-        ("city",),
-    ),
-    # Changed facts: the question wants the newest value, so the update is the evidence.
-    _Fact(
-        "move",
-        "update",
-        "city1",
-        (_t("o", "We're moving to {city1} in the fall, it's official!"),),
-        0,
-        ("Where is {o} moving to?", "Which city is {o} relocating to?"),
-        ("city2",),
-        update=(_t("o", "Change of plans: we're moving to {city2} instead of {city1}."),),
-        once=True,
-    ),
-    _Fact(
-        "rename",
-        "update",
-        "kind",
-        (_t("o", "We're getting a {kind}, we'll probably call it {pet1}."),),
-        0,
-        ("What name did {o} finally give the {kind}?", "What is {o}'s {kind} named now?"),
-        ("pet2",),
-        update=(_t("o", "We ended up naming the {kind} {pet2}, {pet1} just didn't fit."),),
-        slot="pet",
-    ),
-    _Fact(
-        "favchange",
-        "update",
-        "fav",
-        (_t("o", "My favourite {fav} is {favval1}, no contest."),),
-        0,
-        ("What is {o}'s favourite {fav} these days?", "Which {fav} does {o} prefer now?"),
-        ("favval2",),
-        update=(_t("o", "Okay I've switched, {favval2} is my new favourite {fav}."),),
-        slot="fav",
-    ),
-    _Fact(
-        "guests",
-        "update",
-        "n1",
-        (_t("o", "The wedding is going to be small, about {n1} guests."),),
-        0,
-        ("How many guests are coming to {o}'s wedding?", "What's the wedding guest count?"),
-        ("n2",),
-        update=(_t("o", "The guest list grew again, we're at {n2} guests now."),),
-        once=True,
-    ),
-)
+def _fact(data: dict[str, Any]) -> _Fact:
+    """A fact template from its JSON form."""
 
-_AGENT_FACTS: tuple[_Fact, ...] = (
-    _Fact(
-        "order",
-        "tool",
-        "oid",
-        (
-            _t("o", "Can you check on my order #{oid}?"),
-            _t("call", "lookup_order", order_id="{oid}"),
-            _t(
-                "result",
-                "Order {oid}: status {status}; carrier {carrier}; tracking {trk}; "
-                "items: {item}; total ${amt}; estimated delivery {month} {day}.",
-            ),
-            _t("x", "I found it: your order is moving along and should reach you soon."),
-        ),
-        2,
-        (
-            "Which carrier is delivering order {oid}?",
-            "What was the total charged for order {oid}?",
-            "What is the tracking number of order #{oid}?",
-            "When is order {oid} expected to arrive?",
-        ),
-        ("carrier",),
-        agent=True,
-    ),
-    _Fact(
-        "account",
-        "tool",
-        "plan",
-        (
-            _t("o", "How many seats do we have on our subscription right now?"),
-            _t("call", "get_account", account="{o}@example.com"),
-            _t(
-                "result",
-                "Account {o}@example.com: plan {plan}; seats {seats}; renews {month} "
-                "{day}; account manager {person2}.",
-            ),
-            _t("x", "Here's what I see on your account; let me know if you want changes."),
-        ),
-        2,
-        (
-            "How many seats are on {o}'s subscription?",
-            "Who is the account manager on {o}'s subscription?",
-        ),
-        ("seats",),
-        agent=True,
-        once=True,
-    ),
-    _Fact(
-        "weather",
-        "tool",
-        "city",
-        (
-            _t("o", "What's the weather looking like in {city} for my trip?"),
-            _t("call", "get_forecast", city="{city}"),
-            _t("result", "Forecast for {city}: {cond}, high of {temp} C, wind 12 km/h."),
-            _t("x", "Looks manageable; pack layers just in case."),
-        ),
-        2,
-        ("What conditions were forecast in {city}?", "What was the forecast high in {city}?"),
-        ("cond",),
-        agent=True,
-    ),
-    _Fact(
-        "flight",
-        "tool",
-        "ref",
-        (
-            _t("o", "Can you pull up booking {ref}?"),
-            _t("call", "get_booking", reference="{ref}"),
-            _t(
-                "result",
-                "Booking {ref}: flight {flight} to {city}, departs {time}, gate {gate}, "
-                "seat {seat}.",
-            ),
-            _t("x", "Got it, everything on that booking looks confirmed."),
-        ),
-        2,
-        ("Which gate does booking {ref} leave from?", "What seat is on booking {ref}?"),
-        ("gate",),
-        agent=True,
-    ),
-    _Fact(
-        "meeting",
-        "tool",
-        "event",
-        (
-            _t("o", "When is the {event} planning meeting again?"),
-            _t("call", "find_meeting", title="{event} planning"),
-            _t(
-                "result",
-                "Meeting '{event} planning': {weekday} {month} {day} at {time}, room {room}, "
-                "organiser {person}.",
-            ),
-            _t("x", "It's on your calendar; I can send a reminder if you like."),
-        ),
-        2,
-        (
-            "Which room is the {event} planning meeting in?",
-            "Who organised the {event} planning meeting?",
-        ),
-        ("room",),
-        agent=True,
-    ),
-    _Fact(
-        "stock",
-        "tool",
-        "sku",
-        (
-            _t("o", "Is the {item} back in stock? It's {sku}."),
-            _t("call", "check_inventory", sku="{sku}"),
-            _t("result", "{sku}: {num} units available at the {city} warehouse."),
-            _t("x", "Good news, it's available, want me to reserve one?"),
-        ),
-        2,
-        ("How many units of {sku} were available?", "Which warehouse stocks {sku}?"),
-        ("num",),
-        agent=True,
-    ),
-    _Fact(
-        "office",
-        "direct",
-        "street",
-        (
-            _t("o", "For future orders please ship to my office at {num} {street}."),
-            _t("x", "Noted, I'll use that address from now on."),
-        ),
-        0,
-        ("What address should {o}'s orders ship to?", "Which street is {o}'s office on?"),
-        ("num", "street"),
-        agent=True,
-        once=True,
-    ),
-    _Fact(
-        "employer",
-        "direct",
-        "company",
-        (
-            _t("o", "Context for the cover letter: I work at {company} as a {job}."),
-            _t("x", "Thanks, I'll tailor the letter to that role."),
-        ),
-        0,
-        ("Where does {o} work?", "What is {o}'s job title at {company}?"),
-        ("company",),
-        agent=True,
-        once=True,
-    ),
-    _Fact(
-        "size",
-        "reply",
-        "item",
-        (
-            _t("o", "I'd like to reorder the {item} I bought last time."),
-            _t("x", "Happy to. Which size and colour would you like for the {item}?"),
-            _t("o", "{size}, in {color} please."),
-            _t("x", "Done, I've added it to your cart."),
-        ),
-        2,
-        ("What size {item} did {o} choose?", "What colour did {o} want for the {item}?"),
-        ("size",),
-        agent=True,
-    ),
-    _Fact(
-        "budget",
-        "reply",
-        "trip",
-        (
-            _t("o", "Help me plan the {trip}."),
-            _t("x", "Sure. What budget should I plan the {trip} around?"),
-            _t("o", "Around ${budget} all in."),
-            _t("x", "Great, I'll keep suggestions within that."),
-        ),
-        2,
-        ("What budget did {o} set for the {trip}?", "How much can {o} spend on the {trip}?"),
-        ("budget",),
-        agent=True,
-    ),
-    _Fact(
-        "phone",
-        "update",
-        "ph1",
-        (_t("o", "My phone number is {ph1} if the courier needs it."), _t("x", "Saved.")),
-        0,
-        ("What is {o}'s current phone number?", "Which number should the courier call?"),
-        ("ph2",),
-        update=(
-            _t("o", "Update: I got a new phone number, it's {ph2}."),
-            _t("x", "Updated, thanks."),
-        ),
-        agent=True,
-        once=True,
-    ),
-    _Fact(
-        "diet",
-        "update",
-        "diet1",
-        (
-            _t("o", "When you suggest recipes, remember I'm {diet1}."),
-            _t("x", "Got it, I'll keep that in mind."),
-        ),
-        0,
-        ("What diet does {o} follow now?", "What should recipes for {o} respect?"),
-        ("diet2",),
-        update=(
-            _t("o", "Heads up, I switched from {diet1} to {diet2} last month."),
-            _t("x", "Thanks for telling me, I'll adjust."),
-        ),
-        agent=True,
-        once=True,
-    ),
-)
+    def turns(items: list[dict[str, Any]]) -> tuple[_Turn, ...]:
+        return tuple(_Turn(t["who"], t["text"], tuples(t["args"])) for t in items)
+
+    fields = {k: tuples(v) for k, v in data.items()}
+    fields["turns"], fields["update"] = turns(data["turns"]), turns(data["update"])
+    return _Fact(**fields)
+
+
+_FRIEND_FACTS: tuple[_Fact, ...] = tuple(_fact(f) for f in _DATA["friend_facts"])
+
+_AGENT_FACTS: tuple[_Fact, ...] = tuple(_fact(f) for f in _DATA["agent_facts"])
 
 # Which fill a template's question needs answered, when it offers several questions: the
 # n-th question of these templates asks about the n-th fill listed here.
-_QUESTION_ANSWERS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "visit": (("person",), ("person",)),
-    "car": (("color",), ("model",)),
-    "book": (("author",), ("author",)),
-    "order": (("carrier",), ("amt",), ("trk",), ("month", "day")),
-    "account": (("seats",), ("person2",)),
-    "weather": (("cond",), ("temp",)),
-    "flight": (("gate",), ("seat",)),
-    "meeting": (("room",), ("person",)),
-    "stock": (("num",), ("city",)),
-    "employer": (("company",), ("job",)),
-    "size": (("size",), ("color",)),
-}
+_QUESTION_ANSWERS: dict[str, tuple[tuple[str, ...], ...]] = tuples(_DATA["question_answers"])
 
 # ---------------------------------------------------------------------------------------
 # Small talk. Everyday words on purpose: pets, trips, classes, dinners, orders.
 
-_PHATIC = (
-    "Hey {x}!",
-    "Hi {x}, how's it going?",
-    "haha yes",
-    "lol same",
-    "Agreed, {x}.",
-    "Talk soon!",
-    "Totally.",
-    "Love that!",
-    "Omg yes",
-    "So true",
-    "Aww",
-    "That's awesome!",
-    "Good night!",
-    "Miss you!",
-    "Same here.",
-    "Ha, fair enough.",
-    "Right?!",
-    "For sure",
-    "Congrats!!",
-    "No way!",
-    "Sounds fun!",
-    "Haha I bet",
-    "Ugh, I know.",
-    "Yesss",
-    "Take care, {x}!",
-    "Morning {x}!",
-    "hahaha",
-    "Oh nice",
-    "Wow.",
-    "Good luck!",
-    "That's wild",
-    "Same, honestly.",
-    "You deserve it!",
-    "Thanks {x}!",
-    "Hugs!",
-)
-_SMALL_TALK = (
-    "The weather has been so {adj} here lately, I barely left the house.",
-    "Have you watched {show} yet? I'm a few episodes in.",
-    "Work has been {adj} this week, so many {worknoun}.",
-    "I made {dish} for dinner last night and it turned out pretty {adj}.",
-    "We took the {kind} to the park this morning, it was so happy.",
-    "Thinking about signing up for a {hobby} class at some point.",
-    "My {rel} keeps sending me {kind} videos, it's adorable.",
-    "Did you catch the game on {weekday}? What a finish.",
-    "I really need a vacation, maybe somewhere like {city}.",
-    "How's your {rel} doing these days?",
-    "We should grab {meal} sometime soon, it's been ages.",
-    "Been trying to get back into {hobby}, harder than I remember.",
-    "The {shop} near my place just closed, so sad.",
-    "Can't believe it's already {month}, this year is flying.",
-    "My order from last week still hasn't shown up, typical.",
-    "I keep meaning to call my {rel}, maybe this weekend.",
-    "Just finished a long run, my legs are {adj}.",
-    "The traffic downtown was {adj} today.",
-    "I tried a new recipe with {ingredient}, not bad at all.",
-    "Our neighbour's {kind} got out again and ran through the garden.",
-    "I think I need a new phone, this one dies by noon.",
-    "We spent the whole {weekday} cleaning the garage.",
-    "Do you still go to that {hobby} group on weekends?",
-    "I saw a {kind} that looked exactly like yours at the park!",
-    "Dinner plans fell through so it's leftovers again.",
-    "The birthday party last weekend was {adj}, so many kids.",
-    "My playlist has been all {genre} lately.",
-    "I'm so tired, the {kind} woke me up at 5am.",
-    "Planning a small trip, nothing booked yet though.",
-    "I have a dentist appointment on {weekday}, wish me luck.",
-    "Finally fixed the leaky sink, felt like a genius.",
-    "We're thinking about repainting the living room {color}.",
-)
-_FILLS: dict[str, tuple[str, ...]] = {
-    "adj": tuple(
-        "wild hectic great weird lovely brutal chill gloomy sunny exhausting fun sore".split()
-    ),
-    "show": ("Severance", "The Bear", "Slow Horses", "Shogun", "Bluey", "Reservation Dogs"),
-    "worknoun": tuple("meetings deadlines emails reviews interviews reports".split()),
-    "dish": tuple("curry lasagna tacos risotto dumplings shakshuka chili paella".split()),
-    "meal": ("brunch", "coffee", "lunch", "dinner", "drinks", "tacos"),
-    "shop": ("bakery", "bookstore", "coffee shop", "record store", "florist", "deli"),
-    "ingredient": tuple("miso tahini fennel chickpeas harissa lemongrass".split()),
-    "genre": ("jazz", "folk", "synthwave", "old soul", "bossa nova", "punk"),
-}
+_PHATIC: tuple[str, ...] = tuples(_DATA["phatic"])
+_SMALL_TALK = tuples(_DATA["small_talk"])
+_FILLS: dict[str, tuple[str, ...]] = tuples(_DATA["fills"])
 
-_AGENT_SMALL = (
-    (
-        "Can you suggest a quick {dish} recipe for tonight?",
-        "Sure! For an easy {dish}: start by softening an onion and two cloves of garlic in "
-        "olive oil for about {n} minutes, add your main ingredients and spices, then simmer "
-        "until everything is tender. Taste, adjust the salt, and finish with something fresh "
-        "like herbs or a squeeze of lemon. It keeps well for a couple of days in the fridge.",
-    ),
-    (
-        "Explain {topic} in simple terms?",
-        "In short, {topic} is about breaking a big problem into smaller pieces you can "
-        "reason about. People usually start with a simple model, check it against real "
-        "examples, and refine it when the examples disagree. The key ideas are to keep each "
-        "step small, measure what you change, and write down why you made each choice.",
-    ),
-    (
-        "Can you help me write a short message to my {rel}?",
-        "Of course. Here's a draft: 'Hi! I've been thinking about you and wanted to check in. "
-        "It's been a busy few weeks here, but I'd love to catch up soon, maybe over {meal}? "
-        "Let me know what works for you.' Feel free to tweak the tone.",
-    ),
-    (
-        "Any tips for staying focused while working from home?",
-        "A few that help most people: keep a fixed start time, work in blocks of about {n} "
-        "minutes with short breaks, keep your phone in another room, and write tomorrow's "
-        "first task down before you stop for the day. A separate spot for work helps too.",
-    ),
-    (
-        "What should I pack for a weekend hike?",
-        "Water, snacks, a light rain jacket, a warm layer, sunscreen, a map or offline app, "
-        "a small first aid kit and a headlamp. Break in your boots beforehand and tell "
-        "someone your route. For a {n} km trail, start early to finish in daylight.",
-    ),
-    (
-        "How do I get a stain out of a {color} shirt?",
-        "Act quickly: blot (don't rub), rinse from the back with cold water, then work in a "
-        "little dish soap or a stain remover and let it sit for {n} minutes before washing. "
-        "Check the stain is gone before drying, since heat can set it.",
-    ),
-)
-_AGENT_TOPICS = (
-    "compound interest",
-    "photosynthesis",
-    "inflation",
-    "machine learning",
-    "jet lag",
-    "sourdough starters",
-    "credit scores",
-    "solar panels",
-    "the immune system",
-)
-_AGENT_PHATIC = (
-    ("Thanks, that helps!", "You're welcome! Anything else I can help with?"),
-    ("Perfect, thank you.", "Glad to help."),
-    ("ok cool", "Let me know if you need anything else."),
-    ("Great, that's all for now.", "Sounds good, have a nice day!"),
-    ("haha nice", "Happy to help!"),
-)
+_AGENT_SMALL = tuples(_DATA["agent_small"])
+_AGENT_TOPICS = tuples(_DATA["agent_topics"])
+_AGENT_PHATIC = tuples(_DATA["agent_phatic"])
 
 
 # ---------------------------------------------------------------------------------------

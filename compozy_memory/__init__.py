@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     )
     from compozy_memory._search.fusion import DEFAULT_FUSION, Fusion
     from compozy_memory._search.static_model import StaticEmbedder
+    from compozy_memory._store.core import MemorySteps
     from compozy_memory._store.indexer import Indexer, IndexProgress
     from compozy_memory._store.instance import Facts, MemoryInstance
     from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
@@ -162,6 +163,7 @@ _LAZY: dict[str, str] = {
     "DEFAULT_FUSION": "compozy_memory._search.fusion",
     "Fusion": "compozy_memory._search.fusion",
     "StaticEmbedder": "compozy_memory._search.static_model",
+    "MemorySteps": "compozy_memory._store.core",
     "Indexer": "compozy_memory._store.indexer",
     "IndexProgress": "compozy_memory._store.indexer",
     "Facts": "compozy_memory._store.instance",
@@ -276,6 +278,7 @@ __all__ = [
     "MemoryReference",
     "MemoryRegistry",
     "MemoryResource",
+    "MemorySteps",
     "MemoryTools",
     "Message",
     "MessageTooLargeError",

@@ -1,4 +1,4 @@
-"""A fake driver for unit tests of the gateway, the lock and the flusher.
+"""A fake driver for unit tests of the core: the gateway, a memory's steps, the lock, the flusher.
 
 It answers each script by name from a queue of replies (raw, as Redis would send them) or
 exceptions, and records every call. The reply builders below write the wire formats the
@@ -12,7 +12,7 @@ import inspect
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from compozy_memory import InstanceKeys, MemoryMetrics, MemoryPolicy, Message
 from compozy_memory._io.transport import adrive
@@ -24,6 +24,9 @@ from compozy_memory._wire.effects import RunScript
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import Args, Keys, Script, ScriptArg
 from compozy_memory._wire.steps import Op, Steps
+
+if TYPE_CHECKING:
+    from compozy_memory._store.core import MemoryCore
 
 Reply = Any | BaseException | Callable[["Call"], Any]
 T = TypeVar("T")
@@ -61,6 +64,8 @@ class FakeTransport:
     #: Replies given when a script's queue is empty: by default, an index with nothing to do.
     defaults: dict[str, Reply] = field(default_factory=lambda: {"index_pending": pending_reply()})
     metrics: MemoryMetrics = field(default_factory=default_metrics)
+    #: What a handle reads as its retry policy (the fake retries nothing).
+    retry: Any = None
 
     def on(self, name: str, *replies: Reply) -> FakeTransport:
         self.replies[name].extend(replies)
@@ -169,3 +174,43 @@ def commit_reply(
     summary_id: int = 0, removed: int = 0, removed_tokens: int = 0, tokens: int = 0
 ) -> list[int]:
     return [summary_id, removed, removed_tokens, tokens, 0, 0]
+
+
+def memory(
+    transport: FakeTransport, *, policy: MemoryPolicy | None = None, read_only: bool = False
+) -> MemoryCore:
+    """A memory's parts and steps (``memory.steps``) on the fake driver: no background work,
+    every token count supplied (``tokens`` in each message) or counted by the heuristic."""
+    from compozy_memory import HeuristicCounter
+    from compozy_memory._store.core import MemoryCore
+
+    return MemoryCore(
+        None,
+        InstanceKeys.build("units", "conv"),
+        transport,
+        policy=policy or MemoryPolicy(max_tokens=1_000),
+        counter=HeuristicCounter(),
+        read_only=read_only,
+        memory_id="units",
+        metrics=None,
+        results=None,
+        background_index=False,
+    )
+
+
+def append_reply(
+    first_id: int,
+    last_id: int,
+    *,
+    tokens: int = 10,
+    count: int | None = None,
+    duplicate: bool = False,
+) -> list[Any]:
+    """What append.lua (and replace.lua) return."""
+    count = last_id if count is None else count
+    return [first_id, last_id, tokens, count, 0, int(duplicate), b"42", f"{last_id}:v".encode()]
+
+
+def read_reply(envelopes: Sequence[bytes], *, count: int, version: str = "7:v") -> list[Any]:
+    """What read.lua returns for a page of ``envelopes`` of a memory of ``count`` messages."""
+    return [0, count, count, b"42", version.encode(), *envelopes]

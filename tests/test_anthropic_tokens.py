@@ -8,6 +8,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from compozy_memory import HeuristicCounter, MemoryManager, MemoryRegistry
 from compozy_memory._model.anthropic_tokens import AnthropicTokenCounter
 from compozy_memory._model.tokens import counter_for_encoding, default_counter
@@ -22,6 +24,7 @@ def counter(url: str, **options: object) -> AnthropicTokenCounter:
     return AnthropicTokenCounter(MODEL, base_url=url, api_key="test-key", **options)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 async def test_exact_counts_come_from_the_api_without_its_framing() -> None:
     with anthropic_stub() as stub:
         claude = counter(stub.url)

@@ -127,6 +127,7 @@ def test_any_bytes_as_compozy_yaml_load_or_say_why(raw: bytes) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(VALUES)
 def test_any_agent_config_resolves_or_says_why(config: Any) -> None:

@@ -10,6 +10,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "compozy_memory"
 # Lower wings never import higher ones: data flows manager -> store -> io -> wire -> Lua.
 RANK = {
     "errors": 0,
+    # The table both APIs are generated from: data, importing nothing else of the package.
+    "_operations": 0,
     "_model": 1,
     "embedded": 1,
     "_search": 2,
@@ -114,6 +116,80 @@ def test_no_private_name_is_imported_from_another_module() -> None:
         if name.startswith("_")
     ]
     assert problems == []
+
+
+def defined_names(tree: ast.Module) -> set[str]:
+    """Every name ``tree`` defines: functions, classes, variables, attributes it sets on
+    ``self`` or ``cls``, parameters, names it imports, and ``__slots__`` entries."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets
+        ):
+            names |= {
+                c.value
+                for c in ast.walk(node.value)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            }
+    return names
+
+
+def private_uses(path: Path) -> list[str]:
+    """``thing._name`` in ``path`` where ``_name`` is another module's: a private name that
+    ``path`` does not define, reached through anything but ``self`` or ``cls`` (a class's
+    own and inherited members)."""
+    tree = ast.parse(path.read_text())
+    own = defined_names(tree)
+    return [
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and node.attr not in own
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    ]
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    """What a module needs of another is public there: an adapter runs a memory's operations
+    through ``memory.steps`` (``MemorySteps``), never its underscored methods."""
+    problems = [
+        f"{module} {use}" for module, path in modules().items() for use in private_uses(path)
+    ]
+    assert problems == []
+
+
+def test_the_private_use_check_sees_another_modules_names(tmp_path: Path) -> None:
+    path = tmp_path / "planted.py"
+    path.write_text(
+        "class A:\n"
+        "    __slots__ = ('_kept',)\n"
+        "    def f(self, memory, other):\n"
+        "        self._own = 1\n"
+        "        yield from memory._append_many(())\n"  # another module's: found
+        "        other.parts._flusher = None\n"  # found (a store of another's name)
+        "        return self._inherited, memory._own, other._kept, self.__class__\n"
+    )
+    assert sorted(private_uses(path)) == [
+        "line 5: memory._append_many",
+        "line 6: other.parts._flusher",
+    ]
 
 
 def test_every_module_is_one_room() -> None:

@@ -255,6 +255,7 @@ specs = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400)
 @given(
     spec=specs,

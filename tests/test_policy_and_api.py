@@ -21,7 +21,7 @@ def test_public_surface_is_pinned() -> None:
             "ExtractiveSummarizer", "FencedLock", "FlushMetrics", "FlushPlan", "FlushResult",
             "FlushSettings", "Flusher", "HeuristicCounter", "InstanceKeys",
             "InvalidMessageError", "Lease", "LockBusyError", "LockError", "LockLostError",
-            "MemoryHealth", "MemoryInstance", "MemoryManager", "MemoryNotFoundError",
+            "MemoryHealth", "MemoryInstance", "MemoryManager", "MemorySteps", "MemoryNotFoundError",
             "MemoryPolicy", "MemoryReference", "MemoryRegistry", "MemoryResource", "Message",
             "MessageTooLargeError", "MissingTokenCountError", "NO_RETRY", "ReadOnlyMemoryError",
             "ReplicationError", "RetryPolicy", "WaitPolicy",

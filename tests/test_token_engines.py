@@ -66,6 +66,7 @@ def engines() -> dict[str, tuple[TiktokenCounter, TiktokenCounter]]:
     }
 
 
+@pytest.mark.slow
 @needs_rs_bpe
 @settings(max_examples=600, deadline=None)
 @given(text=texts)
@@ -96,6 +97,7 @@ def test_rs_bpe_agrees_on_long_texts(
             assert fast.count(text) == tiktoken.count(text), (name, text[:40])
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(batch=st.lists(texts, max_size=12))
 @example(batch=["a<|endofprompt|", ">b", "<|endofprompt|>", "c "])

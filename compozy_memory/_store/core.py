@@ -1,34 +1,31 @@
 """What both memory handles are: one memory's parts, and every operation as steps.
 
 :class:`MemoryCore` holds a memory's keys, policy, counter, gateway, indexer, facts and result
-store, and writes each operation once, as steps (:mod:`compozy_memory._wire.steps`): checking
-its input, encoding messages, the script calls and what follows them (the indexer told, the
-flusher and the session index). :class:`~compozy_memory.MemoryInstance` runs those steps on
-``redis.asyncio`` (its methods are coroutines); :class:`~compozy_memory.SyncMemoryInstance`
-runs the same steps on redis-py's blocking client (its methods return). Neither adds logic
-of its own beyond how its background work runs.
+store; :class:`MemorySteps` (a handle's ``steps``) writes each operation once, as steps
+(:mod:`compozy_memory._wire.steps`): checking its input, encoding messages, the script calls
+and what follows them (the indexer told, the flusher and the session index).
+:class:`~compozy_memory.MemoryInstance` runs those steps on ``redis.asyncio`` (its methods are
+coroutines); :class:`~compozy_memory.SyncMemoryInstance` runs the same steps on redis-py's
+blocking client (its methods return). Both handles' methods are generated from one table
+(:mod:`compozy_memory._operations`); neither adds logic of its own beyond how its background
+work runs.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import weakref
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any, Literal, Protocol
+from operator import attrgetter
+from typing import Any
 
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._model.limits import MOVE_STEP
-from compozy_memory._model.messages import EncodedMessage, Message
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     AppendResult,
-    Conversation,
     FlushCommit,
     FlushResult,
-    MemoryHealth,
-    Snapshot,
     TrimResult,
 )
 from compozy_memory._model.tokens import TokenCounter, default_counter
@@ -43,64 +40,29 @@ from compozy_memory._store.encoding import (
     ttl_millis,
 )
 from compozy_memory._store.facts import Facts
-from compozy_memory._store.handle import Handle
+from compozy_memory._store.handle import FlushHook, IndexHook
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.offload import PinKeeper, clear_releasing_pins, offloaded
 from compozy_memory._store.reads import ContextReads
 from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.effects import ABOUT, RECORDING, Content, MetricsSink, Observe
-from compozy_memory._wire.eviction import eviction_policy, eviction_warning
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory._wire.steps import Op, Steps
+from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import (
-    ConcurrentChangeError,
     ConfigurationError,
     InvalidMessageError,
     UsageError,
 )
 
-__all__ = ["FlushHook", "IndexHook", "MemoryCore", "MessageInput", "committed"]
+__all__ = ["FlushHook", "IndexHook", "MemoryCore", "MemorySteps", "MessageInput", "committed"]
 
 _log = logging.getLogger("compozy_memory")
 
-#: Times a paged read starts again because a write changed the memory between its pages.
-_READ_ATTEMPTS = 5
 
-
-class IndexHook(Protocol):
-    """What a handle tells its session index (the manager attaches one): never waits."""
-
-    def noticed(self, memory: Handle, result: AppendResult) -> None: ...
-
-    def removed(self, memory: Handle, *, last_id: int, messages: int, tokens: int) -> None: ...
-
-    def to_sync(self) -> IndexHook: ...
-
-
-class FlushHook(Protocol):
-    """What a handle needs of whatever flushes it (the manager attaches a Flusher)."""
-
-    def notice(self, result: AppendResult) -> Observe | None: ...
-
-    def flush(self) -> Op[FlushResult]: ...
-
-    async def wait_idle(self) -> None: ...
-
-    def wait_idle_sync(self, timeout: float | None = None) -> bool: ...
-
-    def close(self) -> None: ...
-
-    def twin(
-        self,
-        gateway: MemoryGateway,
-        indexer: Indexer,
-        on_commit: Callable[[FlushCommit, int], None] | None,
-    ) -> FlushHook: ...
-
-
-class MemoryCore(ContextReads):
-    """One memory's parts and operations, for a handle to run (async or sync)."""
+class MemoryCore:
+    """One memory's parts, and its operations as steps (:attr:`steps`), for a handle to run
+    (async or sync)."""
 
     def __init__(
         self,
@@ -164,6 +126,8 @@ class MemoryCore(ContextReads):
         self._index: IndexHook | None = None
         # The last id this handle's writes returned, for the index after a trim or clear.
         self._last_id: int | None = None
+        #: Every operation of this memory as steps (:class:`MemorySteps`).
+        self.steps = MemorySteps(self)
 
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "read-write"
@@ -171,7 +135,7 @@ class MemoryCore(ContextReads):
 
     def attach_flusher(self, flusher: FlushHook) -> None:
         """Flush in the background once appends pass the flusher's threshold."""
-        self._check_writable("attach_flusher")
+        self.steps.check_writable("attach_flusher")
         self._flusher = flusher
 
     def attach_index(self, hook: IndexHook | None) -> None:
@@ -200,6 +164,11 @@ class MemoryCore(ContextReads):
     def flusher(self) -> FlushHook | None:
         return self._flusher
 
+    @property
+    def session_index(self) -> IndexHook | None:
+        """What :meth:`attach_index` attached (the manager's session index), or None."""
+        return self._index
+
     def _close_background(self) -> None:
         """Start no more background work (index catch-ups, vectors, flushes): what was due is
         dropped, what runs ends with its current step, nothing is retried; the next operation
@@ -210,19 +179,83 @@ class MemoryCore(ContextReads):
         if self._flusher is not None:
             self._flusher.close()
 
+    def _noticed(self) -> None:
+        """A write left messages to index (and to embed, with an embedder)."""
+        self.index_ops.notice()
+        if self.vector_ops is not None:
+            self.vector_ops.notice()
+
+
+def _part(name: str) -> Any:
+    """A part of the memory, read (and set) through its steps: the memory keeps it."""
+    return property(
+        attrgetter(f"memory.{name}"), lambda steps, value: setattr(steps.memory, name, value)
+    )
+
+
+class MemorySteps(ContextReads):
+    """Every operation of one memory as steps: generators that yield effects and return the
+    operation's result (:mod:`compozy_memory._wire.steps`), one method a public method of
+    the handles, with the same name and parameters (:mod:`compozy_memory._operations` lists
+    them). ``memory.steps`` is what the handles' methods run, and what code that composes
+    several operations into one program runs on either driver, as the framework adapters
+    do::
+
+        def append_then_read(memory: MemoryCore) -> Steps[list[Message]]:
+            yield from memory.steps.append({"role": "user", "content": "hi"})
+            return (yield from memory.steps.read(-10))
+
+    run by ``await memory.transport.drive(append_then_read(memory))`` on an async handle,
+    ``memory.transport.drive(append_then_read(memory))`` on a sync one. Steps skip what the
+    handles' methods add around them (their OpenTelemetry span).
+    """
+
+    gateway: MemoryGateway = _part("gateway")
+    policy: MemoryPolicy = _part("policy")
+    fact_ops: Facts = _part("fact_ops")
+    index_ops: Indexer = _part("index_ops")
+    embedder: Embedder | None = _part("embedder")
+    fusion: Fusion = _part("fusion")
+    vector_ops: Vectorizer | None = _part("vector_ops")
+    key: str = _part("key")
+    read_only: bool = _part("read_only")
+
+    #: The memory whose parts the steps use.
+    memory: MemoryCore
+
+    def __init__(self, memory: MemoryCore) -> None:
+        self.memory = memory
+
     # -- writes -------------------------------------------------------------------------
 
-    def _append_many(
+    def append(
+        self,
+        message: MessageInput,
+        *,
+        dedupe_key: str | None = None,
+        offload: bool = False,
+        namespace: Namespace | None = None,
+    ) -> Steps[AppendResult]:
+        """:meth:`MemoryInstance.append <compozy_memory.MemoryInstance.append>`, as steps."""
+        return self.append_many(
+            (message,), dedupe_key=dedupe_key, offload=offload, namespace=namespace
+        )
+
+    def append_many(
         self,
         messages: Iterable[MessageInput],
-        dedupe_key: str | None,
-        offload: bool,
-        namespace: Namespace | None,
+        *,
+        dedupe_key: str | None = None,
+        offload: bool = False,
+        namespace: Namespace | None = None,
     ) -> Steps[AppendResult]:
-        self._check_writable("append")
-        token = dedupe_token(dedupe_key, self.key)
+        """:meth:`MemoryInstance.append_many <compozy_memory.MemoryInstance.append_many>`,
+        as steps."""
+        memory = self.memory
+        self.check_writable("append")
+        token = dedupe_token(dedupe_key, memory.key)
         if offload:
-            messages = yield from offloaded(self, messages, namespace or Namespace.global_())
+            messages = yield from offloaded(memory, messages, namespace or Namespace.global_())
         if RECORDING.content:  # opt-in: the messages go on the span
             messages = list(messages)
             about = ABOUT.set(Content(records=messages))
@@ -233,167 +266,110 @@ class MemoryCore(ContextReads):
         return (yield from self._append(messages, token))
 
     def _append(self, messages: Iterable[MessageInput], token: str) -> Steps[AppendResult]:
-        args = yield from self._encode(messages)
+        memory = self.memory
+        args = yield from encode_messages(messages, memory.policy, memory.counter, memory.key)
         if not args:
-            raise InvalidMessageError("append_many needs at least one message", key=self.key)
-        result = yield from self.gateway.append(args, token)
-        self._noticed()
-        self.pins.notice()
-        if self._flusher is not None:
-            hit = self._flusher.notice(result)
+            raise InvalidMessageError("append_many needs at least one message", key=memory.key)
+        result = yield from memory.gateway.append(args, token)
+        memory._noticed()
+        memory.pins.notice()
+        if memory._flusher is not None:
+            hit = memory._flusher.notice(result)
             if hit is not None:
                 yield from hit
-        if self._index is not None:
-            self._last_id = result.last_id
-            self._index.noticed(self, result)
+        if memory._index is not None:
+            memory._last_id = result.last_id
+            memory._index.noticed(memory, result)
         return result
 
-    def _replace(
+    def replace(
         self,
         messages: Iterable[MessageInput],
-        if_last_id: int | None,
-        if_incarnation: str | None,
-        if_version: str | None,
-        dedupe_key: str | None,
+        *,
+        if_last_id: int | None = None,
+        if_incarnation: str | None = None,
+        if_version: str | None = None,
+        dedupe_key: str | None = None,
     ) -> Steps[AppendResult]:
-        self._check_writable("replace")
+        """:meth:`MemoryInstance.replace <compozy_memory.MemoryInstance.replace>`, as steps."""
+        memory = self.memory
+        self.check_writable("replace")
         if if_last_id is not None and (not isinstance(if_last_id, int) or if_last_id < 0):
             raise UsageError(
-                f"if_last_id must be an integer >= 0, got {if_last_id!r}", key=self.key
+                f"if_last_id must be an integer >= 0, got {if_last_id!r}", key=memory.key
             )
-        token = dedupe_token(dedupe_key, self.key)
-        args = yield from self._encode(messages)
-        incarnation = if_incarnation if if_incarnation is not None else self.gateway.incarnation
+        token = dedupe_token(dedupe_key, memory.key)
+        args = yield from encode_messages(messages, memory.policy, memory.counter, memory.key)
+        incarnation = if_incarnation if if_incarnation is not None else memory.gateway.incarnation
         if if_last_id is not None and not incarnation:
             raise UsageError(
                 "replace(if_last_id=...) needs the incarnation that id was read in: read or "
                 "write through this handle first, or pass if_incarnation= (or use if_version=)",
-                key=self.key,
+                key=memory.key,
             )
         result = yield from replace_live(
-            self.gateway,
-            self.index_ops,
+            memory.gateway,
+            memory.index_ops,
             args,
             if_last_id=if_last_id,
             if_incarnation=incarnation if if_last_id is not None else "",
             if_version=if_version,
             token=token,
         )
-        self._noticed()
-        if self._index is not None:
-            self._last_id = result.last_id
-            self._index.noticed(self, result)
+        memory._noticed()
+        if memory._index is not None:
+            memory._last_id = result.last_id
+            memory._index.noticed(memory, result)
         return result
 
-    def _trim(self, keep_messages: int | None, max_tokens: int | None) -> Steps[TrimResult]:
-        self._check_writable("trim")
+    def trim(
+        self, *, keep_messages: int | None = None, max_tokens: int | None = None
+    ) -> Steps[TrimResult]:
+        """:meth:`MemoryInstance.trim <compozy_memory.MemoryInstance.trim>`, as steps."""
+        memory = self.memory
+        self.check_writable("trim")
         for name, value in (("keep_messages", keep_messages), ("max_tokens", max_tokens)):
             if value is not None and (
                 not isinstance(value, int) or isinstance(value, bool) or value < 0
             ):
                 raise UsageError(
-                    f"{name} must be a non-negative integer, got {value!r}", key=self.key
+                    f"{name} must be a non-negative integer, got {value!r}", key=memory.key
                 )
-        result = yield from trim_oldest(self.gateway, self.index_ops, keep_messages, max_tokens)
-        yield from Observe("trims", (self.memory_id, "oldest"))
-        self._removed(result.total_count, result.total_tokens)
+        result = yield from trim_oldest(memory.gateway, memory.index_ops, keep_messages, max_tokens)
+        yield from Observe("trims", (memory.memory_id, "oldest"))
+        memory._removed(result.total_count, result.total_tokens)
         return result
 
-    def _clear(self) -> Steps[int]:
-        self._check_writable("clear")
-        removed = yield from clear_releasing_pins(self)
-        self._removed(0, 0)
+    def clear(self) -> Steps[int]:
+        """:meth:`MemoryInstance.clear <compozy_memory.MemoryInstance.clear>`, as steps."""
+        self.check_writable("clear")
+        removed = yield from clear_releasing_pins(self.memory)
+        self.memory._removed(0, 0)
         return removed
 
-    def _set_ttl(self, ttl: timedelta | float | None) -> Steps[int]:
-        self._check_writable("set_ttl")
-        return (yield from self.gateway.expire(ttl_millis(ttl, self.key)))
+    def set_ttl(self, ttl: timedelta | float | None) -> Steps[int]:
+        """:meth:`MemoryInstance.set_ttl <compozy_memory.MemoryInstance.set_ttl>`, as steps."""
+        self.check_writable("set_ttl")
+        return (yield from self.memory.gateway.expire(ttl_millis(ttl, self.memory.key)))
 
-    def _import_transcript(self, text: str) -> Steps[int]:
-        self._check_writable("import_transcript")
-        count = yield from transcripts.import_transcript(self, text)
-        self._noticed()  # the import's messages are indexed (and embedded) from here on
+    def import_transcript(self, text: str) -> Steps[int]:
+        """:meth:`MemoryInstance.import_transcript
+        <compozy_memory.MemoryInstance.import_transcript>`, as steps."""
+        self.check_writable("import_transcript")
+        count = yield from transcripts.import_transcript(self.memory, text)
+        self.memory._noticed()  # the import's messages are indexed (and embedded) from here on
         return count
 
-    def _flush(self) -> Op[FlushResult]:
-        self._check_writable("flush")
-        if self._flusher is None:
+    def flush(self) -> Steps[FlushResult]:
+        """:meth:`MemoryInstance.flush <compozy_memory.MemoryInstance.flush>`, as steps."""
+        self.check_writable("flush")
+        flusher = self.memory._flusher
+        if flusher is None:
             raise ConfigurationError(
                 "this memory has no flusher: open it through MemoryManager or attach one",
-                key=self.key,
+                key=self.memory.key,
             )
-        return self._flusher.flush()
-
-    # -- reads --------------------------------------------------------------------------
-
-    def _read(self, start: int, stop: int) -> Steps[list[Message]]:
-        for _ in range(_READ_ATTEMPTS):
-            page = yield from self.gateway.read_page(start, stop)
-            count, messages = page.count, list(page.messages)
-            first = max(count + start, 0) if start < 0 else start
-            last = count + stop if stop < 0 else min(stop, count - 1)
-            while first + len(messages) <= last:
-                more = yield from self.gateway.read_page(first + len(messages), last)
-                if more.version != page.version or not more.messages:
-                    break
-                messages += more.messages
-            else:
-                return messages
-        raise ConcurrentChangeError(
-            f"read: the memory changed between pages {_READ_ATTEMPTS} times", key=self.key
-        )
-
-    def _conversation(self) -> Steps[Conversation]:
-        read = yield from transcripts.read_transcript(self.gateway, include_archived=False)
-        return Conversation(
-            tuple(Message.model_validate_json(e) for e in read.summaries),
-            tuple(Message.model_validate_json(e) for e in read.msgs),
-            read.version,
-        )
-
-    def _snapshot(self, limit: int) -> Steps[Snapshot]:
-        if not isinstance(limit, int) or not 1 <= limit <= MOVE_STEP:
-            raise UsageError(
-                f"snapshot limit must be in [1, {MOVE_STEP}], got {limit!r}", key=self.key
-            )
-        return (yield from self.gateway.snapshot(limit))
-
-    def _recall(self, offset: int, limit: int) -> Steps[list[Message]]:
-        if not isinstance(offset, int) or not isinstance(limit, int) or offset < 0 or limit <= 0:
-            raise UsageError("recall needs offset >= 0 and limit > 0", key=self.key)
-        return (yield from self.gateway.archived(offset, limit))
-
-    def _export_transcript(
-        self, format: Literal["markdown", "jsonl"], include_archived: bool
-    ) -> Steps[str]:
-        if format == "markdown":
-            return (yield from transcripts.export_markdown(self, include_archived=include_archived))
-        if format == "jsonl":
-            return (yield from transcripts.export_jsonl(self, include_archived=True))
-        raise UsageError(f"format is 'markdown' or 'jsonl', got {format!r}", key=self.key)
-
-    def _len(self) -> Steps[int]:
-        return (yield from self.gateway.length())
-
-    def _token_count(self) -> Steps[int]:
-        return (yield from self.gateway.token_count())
-
-    def _health(self) -> Steps[MemoryHealth]:
-        health = yield from self.gateway.health()
-        policy = yield from eviction_policy()
-        warning = eviction_warning(policy, ttl=health.ttl_ms is not None)
-        if warning:
-            _log.warning("%s: %s", self.key, warning)
-        return dataclasses.replace(health, eviction_policy=policy, eviction_warning=warning)
-
-    def _noticed(self) -> None:
-        """A write left messages to index (and to embed, with an embedder)."""
-        self.index_ops.notice()
-        if self.vector_ops is not None:
-            self.vector_ops.notice()
-
-    def _encode(self, messages: Iterable[MessageInput]) -> Steps[list[EncodedMessage]]:
-        return encode_messages(messages, self.policy, self.counter, self.key)
+        return (yield from flusher.flush())
 
 
 def committed(handle: MemoryCore) -> Callable[[FlushCommit, int], None]:

@@ -1,41 +1,58 @@
 """What a handle reads for an LLM: the layered context, the window, search, recall.
 
-:class:`ContextReads` is a part of both handles (:class:`~compozy_memory.MemoryInstance`,
-:class:`~compozy_memory.SyncMemoryInstance`), kept apart so each module holds one job; it reads
-only what the handle sets up (gateway, policy, facts). Its methods are steps; the handles'
-public methods of the same names run them (and carry their documentation).
+:class:`ContextReads` is the reading half of a memory's steps
+(:class:`~compozy_memory.MemorySteps`, ``memory.steps``), kept apart so each module holds one
+job; it reads only the memory's parts (gateway, policy, facts). Its public methods are steps;
+the handles' methods of the same names run them (and carry their documentation).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Iterable
+from typing import Literal
 
 from compozy_memory._model.exchanges import whole_exchanges
 from compozy_memory._model.limits import (
     MAX_RECALL_IDS,
     MAX_SEARCH_CANDIDATES,
     MAX_SEARCH_LIMIT,
+    MOVE_STEP,
     UNBOUNDED_TOKENS,
 )
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy
-from compozy_memory._model.results import ContextLayers, Hits
+from compozy_memory._model.results import (
+    ContextLayers,
+    Conversation,
+    Hits,
+    MemoryHealth,
+    Snapshot,
+)
 from compozy_memory._search.dense import Embedder
 from compozy_memory._search.documents import KINDS, OTHER_KIND
 from compozy_memory._search.fusion import Fusion
+from compozy_memory._store import transcripts
 from compozy_memory._store.facts import Facts
+from compozy_memory._store.handle import Handle
 from compozy_memory._store.hybrid import Ranking, fused_hits, fused_ranking
 from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.searching import bm25_ranking
 from compozy_memory._store.selection import query_terms
 from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.effects import ABOUT, RECORDING, Content
+from compozy_memory._wire.eviction import eviction_policy, eviction_warning
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
-from compozy_memory.errors import ReadOnlyMemoryError, UsageError
+from compozy_memory.errors import ConcurrentChangeError, ReadOnlyMemoryError, UsageError
 
 __all__ = ["ContextReads"]
 
+_log = logging.getLogger("compozy_memory")
+
+#: Times a paged read starts again because a write changed the memory between its pages.
+_READ_ATTEMPTS = 5
 #: How far back ``context()`` looks for the newest user turn, its implicit query.
 _USER_TURN_LOOKBACK = 8
 #: Summaries a search without roles returns beside its messages (``Hits.summaries``).
@@ -45,7 +62,7 @@ MESSAGE_KINDS = sorted({*KINDS.values(), OTHER_KIND} - {KINDS["summary"]})
 
 
 class ContextReads:
-    """The reading half of a memory handle."""
+    """The reading half of a memory's steps: the parts it reads are the memory's."""
 
     gateway: MemoryGateway
     policy: MemoryPolicy
@@ -57,9 +74,102 @@ class ContextReads:
     key: str
     read_only: bool
 
-    def _read_window(
-        self, max_tokens: int | None, max_messages: int | None
+    memory: Handle
+
+    def read(self, start: int = 0, stop: int = -1) -> Steps[list[Message]]:
+        """:meth:`MemoryInstance.read <compozy_memory.MemoryInstance.read>`, as steps."""
+        gateway = self.gateway
+        for _ in range(_READ_ATTEMPTS):
+            page = yield from gateway.read_page(start, stop)
+            count, messages = page.count, list(page.messages)
+            first = max(count + start, 0) if start < 0 else start
+            last = count + stop if stop < 0 else min(stop, count - 1)
+            while first + len(messages) <= last:
+                more = yield from gateway.read_page(first + len(messages), last)
+                if more.version != page.version or not more.messages:
+                    break
+                messages += more.messages
+            else:
+                return messages
+        raise ConcurrentChangeError(
+            f"read: the memory changed between pages {_READ_ATTEMPTS} times", key=self.key
+        )
+
+    def conversation(self) -> Steps[Conversation]:
+        """:meth:`MemoryInstance.conversation <compozy_memory.MemoryInstance.conversation>`,
+        as steps."""
+        read = yield from transcripts.read_transcript(self.gateway, include_archived=False)
+        return Conversation(
+            tuple(Message.model_validate_json(e) for e in read.summaries),
+            tuple(Message.model_validate_json(e) for e in read.msgs),
+            read.version,
+        )
+
+    def snapshot(self, limit: int = MOVE_STEP) -> Steps[Snapshot]:
+        """:meth:`MemoryInstance.snapshot <compozy_memory.MemoryInstance.snapshot>`, as steps."""
+        if not isinstance(limit, int) or not 1 <= limit <= MOVE_STEP:
+            raise UsageError(
+                f"snapshot limit must be in [1, {MOVE_STEP}], got {limit!r}", key=self.key
+            )
+        return (yield from self.gateway.snapshot(limit))
+
+    def recall(self, offset: int = 0, limit: int = 100) -> Steps[list[Message]]:
+        """:meth:`MemoryInstance.recall <compozy_memory.MemoryInstance.recall>`, as steps."""
+        if not isinstance(offset, int) or not isinstance(limit, int) or offset < 0 or limit <= 0:
+            raise UsageError("recall needs offset >= 0 and limit > 0", key=self.key)
+        return (yield from self.gateway.archived(offset, limit))
+
+    def export_transcript(
+        self, format: Literal["markdown", "jsonl"] = "markdown", *, include_archived: bool = False
+    ) -> Steps[str]:
+        """:meth:`MemoryInstance.export_transcript
+        <compozy_memory.MemoryInstance.export_transcript>`, as steps."""
+        if format == "markdown":
+            return (
+                yield from transcripts.export_markdown(
+                    self.memory, include_archived=include_archived
+                )
+            )
+        if format == "jsonl":
+            return (yield from transcripts.export_jsonl(self.memory, include_archived=True))
+        raise UsageError(f"format is 'markdown' or 'jsonl', got {format!r}", key=self.key)
+
+    def context(
+        self,
+        max_tokens: int | None = None,
+        *,
+        query: str | None = None,
+        reserve_output: int = 0,
     ) -> Steps[list[Message]]:
+        """:meth:`MemoryInstance.context <compozy_memory.MemoryInstance.context>`, as steps."""
+        layers = yield from self.context_layers(
+            max_tokens, query=query, reserve_output=reserve_output
+        )
+        return layers.messages
+
+    def len(self) -> Steps[int]:
+        """:meth:`MemoryInstance.len <compozy_memory.MemoryInstance.len>`, as steps."""
+        return (yield from self.gateway.length())
+
+    def token_count(self) -> Steps[int]:
+        """:meth:`MemoryInstance.token_count <compozy_memory.MemoryInstance.token_count>`, as
+        steps."""
+        return (yield from self.gateway.token_count())
+
+    def health(self) -> Steps[MemoryHealth]:
+        """:meth:`MemoryInstance.health <compozy_memory.MemoryInstance.health>`, as steps."""
+        health = yield from self.gateway.health()
+        policy = yield from eviction_policy()
+        warning = eviction_warning(policy, ttl=health.ttl_ms is not None)
+        if warning:
+            _log.warning("%s: %s", self.key, warning)
+        return dataclasses.replace(health, eviction_policy=policy, eviction_warning=warning)
+
+    def read_window(
+        self, max_tokens: int | None = None, *, max_messages: int | None = None
+    ) -> Steps[list[Message]]:
+        """:meth:`MemoryInstance.read_window <compozy_memory.MemoryInstance.read_window>`,
+        as steps."""
         budget = self._budget("read_window", max_tokens)
         if max_messages is not None and (
             not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 0
@@ -79,9 +189,15 @@ class ContextReads:
         )
         return [*layers.pinned, *layers.window]
 
-    def _context_layers(
-        self, max_tokens: int | None, query: str | None, reserve_output: int
+    def context_layers(
+        self,
+        max_tokens: int | None = None,
+        *,
+        query: str | None = None,
+        reserve_output: int = 0,
     ) -> Steps[ContextLayers]:
+        """:meth:`MemoryInstance.context_layers
+        <compozy_memory.MemoryInstance.context_layers>`, as steps."""
         budget = self._budget("context", max_tokens)
         if not isinstance(reserve_output, int) or not 0 <= reserve_output <= budget:
             raise UsageError(
@@ -123,9 +239,15 @@ class ContextReads:
             layers.pinned, layers.summaries, recalled, layers.backfill, layers.window, layers.facts
         )
 
-    def _search(
-        self, query: str, limit: int, roles: Iterable[str] | None, since_id: int | None
+    def search(
+        self,
+        query: str,
+        limit: int = 10,
+        *,
+        roles: Iterable[str] | None = None,
+        since_id: int | None = None,
     ) -> Steps[Hits]:
+        """:meth:`MemoryInstance.search <compozy_memory.MemoryInstance.search>`, as steps."""
         if not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
             raise UsageError(
                 f"limit must be in [1, {MAX_SEARCH_LIMIT}], got {limit!r}", key=self.key
@@ -183,8 +305,10 @@ class ContextReads:
         )
         return Ranking(ranked.best, ranked.unindexed, False, ranked.summaries)
 
-    def _recall_messages(self, ids: Iterable[int]) -> Steps[list[Message]]:
-        self._check_writable("recall_messages")
+    def recall_messages(self, ids: Iterable[int]) -> Steps[list[Message]]:
+        """:meth:`MemoryInstance.recall_messages
+        <compozy_memory.MemoryInstance.recall_messages>`, as steps."""
+        self.check_writable("recall_messages")
         wanted = list(ids)
         if any(not isinstance(i, int) or isinstance(i, bool) or i < 1 for i in wanted):
             raise UsageError(f"ids are message ids (integers >= 1), got {wanted!r}", key=self.key)
@@ -198,8 +322,10 @@ class ContextReads:
         cap = int(budget * self.policy.context.recall_share) if budget else 0
         return (yield from self.gateway.promote(wanted, cap))
 
-    def _clear_recalled(self) -> Steps[int]:
-        self._check_writable("clear_recalled")
+    def clear_recalled(self) -> Steps[int]:
+        """:meth:`MemoryInstance.clear_recalled
+        <compozy_memory.MemoryInstance.clear_recalled>`, as steps."""
+        self.check_writable("clear_recalled")
         return (yield from self.gateway.clear_recalled())
 
     def _newest_user_turn(self) -> Steps[str | None]:
@@ -238,7 +364,8 @@ class ContextReads:
             )
         return budget
 
-    def _check_writable(self, operation: str) -> None:
+    def check_writable(self, operation: str) -> None:
+        """Refuse ``operation`` (:class:`ReadOnlyMemoryError`) on a read-only handle."""
         if self.read_only:
             raise ReadOnlyMemoryError(
                 f"{operation} refused: this handle is read-only", key=self.key

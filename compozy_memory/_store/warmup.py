@@ -114,8 +114,8 @@ def _rehearse(writer: MemoryCore, chosen: list[TokenCounter]) -> Steps[None]:
     # this process's own that is cleared at once and whose last key expires within seconds.
     # A user who may not write there (ACL, a replica) is refused, which warms most of it.
     with contextlib.suppress(CompozyMemoryError):
-        yield from writer._append_many(({"role": "user", "content": "warm"},), None, False, None)
-        yield from writer._clear()
+        yield from writer.steps.append_many(({"role": "user", "content": "warm"},))
+        yield from writer.steps.clear()
 
 
 def _writer_options() -> dict[str, Any]:

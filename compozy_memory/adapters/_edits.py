@@ -66,7 +66,7 @@ def edit_live(
     compare-and-set, again on each conflict; a result of None with nothing changed replaces
     nothing."""
     for _ in range(_MAX_ATTEMPTS):
-        read = yield from memory._conversation()
+        read = yield from memory.steps.conversation()
         before: list[MessageInput] = list(read.messages)
         kept, result = edit(list(before))
         if result is None and kept == before:
@@ -84,7 +84,7 @@ def replace_if_unchanged(
     """Replace the live messages with ``kept`` if nothing was written since ``read``; False,
     changing nothing, if something was."""
     try:
-        yield from memory._replace(kept, None, None, read.version, None)
+        yield from memory.steps.replace(kept, if_version=read.version)
     except ConflictError:
         return False
     return True

@@ -26,10 +26,10 @@ def summaries_then_messages(memory: MemoryCore, limit: int | None = None) -> Ste
     if limit is not None:
         if limit <= 0:
             return []
-        newest = yield from memory._read(-limit, -1)
+        newest = yield from memory.steps.read(-limit, -1)
         if len(newest) >= limit:
             return newest
-    read = yield from memory._conversation()
+    read = yield from memory.steps.conversation()
     sequence = [*read.summaries, *read.messages]
     return sequence if limit is None else sequence[-limit:]
 

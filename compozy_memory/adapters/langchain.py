@@ -113,15 +113,15 @@ class CompozyChatMessageHistory(BaseChatMessageHistory):
         await self._door.acall(_appending([from_langchain(m) for m in messages]))
 
     def clear(self) -> None:
-        self._door.call(lambda memory: memory._clear())
+        self._door.call(lambda memory: memory.steps.clear())
 
     async def aclear(self) -> None:
-        await self._door.acall(lambda memory: memory._clear())
+        await self._door.acall(lambda memory: memory.steps.clear())
 
     def _read(self, memory: MemoryCore) -> Steps[list[Message]]:
         if self.max_tokens is None:
             return (yield from summaries_then_messages(memory))
-        layers = yield from memory._context_layers(self.max_tokens, None, 0)
+        layers = yield from memory.steps.context_layers(self.max_tokens)
         return layers.messages
 
 
@@ -130,7 +130,7 @@ def _appending(converted: list[dict[str, Any]]) -> Callable[[MemoryCore], Steps[
 
     def steps(memory: MemoryCore) -> Steps[None]:
         for start in range(0, len(converted), MAX_BATCH):
-            yield from memory._append_many(converted[start : start + MAX_BATCH], None, False, None)
+            yield from memory.steps.append_many(converted[start : start + MAX_BATCH])
 
     return steps
 

@@ -333,9 +333,9 @@ def _setting(messages: list[ChatMessage]) -> Callable[[MemoryCore], Steps[None]]
     converted = [from_llama_index(m) for m in messages if not m.additional_kwargs.get(SUMMARY_MARK)]
 
     def steps(memory: MemoryCore) -> Steps[None]:
-        yield from memory._replace(converted[:MAX_BATCH], None, None, None, None)
+        yield from memory.steps.replace(converted[:MAX_BATCH])
         for start in range(MAX_BATCH, len(converted), MAX_BATCH):
-            yield from memory._append_many(converted[start : start + MAX_BATCH], None, False, None)
+            yield from memory.steps.append_many(converted[start : start + MAX_BATCH])
 
     return steps
 
@@ -345,19 +345,19 @@ def _adding(message: ChatMessage, idx: int | None) -> Callable[[MemoryCore], Ste
 
     def steps(memory: MemoryCore) -> Steps[None]:
         if idx is None:
-            yield from memory._append_many([converted], None, False, None)
+            yield from memory.steps.append_many([converted])
             return
         at = idx
         if at >= 0:  # idx counts over get_messages, summaries first; they stay first
-            at = max(0, at - len((yield from memory._snapshot(1)).summaries))
+            at = max(0, at - len((yield from memory.steps.snapshot(1)).summaries))
         yield from insert_at(memory, at, converted)
 
     return steps
 
 
 def _deleting(memory: MemoryCore) -> Steps[list[Message]]:
-    stored = yield from memory._read(0, -1)
-    yield from memory._clear()
+    stored = yield from memory.steps.read(0, -1)
+    yield from memory.steps.clear()
     return stored
 
 
@@ -365,7 +365,7 @@ def _removing(idx: int) -> Callable[[MemoryCore], Steps[Message | None]]:
     def steps(memory: MemoryCore) -> Steps[Message | None]:
         at = idx
         if at >= 0:  # idx counts over get_messages, summaries first; they cannot be deleted
-            at -= len((yield from memory._snapshot(1)).summaries)
+            at -= len((yield from memory.steps.snapshot(1)).summaries)
             if at < 0:
                 return None
         return (yield from remove_at(memory, at))

@@ -117,7 +117,7 @@ class CompozyDBChatStore(KeyedMemories, AsyncDBChatStore):
     async def count_messages(
         self, key: str, status: MessageStatus | None = MessageStatus.ACTIVE
     ) -> int:
-        health = await (await self.adoor(key)).acall(lambda m: m._health())
+        health = await (await self.adoor(key)).acall(lambda m: m.steps.health())
         active = health.message_count + health.summaries
         if status == MessageStatus.ACTIVE:
             return active
@@ -140,7 +140,7 @@ class CompozyDBChatStore(KeyedMemories, AsyncDBChatStore):
         if not messages:
             return
         converted = [from_llama_index(m) for m in messages]
-        await (await self.adoor(key)).acall(lambda m: m._append_many(converted, None, False, None))
+        await (await self.adoor(key)).acall(lambda m: m.steps.append_many(converted))
 
     async def set_messages(
         self,
@@ -151,7 +151,7 @@ class CompozyDBChatStore(KeyedMemories, AsyncDBChatStore):
         _active_only(status, "set")
         door = await self.adoor(key)
         converted = [from_llama_index(m) for m in messages if not _is_marked(m)]
-        await door.acall(lambda m: m._replace(converted, None, None, None, None))
+        await door.acall(lambda m: m.steps.replace(converted))
 
     async def delete_message(self, key: str, idx: int) -> ChatMessage | None:
         removed = await (await self.adoor(key)).acall(_taking(idx))
@@ -162,9 +162,9 @@ class CompozyDBChatStore(KeyedMemories, AsyncDBChatStore):
             raise UsageError("the archive is cleared with the memory: delete_messages(key)")
         door = await self.adoor(key)
         if status is None:
-            await door.acall(lambda m: m._clear())
+            await door.acall(lambda m: m.steps.clear())
         else:
-            await door.acall(lambda m: m._replace([], None, None, None, None))
+            await door.acall(lambda m: m.steps.replace([]))
 
     async def delete_oldest_messages(self, key: str, n: int) -> list[ChatMessage]:
         return await self.archive_oldest_messages(key, n)
@@ -174,11 +174,11 @@ class CompozyDBChatStore(KeyedMemories, AsyncDBChatStore):
             raise UsageError(f"n is a count of messages, got {n!r}")
 
         def steps(memory: MemoryCore) -> Steps[list[Message]]:
-            read = yield from memory._conversation()
+            read = yield from memory.steps.conversation()
             live = list(read.messages)
             oldest = live[: max(0, n - len(read.summaries))]
             if oldest:
-                yield from memory._trim(len(live) - len(oldest), None)
+                yield from memory.steps.trim(keep_messages=len(live) - len(oldest))
             return oldest
 
         archived = await (await self.adoor(key)).acall(steps)
@@ -192,7 +192,7 @@ def _archive(memory: MemoryCore) -> Steps[list[Message]]:
     """The whole archive, oldest first, a page a call."""
     found: list[Message] = []
     while True:
-        page = yield from memory._recall(len(found), MAX_READ)
+        page = yield from memory.steps.recall(len(found), MAX_READ)
         found += page
         if len(page) < MAX_READ:
             return found
@@ -205,7 +205,7 @@ def _taking(idx: int) -> Callable[[MemoryCore], Steps[Message | None]]:
     def steps(memory: MemoryCore) -> Steps[Message | None]:
         at = idx
         if at >= 0:
-            at -= len((yield from memory._snapshot(1)).summaries)
+            at -= len((yield from memory.steps.snapshot(1)).summaries)
             if at < 0:
                 return None
         return (yield from remove_at(memory, at))

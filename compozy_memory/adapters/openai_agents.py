@@ -162,7 +162,7 @@ class CompozySession:
         def appending(memory: MemoryCore) -> Steps[None]:
             for start in range(0, len(converted), MAX_BATCH):
                 batch = converted[start : start + MAX_BATCH]
-                yield from memory._append_many(batch, None, False, None)
+                yield from memory.steps.append_many(batch)
 
         await self._door.acall(appending)
 
@@ -173,7 +173,7 @@ class CompozySession:
 
     async def clear_session(self) -> None:
         self._check_open()
-        await self._door.acall(lambda m: m._clear())
+        await self._door.acall(lambda m: m.steps.clear())
 
     async def close(self) -> None:
         """Refuse further calls; close the client if :meth:`from_url` opened it."""
@@ -200,7 +200,7 @@ class CompozySession:
         self._check_open()
         if self._items_overridden():
             return None
-        snap = await self._door.acall(lambda m: m._conversation())
+        snap = await self._door.acall(lambda m: m.steps.conversation())
         live = list(snap.messages)
         tail = live[max(0, len(live) - limit) :]
         items = [to_item(m) for m in tail]
@@ -227,7 +227,7 @@ class CompozySession:
         if self._items_overridden():
             return False
         converted = [from_item(item) for item in items]
-        await self._door.acall(lambda m: m._replace(converted, None, None, None, None))
+        await self._door.acall(lambda m: m.steps.replace(converted))
         return True
 
     def _items_overridden(self) -> bool:

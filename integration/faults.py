@@ -273,7 +273,7 @@ async def tally(
 
 
 #: meta's fields that are text, not counts: the version, the pinned ids, an import's token.
-TEXT_FIELDS = frozenset({"ver", "pins", "imp"})
+TEXT_FIELDS = frozenset({"ver", "pins", "imp", "rid"})
 
 
 def meta_counts(raw: Mapping[Any, Any]) -> dict[str, int]:

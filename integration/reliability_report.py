@@ -28,6 +28,7 @@ GROUPS = {
     "adversarial": "Hostile input and odd timing",
     "input": "Fuzzed input",
     "adversarial-2": "Second adversarial run (issue 23)",
+    "adversarial-3": "Third adversarial run (issue 32)",
 }
 NOTHING_LOST = "nothing lost"
 # Groups that answer an issue item by item: each item needs a row, and their promises are
@@ -47,6 +48,13 @@ ISSUES = {
         11: "covers still grow one range per flush",
         12: "FUNCTION LOAD whose reply is lost",
         13: "old servers",
+    },
+    "adversarial-3": {  # issue 32's items, in its words
+        1: "planted data stalls the server",
+        2: "a stale compare-and-set survives failover",
+        3: "argument counts",
+        4: "embedders",
+        5: "the low items",
     },
 }
 

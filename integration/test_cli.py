@@ -280,12 +280,10 @@ async def test_clear_and_purge_ask_first(
     assert out_json(capsys)["memories"] == []  # and out of the session index
 
 
-async def test_purge_empties_big_keys_in_chunks(
-    fleet: Fleet, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+async def test_purge_removes_big_keys_through_one_function(
+    fleet: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from compozy_memory._ops import maintain_cmds
-
-    monkeypatch.setattr(maintain_cmds, "_CHUNK", 40)
+    """lua/purge.lua UNLINKs every key: the server frees big ones in the background."""
     memory = MemoryInstance.open(fleet.client, project=fleet.project, key="big")
     await memory.append_many(
         [{"role": "user", "content": f"m {i}", "tokens": 1} for i in range(300)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,6 +18,7 @@ from redis.asyncio import Redis
 from compozy_memory import (
     AppendResult,
     ConfigurationError,
+    ConflictError,
     ExtractiveSummarizer,
     FencedLock,
     Flusher,
@@ -32,7 +34,7 @@ from compozy_memory import (
     connect,
 )
 from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer, find_binary, start_server
-from integration.engines import EngineSpec, spec_for
+from integration.engines import EngineSpec, require_redis7, spec_for
 from integration.faults import FaultProxy, consistency_problems
 from integration.memories import COUNTER, memory
 
@@ -408,3 +410,95 @@ async def test_wait_needs_a_standalone_client(valkey_cluster: EmbeddedCluster) -
     with pytest.raises(ConfigurationError, match="standalone"):
         memory(client, wait=ONE_REPLICA)
     await client.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine_name", ["valkey", "redis7"])
+@pytest.mark.parametrize("wait", [None, ONE_REPLICA], ids=["no-wait", "wait-1-replica"])
+async def test_a_compare_and_set_read_before_a_failover_is_refused(
+    engine_name: str, wait: WaitPolicy | None, record: Callable[..., None]
+) -> None:
+    """An editor reads the memory on the primary (ids 1-10, the last two never reach the
+    stalled replica); the primary dies and the replica is promoted; other writers bring
+    last_id back to 10 with other messages. The editor's replace(if_last_id=10,
+    if_incarnation=...) must not land: the promoted server has a new replication id, so the
+    memory's incarnation changed (lua/lib/deltas.lua: lineage). With wait the last two writes
+    raised ReplicationError, but the editor read them all the same."""
+    binary = find_binary("valkey-server") if engine_name == "valkey" else Path(require_redis7())
+    p = start_pair(binary)
+    key = f"conv:{uuid.uuid4().hex}"
+    try:
+        primary = Redis.from_url(p.primary.url)
+        writer = memory(primary, key, wait=wait)
+        await writer.append_many([{"role": "user", "content": f"kept {i}"} for i in range(8)])
+        replica = Redis.from_url(p.replica.url)
+        for _ in range(1000):  # without wait nothing else makes sure the eight are there
+            if await replica.llen(writer.keys.msgs) >= 8:
+                break
+            await asyncio.sleep(0.01)
+        await replica.aclose()
+        p.pause_replica()
+        try:
+            await writer.append_many([{"role": "user", "content": f"lost {i}"} for i in range(2)])
+        except ReplicationError:
+            assert wait is not None
+        editor = memory(primary, key)
+        seen = await editor.snapshot()
+        assert seen.last_id == 10
+        await primary.aclose()
+        p.primary.process.kill()
+        p.primary.process.wait()
+        p.link.close()
+        promoted = Redis.from_url(p.replica.url)
+        await promoted.replicaof("NO", "ONE")
+        others = memory(promoted, key)
+        again = await others.append_many(
+            [{"role": "assistant", "content": f"other {i}"} for i in range(2)]
+        )
+        assert again.last_id == seen.last_id  # the ids were given again
+        before = [m.content for m in await others.read()]
+        stale = memory(promoted, key)
+        went_through = 0
+        refusal = ""
+        try:
+            await stale.replace(
+                [{"role": "user", "content": "the editor's rewrite"}],
+                if_last_id=seen.last_id,
+                if_incarnation=seen.incarnation,
+            )
+            went_through = 1
+        except ConflictError as exc:
+            refusal = str(exc)
+        after = [m.content for m in await others.read()]
+        # The next compare-and-set with what the promoted server gives out lands.
+        fresh = await stale.snapshot()
+        assert fresh.incarnation != seen.incarnation
+        await stale.replace(
+            [{"role": "user", "content": "a rewrite read after the failover"}],
+            if_last_id=fresh.last_id,
+            if_incarnation=fresh.incarnation,
+        )
+        await promoted.aclose()
+    finally:
+        p.stop()
+    assert went_through == 0
+    assert "server changed" in refusal
+    assert after == before
+    record(
+        group="adversarial-3",
+        item=2,
+        fault="replace(if_last_id, if_incarnation) read on a primary that then died, sent to "
+        "the promoted replica after other writers gave its last ids again, "
+        + ("no wait" if wait is None else "wait: replicas=1"),
+        engine=engine_name,
+        promise="a compare-and-set read before a failover is refused (the promoted server's "
+        "replication id differs from the one the memory's incarnation was given under: it "
+        "gets a new one); one read after lands",
+        operations=1,
+        acknowledged=went_through,
+        lost=len(set(before) - set(after)),
+        duplicated=0,
+        observed=f"ConflictError; the {len(after)} messages on the promoted replica "
+        "(other writers' ids 9 and 10 included) unchanged; a replace read after the failover "
+        "went through",
+    )

@@ -25,6 +25,8 @@ local batch = validate_batch(ARGV, ARGS_FROM, n, max_tokens)
 -- One HMGET reads the totals, the checks' fields and the dedupe record; one HSET writes them.
 local own, process, counter = dedupe_token(dedupe_key)
 local field = process and 'w:' .. process
+-- The process's dedupe record is sized before it is read (one written raw is refused).
+dedupe_sized(k_meta, field)
 local m = batch_read(K, batch, field)
 local seen, record = dedupe_seen(K, own, process, counter, field and m[field],
   tonumber(m.last_id) or 0)

@@ -15,8 +15,16 @@
 -- clear of any size holds it for about as long as a clear of an empty memory. A clear is also
 -- the repair of a memory whose keys were partly evicted: it removes what is left.
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
-local kept = redis.call('HMGET', k_meta, 'count', 'last_id', 'epoch', 'inc', 'fmt', 'ix_gen')
-local pins = redis.call('HGETALL', k_respins)
+local kept = redis.call('HMGET', k_meta, 'count', 'last_id', 'epoch', 'inc', 'fmt', 'ix_gen', 'rid')
+-- The pins are read only when they are what compozy-memory writes (at most MAX_RESULT_PINS
+-- result keys, sized first); a clear is also the repair of a memory planted raw, so one
+-- written raw is not read, and its results are left to their TTLs.
+local pins = {}
+local n_pins = redis.call('HLEN', k_respins)
+local used = n_pins > 0 and redis.call('MEMORY', 'USAGE', k_respins, 'SAMPLES', 0) or 0
+if n_pins <= MAX_RESULT_PINS and used <= n_pins * 1024 + 16384 then
+  pins = redis.call('HGETALL', k_respins)
+end
 local deadline = redis.call('PEXPIRETIME', k_meta)
 redis.call('UNLINK', k_msgs, k_meta, k_archive, k_summaries, k_dedupe, k_recalled, k_ixseg,
   k_ixdocs, k_ixgone, k_ixvec, k_facts, k_factord, k_respins, k_legacy_ixpost, k_legacy_ixdocs,
@@ -33,6 +41,10 @@ if kept[4] then
   if kept[6] then  -- a segment's generation is never given twice in one incarnation
     restore[#restore + 1] = 'ix_gen'
     restore[#restore + 1] = kept[6]
+  end
+  if kept[7] then  -- the lineage of the incarnation kept (lib/deltas.lua)
+    restore[#restore + 1] = 'rid'
+    restore[#restore + 1] = kept[7]
   end
   redis.call('HSET', k_meta, unpack(restore))
 end

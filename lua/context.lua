@@ -69,6 +69,13 @@ local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
   {'ix_next', 'ix_seq', 'last_id', 'p:0:count', 'p:0:tokens', 'pins', 'ver'})
 local n_pinned, pinned_tokens = tonumber(m['p:0:count']) or 0, tonumber(m['p:0:tokens']) or 0
 local live = tonumber(m.count) or 0
+if n_pinned > MAX_PINNED then
+  fail('CORRUPT', 'meta counts ' .. n_pinned .. ' pinned messages, more than the ' .. MAX_PINNED
+    .. ' a memory holds: it was written raw')
+end
+-- The live messages are sized before any is read (stored data may have been planted raw:
+-- lib/args.lua), and every envelope read after.
+sized(k_msgs, 'msgs', live, MAX_ENVELOPE_BYTES)
 if pinned_tokens > budget then
   fail('OVERFLOW', 'the pinned messages (priority 0) alone take ' .. pinned_tokens
     .. ' tokens, more than the budget of ' .. budget)
@@ -86,7 +93,7 @@ end
 -- older format, without that list, is looked through from its start, boundedly).
 local pinned = {}
 if n_pinned > 0 then
-  local front = redis.call('LRANGE', k_msgs, 0, n_pinned - 1)
+  local front = envelopes_read(k_msgs, 'a message', 0, n_pinned - 1)
   for _, env in ipairs(front) do
     local id, _, priority = envelope_head(env)
     if priority == 0 then
@@ -96,15 +103,22 @@ if n_pinned > 0 then
   end
   if #pinned < n_pinned and m.pins then
     pinned, shown = {}, {}
+    local listed = 0
     for id in string.gmatch(m.pins, '%d+') do
+      listed = listed + 1
+      if listed > MAX_PINNED then
+        fail('CORRUPT', 'meta lists more than the ' .. MAX_PINNED .. ' pinned messages a '
+          .. 'memory holds: it was written raw')
+      end
       local at = live_index(k_msgs, tonumber(id), live)
       if at then
-        pinned[#pinned + 1] = redis.call('LINDEX', k_msgs, at)
+        pinned[#pinned + 1] = bounded(redis.call('LINDEX', k_msgs, at), MAX_ENVELOPE_BYTES,
+          'a message')
         shown[tonumber(id)] = true
       end
     end
   elseif #pinned < n_pinned then
-    local scan = redis.call('LRANGE', k_msgs, n_pinned, MOVE_STEP + MAX_PINNED - 1)
+    local scan = envelopes_read(k_msgs, 'a message', n_pinned, MOVE_STEP + MAX_PINNED - 1)
     for _, env in ipairs(scan) do
       local id, _, priority = envelope_head(env)
       if priority == 0 then
@@ -120,7 +134,7 @@ local rest = budget - pinned_tokens
 -- 2. Session facts (the kernel layer): the most recently set that fit, as one message.
 local facts = {}
 if facts_header >= 0 then
-  check_facts(k_facts, k_factord)
+  check_facts(k_facts, k_factord, true)
   local order = redis.call('ZREVRANGE', k_factord, 0, MAX_FACTS - 1)
   if #order > 0 then
     local values = redis.call('HMGET', k_facts, unpack(order))
@@ -149,7 +163,7 @@ end
 local shared = rest
 
 -- 3. Summaries: the rolling summary, newest first, within their share.
-local summaries = redis.call('LRANGE', k_summaries, 0, -1)
+local summaries = summaries_read(K)
 local cap = math.floor(rest * summary_share)
 local chosen, used = {}, 0
 for i = #summaries, 1, -1 do
@@ -175,7 +189,7 @@ local function extend(room, most)
       if reached_oldest then
         return room
       end
-      local chunk = redis.call('LRANGE', k_msgs, -(offset + size), -(offset + 1))
+      local chunk = envelopes_read(k_msgs, 'a message', -(offset + size), -(offset + 1))
       pending, next_pending = {}, 1
       for i = #chunk, 1, -1 do
         pending[#pending + 1] = chunk[i]
@@ -248,7 +262,8 @@ if #ranked > 0 and limit > 0 and (tonumber(m.fmt) or 1) >= DATA_FORMAT then
     end
   end
 end
-local recalled = redis.call('LRANGE', k_recalled, -MAX_RECALLED, -1)
+local recalled = envelopes_read(k_recalled, 'a recalled message', -MAX_RECALLED, -1,
+  redis.call('LLEN', k_recalled))
 for i = #recalled, 1, -1 do
   offer(recalled[i], '')
 end
@@ -267,7 +282,8 @@ if backfill == 1 and reached_oldest and next_pending > #pending and rest > 0 the
   offset, size = 0, 16
   local done = false
   while not done and #window + #filled + #layer / 2 < max_messages do
-    local chunk = redis.call('LRANGE', k_archive, -(offset + size), -(offset + 1))
+    local chunk = envelopes_read(k_archive, 'an archived message', -(offset + size),
+      -(offset + 1))
     for i = #chunk, 1, -1 do
       local env = chunk[i]
       local id, t = envelope_head(env)

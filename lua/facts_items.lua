@@ -5,7 +5,7 @@
 -- ARGV: (none)
 -- REPLY: {facts...}
 -- A flat list of key, 'tokens<TAB>value' pairs, least recently set first.
-check_facts(k_facts, k_factord)
+check_facts(k_facts, k_factord, true)
 local order = redis.call('ZRANGE', k_factord, -MAX_FACTS, -1)
 if #order == 0 then
   return {}

@@ -20,7 +20,8 @@
 -- REPLY: {summary_id removed_count removed_tokens tokens count summary_tokens}
 -- summary_id is 0 when there is no new summary.
 -- Errors (nothing written): COMPOZY_STALE when the epoch moved on (a newer lock holder
--- exists) or the memory expired and was written again; COMPOZY_MOVED when the planned
+-- exists) or the memory expired and was written again, or its server's replication history
+-- changed (lib/deltas.lua: lineage: its new incarnation is written all the same); COMPOZY_MOVED when the planned
 -- messages are no longer where the plan saw them, or COMPOZY_CONFLICT when the summaries
 -- moved (both re-plan); COMPOZY_UNINDEXED when a message or summary to archive is not indexed
 -- yet (run the indexer, re-plan); COMPOZY_INVALID, COMPOZY_FORMAT, COMPOZY_EVICTED.
@@ -49,21 +50,23 @@ if n_fold > 0 and summary_body == '' then
 end
 
 local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
-  {'epoch', 'ix_next', 'last_id'}, true)
+  {'epoch', 'ix_next', 'last_id', 'rid'}, true)
 local current = tonumber(m.epoch) or 0
 if current ~= epoch then
   fail('STALE', 'stale fencing epoch ' .. epoch .. ', the lock is now at ' .. current)
 end
-if m.inc ~= a_incarnation then
-  fail('STALE', 'the memory expired and was written again since the lock was taken')
+if lineage(k_meta, m) ~= a_incarnation then
+  fail('STALE', 'the memory expired and was written again, or its server changed (a replica '
+    .. 'was promoted), since the lock was taken')
 end
 local ix_next = index_next(m)
+sized(k_msgs, 'msgs', tonumber(m.count) or 0, MAX_ENVELOPE_BYTES)
 local prefix, heads = checked_prefix(k_msgs, ARGV, ids, prefix_len)
 local remove = {}
 for i = 1, n_remove do
   remove[ARGV[ids + prefix_len + i]] = true
 end
-local summaries = redis.call('LRANGE', k_summaries, 0, -1)
+local summaries = summaries_read(K)
 local folded = {}
 if n_fold > 0 then
   if #summaries ~= n_fold then

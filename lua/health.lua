@@ -1,6 +1,6 @@
 #!lua flags=no-writes
 -- health.lua: the totals and sizes of a memory in one consistent read.
--- USES: (none)
+-- USES: meta
 -- KEYS: msgs meta archive summaries recalled ixseg ixdocs ixgone facts factord
 -- ARGV: (none)
 -- REPLY: {fields...}
@@ -10,9 +10,10 @@
 -- '_facts_len', '_factord_len', '_ixseg' and '_ixdocs' (1 if the key exists) and '_ttl_ms'
 -- (meta's PTTL: -1 none, -2 no such key): enough for the client to tell a memory whose keys
 -- were partly evicted. (Not the processes' dedupe lists, 'w:<process>': bookkeeping, and
--- long; meta holds at most one per recent writer.)
+-- long; meta holds at most one per recent writer.) A meta larger than compozy-memory writes
+-- (MAX_META_FIELDS, MAX_META_FIELD_BYTES) is refused unread: COMPOZY_CORRUPT.
 local out = {}
-local meta = redis.call('HGETALL', k_meta)
+local meta = meta_all(k_meta)
 for i = 1, #meta, 2 do
   if string.sub(meta[i], 1, 2) ~= 'w:' then
     out[#out + 1] = meta[i]

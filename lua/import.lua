@@ -12,8 +12,8 @@
 --   at           how many of that part's envelopes earlier steps sent: a step repeated
 --                (its reply lost) finds its envelopes there and writes nothing again
 --   last_id      the transcript's largest id
---   items        at most MAX_BATCH envelopes (MAX_CALL_BYTES in all), each part in its
---                list's order, live ids increasing
+--   items        at most MAX_BATCH envelopes (MAX_CALL_BYTES in all, MAX_ENVELOPE_BYTES
+--                each), each part in its list's order, live ids increasing
 -- REPLY: {count last_id}
 -- Live messages and the memory's last id after the step.
 -- The first step claims the memory (meta's 'imp' holds the token, and last_id becomes the
@@ -68,12 +68,17 @@ local bytes, previous = 0, nil
 local deltas = new_deltas()
 local items = {}
 if a_part == 'msgs' and (tonumber(m.count) or 0) > 0 then
-  previous = envelope_head(redis.call('LINDEX', k_msgs, -1))
+  previous = envelope_head(bounded(redis.call('LINDEX', k_msgs, -1), MAX_ENVELOPE_BYTES,
+    'a message'))
 end
 for i = 1, n do
   local env = ARGV[ARGS_FROM + i - 1]
   if not string.match(env, ENVELOPE_HEAD) or string.sub(env, -1) ~= '}' then
     fail('INVALID', 'item ' .. i .. ' is not an envelope: ' .. string.sub(env, 1, 60))
+  end
+  if #env > MAX_ENVELOPE_BYTES then
+    fail('TOOLARGE', 'item ' .. i .. ' has ' .. #env .. ' bytes; an envelope has at most '
+      .. MAX_ENVELOPE_BYTES)
   end
   local id, tokens, priority = envelope_head(env)
   if priority > MAX_PRIORITY or tokens > MAX_MESSAGE_TOKENS or id > last then

@@ -96,7 +96,7 @@ local ix_seq = tonumber(m.ix_seq) or 0
 local n_seg = tonumber(m.ix_nseg) or 0
 local stale = ix_next ~= expected_next or ix_seq ~= seq_from
 if n_gone > 0 then
-  local head = redis.call('LINDEX', k_ixgone, 0)
+  local head = bounded(redis.call('LINDEX', k_ixgone, 0), MAX_ENVELOPE_BYTES, 'a dropped message')
   stale = stale or not head or envelope_head(head) ~= gone_first
     or redis.call('LLEN', k_ixgone) < n_gone
 end

@@ -45,7 +45,7 @@ local live = {}
 if ix_next <= last_id and count > 0 then
   local at, insert = live_index(k_msgs, ix_next, count)
   at = at or insert
-  live = redis.call('LRANGE', k_msgs, at, at + max_docs)
+  live = envelopes_read(k_msgs, 'a message', at, at + max_docs, count)
 end
 local limit = last_id
 if #live > max_docs then
@@ -57,7 +57,7 @@ for _, env in ipairs(live) do
   local id, _, priority = envelope_head(env)
   candidates[#candidates + 1] = {id, 'l', env, priority}
 end
-for _, env in ipairs(redis.call('LRANGE', k_summaries, 0, -1)) do
+for _, env in ipairs(summaries_read(K)) do
   local id = envelope_head(env)
   if id >= ix_next and id <= limit then
     candidates[#candidates + 1] = {id, 's', env, 1}
@@ -87,7 +87,8 @@ if seq_from > 0 then
   local archived = tonumber(m.archived) or 0
   seq_from = math.max(seq_from, base + 1)
   seq_upto = seq_from - 1
-  local chunk = redis.call('LRANGE', k_archive, seq_from - base - 1, seq_from - base + max_docs - 2)
+  local chunk = envelopes_read(k_archive, 'an archived message', seq_from - base - 1,
+    seq_from - base + max_docs - 2)
   local docs = doc_reader(k_ixdocs)
   local n = taken  -- the live part comes first; one step holds max_docs documents in all
   for i, env in ipairs(chunk) do
@@ -112,7 +113,7 @@ end
 local gones = {}
 if (tonumber(m.ix_gone) or 0) > 0 then
   local n = 0
-  for _, env in ipairs(redis.call('LRANGE', k_ixgone, 0, max_docs - 1)) do
+  for _, env in ipairs(envelopes_read(k_ixgone, 'a dropped message', 0, max_docs - 1)) do
     if not room(n, env) then
       break
     end

@@ -1,7 +1,7 @@
 #!lua
 -- lock_acquire.lua: take the flush lock of a memory and get a fencing epoch.
--- USES: args deltas
--- KEYS: meta lock
+-- USES: args deltas meta
+-- KEYS: msgs meta archive summaries ixdocs facts lock
 -- ARGV: token lease_ms ttl_ms
 --   token     a random owner token, unique to this acquisition (at least 16 characters)
 --   lease_ms  how long the lock is held unless refreshed
@@ -12,19 +12,29 @@
 -- lost) finds its own token, and gets the epoch that attempt made.
 -- Every acquisition gets a larger epoch, and every flush commit names the epoch and the
 -- incarnation it planned under, so a commit from an older holder, or from before the memory
--- expired, is refused.
+-- expired, is refused. The incarnation is checked against the server's replication history
+-- first (lib/deltas.lua: lineage): on a promoted replica the memory gets a new one, so a plan
+-- made on the old primary cannot commit.
+-- Errors (nothing written): COMPOZY_INVALID; COMPOZY_EVICTED when meta is gone but other keys
+-- of the memory are not (it is never made again over them).
 local lease_ms = int_arg(a_lease_ms, 'lease_ms', 1, nil)
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 if string.len(a_token) < 16 or string.len(a_token) > 128 then
   fail('INVALID', 'the lock token has 16 to 128 characters')
 end
-local created = redis.call('EXISTS', k_meta) == 0
-local inc = incarnation(k_meta)
-if created then
+local m = meta_read(k_meta, {'inc', 'rid'})
+local inc
+if m.inc == nil then
+  check_parts(m, K, {msgs = {k_msgs}, archive = {k_archive}, summaries = {k_summaries},
+    ixdocs = {k_ixdocs}, facts = {k_facts}})
+  inc = incarnation(k_meta)
   apply_ttl(k_meta, {k_meta}, ttl_ms)
+else
+  inc = lineage(k_meta, m)
 end
 if not redis.call('SET', k_lock, a_token, 'NX', 'PX', lease_ms) then
-  if redis.call('GET', k_lock) == a_token then
+  -- A token is at most 128 bytes: a longer lock was written raw, and is not read.
+  if redis.call('STRLEN', k_lock) <= 128 and redis.call('GET', k_lock) == a_token then
     return {tonumber(redis.call('HGET', k_meta, 'epoch')), inc}
   end
   return {0, inc}

@@ -8,7 +8,7 @@
 -- REPLY: owned
 -- 1 if the caller still owned the lock and the lease was extended, else 0.
 local lease_ms = int_arg(a_lease_ms, 'lease_ms', 1, nil)
-if redis.call('GET', k_lock) ~= a_token then
+if redis.call('STRLEN', k_lock) > 128 or redis.call('GET', k_lock) ~= a_token then
   return 0
 end
 redis.call('PEXPIRE', k_lock, lease_ms)

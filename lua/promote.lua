@@ -23,7 +23,12 @@ for i = ARGS_FROM, #ARGV do
 end
 local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'}, nil, true)
 local present = {}
-local recalled = redis.call('LRANGE', k_recalled, 0, -1)
+local held = redis.call('LLEN', k_recalled)
+if held > MAX_RECALLED then
+  fail('CORRUPT', 'the memory holds ' .. held .. ' recalled messages, more than the '
+    .. MAX_RECALLED .. ' compozy-memory keeps: they were written raw')
+end
+local recalled = envelopes_read(k_recalled, 'a recalled message', 0, -1, held)
 local total = 0
 for i = 1, #recalled do
   local id, t = envelope_head(recalled[i])
@@ -34,18 +39,23 @@ local docs = doc_reader(k_ixdocs)
 local state = {count = tonumber(m.count) or 0, archive_base = tonumber(m.archive_base) or 0}
 local out = {0}
 local n = #recalled
+-- Every message is found, sized and its head read before the first write.
+local tokens = {}
 for _, id in ipairs(wanted) do
   if not present[id] then
     local env = locate(K, docs, id, state)
     if env then
       present[id] = true
-      redis.call('RPUSH', k_recalled, env)
-      local _, t = envelope_head(env)
-      total = total + t
-      n = n + 1
       out[#out + 1] = env
+      local _, t = envelope_head(env)
+      tokens[#out] = t
     end
   end
+end
+for i = 2, #out do
+  redis.call('RPUSH', k_recalled, out[i])
+  total = total + tokens[i]
+  n = n + 1
 end
 out[1] = #out - 1
 while n > MAX_RECALLED or (max_tokens > 0 and total > max_tokens) do

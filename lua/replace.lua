@@ -7,7 +7,8 @@
 --   max_tokens      the most tokens one message may have; 0 = no limit
 --   archive_max     the archive keeps at most this many originals; 0 = no cap
 --   if_last_id      replace only if meta last_id equals this; -1 = unconditionally
---   if_incarnation  and only if the memory is this incarnation; '' = any
+--   if_incarnation  and only if the memory is this incarnation, in this server's replication
+--                   history (lib/deltas.lua: lineage); '' = any
 --   if_version      and only if meta's version (lib/batch.lua) is this; '' = any
 --   dedupe_key      '' for none; as for append.lua, a remembered key writes nothing
 --   n               number of new messages, 0..MAX_BATCH
@@ -16,7 +17,8 @@
 -- first_id > last_id when n = 0. Summaries are left as they are. The replaced originals go
 -- to the archive; the new messages get fresh ids.
 -- Errors (nothing written): COMPOZY_INVALID, COMPOZY_TOOLARGE, COMPOZY_CONFLICT (a condition
--- did not hold), COMPOZY_LONG (more than MOVE_STEP live messages: move the oldest to the
+-- did not hold; when the server's replication history changed, the memory's new incarnation
+-- is written all the same), COMPOZY_LONG (more than MOVE_STEP live messages: move the oldest to the
 -- archive with trim.lua first), COMPOZY_UNINDEXED (run the indexer first), COMPOZY_FORMAT,
 -- COMPOZY_EVICTED
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
@@ -27,19 +29,28 @@ local dedupe_key = dedupe_arg(a_dedupe_key)
 local n = int_arg(a_n, 'n', 0, MAX_BATCH)
 local batch = validate_batch(ARGV, ARGS_FROM, n, max_tokens)
 local own, process, counter = dedupe_token(dedupe_key)
+dedupe_sized(k_meta, process and 'w:' .. process)
 local prior = redis.call('HMGET', k_meta, 'last_id', process and 'w:' .. process or 'last_id')
 local seen, record = dedupe_seen(K, own, process, counter, process and prior[2] or nil,
   tonumber(prior[1]) or 0)
 if seen ~= nil then
   return dedupe_reply(k_meta, seen, n)
 end
-local m = guarded(K, {'msgs', 'archive', 'index', 'ixgone'}, {'last_id', 'ix_next', 'ver'}, true)
+local m = guarded(K, {'msgs', 'archive', 'index', 'ixgone'},
+  {'last_id', 'ix_next', 'ver', 'rid'}, true)
 local last_id = tonumber(m.last_id) or 0
 if if_last_id >= 0 and if_last_id ~= last_id then
   fail('CONFLICT', 'expected last_id ' .. if_last_id .. ', found ' .. last_id)
 end
-if a_if_incarnation ~= '' and a_if_incarnation ~= (m.inc or '') then
-  fail('CONFLICT', 'the memory expired and was written again since it was read')
+if a_if_incarnation ~= '' then
+  -- Checked against the server's replication history: after a failover the memory has a new
+  -- incarnation (lib/deltas.lua: lineage), written even though this call is refused.
+  local inc, moved = lineage(k_meta, m)
+  if a_if_incarnation ~= (inc or '') then
+    fail('CONFLICT', moved and 'the memory\'s server changed since it was read (a replica '
+      .. 'was promoted, or the server lost its replication state): read it again'
+      or 'the memory expired and was written again since it was read')
+  end
 end
 if a_if_version ~= '' and a_if_version ~= version_of(m) then
   fail('CONFLICT', 'the memory was written since version ' .. a_if_version .. ' was read')
@@ -49,22 +60,23 @@ if count > MOVE_STEP then
   fail('LONG', 'the memory holds ' .. count .. ' live messages; a replace moves at most '
     .. MOVE_STEP .. ' at once')
 end
-local old = redis.call('LRANGE', k_msgs, 0, -1)
+local old = envelopes_read(k_msgs, 'a message', 0, -1, count)
 local ix_next = index_next(m)
 for i = 1, #old do
   local id, _, priority = envelope_head(old[i])
   check_indexed(id, priority, ix_next)
 end
-
-if #old > 0 then
-  redis.call('DEL', k_msgs)
-end
-local fields = redis.call('HKEYS', k_meta)
+local fields = redis.call('HKEYS', k_meta)  -- sized by guarded
 local stale = {}
 for i = 1, #fields do
   if string.sub(fields[i], 1, 2) == 'p:' then
     stale[#stale + 1] = fields[i]
   end
+end
+
+-- Checks done; writes start here.
+if #old > 0 then
+  redis.call('DEL', k_msgs)
 end
 if #stale > 0 then
   redis.call('HDEL', k_meta, unpack(stale))

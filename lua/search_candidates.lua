@@ -71,6 +71,6 @@ end
 for i, id in ipairs(ids) do
   out[#out + 1] = id
   out[#out + 1] = flags[i]
-  out[#out + 1] = vectors[i] or ''
+  out[#out + 1] = bounded(vectors[i], MAX_VECTOR_BYTES, 'a stored vector') or ''
 end
 return out

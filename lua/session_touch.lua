@@ -21,21 +21,40 @@
 -- changing last_id, so a greater last_id is newer, and at the same last_id fewer messages
 -- (then fewer tokens) are. Last-active times never go back either.
 local n = (#ARGV - ARGS_FROM + 1) / 5
-if n < 1 or n ~= math.floor(n) then
-  fail('INVALID', 'entries are (session, last_id, messages, tokens, age_ms), at least one')
+if n < 1 or n ~= math.floor(n) or n > MAX_BATCH then
+  fail('INVALID', 'entries are (session, last_id, messages, tokens, age_ms), 1 to '
+    .. MAX_BATCH)
+end
+if #a_agent > 1024 then
+  fail('INVALID', 'an agent has at most 1024 bytes')
 end
 local now = now_ms()
+-- Every entry is checked, and what the index holds for it read (each sized first: an entry
+-- longer than this script writes was written raw), before the first write.
+local olds = {}
 for i = ARGS_FROM, #ARGV, 5 do
   local session = ARGV[i]
-  local last_id = int_arg(ARGV[i + 1], 'last_id', 0, nil)
-  local messages = int_arg(ARGV[i + 2], 'messages', 0, nil)
-  local tokens = int_arg(ARGV[i + 3], 'tokens', 0, nil)
-  local active = now - int_arg(ARGV[i + 4], 'age_ms', 0, 3600000)
   if #session == 0 or #session > 1024 or string.find(session, '\t', 1, true) then
     fail('INVALID', 'a session is 1 to 1024 bytes without tabs')
   end
+  int_arg(ARGV[i + 1], 'last_id', 0, nil)
+  int_arg(ARGV[i + 2], 'messages', 0, nil)
+  int_arg(ARGV[i + 3], 'tokens', 0, nil)
+  int_arg(ARGV[i + 4], 'age_ms', 0, 3600000)
+  if redis.call('HSTRLEN', k_session_info, session) > 2048 then
+    fail('CORRUPT', 'the session index holds an entry longer than compozy-memory writes for '
+      .. session .. ': it was written raw')
+  end
+  olds[i] = redis.call('HGET', k_session_info, session)
+end
+for i = ARGS_FROM, #ARGV, 5 do
+  local session = ARGV[i]
+  local last_id = tonumber(ARGV[i + 1])
+  local messages = tonumber(ARGV[i + 2])
+  local tokens = tonumber(ARGV[i + 3])
+  local active = now - tonumber(ARGV[i + 4])
   local created, agent = active, a_agent
-  local old = redis.call('HGET', k_session_info, session)
+  local old = olds[i]
   if old then
     local f = split_tabs(old)
     created = tonumber(f[1]) or active

@@ -33,7 +33,8 @@ while #out < 2 * limit and skip < limit + MAX_READ do
     local after = a_before_score == '' or tonumber(score) < tonumber(a_before_score)
       or member < a_before_session
     if after and #out < 2 * limit then
-      local info = redis.call('HGET', k_session_info, member)
+      local info = bounded(redis.call('HGET', k_session_info, member), 2048,
+        'an entry of the session index')
       if info then
         out[#out + 1] = member
         out[#out + 1] = info

@@ -12,7 +12,7 @@
 -- Errors: COMPOZY_INVALID, COMPOZY_FORMAT, COMPOZY_EVICTED
 local limit = int_arg(a_limit, 'limit', 1, MOVE_STEP)
 local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'})
-local meta = redis.call('HGETALL', k_meta)
+local meta = redis.call('HGETALL', k_meta)  -- sized by guarded
 local fields = {}
 for i = 1, #meta, 2 do
   fields[meta[i]] = meta[i + 1]
@@ -33,14 +33,15 @@ out[#out + 1] = #priorities / 2
 for i = 1, #priorities do
   out[#out + 1] = priorities[i]
 end
-local summaries = redis.call('LRANGE', k_summaries, 0, -1)
+local summaries = summaries_read(K)
 out[#out + 1] = #summaries
 for i = 1, #summaries do
   out[#out + 1] = summaries[i]
 end
 -- Pinned messages never move, so they must not use up the bound: a memory that starts with
 -- many of them still shows a flush what it may remove.
-local chunk = redis.call('LRANGE', k_msgs, 0, limit + MAX_PINNED - 1)
+local chunk = envelopes_read(k_msgs, 'a message', 0, limit + MAX_PINNED - 1,
+  tonumber(m.count) or 0)
 local movable = 0
 for i = 1, #chunk do
   out[#out + 1] = chunk[i]

@@ -1,7 +1,7 @@
 #!lua flags=no-writes
 -- transcript.lua: a page of one part of a memory, for an export, with a stamp that changes
 -- whenever the memory does.
--- USES: args meta
+-- USES: args envelope meta
 -- KEYS: msgs meta archive summaries
 -- ARGV: part offset count
 --   part    'msgs', 'summaries' or 'archive'
@@ -21,7 +21,7 @@ end
 local m = guarded(K, {'msgs', 'archive', 'summaries'}, {'ver', 'last_id'})
 local out = {version_of(m) .. '|' .. (m.archived or 0) .. '|' .. (m.archive_base or 0),
   redis.call('LLEN', list)}
-for _, env in ipairs(redis.call('LRANGE', list, offset, offset + count - 1)) do
+for _, env in ipairs(envelopes_read(list, 'a stored message', offset, offset + count - 1)) do
   out[#out + 1] = env
 end
 return out

@@ -32,7 +32,7 @@ end
 if holds() then
   return {0, 0, tokens, count, 0}
 end
-local prefix = redis.call('LRANGE', k_msgs, 0, MOVE_STEP + MAX_PINNED - 1)
+local prefix = envelopes_read(k_msgs, 'a message', 0, MOVE_STEP + MAX_PINNED - 1, count)
 local kept, moved = {}, {}
 local deltas = new_deltas()
 local moved_tokens, scanned, status = 0, 0, 0

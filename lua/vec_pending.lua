@@ -37,6 +37,9 @@ local fields = {}
 for b = first_block, last_block do
   fields[#fields + 1] = tostring(b)
 end
+for _, field in ipairs(fields) do
+  doc_sized(k_ixdocs, field)
+end
 local blocks = redis.call('HMGET', k_ixdocs, unpack(fields))
 local wanted, upto = {}, last
 for i, block in ipairs(blocks) do
@@ -71,7 +74,7 @@ for _, w in ipairs(wanted) do
   elseif kind == KINDS.summary then
     if not summaries then
       summaries = {}
-      for _, env in ipairs(redis.call('LRANGE', k_summaries, 0, -1)) do
+      for _, env in ipairs(summaries_read(K)) do
         summaries[envelope_head(env)] = env
       end
     end
@@ -91,7 +94,8 @@ while run <= #archived do
   end
   local at = archived[run] - base - 1
   if at + last_run - run >= 0 then
-    for _, env in ipairs(redis.call('LRANGE', k_archive, math.max(at, 0), at + last_run - run)) do
+    for _, env in ipairs(envelopes_read(k_archive, 'an archived message', math.max(at, 0),
+        at + last_run - run)) do
       found[envelope_head(env)] = env
     end
   end
@@ -103,7 +107,7 @@ if #live > 0 then
   at = at or insert
   local next_live = 1
   while next_live <= #live and at < count do
-    local chunk = redis.call('LRANGE', k_msgs, at, at + #live - next_live)
+    local chunk = envelopes_read(k_msgs, 'a message', at, at + #live - next_live)
     if #chunk == 0 then
       break
     end

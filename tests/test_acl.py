@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from compozy_memory._ops.acl import acl_setuser
+from compozy_memory._ops.acl import (
+    CLIENT_CONNECTION,
+    CLIENT_READS,
+    CLIENT_WRITES,
+    READ_COMMANDS,
+    WRITE_COMMANDS,
+    acl_setuser,
+)
 from compozy_memory._ops.cli import main
+from compozy_memory._wire.scripts import SCRIPT_NAMES, script
 from compozy_memory.errors import ConfigurationError, UsageError
 
 BAD_PASSWORDS = ["s3cret nopass", "a\tb", "a\nb", "", "x\x00", 'a"b c"', "it's", "back\\slash",
@@ -72,3 +82,44 @@ def test_the_acl_command_prints_a_usable_line(capsys: pytest.CaptureFixture[str]
     assert "+rpush" not in line
     assert main(["acl", "--project", "bad project", "--user", "bot"]) == 2
     assert "project id" in capsys.readouterr().err
+
+
+# -- the line grants what the library needs, and nothing else -------------------------------
+
+_CALLED = re.compile(r"redis\.p?call\(\s*'([A-Z]+)'(?:\s*,\s*'([A-Za-z]+)')?")
+
+
+def _called(source: str) -> set[str]:
+    """The commands a script's source calls, as ACL rules name them."""
+    out: set[str] = set()
+    for command, sub in _CALLED.findall(source):
+        if command in ("MEMORY", "INFO"):
+            out.add(f"{command.lower()}|{sub.lower()}")
+        else:
+            out.add(command.lower())
+    # Commands chosen at run time (lua/purge.lua's sizes).
+    out |= {c.lower() for c in re.findall(r"\b(LLEN|HLEN|ZCARD) = \{", source)}
+    return out
+
+
+def test_the_lines_grant_what_the_functions_and_the_client_call_and_no_more() -> None:
+    """Redis checks a function's commands against its caller's rules, so the read-only line
+    holds every command a read-only script calls and the read-write line every command any
+    script calls, plus what the client sends itself (CLIENT_READS, CLIENT_WRITES); a command
+    nothing calls is not granted."""
+    read_only = set().union(
+        *(_called(script(n).source) for n in SCRIPT_NAMES if script(n).read_only)
+    )
+    writing = set().union(*(_called(script(n).source) for n in SCRIPT_NAMES))
+    granted_read = set(READ_COMMANDS)
+    granted_write = set(WRITE_COMMANDS)
+    assert read_only <= granted_read, read_only - granted_read
+    assert writing <= granted_read | granted_write, writing - granted_read - granted_write
+    assert not granted_read & granted_write
+    needed_read = read_only | set(CLIENT_READS) | set(CLIENT_CONNECTION)
+    assert granted_read == needed_read, (granted_read - needed_read, needed_read - granted_read)
+    needed_write = (writing | set(CLIENT_WRITES)) - granted_read
+    assert granted_write == needed_write, (
+        granted_write - needed_write,
+        needed_write - granted_write,
+    )

@@ -45,6 +45,7 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     ),
     "trim": (lambda g: g.trim_step(5, None), [1, 3, 0, 1, 0]),
     "clear": (lambda g: g.clear(), [0, 0]),
+    "purge": (lambda g: g.purge(), [3, 12]),
     "expire": (lambda g: g.expire(1000), 2),
     "read": (lambda g: g.read_range(0, -1), READ_REPLY),
     "health": (lambda g: g.health(), HEALTH_REPLY),
@@ -100,6 +101,10 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
             ['{"id":1,"ts":1,"tokens":3,"priority":2,"role":"user","content":"hi"}'],
         ),
         [1, 1],
+    ),
+    "sessions_forget": (
+        lambda g: SessionIndex(None, "units", transport=g.transport).gateway.forget("conv", "a"),
+        1,
     ),
     "sessions_list": (
         lambda g: SessionIndex(None, "units", transport=g.transport).page(agent="a", limit=2),
@@ -307,3 +312,4 @@ def test_a_reply_is_read_by_the_names_its_header_gives() -> None:
 def test_a_reply_of_another_shape_is_a_script_error(reply: Any) -> None:
     with pytest.raises(ScriptError, match="context"):
         script("context").contract.decode(reply)
+

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_CONTEXT_MESSAGES",
     "MAX_DEDUPE_KEY",
     "MAX_DOC_TERMS",
+    "MAX_ENVELOPE_BYTES",
     "MAX_FACTS",
     "MAX_FACTS_PER_CALL",
     "MAX_FACT_KEY",
@@ -30,6 +31,8 @@ __all__ = [
     "MAX_GARBAGE",
     "MAX_MESSAGE_BYTES",
     "MAX_MESSAGE_TOKENS",
+    "MAX_META_FIELDS",
+    "MAX_META_FIELD_BYTES",
     "MAX_PINNED",
     "MAX_PRIORITY",
     "MAX_QUERY_TERMS",
@@ -81,6 +84,17 @@ MAX_BATCH = 1_000
 #: to the result store (``append(..., offload=True)``).
 MAX_MESSAGE_BYTES = 1024 * 1024
 MAX_CALL_BYTES = 2 * 1024 * 1024
+#: Bytes of one stored envelope: a message's body and the head the scripts give it (id, ts,
+#: tokens, priority). Stored data may have been written raw by a tenant with the read-write
+#: ACL line (docs/operations.md): a script sizes what it reads against this, never trusting
+#: what stored data claims, and refuses a longer envelope (CorruptDataError).
+MAX_ENVELOPE_BYTES = MAX_MESSAGE_BYTES + 1024
+#: Fields of a memory's meta and bytes of one of its values: the totals, one record a
+#: process that wrote within the dedupe window and its chunks (lib/dedupe.lua), the pinned
+#: messages' ids. Far more than the scripts write; a meta past either was written raw, and
+#: is refused (CorruptDataError) before it is read whole.
+MAX_META_FIELDS = 4_096
+MAX_META_FIELD_BYTES = 64 * 1024
 #: Messages one step of trim, replace or a flush commit moves to the archive; a longer move
 #: runs as several steps, each safe to interrupt.
 MOVE_STEP = 256
@@ -221,6 +235,9 @@ LUA_CONSTANTS: dict[str, int] = {
     "MAX_DEDUPE_KEY": MAX_DEDUPE_KEY,
     "MAX_PRIORITY": MAX_PRIORITY,
     "MAX_MESSAGE_TOKENS": MAX_MESSAGE_TOKENS,
+    "MAX_ENVELOPE_BYTES": MAX_ENVELOPE_BYTES,
+    "MAX_META_FIELDS": MAX_META_FIELDS,
+    "MAX_META_FIELD_BYTES": MAX_META_FIELD_BYTES,
     "DEDUPE_WINDOW": DEDUPE_WINDOW,
     "DEDUPE_SWEEP": DEDUPE_SWEEP,
     "DEDUPE_CHUNK": DEDUPE_CHUNK,

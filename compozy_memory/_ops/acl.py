@@ -31,7 +31,16 @@ import re
 from compozy_memory._model.keys import validate_project
 from compozy_memory.errors import UsageError
 
-__all__ = ["READ_COMMANDS", "SCAN_COMMANDS", "WRITE_COMMANDS", "acl_rules", "acl_setuser"]
+__all__ = [
+    "CLIENT_CONNECTION",
+    "CLIENT_READS",
+    "CLIENT_WRITES",
+    "READ_COMMANDS",
+    "SCAN_COMMANDS",
+    "WRITE_COMMANDS",
+    "acl_rules",
+    "acl_setuser",
+]
 
 _USER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 _PASSWORD = re.compile(r"[!#-&(-\[\]-~]{1,512}")  # printable ASCII but space " ' and \
@@ -41,19 +50,37 @@ _PASSWORD = re.compile(r"[!#-&(-\[\]-~]{1,512}")  # printable ASCII but space " 
 #: SCRIPT: a tenant's own script could allocate past maxmemory or loop, and stop the server
 #: for every tenant. redis-py's CLIENT SETINFO is left out: Redis 7.0 does not know it, and
 #: redis-py ignores its refusal.
-_CLIENT = ("fcall", "fcall_ro", "ping", "hello")
+CLIENT_CONNECTION = ("fcall", "fcall_ro", "ping", "hello")
+#: The plain reads the client sends itself: the archive's pages (``recall``), one fact, the
+#: length and token count, a stored result, the CLI's TTLs and listing.
+CLIENT_READS = ("lrange", "lindex", "llen", "hget", "hmget", "pttl")
+#: The plain commands a writing handle sends itself: a message's pin on a stored result
+#: (``append(..., offload=True)``) with the memory's deadline, and the pins it keeps alive;
+#: and an operator's ``SessionIndex.prune``. Every other write is a function's.
+CLIENT_WRITES = (
+    "hincrby",
+    "pexpire",
+    "pexpireat",
+    "pexpiretime",
+    "hlen",
+    "hkeys",
+    "zremrangebyscore",
+    "hdel",
+)
 #: What a Cluster client asks to learn the slot map and the command table.
 _CLUSTER_CLIENT = ("cluster|slots", "cluster|shards", "cluster|nodes", "cluster|info", "command")
-#: What the read scripts and plain reads call (read, health, snapshot, recall, len).
+#: What the read scripts (``flags=no-writes``: read, context, search, health, snapshot...) and
+#: the client's plain reads call. ``tests/test_acl.py`` derives the set from the scripts and
+#: checks this list against it: Redis checks each command a function calls against its
+#: caller's rules.
 READ_COMMANDS = (
-    *_CLIENT,
+    *CLIENT_CONNECTION,
     "lrange",
     "llen",
     "lindex",
     "hget",
     "hmget",
     "hgetall",
-    "hexists",
     "hstrlen",
     "hlen",
     "exists",
@@ -61,20 +88,23 @@ READ_COMMANDS = (
     "zrevrange",
     "zcard",
     "pttl",
-    "time",
+    # The scripts size a key before they read it whole (lua/lib/args.lua: sized).
+    "memory|usage",
 )
 #: What ``ls --scan`` adds (``--allow-scan``): key patterns do not confine it.
 SCAN_COMMANDS = ("scan",)
-#: What the write scripts and the flush lock call, on top of the reads.
+#: What the write scripts call on top of the reads (the same check), and CLIENT_WRITES.
 WRITE_COMMANDS = (
     "rpush",
     "lpush",
     "ltrim",
+    "lpop",
+    "rpop",
     "hset",
     "hdel",
     "hkeys",
+    "hexists",
     "hincrby",
-    "hscan",
     "del",
     "unlink",
     "pexpire",
@@ -83,16 +113,17 @@ WRITE_COMMANDS = (
     "persist",
     "zadd",
     "zscore",
-    "zremrangebyscore",
-    "zremrangebyrank",
     "zrem",
     "zpopmin",
-    "lpop",
-    "rpop",
+    "zremrangebyrank",
+    "zremrangebyscore",
     "set",
     "get",
-    # `purge` asks each key's type to empty a big one in chunks before it unlinks it.
-    "type",
+    "strlen",
+    "time",
+    # The server's replication id: a compare-and-set after a failover is refused
+    # (lua/lib/deltas.lua: lineage). INFO with this argument only.
+    "info|replication",
 )
 
 

@@ -7,7 +7,6 @@ import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import Progress
 
 from compozy_memory._ops.common import (
     EXIT_ABORTED,
@@ -24,13 +23,11 @@ from compozy_memory._ops.inspect_cmds import Json, KeyArgument, ProjectOption, T
 from compozy_memory._ops.output import Out
 
 if TYPE_CHECKING:
-    from compozy_memory._io.translate import RedisClient
     from compozy_memory._model.keys import InstanceKeys
     from compozy_memory._model.results import FlushResult
 
 __all__ = ["clear", "flush", "prune", "purge"]
 
-_CHUNK = 10_000
 
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
 
@@ -194,14 +191,14 @@ def purge(
     text: TextOption = False,
     json_mode: Json = False,
 ) -> None:
-    """Delete every key of a memory, meta and lock included, and its session-index entry.
-    Big lists and sets go in chunks (the server never blocks on one huge DEL). Asks first
-    unless --yes."""
+    """Delete every key of a memory, meta and lock included, and its session-index entry,
+    through the installed functions (one UNLINK: the server frees big keys in the background).
+    Asks first unless --yes."""
     out = Out(json_mode)
     keys = memory_keys(project, key, text=text)
     asyncio.run(_exists(ctx, keys))
     confirm(f"Delete every key of {keys.key} in {keys.project}, meta included?", yes)
-    deleted, items = asyncio.run(_purge(ctx, keys, out))
+    deleted, items = asyncio.run(_purge(ctx, keys))
     if json_mode:
         out.data(
             {"project": keys.project, "key": keys.key, "deleted_keys": deleted, "items": items}
@@ -210,65 +207,17 @@ def purge(
         out.line(f"purged {keys.key}: {deleted} keys, {items} items", "green")
 
 
-async def _purge(ctx: typer.Context, keys: InstanceKeys, out: Out) -> tuple[int, int]:
-    from compozy_memory._io.translate import backend_errors
+async def _purge(ctx: typer.Context, keys: InstanceKeys) -> tuple[int, int]:
     from compozy_memory._store.sessions import SessionIndex
 
     async with open_client(settings(ctx)) as client:
         await require_memory(client, keys)
-        names = [*keys.data, keys.lock]
-        with backend_errors("purge", keys.prefix):
-            found = await _sizes(client, names)
-            total = sum(size for _, _, size in found)
-            if out.stderr.is_terminal and total > _CHUNK:
-                with Progress(console=out.stderr, transient=True) as bar:
-                    task = bar.add_task(f"purging {keys.key}", total=total)  # a key: no markup
-                    for name, kind, size in found:
-                        await _empty(client, name, kind, size)
-                        bar.advance(task, size)
-            else:
-                for name, kind, size in found:
-                    await _empty(client, name, kind, size)
-            await client.unlink(*names)
-            await SessionIndex(client, keys.project).forget(keys.key)
-        return len(found), total
-
-
-async def _sizes(client: RedisClient, names: list[str]) -> list[tuple[str, str, int]]:
-    """(key, type, items) of each key that exists; items are 0 but for lists, sorted sets
-    and hashes."""
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.type(name)
-    kinds = [k.decode() if isinstance(k, bytes) else str(k) for k in await pipe.execute()]
-    found = [(n, k) for n, k in zip(names, kinds, strict=True) if k != "none"]
-    pipe = client.pipeline(transaction=False)
-    for name, kind in found:
-        {"list": pipe.llen, "zset": pipe.zcard, "hash": pipe.hlen}.get(kind, pipe.exists)(name)
-    counts = await pipe.execute()
-    return [
-        (name, kind, int(n) if kind in ("list", "zset", "hash") else 0)
-        for (name, kind), n in zip(found, counts, strict=True)
-    ]
-
-
-async def _empty(client: RedisClient, name: str, kind: str, size: int) -> None:
-    """Remove a big key's items ``_CHUNK`` at a time, so no one command holds the server
-    (the UNLINK after it frees the rest)."""
-    left = size
-    while left > _CHUNK:
-        if kind == "list":
-            await client.ltrim(name, _CHUNK, -1)
-        elif kind == "zset":
-            await client.zremrangebyrank(name, 0, _CHUNK - 1)
-        elif kind == "hash":
-            _, fields = await client.hscan(name, 0, count=_CHUNK)
-            if not fields:
-                return
-            await client.hdel(name, *fields)
-        else:
-            return
-        left -= _CHUNK
+        # A handle without a policy: purge.lua declares every key of the memory and UNLINKs
+        # them in one call, whatever their size.
+        handle = open_memory(client, keys, read_only=False)
+        deleted, items = await handle.transport.drive(handle.gateway.purge())
+        await SessionIndex(client, keys.project).forget(keys.key)
+        return deleted, items
 
 
 def prune(ctx: typer.Context, project: ProjectOption, json_mode: Json = False) -> None:

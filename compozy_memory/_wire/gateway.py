@@ -128,6 +128,13 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
         return int(reply["removed"]), pins
 
     @op
+    def purge(self) -> Steps[tuple[int, int]]:
+        """Delete every key of the memory, meta and the lock included (``lua/purge.lua``):
+        how many keys there were and the elements they held."""
+        reply = yield from self._writing("purge", {}, self._fields("purge"))
+        return int(reply["keys"]), int(reply["items"])
+
+    @op
     def note_pin(self, result_key: str) -> Steps[int]:
         """Record that a message of this memory pins ``result_key`` (once more); returns how
         many results the memory pins."""

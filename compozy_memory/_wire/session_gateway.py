@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compozy_memory._model.keys import sanitize_key, validate_project
+from compozy_memory._model.limits import MAX_BATCH
 from compozy_memory._wire.effects import raw
 from compozy_memory._wire.gateway_base import script_call
 from compozy_memory._wire.scripts import ScriptArg, script
@@ -74,17 +75,29 @@ class SessionGateway:
 
     @op
     def touch(self, agent: str | None, touches: Sequence[Touch]) -> Steps[int]:
-        """Record ``touches`` (sessions of ``agent``, or of no agent) in one call; returns
-        the server's clock (ms)."""
+        """Record ``touches`` (sessions of ``agent``, or of no agent), ``MAX_BATCH`` a call
+        (the script takes no more); returns the server's clock (ms) at the last call."""
         code = script("session_touch")
-        entries: list[ScriptArg] = []
-        now = time.monotonic()
-        for t in touches:
-            age = 0 if t.at is None else min(_MAX_AGE_MS, max(0, round((now - t.at) * 1000)))
-            entries += [t.session.encode(), t.last_id, t.messages, t.tokens, age]
-        args = code.contract.argv_for(
-            {"agent": (agent or "").encode("utf-8", "surrogatepass")}, entries
-        )
+        keys = [self.keys.all, self.keys.agent(agent or "-"), self.keys.info]
+        now_ms = 0
+        for start in range(0, len(touches), MAX_BATCH):
+            entries: list[ScriptArg] = []
+            now = time.monotonic()
+            for t in touches[start : start + MAX_BATCH]:
+                age = 0 if t.at is None else min(_MAX_AGE_MS, max(0, round((now - t.at) * 1000)))
+                entries += [t.session.encode(), t.last_id, t.messages, t.tokens, age]
+            args = code.contract.argv_for(
+                {"agent": (agent or "").encode("utf-8", "surrogatepass")}, entries
+            )
+            now_ms = yield from script_call(code.name, keys, args, self.keys.all, int, write=True)
+        return now_ms
+
+    @op
+    def forget(self, session: str, agent: str | None) -> Steps[int]:
+        """Drop ``session`` from the project's index and ``agent``'s (the agent its entry
+        names); 1 when the index held it."""
+        code = script("sessions_forget")
+        args = code.contract.argv_for({"session": session.encode()})
         keys = [self.keys.all, self.keys.agent(agent or "-"), self.keys.info]
         return (yield from script_call(code.name, keys, args, self.keys.all, int, write=True))
 

@@ -39,3 +39,30 @@ local function split_tabs(text)
   end
   return out
 end
+
+-- Stored data may have been written raw by a tenant with the read-write ACL line (Redis checks
+-- a function's commands against its caller's rules, so no line lets a user FCALL a function
+-- that writes without letting it write: docs/operations.md). So a script sizes what it reads
+-- by what is there, never by what stored data claims, and refuses what compozy-memory never
+-- writes with COMPOZY_CORRUPT (CorruptDataError) before its first write.
+
+-- Refuses, unread, a key (a list, hash or sorted set) whose bytes (MEMORY USAGE, counted over
+-- all of it: no sample) are more than items of at most item_bytes each can take: a value
+-- longer than any the scripts write was planted in it. A missing key passes.
+local function sized(key, what, items, item_bytes)
+  local used = redis.call('MEMORY', 'USAGE', key, 'SAMPLES', 0)
+  if used and used > items * (item_bytes + item_bytes / 2 + 128) + 16384 then
+    fail('CORRUPT', what .. ' holds ' .. used .. ' bytes, more than ' .. items .. ' items of '
+      .. 'at most ' .. item_bytes .. ' bytes take: it was written raw, not by compozy-memory')
+  end
+end
+
+-- Returns value (text read from stored data, or false/nil), refusing one of more than most
+-- bytes: its length is checked before anything parses or returns it.
+local function bounded(value, most, what)
+  if value and #value > most then
+    fail('CORRUPT', what .. ' has ' .. #value .. ' bytes, more than the ' .. most
+      .. ' compozy-memory writes: it was written raw')
+  end
+  return value
+end

@@ -1,7 +1,7 @@
 -- lib/batch.lua: message batches: validating the (tokens, priority, body) triples a write
 -- carries, storing them, and what every write to the conversation records in meta: the
 -- pinned messages' ids and the version.
--- USES: args clock envelope meta
+-- USES: args clock deltas envelope meta
 --
 -- meta's 'ver' names the conversation's content, not only its length: '<last_id>:<mark>',
 -- where mark is the write's dedupe key (unique to one write) or, for writes without one,
@@ -213,6 +213,8 @@ local function batch_meta(k, batch, m, mark, us, more, counter)
     out[#out + 1] = inc
     out[#out + 1] = 'fmt'
     out[#out + 1] = DATA_FORMAT
+    out[#out + 1] = 'rid'  -- lib/deltas.lua: lineage
+    out[#out + 1] = replication_id()
   end
   if counter then
     out[#out + 1] = counter
@@ -242,7 +244,7 @@ local function checked_prefix(k_msgs, args, from, prefix_len)
   if prefix_len == 0 then
     return {}, {}  -- (LRANGE 0 -1 would read the whole list)
   end
-  local prefix = redis.call('LRANGE', k_msgs, 0, prefix_len - 1)
+  local prefix = envelopes_read(k_msgs, 'a message', 0, prefix_len - 1)
   if #prefix ~= prefix_len then
     fail('MOVED', 'the memory has fewer messages than the plan saw')
   end

@@ -33,6 +33,15 @@ end
 -- release wrote (',<n>:<last id>...', no header) is searched whole, and gets a header on its
 -- process's next write.
 
+-- Refuses, unread, a process's record (meta field, or nil for none) longer than the scripts
+-- write: it was written raw.
+local function dedupe_sized(meta, field)
+  if field and redis.call('HSTRLEN', meta, field) > MAX_META_FIELD_BYTES then
+    fail('CORRUPT', 'meta field ' .. field .. ' is longer than a dedupe record compozy-memory '
+      .. 'writes: it was written raw')
+  end
+end
+
 -- A dedupe key as the scripts keep it: (own) for a caller's, (nil, process, n) for one the
 -- handles made up, nothing for none. A counter written with leading zeros is not one a handle
 -- makes: such a key is kept as a caller's, so the counters compare by their digits alone.
@@ -85,8 +94,11 @@ end
 -- Returns the last id the write with this key (own, or process and n, as dedupe_token gave
 -- them) was given, or nil if it is not remembered; and, for a process's key, its record
 -- parsed (for dedupe_record). record: meta's 'w:<process>' (or nil); newest: meta's last id.
+-- A record or chunk longer than any the scripts write (MAX_META_FIELD_BYTES) was written
+-- raw: refused before anything parses it (this runs before the write's first command).
 local function dedupe_seen(k, own, process, n, record, newest)
   local seen, r
+  record = bounded(record, MAX_META_FIELD_BYTES, 'a dedupe record')
   if own ~= nil then
     seen = tonumber(redis.call('ZSCORE', k.dedupe, own))
   elseif process ~= nil then
@@ -102,7 +114,8 @@ local function dedupe_seen(k, own, process, n, record, newest)
       end
       local chunks = redis.call('HMGET', k.meta, unpack(fields))
       for i = 1, #chunks do
-        seen = seen or dedupe_find(chunks[i] or nil, n, 1)
+        seen = seen or dedupe_find(bounded(chunks[i], MAX_META_FIELD_BYTES, 'a dedupe record')
+          or nil, n, 1)
       end
     end
   end

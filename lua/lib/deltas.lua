@@ -1,12 +1,19 @@
 -- lib/deltas.lua: changing a memory's meta: exact totals through deltas, its incarnation (set
 -- from the server clock when meta is created, so a memory that expired and was written again
--- is told apart from the old one), and the deadline every key of the memory shares (its TTL).
+-- is told apart from the old one, and given again when its server's replication history
+-- changed: lineage below), and the deadline every key of the memory shares (its TTL).
 -- USES: clock
 
 -- Meta changes are gathered in a table of field -> delta and written with one HMGET and one
 -- HSET, whatever the number of messages and priorities involved.
 local function new_deltas()
   return {tokens = 0, count = 0}
+end
+
+-- The server's replication id (INFO replication's master_replid): a primary keeps it while
+-- it serves; a replica promoted in its place starts a new one.
+local function replication_id()
+  return string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or ''
 end
 
 -- Accounts count messages (1 when nil) of priority that hold tokens in all.
@@ -53,6 +60,8 @@ local function apply_deltas(meta, deltas, check, extra)
     updates[#updates + 1] = values.inc
     updates[#updates + 1] = 'fmt'
     updates[#updates + 1] = DATA_FORMAT
+    updates[#updates + 1] = 'rid'
+    updates[#updates + 1] = replication_id()
   end
   if extra then
     for _, item in ipairs(extra(values)) do
@@ -68,9 +77,34 @@ local function incarnation(meta)
   local inc = redis.call('HGET', meta, 'inc')
   if not inc then
     inc = string.format('%d', now_us())
-    redis.call('HSET', meta, 'inc', inc, 'fmt', DATA_FORMAT)
+    redis.call('HSET', meta, 'inc', inc, 'fmt', DATA_FORMAT, 'rid', replication_id())
   end
   return inc
+end
+
+-- The incarnation a compare-and-set compares (flush commits, the flush lock, replace with
+-- if_incarnation), after checking the memory's lineage: meta's 'rid' is the server's
+-- replication id (INFO replication's master_replid) when its incarnation was given. A
+-- replica's promotion gives the server a new one; so does a restart that lost the server's
+-- replication state, and a Cluster slot moving to another shard. Then messages acknowledged
+-- on the old primary may be missing here and other writers may have given their ids again:
+-- a compare-and-set read before must not land. So meta gets a new incarnation (and the
+-- server's id), which this returns with true; a memory written before 'rid' existed gets one
+-- too, once. meta: its key; m: its fields, with inc and rid read (inc nil: no memory).
+local function lineage(meta, m)
+  if m.inc == nil then
+    return nil, false
+  end
+  local rid = replication_id()
+  if m.rid == rid then
+    return m.inc, false
+  end
+  local inc = string.format('%d', now_us())
+  if inc == m.inc then
+    inc = inc .. '.1'
+  end
+  redis.call('HSET', meta, 'inc', inc, 'rid', rid)
+  return inc, true
 end
 
 -- TTLs. Every key of a memory expires at one deadline, meta's (PEXPIRETIME): a key that

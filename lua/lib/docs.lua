@@ -114,13 +114,15 @@ end
 
 -- The envelope of message id wherever it is (live, a live summary, archived), or nil; where
 -- says which: 'live', 'summary' or 'archive'. state: {count = live messages, archive_base};
--- it remembers the newest live id once read.
+-- it remembers the newest live id and the summaries once read. Every envelope is sized
+-- (lib/envelope.lua).
 local function locate(k, docs, id, state)
   local kind, _, seq = docs.get(id)
   if seq > 0 then
     local at = seq - state.archive_base - 1
     if at >= 0 then
-      local env = redis.call('LINDEX', k.archive, at)
+      local env = bounded(redis.call('LINDEX', k.archive, at), MAX_ENVELOPE_BYTES,
+        'an archived message')
       if env then
         return env, 'archive'
       end
@@ -128,7 +130,8 @@ local function locate(k, docs, id, state)
     return nil
   end
   if kind == KINDS.summary then
-    for _, env in ipairs(redis.call('LRANGE', k.summaries, 0, -1)) do
+    state.summaries = state.summaries or summaries_read(k)
+    for _, env in ipairs(state.summaries) do
       if envelope_head(env) == id then
         return env, 'summary'
       end
@@ -142,11 +145,13 @@ local function locate(k, docs, id, state)
     return nil
   end
   if state.newest == nil then
-    state.newest = envelope_head(redis.call('LINDEX', k.msgs, -1))
+    sized(k.msgs, 'msgs', state.count, MAX_ENVELOPE_BYTES)
+    state.newest = envelope_head(bounded(redis.call('LINDEX', k.msgs, -1), MAX_ENVELOPE_BYTES,
+      'a message'))
   end
   local at = live_index(k.msgs, id, state.count, state.newest)
   if at then
-    return redis.call('LINDEX', k.msgs, at), 'live'
+    return bounded(redis.call('LINDEX', k.msgs, at), MAX_ENVELOPE_BYTES, 'a message'), 'live'
   end
   return nil
 end

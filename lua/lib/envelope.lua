@@ -19,3 +19,28 @@ local function envelope_head(env)
   end
   return tonumber(id), tonumber(tokens), tonumber(priority)
 end
+
+-- Envelopes first..last of list key (LRANGE indices), each refused (COMPOZY_CORRUPT) when
+-- longer than any envelope the scripts write (MAX_ENVELOPE_BYTES: one written raw). With
+-- items (how many the list holds) the list is sized first, as a whole (lib/args.lua: sized).
+local function envelopes_read(key, what, first, last, items)
+  if items then
+    sized(key, what, items, MAX_ENVELOPE_BYTES)
+  end
+  local out = redis.call('LRANGE', key, first, last)
+  for i = 1, #out do
+    bounded(out[i], MAX_ENVELOPE_BYTES, what)
+  end
+  return out
+end
+
+-- Every summary of the memory (k.summaries), oldest first: at most MAX_SUMMARIES, sized
+-- before they are read.
+local function summaries_read(k)
+  local n = redis.call('LLEN', k.summaries)
+  if n > MAX_SUMMARIES then
+    fail('CORRUPT', 'the memory holds ' .. n .. ' summaries, more than the ' .. MAX_SUMMARIES
+      .. ' compozy-memory keeps: they were written raw')
+  end
+  return envelopes_read(k.summaries, 'a summary', 0, -1, n)
+end

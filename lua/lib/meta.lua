@@ -3,14 +3,31 @@
 -- USES: args
 
 -- Reads meta's fields (names) with one HMGET: a table of name -> value (text; nil when the
--- field is missing).
+-- field is missing). A value longer than MAX_META_FIELD_BYTES was written raw: refused.
 local function meta_read(meta, names)
   local values = redis.call('HMGET', meta, unpack(names))
   local out = {}
   for i, name in ipairs(names) do
-    out[name] = values[i] or nil  -- a missing field comes as false
+    out[name] = bounded(values[i], MAX_META_FIELD_BYTES, 'meta field ' .. name) or nil
   end
   return out
+end
+
+-- Refuses, unread, a meta of more than MAX_META_FIELDS fields, or of more bytes than its
+-- fields can take (MAX_META_FIELD_BYTES each): it was written raw.
+local function meta_sized(meta)
+  local n = redis.call('HLEN', meta)
+  if n > MAX_META_FIELDS then
+    fail('CORRUPT', 'meta has ' .. n .. ' fields, more than the ' .. MAX_META_FIELDS
+      .. ' compozy-memory writes: it was written raw')
+  end
+  sized(meta, 'meta', n, MAX_META_FIELD_BYTES)
+end
+
+-- Every field of meta (HGETALL), sized first (meta_sized).
+local function meta_all(meta)
+  meta_sized(meta)
+  return redis.call('HGETALL', meta)
 end
 
 -- Refuses a memory written by a newer release, in a format this one cannot read (meta's fmt;
@@ -60,12 +77,21 @@ local function check_parts(m, k, parts)
 end
 
 -- Session facts are two keys that always hold the same keys (the values, and their order):
--- one without the other was evicted or deleted.
-local function check_facts(k_facts, k_factord)
+-- one without the other was evicted or deleted. More than MAX_FACTS were written raw; and a
+-- script that reads them (reading) has both keys sized first.
+local function check_facts(k_facts, k_factord, reading)
   local values, order = redis.call('HLEN', k_facts), redis.call('ZCARD', k_factord)
   if values ~= order then
     fail('EVICTED', 'the facts hold ' .. values .. ' values and ' .. order .. ' keys in order: '
       .. 'keys of this memory were evicted or deleted')
+  end
+  if values > MAX_FACTS then
+    fail('CORRUPT', 'the memory holds ' .. values .. ' facts, more than the ' .. MAX_FACTS
+      .. ' compozy-memory keeps: they were written raw')
+  end
+  if reading then
+    sized(k_facts, 'the facts', values, MAX_FACT_KEY + MAX_FACT_VALUE + 32)
+    sized(k_factord, 'the order of the facts', values, MAX_FACT_KEY + 32)
   end
 end
 
@@ -79,8 +105,14 @@ local function counted_parts(m, k, which)
     elseif name == 'archive' then
       parts.archive = {k.archive, (tonumber(m.archived) or 0) - (tonumber(m.archive_base) or 0)}
     elseif name == 'summaries' then
-      -- Counted since format 2 (an import of format 1 did not count them).
-      parts.summaries = {k.summaries, fmt >= 2 and (tonumber(m.summary_count) or 0) or nil}
+      -- Counted since format 2 (an import of format 1 did not count them); never more than
+      -- MAX_SUMMARIES, so a script may read them all.
+      local n = tonumber(m.summary_count) or 0
+      if n > MAX_SUMMARIES then
+        fail('CORRUPT', 'meta counts ' .. n .. ' summaries, more than the ' .. MAX_SUMMARIES
+          .. ' a memory holds: it was written raw')
+      end
+      parts.summaries = {k.summaries, fmt >= 2 and n or nil}
     elseif name == 'index' then
       parts.index = {k.ixdocs, fmt >= 2 and (tonumber(m.ix_docs) or 0) or nil, 'exists'}
       -- Segments listed: the HASH holding them is there (format 3 on), where the script
@@ -119,13 +151,15 @@ local function check_not_importing(m)
   end
 end
 
--- Reads meta (GUARD_FIELDS and extra) and checks the format and the parts in which; a
+-- Reads meta (GUARD_FIELDS and extra), sized first (a meta of more bytes than its fields can
+-- take was written raw: refused unread), and checks the format and the parts in which; a
 -- writing caller is also refused while an import fills the memory.
 local function guarded(k, which, extra, writing)
   local names = {unpack(GUARD_FIELDS)}
   for _, name in ipairs(extra or {}) do
     names[#names + 1] = name
   end
+  meta_sized(k.meta)
   local m = meta_read(k.meta, names)
   check_format(m)
   check_parts(m, k, counted_parts(m, k, which))

@@ -313,3 +313,12 @@ def test_a_reply_of_another_shape_is_a_script_error(reply: Any) -> None:
     with pytest.raises(ScriptError, match="context"):
         script("context").contract.decode(reply)
 
+
+def test_every_script_with_a_variadic_part_has_a_cap_its_calls_are_checked_against() -> None:
+    """The server converts every argument before a script runs: the gateways refuse a call
+    past VARIADIC_MOST before sending it (integration/test_arguments.py sends them)."""
+    from compozy_memory._wire.gateway_base import VARIADIC_MOST
+    from compozy_memory._wire.scripts import SCRIPT_NAMES, script
+
+    variadic = {name for name in SCRIPT_NAMES if script(name).contract.variadic}
+    assert set(VARIADIC_MOST) == variadic

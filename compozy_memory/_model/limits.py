@@ -14,6 +14,7 @@ __all__ = [
     "DEDUPE_SWEEP",
     "DEDUPE_WINDOW",
     "GC_STEP_FIELDS",
+    "INDEX_BACKLOG_WARNING",
     "INDEX_READ_BYTES",
     "INDEX_READ_FIELDS",
     "INDEX_STEP_DOCS",
@@ -192,6 +193,10 @@ RESCORE_BLOCKS = 64
 #: Of the common terms, the rarest this many are scored on the candidates (each costs a
 #: read of its blocks' directory); the others weigh least in BM25 and are left out.
 RESCORE_TERMS = 8
+
+#: ``health()`` warns (``index_warning``) when more messages than this wait to be indexed: the
+#: indexer takes about 128 a step, so this is seconds of indexing behind the writers.
+INDEX_BACKLOG_WARNING = 10_000
 
 #: Dense scores (an ``Embedder``): the vectors one step stores and their bytes in all (each
 #: byte is checked to be text), the ids one pending read looks through (most are consecutive;

@@ -7,7 +7,7 @@ exporter, a test, an adapter) need not import the machinery that made it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from compozy_memory._model.messages import Message
@@ -143,6 +143,17 @@ class MemoryHealth:
     #: may evict part of this memory, if it may (``noeviction`` is safe; see the README).
     eviction_policy: str | None = None
     eviction_warning: str | None = None
+    #: The server settings that bound what a tenant sends by hand, as the server reports them
+    #: (``proto-max-bulk-len``, ``client-query-buffer-limit``, ``maxmemory-clients``; empty
+    #: where this user may not read them: ``CONFIG GET``), and why they let a tenant send far
+    #: more than compozy-memory ever does, if they do (docs/operations.md, "Limits a tenant
+    #: cannot raise").
+    server_limits: Mapping[str, str] = field(default_factory=dict)
+    limits_warning: str | None = None
+    #: Why search is falling behind the writes, when ``unindexed`` passed
+    #: ``INDEX_BACKLOG_WARNING``: the writers outrun the indexer (docs/operations.md, "An index
+    #: backlog" says how to slow them).
+    index_warning: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ import enum
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -185,10 +186,31 @@ def show(
         ("trimmed", str(health.trimmed)),
         ("flushes", f"{health.flush_count}, last {format_ms(health.last_flush_ms)}"),
         ("ttl", format_ttl(health.ttl_ms)),
+        ("unindexed", str(health.unindexed)),
+        ("eviction", health.eviction_policy or "- (needs INFO)"),
+        ("limits", _limits(health.server_limits)),
+    ]
+    rows += [
+        ("warning", text)
+        for text in (health.eviction_warning, health.limits_warning, health.index_warning)
+        if text
     ]
     out.table(("FIELD", "VALUE"), rows, title=f"{keys.project} {keys.key}")
     for message in messages:
         print_message(out, message)
+
+
+def _limits(limits: Mapping[str, str]) -> str:
+    """The server settings that bound a tenant, as the CLI shows them."""
+    if not limits:
+        return "- (needs CONFIG GET)"
+    return ", ".join(f"{name} {_size(value)}" for name, value in limits.items())
+
+
+def _size(value: str) -> str:
+    if value.isdigit() and int(value) >= 1024 * 1024:
+        return f"{int(value) / (1024 * 1024):g} MB"
+    return value
 
 
 async def _show(ctx: typer.Context, keys: Any, last: int) -> tuple[Any, list[Message]]:

@@ -42,7 +42,13 @@ from compozy_memory._store.searching import bm25_ranking
 from compozy_memory._store.selection import query_terms
 from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.effects import ABOUT, RECORDING, Content
-from compozy_memory._wire.eviction import eviction_policy, eviction_warning
+from compozy_memory._wire.eviction import (
+    eviction_policy,
+    eviction_warning,
+    index_warning,
+    limits_warning,
+    server_limits,
+)
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import ConcurrentChangeError, ReadOnlyMemoryError, UsageError
@@ -163,7 +169,15 @@ class ContextReads:
         warning = eviction_warning(policy, ttl=health.ttl_ms is not None)
         if warning:
             _log.warning("%s: %s", self.key, warning)
-        return dataclasses.replace(health, eviction_policy=policy, eviction_warning=warning)
+        limits = yield from server_limits()
+        return dataclasses.replace(
+            health,
+            eviction_policy=policy,
+            eviction_warning=warning,
+            server_limits=limits,
+            limits_warning=limits_warning(limits),
+            index_warning=index_warning(health.unindexed),
+        )
 
     def read_window(
         self, max_tokens: int | None = None, *, max_messages: int | None = None

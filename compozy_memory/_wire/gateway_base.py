@@ -17,13 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from compozy_memory._model import limits
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._wire.effects import Call, Command, RunScript
-from compozy_memory._wire.scripts import ScriptArg, script
-from compozy_memory.errors import ReadOnlyMemoryError
+from compozy_memory._wire.scripts import Script, ScriptArg, script
+from compozy_memory.errors import ReadOnlyMemoryError, UsageError
 
-__all__ = ["OPERATIONS", "WAITED", "GatewayBase", "script_call"]
+__all__ = ["OPERATIONS", "VARIADIC_MOST", "WAITED", "GatewayBase", "script_call"]
 
 T = TypeVar("T")
 
@@ -51,6 +52,41 @@ OPERATIONS: dict[str, str] = {
 }
 
 
+#: The most arguments each script with a variadic part takes past its named ones: what its
+#: own checks allow. The server makes every argument a Lua string before a script's first
+#: line runs (a million cost it about half a second), so a call past this is refused here,
+#: before anything is sent (``tests/test_contracts.py`` checks every variadic script has one).
+VARIADIC_MOST: dict[str, int] = {
+    "append": 3 * limits.MAX_BATCH,
+    "replace": 3 * limits.MAX_BATCH,
+    "import": limits.MAX_BATCH,
+    "flush_commit": 2 * limits.MOVE_STEP + limits.MAX_PINNED + limits.MAX_SUMMARIES,
+    "promote": limits.MAX_RECALL_IDS,
+    "facts_set": 3 * limits.MAX_FACTS_PER_CALL,
+    "facts_delete": limits.MAX_FACTS_PER_CALL,
+    "session_touch": 5 * limits.MAX_BATCH,
+    "index_add": 2 * limits.INDEX_STEP_DOCS + 2 * limits.STEP_FIELDS,
+    "index_read": limits.INDEX_READ_FIELDS,
+    "index_merge": 2 * limits.STEP_FIELDS,
+    "index_put": 2 * limits.STEP_FIELDS,
+    "vec_apply": 2 * limits.VECTOR_STEP_DOCS,
+    "search_candidates": limits.MAX_SEARCH_CANDIDATES,
+    "search_fetch": limits.MAX_SEARCH_CANDIDATES,
+}
+
+
+def check_arguments(code: Script, args: Sequence[ScriptArg], key: str) -> None:
+    """Refuse (UsageError, nothing sent) a call with more arguments than ``code`` takes."""
+    extra = len(args) - len(code.contract.argv)
+    most = VARIADIC_MOST.get(code.name, 0)
+    if extra > most:
+        raise UsageError(
+            f"{code.name}: {extra} arguments past the named ones, at most {most} "
+            "(nothing was sent)",
+            key=key,
+        )
+
+
 def script_call(
     name: str,
     keys: Sequence[str],
@@ -60,8 +96,11 @@ def script_call(
     *,
     write: bool = False,
 ) -> Call[T]:
-    """The call of script ``name`` with ``keys`` and ``args`` (laid out by its contract)."""
-    return Call(OPERATIONS.get(name, name), key, RunScript(script(name), keys, args), decode, write)
+    """The call of script ``name`` with ``keys`` and ``args`` (laid out by its contract);
+    UsageError, with nothing sent, for more arguments than it takes (VARIADIC_MOST)."""
+    code = script(name)
+    check_arguments(code, args, key)
+    return Call(OPERATIONS.get(name, name), key, RunScript(code, keys, args), decode, write)
 
 
 class GatewayBase:
@@ -138,6 +177,7 @@ class GatewayBase:
             keys = self._keys_of[name] = [getattr(self.keys, part) for part in contract.keys]
         # Text goes as UTF-8 whatever encoding the client is set up with, as bodies do.
         args = [a.encode() if isinstance(a, str) else a for a in contract.argv_for(values, rest)]
+        check_arguments(code, args, self.name)
         return Call(
             OPERATIONS.get(name, name), self.name, RunScript(code, keys, args), decode, write
         )

@@ -151,6 +151,13 @@ class MemoryMetrics:
             ["method"],
             registry=registry,
         )
+        self.embedder_fallbacks = Counter(
+            "compozy_memory_embedder_fallbacks_total",
+            "Searches an Embedder failed (reason=error) or kept past its deadline "
+            "(reason=timeout): BM25 alone ranked them",
+            ["memory", "reason"],
+            registry=registry,
+        )
         self.index_lag = Histogram(
             "compozy_memory_index_lag_seconds",
             "How long the oldest message of each indexing step waited since it was appended "

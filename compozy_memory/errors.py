@@ -3,6 +3,8 @@
     CompozyMemoryError
     ├── UsageError                  a call got arguments it cannot take (also a ValueError)
     ├── SessionClosedError          a framework session used after close() (a RuntimeError)
+    ├── EventLoopError              an async handle used from another event loop (a RuntimeError)
+    ├── EmbedderError               an Embedder failed or passed its deadline in a vector step
     ├── StartupError                an embedded server could not be found or started
     ├── ConfigurationError          bad settings: a policy, a counter, an encoding (a ValueError)
     │   ├── ConfigFileError         project YAML with problems, each with file, line, key path
@@ -64,6 +66,8 @@ __all__ = [
     "ContextOverflowError",
     "CorruptDataError",
     "DataFormatError",
+    "EmbedderError",
+    "EventLoopError",
     "IndexLagError",
     "InvalidMessageError",
     "LockBusyError",
@@ -107,6 +111,19 @@ class UsageError(CompozyMemoryError, ValueError):
 class SessionClosedError(CompozyMemoryError, RuntimeError):
     """A framework session was used after its ``close()``; nothing was sent to Redis. A
     ``RuntimeError``, as the frameworks' own sessions raise."""
+
+
+class EventLoopError(CompozyMemoryError, RuntimeError):
+    """An async handle was used from an event loop other than the one its ``redis.asyncio``
+    client is bound to (it made its connections there); nothing was sent. Use one handle
+    (and client) per event loop, or a :class:`~compozy_memory.SyncMemoryInstance` from
+    threads. A ``RuntimeError``, as asyncio's own."""
+
+
+class EmbedderError(CompozyMemoryError):
+    """An :class:`~compozy_memory.Embedder` raised or passed its deadline while the vector step
+    embedded messages; the step stored nothing. (A search whose query it fails to embed ranks
+    by BM25 alone instead, with a warning and ``compozy_memory_embedder_fallbacks_total``.)"""
 
 
 class StartupError(CompozyMemoryError):

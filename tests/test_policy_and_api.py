@@ -17,6 +17,7 @@ def test_public_surface_is_pinned() -> None:
             "BudgetExceededError", "CachedCounter",
             "CompozyMemoryError", "ConcurrentChangeError", "ConfigFileError", "ConfigurationError",
             "ConflictError", "ContextLayers", "ContextOverflowError", "ContextPolicy", "Hit",
+            "EmbedderError", "EventLoopError",
             "SearchPolicy",
             "ExtractiveSummarizer", "FencedLock", "FlushMetrics", "FlushPlan", "FlushResult",
             "FlushSettings", "Flusher", "HeuristicCounter", "InstanceKeys",

@@ -26,6 +26,7 @@ from compozy_memory._search.fusion import Fusion, fuse
 from compozy_memory._search.ranking import neighbour_boost, top_k
 from compozy_memory._store.searching import bm25_ranking
 from compozy_memory._store.vectors import embed, model_id
+from compozy_memory._wire.effects import Observe
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
 from compozy_memory._wire.vector_calls import Candidates
@@ -77,7 +78,7 @@ def fused_ranking(
     )
     bm25 = {i: s for i, s in zip(found.ids, found.bm25, strict=True) if s is not None}
     exists = set(found.ids)
-    dense = yield from _dense_scores(embedder, query, found)
+    dense = yield from _dense_scores(gateway, embedder, query, found)
     skip = ranked.summaries
     if dense is None:
         scores = neighbour_boost(bm25, gateway.policy.search.neighbour_weight, exists, skip)
@@ -125,10 +126,12 @@ def fused_hits(
 
 
 def _dense_scores(
-    embedder: Embedder, query: str, found: Candidates
+    gateway: MemoryGateway, embedder: Embedder, query: str, found: Candidates
 ) -> Steps[dict[int, float] | None]:
     """Cosines of the query with the candidates' vectors, a mean for those without one; None
-    when there is nothing to compare (no vectors of this model, or the embedder failed)."""
+    when there is nothing to compare (no vectors of this model), or when the embedder failed
+    or passed its deadline (``embed_deadline``): BM25 alone ranks the query then, with a
+    warning and ``compozy_memory_embedder_fallbacks_total``."""
     ids = [i for i, v in zip(found.ids, found.vectors, strict=True) if v is not None]
     if not ids or found.model != model_id(embedder):
         return None
@@ -138,8 +141,16 @@ def _dense_scores(
         )
     except CompozyMemoryError:
         raise
-    except Exception:  # the provider's own failure: search goes on with BM25 alone
-        log.warning("the embedder failed on a query; BM25 alone ranks it", exc_info=True)
+    except Exception as exc:  # the provider's own failure: search goes on with BM25 alone
+        reason = "timeout" if isinstance(exc, TimeoutError) else "error"
+        log.warning(
+            "the embedder %s on a query (%s); BM25 alone ranks it",
+            "passed its deadline" if reason == "timeout" else "failed",
+            type(exc).__name__,
+            exc_info=reason == "error",
+            extra={"memory": gateway.memory, "key": gateway.name},
+        )
+        yield from Observe("embedder_fallbacks", (gateway.memory, reason))
         return None
     values = cosines(vector, [v for v in found.vectors if v is not None])
     dense = dict(zip(ids, values, strict=True))

@@ -34,9 +34,18 @@ from compozy_memory._wire.effects import Await
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps, is_sync, op
 from compozy_memory._wire.vector_calls import VectorPending
-from compozy_memory.errors import CompozyMemoryError, ConfigurationError
+from compozy_memory.errors import CompozyMemoryError, ConfigurationError, EmbedderError
 
-__all__ = ["VectorProgress", "Vectorizer", "embed", "model_id", "speakers"]
+__all__ = [
+    "QUERY_EMBED_DEADLINE",
+    "STEP_EMBED_DEADLINE",
+    "VectorProgress",
+    "Vectorizer",
+    "embed",
+    "embed_deadline",
+    "model_id",
+    "speakers",
+]
 
 log = logging.getLogger("compozy_memory.vectors")
 
@@ -45,14 +54,31 @@ _READ_BYTES = 1024 * 1024
 #: Characters of a message's text that are embedded (a static model averages them; a remote
 #: one would cut them at its own input limit).
 _EMBED_CHARS = 8_000
+#: How long an embedder may take (seconds): a search's query (a user waits; past it search
+#: ranks by BM25 alone), and a vector step's batch (in the background; past it the step
+#: raises EmbedderError and writes nothing). An embedder's own ``timeout`` attribute, when it
+#: has one, replaces both.
+QUERY_EMBED_DEADLINE = 2.0
+STEP_EMBED_DEADLINE = 30.0
+
+
+def embed_deadline(embedder: Embedder, *, query: bool) -> float:
+    """How long ``embedder`` may take to embed a query (``query``) or a step's batch."""
+    own = getattr(embedder, "timeout", None)
+    if isinstance(own, (int, float)) and not isinstance(own, bool) and own > 0:
+        return float(own)
+    return QUERY_EMBED_DEADLINE if query else STEP_EMBED_DEADLINE
 
 
 def embed(embedder: Embedder, texts: Sequence[str], *, query: bool = False) -> Await[list[bytes]]:
-    """The effect of embedding ``texts`` with ``embedder`` (quantized): a coroutine, awaited on
-    an event loop, run on the summarizers' loop from a thread. Through the embedder's cache
+    """The effect of embedding ``texts`` with ``embedder`` (quantized) within its deadline
+    (:func:`embed_deadline`; TimeoutError past it): a coroutine, awaited on an event loop, run
+    on the summarizers' loop from a thread. Through the embedder's cache
     (:func:`~compozy_memory._search.embedders.embed_shared`): a text this process embedded
     with it, or is embedding, is not embedded again."""
-    return Await(lambda: embed_shared(embedder, texts, query=query))
+    return Await(
+        lambda: embed_shared(embedder, texts, query=query), embed_deadline(embedder, query=query)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +229,16 @@ class Vectorizer(Backgrounded):
             dense_text(m.model_dump(mode="json", include={"content"}), names)[:_EMBED_CHARS]
             for m in pending.messages
         ]
-        blobs = (yield from embed(self.embedder, texts)) if texts else []
+        try:
+            blobs = (yield from embed(self.embedder, texts)) if texts else []
+        except CompozyMemoryError:
+            raise
+        except Exception as exc:  # the provider's own failure, or its deadline
+            raise EmbedderError(
+                f"{self.embedder.model}: embedding {len(texts)} messages failed "
+                f"({type(exc).__name__}: {exc}); nothing was stored",
+                key=self.gateway.name,
+            ) from exc
         applied = yield from self.gateway.vec_apply(
             pending,
             model=self.model,

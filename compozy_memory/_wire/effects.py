@@ -217,6 +217,7 @@ Family = Literal[
     "lock_refresh",
     "lock_duration",
     "summarizer_fallbacks",
+    "embedder_fallbacks",
     "index_lag",
     "index_unindexed",
 ]

@@ -21,8 +21,8 @@ local kept = redis.call('HMGET', k_meta, 'count', 'last_id', 'epoch', 'inc', 'fm
 -- written raw is not read, and its results are left to their TTLs.
 local pins = {}
 local n_pins = redis.call('HLEN', k_respins)
-local used = n_pins > 0 and redis.call('MEMORY', 'USAGE', k_respins, 'SAMPLES', 0) or 0
-if n_pins <= MAX_RESULT_PINS and used <= n_pins * 1024 + 16384 then
+local used = n_pins > 0 and redis.pcall('MEMORY', 'USAGE', k_respins, 'SAMPLES', 0) or 0
+if n_pins <= MAX_RESULT_PINS and (type(used) ~= 'number' or used <= n_pins * 1024 + 16384) then
   pins = redis.call('HGETALL', k_respins)
 end
 local deadline = redis.call('PEXPIRETIME', k_meta)

@@ -33,8 +33,10 @@ else
   inc = lineage(k_meta, m)
 end
 if not redis.call('SET', k_lock, a_token, 'NX', 'PX', lease_ms) then
-  -- A token is at most 128 bytes: a longer lock was written raw, and is not read.
-  if redis.call('STRLEN', k_lock) <= 128 and redis.call('GET', k_lock) == a_token then
+  -- A token is at most 128 bytes: a longer lock was written raw, and is not read (STRLEN
+  -- refused, by an ACL line from before it was needed: read as before).
+  local size = redis.pcall('STRLEN', k_lock)
+  if (type(size) ~= 'number' or size <= 128) and redis.call('GET', k_lock) == a_token then
     return {tonumber(redis.call('HGET', k_meta, 'epoch')), inc}
   end
   return {0, inc}

@@ -8,7 +8,8 @@
 -- REPLY: owned
 -- 1 if the caller still owned the lock and the lease was extended, else 0.
 local lease_ms = int_arg(a_lease_ms, 'lease_ms', 1, nil)
-if redis.call('STRLEN', k_lock) > 128 or redis.call('GET', k_lock) ~= a_token then
+local size = redis.pcall('STRLEN', k_lock)  -- a longer lock than a token was written raw
+if (type(size) == 'number' and size > 128) or redis.call('GET', k_lock) ~= a_token then
   return 0
 end
 redis.call('PEXPIRE', k_lock, lease_ms)

@@ -6,7 +6,8 @@
 --   token  the owner token given at acquisition
 -- REPLY: released
 -- 1 if the caller owned the lock and released it, else 0 (it had expired or moved on).
-if redis.call('STRLEN', k_lock) > 128 or redis.call('GET', k_lock) ~= a_token then
+local size = redis.pcall('STRLEN', k_lock)  -- a longer lock than a token was written raw
+if (type(size) == 'number' and size > 128) or redis.call('GET', k_lock) ~= a_token then
   return 0
 end
 redis.call('DEL', k_lock)

@@ -70,7 +70,12 @@ from compozy_memory._wire.effects import (
 )
 from compozy_memory._wire.scripts import Script, ScriptArg
 from compozy_memory._wire.steps import Op, Steps
-from compozy_memory.errors import ConfigurationError, ReplicationError, ScriptError
+from compozy_memory.errors import (
+    ConfigurationError,
+    EventLoopError,
+    ReplicationError,
+    ScriptError,
+)
 
 __all__ = ["CallTransport", "Transport", "TransportBase", "adrive"]
 
@@ -287,6 +292,9 @@ class Transport(TransportBase):
         key = call.key
         if not self._homed:
             self._home()
+        home = _HOMES.get(self.client)
+        if home is not None and home() is not asyncio.get_running_loop():
+            raise _foreign_loop(home(), operation or "call", key)
         if isinstance(send, RunScript):
             code, keys, args = send.script, send.keys, send.args
             code.contract.check_keys(keys)
@@ -401,6 +409,20 @@ def _address(client: Any) -> tuple[str, int] | None:
     options = client.connection_pool.connection_kwargs
     host, port = options.get("host"), options.get("port")
     return (str(host), int(port)) if host and port else None
+
+
+def _foreign_loop(home: asyncio.AbstractEventLoop | None, operation: str, key: str) -> Exception:
+    """The typed error for a call on a loop other than its client's (``home``: None when
+    that loop is gone). redis.asyncio binds a client's connections to the loop they were made
+    on; from another loop it fails with an untyped RuntimeError, or worse."""
+    gone = home is None or home.is_closed()
+    return EventLoopError(
+        f"{operation}: this handle's redis.asyncio client made its connections on another "
+        f"event loop{' (now closed: an earlier asyncio.run)' if gone else ''}; a client "
+        "serves the loop it was first used on: open a client (and its handles) in this loop, "
+        "or use SyncMemoryInstance from threads. Nothing was sent.",
+        key=key,
+    )
 
 
 # Each async client's event loop: the one its first call through a transport ran on.

@@ -45,8 +45,12 @@ __all__ = [
 # (embeddings, overrides, isolates, marks) that can make text display as something it is not.
 _CONTROL = "\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 _UNSAFE = re.compile(f"[{_CONTROL}]")
-# JSON already escapes C0; what it leaves raw and a terminal may still act on.
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# What a terminal may act on in JSON text: json.dumps escapes C0, but an export writes stored
+# envelopes as they are, and one written raw may hold C0 inside a string (not a newline: the
+# lines' separator; the export escapes one in an envelope, and json.dumps writes none).
+_JSON_UNSAFE = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
 _MULTILINE_UNSAFE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
 )

@@ -83,6 +83,9 @@ def export_jsonl(memory: Handle, *, include_archived: bool = True) -> Steps[str]
     lines = [HEADER]
     for part in PARTS:
         for env in getattr(transcript, part):
+            # compozy-memory stores compact JSON, never a raw line break; one written raw
+            # would split its line (inside a string, the escape is the same value).
+            env = env.replace("\n", "\\n").replace("\r", "\\r")
             lines.append(f'{{"part":"{part}","envelope":{env}}}')
     return "\n".join(lines) + "\n"
 

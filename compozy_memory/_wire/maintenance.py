@@ -75,5 +75,8 @@ class MaintenanceCalls(GatewayBase):
         return (
             replies.text(reply["stamp"]),
             int(reply["length"]),
-            [replies.text(e) for e in reply["envelope"]],
+            [
+                replies.stored_text(e, f"{part} envelope {offset + i + 1}")
+                for i, e in enumerate(reply["envelope"])
+            ],
         )

@@ -28,6 +28,7 @@ __all__ = [
     "health",
     "index_pending",
     "messages",
+    "stored_text",
     "text",
     "trim_step",
 ]
@@ -37,8 +38,32 @@ def text(value: bytes | str | int) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def stored_text(value: bytes | str, what: str) -> str:
+    """``value`` read from a memory's keys, as text; CorruptDataError when it is not UTF-8
+    (compozy-memory writes nothing else: it was written raw)."""
+    try:
+        return value.decode() if isinstance(value, bytes) else str(value)
+    except UnicodeDecodeError as exc:
+        raise CorruptDataError(
+            f"{what} is not UTF-8 (byte {exc.start}): it was damaged or written raw, not by "
+            "compozy-memory; clear() removes it"
+        ) from None
+
+
 def messages(envelopes: Iterable[Any]) -> list[Message]:
-    return [Message.model_validate_json(e) for e in envelopes]
+    """Stored envelopes as messages; CorruptDataError for one that does not decode as
+    compozy-memory writes them (not UTF-8, not JSON, fields of the wrong type)."""
+    out = []
+    for envelope in envelopes:
+        try:
+            out.append(Message.model_validate_json(envelope))
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            first = str(exc).splitlines()[1:3] if "\n" in str(exc) else [str(exc)]
+            raise CorruptDataError(
+                f"a stored message does not decode ({'; '.join(p.strip() for p in first)}): "
+                "it was damaged or written raw, not by compozy-memory; clear() removes it"
+            ) from None
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -213,8 +213,7 @@ local function batch_meta(k, batch, m, mark, us, more, counter)
     out[#out + 1] = inc
     out[#out + 1] = 'fmt'
     out[#out + 1] = DATA_FORMAT
-    out[#out + 1] = 'rid'  -- lib/deltas.lua: lineage
-    out[#out + 1] = replication_id()
+    stamp_lineage(out)  -- lib/deltas.lua: lineage
   end
   if counter then
     out[#out + 1] = counter

@@ -10,10 +10,19 @@ local function new_deltas()
   return {tokens = 0, count = 0}
 end
 
--- The server's replication id (INFO replication's master_replid): a primary keeps it while
--- it serves; a replica promoted in its place starts a new one.
-local function replication_id()
-  return string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or ''
+-- Appends 'rid' and the server's replication id (INFO replication's master_replid: a primary
+-- keeps it while it serves, a replica promoted in its place starts a new one) to fields, a
+-- list of field, value pairs for an HSET; returns the id. Where INFO is not to be had (an ACL
+-- line from before this release, an emulator without it) nothing is appended, and nil is
+-- returned: the memory's lineage is then not checked (lineage).
+local function stamp_lineage(fields)
+  local info = redis.pcall('INFO', 'replication')
+  local rid = type(info) == 'string' and string.match(info, 'master_replid:(%w+)') or nil
+  if rid and fields then
+    fields[#fields + 1] = 'rid'
+    fields[#fields + 1] = rid
+  end
+  return rid
 end
 
 -- Accounts count messages (1 when nil) of priority that hold tokens in all.
@@ -60,8 +69,7 @@ local function apply_deltas(meta, deltas, check, extra)
     updates[#updates + 1] = values.inc
     updates[#updates + 1] = 'fmt'
     updates[#updates + 1] = DATA_FORMAT
-    updates[#updates + 1] = 'rid'
-    updates[#updates + 1] = replication_id()
+    stamp_lineage(updates)
   end
   if extra then
     for _, item in ipairs(extra(values)) do
@@ -77,7 +85,9 @@ local function incarnation(meta)
   local inc = redis.call('HGET', meta, 'inc')
   if not inc then
     inc = string.format('%d', now_us())
-    redis.call('HSET', meta, 'inc', inc, 'fmt', DATA_FORMAT, 'rid', replication_id())
+    local fields = {'inc', inc, 'fmt', DATA_FORMAT}
+    stamp_lineage(fields)
+    redis.call('HSET', meta, unpack(fields))
   end
   return inc
 end
@@ -95,8 +105,8 @@ local function lineage(meta, m)
   if m.inc == nil then
     return nil, false
   end
-  local rid = replication_id()
-  if m.rid == rid then
+  local rid = stamp_lineage(nil)
+  if rid == nil or m.rid == rid then
     return m.inc, false
   end
   local inc = string.format('%d', now_us())

@@ -57,7 +57,7 @@ from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._store.sessions import SessionIndex
 from compozy_memory._wire.scripts import SCRIPT_NAMES, library, script
 from compozy_memory.embedded import start_server
-from compozy_memory.errors import CompozyMemoryError
+from compozy_memory.errors import CompozyMemoryError, CorruptDataError, UsageError
 
 PROJECT = "srvtime"
 COUNTER = HeuristicCounter()
@@ -238,6 +238,7 @@ async def run_engine(
         await sizes_and_search(client, mem, questions, label)
         await index_maintenance(meter, mem, archived)
         await tenant(meter, server.url, client, mem)
+        await planted(meter, client, mem)
         await destructive(meter, client, mem, corpus_messages, live)
         print_table(meter.rows)
     finally:
@@ -530,6 +531,100 @@ async def tenant(meter: Meter, url: str, client: RedisClient, mem: MemoryInstanc
         f"{meter.probe.read():.2f} ms)"
     )
     crafter.close()
+
+
+async def planted(meter: Meter, client: RedisClient, loaded: MemoryInstance) -> None:
+    """What a tenant with the read-write line can plant raw in its own memory's keys, met by
+    every reader: each call is refused (CorruptDataError); the time is what meeting it costs.
+    The library's own calls asked to carry a million arguments send nothing."""
+
+    def head(n: int) -> bytes:
+        return b'{"id":%d,"ts":1,"tokens":3,"priority":2,"role":"user","content":"' % n
+
+    async def refused(*calls: Callable[[], Awaitable[Any]]) -> None:
+        for call in calls:
+            with contextlib.suppress(CorruptDataError):
+                await call()
+
+    async def small(name: str) -> MemoryInstance:
+        mem = memory(client, f"planted-{name}")
+        await mem.append_many(
+            [{"role": "user", "content": f"turn {i} of order {i}", "tokens": 3} for i in range(10)]
+        )
+        await mem.indexer.catch_up()
+        return mem
+
+    def readers(mem: MemoryInstance) -> Callable[[], Awaitable[None]]:
+        return lambda: refused(
+            mem.read,
+            lambda: mem.context(4_000),
+            lambda: mem.context(4_000, query="order 5"),
+            mem.snapshot,
+            lambda: mem.trim(keep_messages=0),
+            lambda: mem.recall_messages([5]),
+            mem.health,
+        )
+
+    mem = await small("envelope")
+    await client.rpush(mem.keys.msgs, head(11) + b"x" * (64 << 20) + b'"}')
+    await client.hincrby(mem.keys.meta, "count", 1)
+    await meter.measure(
+        "planted: 64 MB envelope", "in a memory of 10: every reader, sized first", readers(mem)
+    )
+    await client.delete(*mem.keys.data)
+    mem = await small("meta")
+    await client.hset(mem.keys.meta, "ver", "x" * (8 << 20))
+    await client.hset(mem.keys.meta, "w:planted", "1:0:0:1" + ",1:1" * (2 << 20))
+    await meter.measure(
+        "planted: 8 MB meta field, dedupe record",
+        "every reader, and an append of that process",
+        lambda: refused(
+            readers(mem),
+            lambda: mem.append({"role": "user", "content": "x"}, dedupe_key="~planted:2"),
+        ),
+    )
+    await client.delete(*mem.keys.data)
+    mem = await small("counts")
+    for start in range(0, 100_000, 10_000):
+        span = range(start, start + 10_000)
+        await client.rpush(mem.keys.summaries, *[head(i) + b'x"}' for i in span])
+        await client.hset(mem.keys.facts, mapping={f"k{i}": "1\tv" for i in span})
+        await client.zadd(mem.keys.factord, {f"k{i}": 1 for i in span})
+        await client.hset(mem.keys.meta, mapping={f"z{i}": "1" for i in span})
+    await client.hset(mem.keys.meta, "summary_count", 100_000)
+    await meter.measure(
+        "planted: 100,000 summaries, facts, fields",
+        "in meta's counts too: every reader",
+        readers(mem),
+    )
+    await client.delete(*mem.keys.data)
+    # A long memory may hold the planted bytes legitimately: the reader that meets the
+    # envelope copies it once, then refuses it. proto-max-bulk-len bounds that copy.
+    for size in (64 << 20, 16 << 20):
+        await client.rpush(loaded.keys.msgs, head(10**9) + b"x" * size + b'"}')
+        await client.hincrby(loaded.keys.meta, "count", 1)
+        await meter.measure(
+            f"planted: {size >> 20} MB envelope, loaded memory",
+            "at the end of the live messages: read and context copy it once",
+            lambda: refused(lambda: loaded.read(-10, -1), lambda: loaded.context(4_000)),
+        )
+        await client.rpop(loaded.keys.msgs)
+        await client.hincrby(loaded.keys.meta, "count", -1)
+
+    ids = list(range(1, 1_000_001))
+
+    async def capped() -> None:
+        gateway, drive = loaded.gateway, loaded.transport.drive
+        with contextlib.suppress(UsageError):
+            await drive(gateway.promote(ids, 0))
+        with contextlib.suppress(UsageError):
+            await drive(gateway.search_fetch(ids, limit=10))
+        with contextlib.suppress(UsageError):
+            await drive(gateway.index_read(fields=[f"1.{i}" for i in range(1_000_000)]))
+
+    await meter.measure(
+        "library: 1,000,000 ids", "promote, search_fetch, index_read: refused unsent", capped
+    )
 
 
 async def destructive(

@@ -262,8 +262,9 @@ if #ranked > 0 and limit > 0 and (tonumber(m.fmt) or 1) >= DATA_FORMAT then
     end
   end
 end
-local recalled = envelopes_read(k_recalled, 'a recalled message', -MAX_RECALLED, -1,
-  redis.call('LLEN', k_recalled))
+local n_recalled = redis.call('LLEN', k_recalled)
+local recalled = n_recalled == 0 and {}
+  or envelopes_read(k_recalled, 'a recalled message', -MAX_RECALLED, -1, n_recalled)
 for i = #recalled, 1, -1 do
   offer(recalled[i], '')
 end

@@ -48,10 +48,14 @@ end
 
 -- Refuses, unread, a key (a list, hash or sorted set) whose bytes (MEMORY USAGE, counted over
 -- all of it: no sample) are more than items of at most item_bytes each can take: a value
--- longer than any the scripts write was planted in it. A missing key passes, and so does any
+-- longer than any the scripts write was planted in it. items is the server's count of them
+-- (LLEN, HLEN: a stored count is checked against it first). A missing key passes, as does any
 -- key where MEMORY USAGE is not to be had (an ACL line from before this release, an emulator
 -- without it): each value is then still checked as it is read.
 local function sized(key, what, items, item_bytes)
+  if items == 0 then
+    return  -- the server's own count: a list, hash or set of none does not exist
+  end
   local used = redis.pcall('MEMORY', 'USAGE', key, 'SAMPLES', 0)
   if type(used) == 'number' and used > items * (item_bytes + item_bytes / 2 + 128) + 16384 then
     fail('CORRUPT', what .. ' holds ' .. used .. ' bytes, more than ' .. items .. ' items of '

@@ -42,5 +42,8 @@ local function summaries_read(k)
     fail('CORRUPT', 'the memory holds ' .. n .. ' summaries, more than the ' .. MAX_SUMMARIES
       .. ' compozy-memory keeps: they were written raw')
   end
+  if n == 0 then
+    return {}
+  end
   return envelopes_read(k.summaries, 'a summary', 0, -1, n)
 end

@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
+from redis.crc import key_slot
 
 from compozy_memory import (
     AppendResult,
@@ -33,7 +34,13 @@ from compozy_memory import (
     WaitPolicy,
     connect,
 )
-from compozy_memory.embedded import EmbeddedCluster, EmbeddedServer, find_binary, start_server
+from compozy_memory.embedded import (
+    EmbeddedCluster,
+    EmbeddedServer,
+    find_binary,
+    start_cluster,
+    start_server,
+)
 from integration.engines import EngineSpec, require_redis7, spec_for
 from integration.faults import FaultProxy, consistency_problems
 from integration.memories import COUNTER, memory
@@ -502,3 +509,109 @@ async def test_a_compare_and_set_read_before_a_failover_is_refused(
         "(other writers' ids 9 and 10 included) unchanged; a replace read after the failover "
         "went through",
     )
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+async def test_a_compare_and_set_read_before_a_cluster_failover_is_refused(
+    record: Callable[..., None],
+) -> None:
+    """The same on a Cluster: a replica of the memory's primary takes over (CLUSTER FAILOVER);
+    the memory is then taken back to an earlier state (DUMP/RESTORE, as a replica that missed
+    writes would hold it) and other writers give its last ids again. The editor's
+    replace(if_last_id, if_incarnation) read before the failover is refused."""
+    key = f"conv:{uuid.uuid4().hex}"
+    with start_cluster(3) as cluster:
+        spec = spec_for("valkey-cluster", cluster)
+        client = spec.client()
+        try:
+            writer = quiet(memory(client, key))
+            await writer.append_many([{"role": "user", "content": f"kept {i}"} for i in range(8)])
+            slot = key_slot(writer.keys.meta.encode())
+            port = _owner_port(cluster.nodes[0].port, slot)
+            owner = next(n for n in cluster.nodes if n.port == port)
+            replica = cluster.add_node()
+            with SyncRedis(port=owner.port) as primary, SyncRedis(port=replica.port) as node:
+                owner_id = primary.execute_command("CLUSTER", "MYID")
+                owner_id = owner_id.decode() if isinstance(owner_id, bytes) else owner_id
+                deadline = time.monotonic() + 30
+                while True:  # the new node must know the primary before it can follow it
+                    try:
+                        node.execute_command("CLUSTER", "REPLICATE", owner_id)
+                        break
+                    except Exception:
+                        if time.monotonic() > deadline:
+                            raise
+                        await asyncio.sleep(0.2)
+                saved = {k: primary.dump(k) for k in (writer.keys.msgs, writer.keys.meta)}
+                await writer.append_many(
+                    [{"role": "user", "content": f"lost {i}"} for i in range(2)]
+                )
+                while primary.execute_command("WAIT", 1, 200) < 1:
+                    if time.monotonic() > deadline:
+                        raise AssertionError("the replica never caught up")
+                editor = quiet(memory(client, key))
+                seen = await editor.snapshot()
+                assert seen.last_id == 10
+                node.execute_command("CLUSTER", "FAILOVER")
+                while node.info("replication")["role"] != "master":
+                    if time.monotonic() > deadline:
+                        raise AssertionError("the replica did not take over")
+                    await asyncio.sleep(0.1)
+                for k, dump in saved.items():  # the state a replica that missed ids 9, 10 had
+                    assert dump is not None
+                    node.restore(k, 0, dump, replace=True)
+            others = quiet(memory(client, key))
+            again = await others.append_many(
+                [{"role": "assistant", "content": f"other {i}"} for i in range(2)]
+            )
+            assert again.last_id == seen.last_id
+            before = [m.content for m in await others.read()]
+            went_through, refusal = 0, ""
+            try:
+                await quiet(memory(client, key)).replace(
+                    [{"role": "user", "content": "the editor's rewrite"}],
+                    if_last_id=seen.last_id,
+                    if_incarnation=seen.incarnation,
+                )
+                went_through = 1
+            except ConflictError as exc:
+                refusal = str(exc)
+            after = [m.content for m in await others.read()]
+        finally:
+            await client.aclose()
+    assert went_through == 0
+    assert "server changed" in refusal
+    assert after == before
+    record(
+        group="adversarial-3",
+        item=2,
+        fault="replace(if_last_id, if_incarnation) read before CLUSTER FAILOVER of the "
+        "memory's primary; then the memory taken back to an earlier state (as a replica that "
+        "missed writes holds it) and other writers gave its last ids again",
+        engine="valkey-cluster",
+        promise="a compare-and-set read before a failover is refused (the new primary's "
+        "replication id differs: the memory gets a new incarnation)",
+        operations=1,
+        acknowledged=went_through,
+        lost=len(set(before) - set(after)),
+        duplicated=0,
+        observed=f"ConflictError; the {len(after)} messages (other writers' ids 9 and 10 "
+        "included) unchanged",
+    )
+
+
+def quiet(mem: MemoryInstance) -> MemoryInstance:
+    """A handle that leaves indexing alone: the test takes keys back to an earlier state by
+    DUMP/RESTORE, which an index built meanwhile would contradict."""
+    mem.indexer.background = False
+    return mem
+
+
+def _owner_port(port: int, slot: int) -> int:
+    """The port of the primary serving ``slot`` (CLUSTER SLOTS, asked of any node)."""
+    with SyncRedis(port=port) as node:
+        for start, end, primary, *_ in node.execute_command("CLUSTER", "SLOTS"):
+            if int(start) <= slot <= int(end):
+                return int(primary[1])
+    raise AssertionError(f"no node serves slot {slot}")

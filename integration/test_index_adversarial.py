@@ -56,12 +56,6 @@ async def _step_as_read(mem: Any, pending: Any) -> Any:
 # -- rebuilds and the archive's cap ---------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="index_pending returns seq_from = max(ix_seq, archive_base + 1) but index_add "
-    "compares it with meta's raw ix_seq: once the cap drops past ix_seq every step is "
-    "'stale' and catch_up() loops forever",
-)
 async def test_a_rebuild_gets_past_an_archive_its_cap_shrinks(
     client: RedisClient, memory_key: str
 ) -> None:
@@ -80,12 +74,6 @@ async def test_a_rebuild_gets_past_an_archive_its_cap_shrinks(
     await same_as_from_scratch(client, on)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="index_add checks ix_seq, not where the archive now starts: a rebuild step read "
-    "before another handle's trim let the cap drop its envelopes indexes them anyway "
-    "(documents no message backs, counted in N and df for ever)",
-)
 async def test_a_rebuild_step_is_refused_once_the_cap_dropped_its_envelopes(
     client: RedisClient, memory_key: str
 ) -> None:

@@ -94,7 +94,13 @@ end
 local ix_next = tonumber(m.ix_next) or 0
 local ix_seq = tonumber(m.ix_seq) or 0
 local n_seg = tonumber(m.ix_nseg) or 0
-local stale = ix_next ~= expected_next or ix_seq ~= seq_from
+-- A rebuild resumes where the archive starts now, as index_pending.lua said: past what the
+-- cap dropped since (a step read before the cap moved holds envelopes it dropped, unindexed).
+local resume = ix_seq
+if ix_seq > 0 then
+  resume = math.max(ix_seq, (tonumber(m.archive_base) or 0) + 1)
+end
+local stale = ix_next ~= expected_next or resume ~= seq_from
 if n_gone > 0 then
   local head = redis.call('LINDEX', k_ixgone, 0)
   stale = stale or not head or envelope_head(head) ~= gone_first

@@ -176,12 +176,6 @@ PLANTED = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lib/segments.lua's seg_parse checks an entry's width, not that its fields are "
-    "numbers: the scripts index tables with nil or compare nil (a Lua error, ScriptError), "
-    "index_gc after it has rewritten R",
-)
 @pytest.mark.parametrize(("field", "value"), PLANTED, ids=[f"{f}={v}" for f, v in PLANTED])
 async def test_planted_bookkeeping_that_is_not_numbers_is_refused_typed(
     client: RedisClient, memory_key: str, field: str, value: str

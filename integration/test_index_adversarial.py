@@ -105,12 +105,6 @@ async def test_a_rebuild_step_is_refused_once_the_cap_dropped_its_envelopes(
 # -- a memory that expired and was written again ---------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="index_add compares only ix_next (and ix_seq): a memory that expired and was "
-    "written again starts both at 0 again, so a step read before the expiry indexes the "
-    "old messages' terms under the new messages' ids",
-)
 async def test_an_indexing_step_read_before_the_memory_expired_is_refused_after(
     client: RedisClient, memory_key: str
 ) -> None:
@@ -129,12 +123,6 @@ async def test_an_indexing_step_read_before_the_memory_expired_is_refused_after(
     await same_as_from_scratch(client, new)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="index_merge names its inputs by generation only, and generations restart with "
-    "a memory that expired: a merge read before the expiry publishes the old memory's "
-    "postings in place of the new memory's segments",
-)
 async def test_a_merge_read_before_the_memory_expired_is_refused_after(
     client: RedisClient, memory_key: str
 ) -> None:
@@ -147,7 +135,8 @@ async def test_a_merge_read_before_the_memory_expired_is_refused_after(
         return mem
 
     old = await two_segments("plutonium")
-    inputs = list((await old.gateway.index_read()).segments)
+    state = await old.gateway.index_read()
+    inputs = list(state.segments)
     gens = [e.gen for e in inputs]
     values: dict[str, bytes | None] = {}
     for chunk in _read_chunks(inputs):
@@ -158,7 +147,7 @@ async def test_a_merge_read_before_the_memory_expired_is_refused_after(
     new = await two_segments("kettle")
     assert [e.gen for e in (await new.gateway.index_read()).segments] == gens
     with pytest.raises(ConflictError):
-        await old.gateway.index_merge(gens, output, output.fields)
+        await old.gateway.index_merge(gens, output, output.fields, incarnation=state.incarnation)
     assert not await new.search("plutonium")
     await same_as_from_scratch(client, new)
     await fields_match_the_list(client, new)
@@ -186,12 +175,13 @@ async def test_planted_bookkeeping_that_is_not_numbers_is_refused_typed(
     for step in range(2):
         await mem.append_many([chat(10 * step + i, rng) for i in range(10)])
         await mem.indexer.catch_up()
+    inc = (await mem.gateway.index_read()).incarnation
     await client.hset(mem.keys.ixseg, field, value)
     calls: list[Callable[[], Awaitable[Any]]] = [
         lambda: mem.gateway.index_read(),
         lambda: mem.gateway.index_gc(),
-        lambda: mem.gateway.index_put(9, {"b0": b"\x01"}),
-        lambda: mem.gateway.index_merge([1, 2], None, {}),
+        lambda: mem.gateway.index_put(9, {"b0": b"\x01"}, incarnation=inc),
+        lambda: mem.gateway.index_merge([1, 2], None, {}, incarnation=inc),
         lambda: mem.search("refund"),
     ]
     untyped = []
@@ -268,3 +258,20 @@ async def test_large_summaries_hold_the_server_for_what_is_returned_only(
         await mem.clear()
         await client.aclose()
         admin.close()
+
+
+async def test_an_indexing_step_sent_after_the_memory_expired_writes_nothing(
+    client: RedisClient, memory_key: str
+) -> None:
+    old = memory(client, memory_key)
+    old.indexer.background = False
+    await old.append_many([_said(f"plutonium shipment {i}") for i in range(10)])
+    pending = await old.gateway.index_pending(128, 1 << 20)
+    await client.delete(*old.keys.data)  # every key's one deadline passed
+    added = await _step_as_read(old, pending)
+    assert not added.applied
+    assert await client.exists(*old.keys.data) == 0
+    # The key is free for a new memory (a step that wrote meta and ix:d left one that every
+    # write refused as evicted).
+    new = memory(client, memory_key)
+    await new.append(_said("kettle"))

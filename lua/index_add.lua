@@ -3,11 +3,13 @@
 -- index_pending.lua returned, and the negative segment of the removed documents it returned.
 -- USES: archive args deltas docs docs_write envelope meta segments segments_write
 -- KEYS: msgs meta archive summaries ixseg ixdocs ixgone ixvec
--- ARGV: ttl_ms archive_max analyzer ix_next upto seq_from seq_upto n_gone gone_first n_docs positive negative n_fields items...
+-- ARGV: ttl_ms archive_max analyzer incarnation ix_next upto seq_from seq_upto n_gone gone_first n_docs positive negative n_fields items...
 --   ttl_ms       the memory's TTL: the keys this step writes get meta's deadline
 --                (lib/deltas.lua: ttl_follow); 0 leaves TTLs alone
 --   archive_max  the archive's cap, enforced a step at a time here too (it may have shrunk)
 --   analyzer     the analyser version the segments were made with; must be the index's
+--   incarnation  meta's incarnation as index_pending.lua returned it: a memory that expired
+--                and was written again (its ids and ix_next start again) is not this one
 --   ix_next      meta's ix_next as index_pending.lua returned it (the step applies only if
 --                no other indexer moved it meanwhile)
 --   upto         ix_next moves past this id
@@ -100,7 +102,7 @@ local resume = ix_seq
 if ix_seq > 0 then
   resume = math.max(ix_seq, (tonumber(m.archive_base) or 0) + 1)
 end
-local stale = ix_next ~= expected_next or resume ~= seq_from
+local stale = ix_next ~= expected_next or resume ~= seq_from or (m.inc or '') ~= a_incarnation
 if n_gone > 0 then
   local head = redis.call('LINDEX', k_ixgone, 0)
   stale = stale or not head or envelope_head(head) ~= gone_first

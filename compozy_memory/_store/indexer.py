@@ -340,11 +340,15 @@ class Indexer(Backgrounded):
         another indexer got there first (nothing lost: the inputs stay)."""
         gens = [e.gen for e in inputs]
         values: dict[str, bytes | None] = {}
+        incarnation: str | None = None
         for chunk in _read_chunks(inputs):
             state = yield from self.gateway.index_read(gens, chunk)
-            if state.stale:
-                return False
+            if state.stale or incarnation not in (None, state.incarnation):
+                return False  # merged away, or the memory expired and was written again
+            incarnation = state.incarnation
             values.update(state.values)
+        if incarnation is None:
+            return False
         parts = sum(e.docs for e in inputs)
         work = (inputs, values)
         if parts > _THREAD_DOCS:
@@ -354,12 +358,14 @@ class Indexer(Backgrounded):
         fields = output.fields if output is not None else {}
         chunks = _write_chunks(fields)
         try:
-            done, gen = yield from self.gateway.index_merge(gens, output, chunks[0])
+            done, gen = yield from self.gateway.index_merge(
+                gens, output, chunks[0], incarnation=incarnation
+            )
             for part in chunks[1:-1]:
-                yield from self.gateway.index_put(gen, part)
+                yield from self.gateway.index_put(gen, part, incarnation=incarnation)
             if not done:
                 done, _ = yield from self.gateway.index_merge(
-                    gens, output, chunks[-1], reservation=gen
+                    gens, output, chunks[-1], incarnation=incarnation, reservation=gen
                 )
         except ConflictError:
             return False  # another merge took an input (or the index was dropped)

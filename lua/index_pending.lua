@@ -59,9 +59,16 @@ for _, env in ipairs(live) do
   local id, _, priority = envelope_head(env)
   candidates[#candidates + 1] = {id, 'l', env, priority}
 end
-for _, env in ipairs(redis.call('LRANGE', k_summaries, 0, -1)) do
+-- Summaries are kept oldest first (ids increasing) and those below ix_next are indexed: read
+-- from the newest back to the first of those, not every one on every call (a summary may be
+-- 1 MiB, and a caught-up index asks often).
+for i = redis.call('LLEN', k_summaries) - 1, 0, -1 do
+  local env = redis.call('LINDEX', k_summaries, i)
   local id = envelope_head(env)
-  if id >= ix_next and id <= limit then
+  if id < ix_next then
+    break
+  end
+  if id <= limit then
     candidates[#candidates + 1] = {id, 's', env, 1}
   end
 end

@@ -112,9 +112,53 @@ local function live_index(k_msgs, id, count, newest)
   return nil, low
 end
 
+-- The live summary with id, or nil. Summaries are kept oldest first (ids increasing): found by
+-- bisection, each one read (LINDEX) at most once per call whatever it looks up (state.sums
+-- keeps them), so a call that locates many summaries copies each at most once, not all of them
+-- (up to MAX_SUMMARIES of up to 1 MiB) per summary located. A list out of order (an import
+-- gives no order) is looked through whole, still each one once.
+local function summary_of(k, id, state)
+  local sums = state.sums
+  if sums == nil then
+    sums = {n = redis.call('LLEN', k.summaries)}
+    state.sums = sums
+  end
+  local function at(i)
+    local env = sums[i]
+    if env == nil then
+      env = redis.call('LINDEX', k.summaries, i) or false
+      sums[i] = env
+    end
+    return env
+  end
+  local low, high = 0, sums.n - 1
+  while low <= high do
+    local mid = math.floor((low + high) / 2)
+    local env = at(mid)
+    if not env then
+      break
+    end
+    local found = envelope_head(env)
+    if found == id then
+      return env
+    elseif found < id then
+      low = mid + 1
+    else
+      high = mid - 1
+    end
+  end
+  for i = 0, sums.n - 1 do
+    local env = at(i)
+    if env and envelope_head(env) == id then
+      return env
+    end
+  end
+  return nil
+end
+
 -- The envelope of message id wherever it is (live, a live summary, archived), or nil; where
 -- says which: 'live', 'summary' or 'archive'. state: {count = live messages, archive_base};
--- it remembers the newest live id once read.
+-- it remembers the newest live id once read, and the summaries it read.
 local function locate(k, docs, id, state)
   local kind, _, seq = docs.get(id)
   if seq > 0 then
@@ -128,10 +172,9 @@ local function locate(k, docs, id, state)
     return nil
   end
   if kind == KINDS.summary then
-    for _, env in ipairs(redis.call('LRANGE', k.summaries, 0, -1)) do
-      if envelope_head(env) == id then
-        return env, 'summary'
-      end
+    local env = summary_of(k, id, state)
+    if env then
+      return env, 'summary'
     end
     return nil
   end

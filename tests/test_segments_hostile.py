@@ -40,22 +40,12 @@ def _entry(size: int, gen: int = 1) -> SegmentEntry:
     return SegmentEntry(gen, 1, 1, 1, 1, 1, 0, size)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Bucket.entries() decodes each term with bytes.decode(): a term that is not "
-    "UTF-8 raises UnicodeDecodeError out of every merge of its segment",
-)
 def test_a_term_that_is_not_utf8_is_a_typed_error() -> None:
     raw = _bucket([b"ok", b"\xff\xfe"], [ONE, ONE])
     with pytest.raises(CorruptDataError):
         decode_segment(_entry(len(raw)), {"1.0": raw})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a merge re-encodes what it decoded: a planted term frequency past 65,535 (7-bit "
-    "digits hold 2 ** 21) or an empty term raises ValueError from encode(), not a typed error",
-)
 @pytest.mark.parametrize(
     ("terms", "runs"),
     [
@@ -74,12 +64,6 @@ def test_a_merge_of_values_no_segment_holds_is_a_typed_error(
         _merged([_entry(len(raw)), SegmentEntry(2, 1, 1, 10, 10, 1, 0, 9)], values)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Bucket._entry() slices the bucket from its start to each term's end "
-    "(self._buf[:stop]): decoding every term of a bucket copies O(terms x bytes), seconds "
-    "of a merge's CPU for one planted 1 MiB bucket",
-)
 def test_a_bucket_of_many_terms_decodes_in_time_linear_in_its_bytes() -> None:
     def seconds(n: int) -> float:
         raw = _bucket([b"t%d" % i for i in range(n)], [ONE] * n)

@@ -455,4 +455,9 @@ def _merged(inputs: list[SegmentEntry], values: dict[str, bytes | None]) -> Enco
             "match its removals (reset it to build it again)"
         )
     out = positive or negative
-    return encode(out) if out is not None else None
+    if out is None:
+        return None
+    try:
+        return encode(out)
+    except ValueError as exc:  # what a segment never holds: an empty term, a tf past 65,535
+        raise CorruptDataError(f"a merged index segment holds {exc}") from None

@@ -350,7 +350,7 @@ async def _expire_claims(client: RedisClient, mem: Any) -> None:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("small_tiers")
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
 async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothing(
     client: RedisClient, memory_key: str, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -380,7 +380,7 @@ async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothin
 
     async def writer() -> None:
         nonlocal n
-        for _ in range(120):
+        for _ in range(250):
             h = rng.choice(handles)
             action = rng.choice(["append"] * 6 + ["trim", "replace", "flush", "clear", "expire"])
             if action == "append":
@@ -403,9 +403,9 @@ async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothin
     async def indexer(h: Any) -> None:
         while not done.is_set():
             what = rng.random()
-            if what < 0.7:
+            if what < 0.6:
                 await guarded_call(h.indexer.catch_up(max_steps=rng.randint(1, 3)))
-            elif what < 0.75:
+            elif what < 0.8:
                 await guarded_call(h.indexer.compact())
             elif what < 0.85:
                 await guarded_call(h.gateway.index_gc())
@@ -415,13 +415,6 @@ async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothin
 
     await asyncio.gather(writer(), *(indexer(h) for h in handles), indexer(handles[0]))
     await flusher.wait_idle()
-    print(
-        "STATS",
-        n,
-        [k.kills for k in killers],
-        await client.hmget(handles[0].keys.meta, "ix_gen", "last_id", "archive_base", "ix_docs"),
-        surprises[:3],
-    )
     assert not surprises
     assert sum(k.kills for k in killers) > 5
     final = memory(client, memory_key, max_tokens=1_200, archive_max=40)
@@ -437,14 +430,6 @@ async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothin
     assert len(state.segments) <= 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="catch_up's 'merge first' path (index_add refused at MAX_SEGMENTS) calls "
-    "_maintain and `continue`s without counting a step: when every listed segment is "
-    "claimed by a merge (a dead one keeps its claim MERGE_LEASE_MS, 60 s) nothing can be "
-    "merged, and catch_up spins index_pending/index_add/index_read at full speed for the "
-    "whole lease, max_steps notwithstanding",
-)
 async def test_a_full_index_whose_segments_a_dead_merge_claims_does_not_spin_catch_up(
     client: RedisClient, memory_key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

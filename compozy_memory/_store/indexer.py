@@ -197,7 +197,11 @@ class Indexer(Backgrounded):
             except ConflictError as exc:
                 if "merge first" not in str(exc):
                     raise
-                yield from self._maintain(None, force=True)
+                steps += 1
+                if not (yield from self._maintain(None, force=True)):
+                    # Every segment is claimed by merges under way (or one that died holds its
+                    # claim until MERGE_LEASE_MS): stop here, the next catch-up goes on.
+                    break
                 continue
             steps += 1
             if added.applied:
@@ -306,10 +310,11 @@ class Indexer(Backgrounded):
 
     # -- merges ---------------------------------------------------------------------------
 
-    def _maintain(self, known: IndexAdded | None, *, force: bool = False) -> Steps[None]:
+    def _maintain(self, known: IndexAdded | None, *, force: bool = False) -> Steps[bool]:
         """Merge the segments whose tiers are full (a few merges at most: the next catch-up
         goes on), and delete what merges left; ``known``: the list a step just returned
-        (saves a read)."""
+        (saves a read). Whether a merge was stored."""
+        merged = False
         for _ in range(_MERGES_PER_CATCH_UP):
             state: IndexAdded | IndexState
             if known is not None:
@@ -323,11 +328,13 @@ class Indexer(Backgrounded):
             claimed = {g for m in state.merges for g in m.inputs}
             inputs = plan_merge(state.segments, claimed, everything=force and not claimed)
             if not inputs:
-                return
+                return merged
             done = yield from self._merge(inputs)
             if not done:
-                return
+                return merged
+            merged = True
             force = False
+        return merged
 
     def _collect(self) -> Steps[None]:
         """Delete what merges left, and drop merges whose claim lapsed (bounded steps)."""

@@ -500,10 +500,10 @@ async def tenant(meter: Meter, url: str, client: RedisClient, mem: MemoryInstanc
         docs = [f"{10**9 + i},1,1000,0" for i in range(800)]
         field = ["pb0", "x" * (limits.MAX_SEGMENT_FIELD_BYTES + 1)]
         shape = "1,800,1000000000,1000000799,1,0"
-        call("index_add", [0, 0, "1", 0, 0, 0, 0, 0, 0, len(docs), shape, "", 1, *docs, *field])
+        call("index_add", [0, 0, "1", "", 0, 0, 0, 0, 0, 0, len(docs), shape, "", 1, *docs, *field])
         fields = [f"{g}.{k}" for g in range(1, 5) for k in range(limits.INDEX_READ_FIELDS + 1)]
         call("index_read", ["1|2|3|4", *fields])
-        call("index_merge", [0, 0, "|".join(str(g) for g in range(100)), "", 0, 0])
+        call("index_merge", [0, "", 0, "|".join(str(g) for g in range(100)), "", 0, 0])
         call("search_fetch", [10, "", *(["1"] * 100_000)])
         call("promote", [0, 0, *(["1"] * 100_000)])
         call("context", [10**9, 0, "0.3", "0.4", 1, 10**9, 1000, ",".join(["1"] * 10_000)])

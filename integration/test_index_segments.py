@@ -156,7 +156,9 @@ async def test_a_merge_abandoned_midway_is_collected_once_its_claim_lapses(
     from compozy_memory._search.segments import Encoded
 
     output = Encoded(1, 2, 1, 2, 4, 0, {**fields, "b2": b"x", "b3": b"y"})
-    done, gen = await mem.gateway.index_merge(inputs, output, fields)  # two of four fields
+    done, gen = await mem.gateway.index_merge(
+        inputs, output, fields, incarnation=state.incarnation
+    )  # two of four fields
     assert not done
     # Its inputs are claimed: nobody merges them meanwhile, and they stay searchable.
     assert {g for m in (await mem.gateway.index_read()).merges for g in m.inputs} == set(inputs)

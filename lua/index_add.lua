@@ -3,11 +3,13 @@
 -- index_pending.lua returned, and the negative segment of the removed documents it returned.
 -- USES: archive args deltas docs docs_write envelope meta segments segments_write
 -- KEYS: msgs meta archive summaries ixseg ixdocs ixgone ixvec
--- ARGV: ttl_ms archive_max analyzer ix_next upto seq_from seq_upto n_gone gone_first n_docs positive negative n_fields items...
+-- ARGV: ttl_ms archive_max analyzer incarnation ix_next upto seq_from seq_upto n_gone gone_first n_docs positive negative n_fields items...
 --   ttl_ms       the memory's TTL: the keys this step writes get meta's deadline
 --                (lib/deltas.lua: ttl_follow); 0 leaves TTLs alone
 --   archive_max  the archive's cap, enforced a step at a time here too (it may have shrunk)
 --   analyzer     the analyser version the segments were made with; must be the index's
+--   incarnation  meta's incarnation as index_pending.lua returned it: a memory that expired
+--                and was written again (its ids and ix_next start again) is not this one
 --   ix_next      meta's ix_next as index_pending.lua returned it (the step applies only if
 --                no other indexer moved it meanwhile)
 --   upto         ix_next moves past this id
@@ -94,7 +96,13 @@ end
 local ix_next = tonumber(m.ix_next) or 0
 local ix_seq = tonumber(m.ix_seq) or 0
 local n_seg = tonumber(m.ix_nseg) or 0
-local stale = ix_next ~= expected_next or ix_seq ~= seq_from
+-- A rebuild resumes where the archive starts now, as index_pending.lua said: past what the
+-- cap dropped since (a step read before the cap moved holds envelopes it dropped, unindexed).
+local resume = ix_seq
+if ix_seq > 0 then
+  resume = math.max(ix_seq, (tonumber(m.archive_base) or 0) + 1)
+end
+local stale = ix_next ~= expected_next or resume ~= seq_from or (m.inc or '') ~= a_incarnation
 if n_gone > 0 then
   local head = bounded(redis.call('LINDEX', k_ixgone, 0), MAX_ENVELOPE_BYTES, 'a dropped message')
   stale = stale or not head or envelope_head(head) ~= gone_first

@@ -3,8 +3,10 @@
 -- store (the first part of) the merged segment; publish it in place of the inputs.
 -- USES: args clock deltas meta segments segments_write
 -- KEYS: meta ixseg
--- ARGV: ttl_ms reservation inputs shape declared n_fields fields...
+-- ARGV: ttl_ms incarnation reservation inputs shape declared n_fields fields...
 --   ttl_ms       the memory's TTL: ixseg gets meta's deadline (ttl_follow); 0 leaves it
+--   incarnation  meta's incarnation when the inputs were read (index_read.lua): generations
+--                start again in a memory that expired and was written again
 --   reservation  0: a new merge of inputs: claims them, gives the output its generation and
 --                stores the fields given; > 0: that merge's generation (it was begun before):
 --                publishes it, with the fields given as its last part
@@ -23,8 +25,8 @@
 --             last step
 --   segments  the segments listed after this call
 -- Errors (nothing written): COMPOZY_INVALID, COMPOZY_TOOLARGE, COMPOZY_CONFLICT (an input is
--- no longer listed, or claimed by another merge, or the reservation ran out: merge again),
--- COMPOZY_FORMAT
+-- no longer listed, or claimed by another merge, or the reservation ran out, or the memory is
+-- not the one whose inputs were read: merge again), COMPOZY_FORMAT
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local reservation = int_arg(a_reservation, 'reservation', 0, nil)
 local declared = int_arg(a_declared, 'declared', 0, MAX_SEGMENT_FIELDS)
@@ -56,8 +58,9 @@ local fields, bytes = seg_fields(ARGV, ARGS_FROM, n_fields, {[''] = shape})
 
 local m = meta_read(k_meta, {'fmt', 'inc', 'ix_gen', 'ix_nseg'})
 check_format(m)
-if m.inc == nil or (tonumber(m.fmt) or 1) < DATA_FORMAT then
-  fail('CONFLICT', 'the index was dropped meanwhile: merge again')
+if m.inc == nil or m.inc ~= a_incarnation or (tonumber(m.fmt) or 1) < DATA_FORMAT then
+  fail('CONFLICT', 'the index was dropped meanwhile, or the memory expired and was written '
+    .. 'again: merge again')
 end
 local list, reservations, garbage = seg_read(k_ixseg, 'L', 'R', 'G')
 local now = now_ms()

@@ -7,7 +7,7 @@
 --   max_docs   at most this many documents of each kind, 1..INDEX_STEP_DOCS
 --   max_bytes  and envelopes of at most about this many bytes in all (at least one)
 --   archive_max  the archive's cap (0: none): over it, index_apply.lua drops the excess
--- REPLY: {fmt analyzer ix_next upto seq_from seq_upto last_id over_cap adds[3] gones[]}
+-- REPLY: {fmt analyzer ix_next upto seq_from seq_upto last_id over_cap incarnation adds[3] gones[]}
 --   fmt       meta's data format: below DATA_FORMAT, the index must be rebuilt first
 --             (index_reset.lua) and nothing else is returned; 0 when search was turned off
 --             (there is no index to keep current)
@@ -20,6 +20,8 @@
 --   last_id   meta's last id: how far the live part has to go
 --   over_cap  archived envelopes past archive_max (a step drops some even with nothing to
 --             index: the cap may have shrunk)
+--   incarnation  meta's incarnation ('' for none): index_add.lua applies the step only to it
+--             (a memory that expired and was written again starts its ids and ix_next again)
 --   adds      (where, seq, envelope) triples: where is 'l' (live), 's' (a summary) or 'a'
 --             (archived, at seq), oldest first
 --   gones     envelopes the archive's cap dropped, oldest first (ixgone's head)
@@ -31,7 +33,7 @@ local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
 local fmt = m.ix_off and 0 or (tonumber(m.fmt) or 1)
 local last_id = tonumber(m.last_id) or 0
 if fmt < DATA_FORMAT then
-  return {fmt, '', 0, 0, 0, 0, last_id, 0, 0, 0}
+  return {fmt, '', 0, 0, 0, 0, last_id, 0, m.inc or '', 0, 0}
 end
 local ix_next = tonumber(m.ix_next) or 0
 local count = tonumber(m.count) or 0
@@ -57,9 +59,16 @@ for _, env in ipairs(live) do
   local id, _, priority = envelope_head(env)
   candidates[#candidates + 1] = {id, 'l', env, priority}
 end
-for _, env in ipairs(summaries_read(K)) do
+-- Summaries are kept oldest first (ids increasing) and those below ix_next are indexed: read
+-- from the newest back to the first of those, not every one on every call (a summary may be
+-- 1 MiB, and a caught-up index asks often).
+for i = summaries_count(K) - 1, 0, -1 do
+  local env = summary_at(K, i)
   local id = envelope_head(env)
-  if id >= ix_next and id <= limit then
+  if id < ix_next then
+    break
+  end
+  if id <= limit then
     candidates[#candidates + 1] = {id, 's', env, 1}
   end
 end
@@ -129,7 +138,7 @@ if archive_max > 0 then
     - archive_max)
 end
 local out = {fmt, m.ix_an or '', ix_next, upto, seq_from, seq_upto, last_id, over_cap,
-  #adds / 3}
+  m.inc or '', #adds / 3}
 for i = 1, #adds do
   out[#out + 1] = adds[i]
 end

@@ -3,8 +3,9 @@
 -- fields.
 -- USES: args clock deltas segments segments_write
 -- KEYS: meta ixseg
--- ARGV: ttl_ms reservation n_fields fields...
+-- ARGV: ttl_ms incarnation reservation n_fields fields...
 --   ttl_ms       the memory's TTL: ixseg gets meta's deadline (ttl_follow); 0 leaves it
+--   incarnation  meta's incarnation as the merge read it (index_merge.lua)
 --   reservation  the merge's generation, as index_merge.lua gave it
 --   n_fields     (name, value) pairs follow, 'b<k>' and 'p<j>' of the merged segment (at most
 --                STEP_FIELDS and MAX_CALL_BYTES)
@@ -12,12 +13,17 @@
 --   written  the merge's fields stored so far, of declared; the step also moves the merge's
 --            deadline to MERGE_LEASE_MS from now
 -- Errors (nothing written): COMPOZY_INVALID, COMPOZY_TOOLARGE, COMPOZY_CONFLICT (the merge ran
--- out of time, or was published or never begun: merge again)
+-- out of time, or was published or never begun, or the memory expired and was written again:
+-- merge again)
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local reservation = int_arg(a_reservation, 'reservation', 1, nil)
 local n_fields = int_arg(a_n_fields, 'n_fields', 1, STEP_FIELDS)
 if #ARGV ~= ARGS_FROM - 1 + 2 * n_fields then
   fail('INVALID', 'expected ' .. n_fields .. ' field pairs')
+end
+if redis.call('HGET', k_meta, 'inc') ~= a_incarnation then
+  fail('CONFLICT', 'the memory expired and was written again since merge ' .. reservation
+    .. ' began: merge again')
 end
 local reservations = seg_read(k_ixseg, 'R')
 local now = now_ms()

@@ -9,7 +9,7 @@
 --           again)
 --   fields  at most INDEX_READ_FIELDS names '<gen>.<k>' (a bucket) or '<gen>:<j>' (a block),
 --           INDEX_READ_BYTES in all
--- REPLY: {fmt analyzer unindexed n_docs total_length garbage stale list reservations values...}
+-- REPLY: {fmt analyzer unindexed n_docs total_length garbage stale list reservations incarnation values...}
 --   fmt           meta's data format: below DATA_FORMAT the index is being built again and
 --                 searches nothing yet (0: search was turned off: there is none)
 --   analyzer      the analyser version the index was built with ('' before any)
@@ -18,6 +18,8 @@
 --   n_docs, total_length  live documents and their total length (BM25's N and average)
 --   garbage       1 when merged segments' fields wait to be deleted (index_gc.lua)
 --   list, reservations  ixseg's L and R as stored (lib/segments.lua)
+--   incarnation   meta's incarnation ('' for none): a merge of what was read is stored only in
+--                 it (generations start again in a memory that expired and was written again)
 --   values        each field's value in the order asked; nil for an empty bucket
 -- Work follows the bytes read: each field's length is checked (HSTRLEN) before it is read,
 -- so a field written raw to many megabytes is refused (COMPOZY_CORRUPT), never copied.
@@ -43,7 +45,7 @@ local m = guarded(K, {'index'}, {'ix_next', 'ix_seq', 'ix_len', 'ix_an', 'ix_nse
 local list, reservations, garbage = seg_read(k_ixseg, 'L', 'R', 'G')
 local out = {m.ix_off and 0 or (tonumber(m.fmt) or 1), m.ix_an or '', unindexed(m), tonumber(m.ix_docs) or 0,
   tonumber(m.ix_len) or 0, #garbage > 0 and 1 or 0, 0, seg_format(list),
-  seg_format(reservations)}
+  seg_format(reservations), m.inc or ''}
 local listed = {}
 for _, e in ipairs(list) do
   listed[tonumber(e[1])] = true

@@ -54,7 +54,7 @@ class Call:
 
 def pending_reply(*, ix_next: int = 1, last_id: int = 0) -> list[Any]:
     """What index_pending.lua returns for an index with nothing to do."""
-    return [DATA_FORMAT, b"", ix_next, last_id, 0, 0, last_id, 0, 0, 0]
+    return [DATA_FORMAT, b"", ix_next, last_id, 0, 0, last_id, 0, b"1", 0, 0]
 
 
 @dataclass

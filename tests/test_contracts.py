@@ -129,13 +129,15 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     ),
     "index_read": (
         lambda g: g.index_read([1], ["1.0"]),
-        [DATA_FORMAT, b"2", 0, 1, 1, 0, 0, b"1,1,1,1,1,1,0,20", b"", b"x"],
+        [DATA_FORMAT, b"2", 0, 1, 1, 0, 0, b"1,1,1,1,1,1,0,20", b"", b"1", b"x"],
     ),
     "index_merge": (
-        lambda g: g.index_merge([1, 2], encode(build([(1, {"hi": 1}, 1)])), {"b0": b"x"}),
+        lambda g: g.index_merge(
+            [1, 2], encode(build([(1, {"hi": 1}, 1)])), {"b0": b"x"}, incarnation="1"
+        ),
         [1, 3, 1],
     ),
-    "index_put": (lambda g: g.index_put(3, {"b0": b"x"}), [1, 2]),
+    "index_put": (lambda g: g.index_put(3, {"b0": b"x"}, incarnation="1"), [1, 2]),
     "index_gc": (lambda g: g.index_gc(), 0),
     "index_reset": (lambda g: g.index_reset(force=False), [0, 2]),
     "vec_pending": (lambda g: g.vec_pending(8, 1000), [b"", 1, 0, b"", 0]),

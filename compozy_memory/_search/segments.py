@@ -399,7 +399,7 @@ class Bucket:
         return len(self._terms)
 
     def terms(self) -> Iterator[str]:
-        return (t.decode() for t in self._terms)
+        return (_term(t) for t in self._terms)
 
     def get(self, term: str) -> TermEntry | None:
         key = term.encode()
@@ -420,10 +420,12 @@ class Bucket:
         stop = self._data + end
         if stop > len(self._buf) or start >= stop or df <= 0:
             raise CorruptDataError("an index bucket's entries do not match its data")
-        buf = self._buf[:stop]
-        if buf[start] != _BLOCKS:
-            return TermEntry(df, _decode_run(buf, start, df, self._base))
-        first, at = _read_varint(buf, start + 1)
+        # The term's data alone (a copy of its bytes, not of the bucket up to it: decoding
+        # every term stays linear in the bucket's size).
+        buf = self._buf[start:stop]
+        if buf[0] != _BLOCKS:
+            return TermEntry(df, _decode_run(buf, 0, df, self._base))
+        first, at = _read_varint(buf, 1)
         lasts: list[int] = []
         last = self._base
         for _ in range(math.ceil(df / BLOCK)):
@@ -434,7 +436,16 @@ class Bucket:
 
     def entries(self) -> Iterator[tuple[str, TermEntry]]:
         for i, term in enumerate(self._terms):
-            yield term.decode(), self._entry(i)
+            yield _term(term), self._entry(i)
+
+
+def _term(raw: bytes) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise CorruptDataError(
+            f"an index bucket holds a term that is not UTF-8: {raw[:40]!r}"
+        ) from None
 
 
 def decode_bucket(buf: bytes, base: int) -> Bucket:

@@ -197,7 +197,11 @@ class Indexer(Backgrounded):
             except ConflictError as exc:
                 if "merge first" not in str(exc):
                     raise
-                yield from self._maintain(None, force=True)
+                steps += 1
+                if not (yield from self._maintain(None, force=True)):
+                    # Every segment is claimed by merges under way (or one that died holds its
+                    # claim until MERGE_LEASE_MS): stop here, the next catch-up goes on.
+                    break
                 continue
             steps += 1
             if added.applied:
@@ -306,10 +310,11 @@ class Indexer(Backgrounded):
 
     # -- merges ---------------------------------------------------------------------------
 
-    def _maintain(self, known: IndexAdded | None, *, force: bool = False) -> Steps[None]:
+    def _maintain(self, known: IndexAdded | None, *, force: bool = False) -> Steps[bool]:
         """Merge the segments whose tiers are full (a few merges at most: the next catch-up
         goes on), and delete what merges left; ``known``: the list a step just returned
-        (saves a read)."""
+        (saves a read). Whether a merge was stored."""
+        merged = False
         for _ in range(_MERGES_PER_CATCH_UP):
             state: IndexAdded | IndexState
             if known is not None:
@@ -323,11 +328,13 @@ class Indexer(Backgrounded):
             claimed = {g for m in state.merges for g in m.inputs}
             inputs = plan_merge(state.segments, claimed, everything=force and not claimed)
             if not inputs:
-                return
+                return merged
             done = yield from self._merge(inputs)
             if not done:
-                return
+                return merged
+            merged = True
             force = False
+        return merged
 
     def _collect(self) -> Steps[None]:
         """Delete what merges left, and drop merges whose claim lapsed (bounded steps)."""
@@ -340,11 +347,15 @@ class Indexer(Backgrounded):
         another indexer got there first (nothing lost: the inputs stay)."""
         gens = [e.gen for e in inputs]
         values: dict[str, bytes | None] = {}
+        incarnation: str | None = None
         for chunk in _read_chunks(inputs):
             state = yield from self.gateway.index_read(gens, chunk)
-            if state.stale:
-                return False
+            if state.stale or incarnation not in (None, state.incarnation):
+                return False  # merged away, or the memory expired and was written again
+            incarnation = state.incarnation
             values.update(state.values)
+        if incarnation is None:
+            return False
         parts = sum(e.docs for e in inputs)
         work = (inputs, values)
         if parts > _THREAD_DOCS:
@@ -354,12 +365,14 @@ class Indexer(Backgrounded):
         fields = output.fields if output is not None else {}
         chunks = _write_chunks(fields)
         try:
-            done, gen = yield from self.gateway.index_merge(gens, output, chunks[0])
+            done, gen = yield from self.gateway.index_merge(
+                gens, output, chunks[0], incarnation=incarnation
+            )
             for part in chunks[1:-1]:
-                yield from self.gateway.index_put(gen, part)
+                yield from self.gateway.index_put(gen, part, incarnation=incarnation)
             if not done:
                 done, _ = yield from self.gateway.index_merge(
-                    gens, output, chunks[-1], reservation=gen
+                    gens, output, chunks[-1], incarnation=incarnation, reservation=gen
                 )
         except ConflictError:
             return False  # another merge took an input (or the index was dropped)
@@ -449,4 +462,9 @@ def _merged(inputs: list[SegmentEntry], values: dict[str, bytes | None]) -> Enco
             "match its removals (reset it to build it again)"
         )
     out = positive or negative
-    return encode(out) if out is not None else None
+    if out is None:
+        return None
+    try:
+        return encode(out)
+    except ValueError as exc:  # what a segment never holds: an empty term, a tf past 65,535
+        raise CorruptDataError(f"a merged index segment holds {exc}") from None

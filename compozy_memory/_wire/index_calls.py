@@ -50,6 +50,8 @@ class IndexState:
     segments: tuple[SegmentEntry, ...]
     merges: tuple[Merge, ...]
     values: dict[str, bytes | None]
+    #: meta's incarnation ('' for none): a merge of what was read is stored only in it.
+    incarnation: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,7 @@ class IndexCalls(GatewayBase):
             parse_list(replies.text(reply["list"])),
             _parse_merges(replies.text(reply["reservations"])),
             dict(zip(fields, values, strict=True)) if not stale else {},
+            replies.text(reply["incarnation"]),
         )
 
     @op
@@ -180,6 +183,7 @@ class IndexCalls(GatewayBase):
                 "ttl_ms": self.ttl_ms,
                 "archive_max": self.policy.archive_max,
                 "analyzer": analyzer,
+                "incarnation": pending.incarnation,
                 "ix_next": pending.ix_next,
                 "upto": upto,
                 "seq_from": pending.seq_from,
@@ -211,14 +215,18 @@ class IndexCalls(GatewayBase):
         output: Encoded | None,
         fields: Mapping[str, bytes],
         *,
+        incarnation: str,
         reservation: int = 0,
     ) -> Steps[tuple[bool, int]]:
         """Begin (``reservation`` 0) or publish a merge of ``inputs`` into ``output``, with
-        ``fields`` of it (``lua/index_merge.lua``): (published, the output's generation)."""
+        ``fields`` of it (``lua/index_merge.lua``): (published, the output's generation).
+        ``incarnation``: the memory's when the inputs were read (:attr:`IndexState.incarnation`);
+        ConflictError in any other."""
         reply = yield from self._writing(
             "index_merge",
             {
                 "ttl_ms": self.ttl_ms,
+                "incarnation": incarnation,
                 "reservation": reservation,
                 "inputs": "|".join(str(g) for g in inputs),
                 "shape": _shape(output),
@@ -231,11 +239,18 @@ class IndexCalls(GatewayBase):
         return bool(int(reply["done"])), int(reply["gen"])
 
     @op
-    def index_put(self, reservation: int, fields: Mapping[str, bytes]) -> Steps[int]:
+    def index_put(
+        self, reservation: int, fields: Mapping[str, bytes], *, incarnation: str
+    ) -> Steps[int]:
         """A step of an open merge (``lua/index_put.lua``): its fields written so far."""
         reply = yield from self._writing(
             "index_put",
-            {"ttl_ms": self.ttl_ms, "reservation": reservation, "n_fields": len(fields)},
+            {
+                "ttl_ms": self.ttl_ms,
+                "incarnation": incarnation,
+                "reservation": reservation,
+                "n_fields": len(fields),
+            },
             self._fields("index_put"),
             _pairs(fields),
         )

@@ -110,6 +110,9 @@ class IndexPending:
     last_id: int
     #: Archived envelopes past the archive's cap: a step drops some (the cap may shrink).
     over_cap: int
+    #: meta's incarnation ('' for none): the step applies to this memory only, not to one
+    #: written again after it expired (whose ids and index cursors start again).
+    incarnation: str
     #: (where, seq, envelope as parsed JSON): 'l' live, 's' summary, 'a' archived at seq;
     #: oldest first.
     adds: tuple[tuple[str, int, dict[str, Any]], ...]
@@ -150,6 +153,7 @@ def index_pending(reply: Mapping[str, Any]) -> IndexPending:
         int(reply["seq_upto"]),
         int(reply["last_id"]),
         int(reply["over_cap"]),
+        text(reply["incarnation"]),
         tuple((text(where), int(seq), _envelope(env)) for where, seq, env in reply["adds"]),
         tuple(_envelope(env) for env in reply["gones"]),
     )

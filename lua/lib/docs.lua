@@ -112,10 +112,54 @@ local function live_index(k_msgs, id, count, newest)
   return nil, low
 end
 
+-- The live summary with id, or nil. Summaries are kept oldest first (ids increasing): found by
+-- bisection, each one read (LINDEX) at most once per call whatever it looks up (state.sums
+-- keeps them), so a call that locates many summaries copies each at most once, not all of them
+-- (up to MAX_SUMMARIES of up to 1 MiB) per summary located. A list out of order (an import
+-- gives no order) is looked through whole, still each one once.
+local function summary_of(k, id, state)
+  local sums = state.sums
+  if sums == nil then
+    sums = {n = summaries_count(k)}
+    state.sums = sums
+  end
+  local function at(i)
+    local env = sums[i]
+    if env == nil then
+      env = summary_at(k, i)
+      sums[i] = env
+    end
+    return env
+  end
+  local low, high = 0, sums.n - 1
+  while low <= high do
+    local mid = math.floor((low + high) / 2)
+    local env = at(mid)
+    if not env then
+      break
+    end
+    local found = envelope_head(env)
+    if found == id then
+      return env
+    elseif found < id then
+      low = mid + 1
+    else
+      high = mid - 1
+    end
+  end
+  for i = 0, sums.n - 1 do
+    local env = at(i)
+    if env and envelope_head(env) == id then
+      return env
+    end
+  end
+  return nil
+end
+
 -- The envelope of message id wherever it is (live, a live summary, archived), or nil; where
 -- says which: 'live', 'summary' or 'archive'. state: {count = live messages, archive_base};
--- it remembers the newest live id and the summaries once read. Every envelope is sized
--- (lib/envelope.lua).
+-- it remembers the newest live id once read, and the summaries it read. Every envelope is
+-- sized (lib/envelope.lua).
 local function locate(k, docs, id, state)
   local kind, _, seq = docs.get(id)
   if seq > 0 then
@@ -130,11 +174,9 @@ local function locate(k, docs, id, state)
     return nil
   end
   if kind == KINDS.summary then
-    state.summaries = state.summaries or summaries_read(k)
-    for _, env in ipairs(state.summaries) do
-      if envelope_head(env) == id then
-        return env, 'summary'
-      end
+    local env = summary_of(k, id, state)
+    if env then
+      return env, 'summary'
     end
     return nil
   end

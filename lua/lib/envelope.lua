@@ -34,16 +34,29 @@ local function envelopes_read(key, what, first, last, items)
   return out
 end
 
--- Every summary of the memory (k.summaries), oldest first: at most MAX_SUMMARIES, sized
--- before they are read.
-local function summaries_read(k)
+-- How many summaries the memory holds (k.summaries): at most MAX_SUMMARIES, the list sized
+-- before any of them is read (summary_at reads one).
+local function summaries_count(k)
   local n = redis.call('LLEN', k.summaries)
   if n > MAX_SUMMARIES then
     fail('CORRUPT', 'the memory holds ' .. n .. ' summaries, more than the ' .. MAX_SUMMARIES
       .. ' compozy-memory keeps: they were written raw')
   end
+  sized(k.summaries, 'a summary', n, MAX_ENVELOPE_BYTES)
+  return n
+end
+
+-- Summary i (LINDEX index) of a list summaries_count sized, bounded, or false.
+local function summary_at(k, i)
+  return bounded(redis.call('LINDEX', k.summaries, i) or false, MAX_ENVELOPE_BYTES, 'a summary')
+end
+
+-- Every summary of the memory (k.summaries), oldest first: at most MAX_SUMMARIES, sized
+-- before they are read.
+local function summaries_read(k)
+  local n = summaries_count(k)
   if n == 0 then
     return {}
   end
-  return envelopes_read(k.summaries, 'a summary', 0, -1, n)
+  return envelopes_read(k.summaries, 'a summary', 0, -1)
 end

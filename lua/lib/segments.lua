@@ -18,7 +18,8 @@
 -- prefixed here with the generation the script gives the segment.
 
 -- Parses a bookkeeping field's text into entries of width fields each (COMPOZY_CORRUPT for
--- text no script wrote).
+-- text no script wrote: a field that is not an integer, or R's inputs not 'gen|gen...', would
+-- otherwise fail the script half-way, after some of its writes, with a bare Lua error).
 local function seg_parse(text, width)
   local out = {}
   if not text or text == '' then
@@ -29,7 +30,16 @@ local function seg_parse(text, width)
     for n in string.gmatch(item, '[^,]+') do
       f[#f + 1] = n
     end
-    if #f ~= width then
+    local ok = #f == width
+    for i = 1, ok and width or 0 do
+      local n = f[i]
+      if width == 12 and i == 3 then
+        ok = ok and string.match(n, '^%d+[%d|]*$') ~= nil and #n <= 17 * MAX_SEGMENTS
+      else
+        ok = ok and string.match(n, '^%-?%d+$') ~= nil and #n <= 16
+      end
+    end
+    if not ok then
       fail('CORRUPT', 'the index holds a bookkeeping entry no script wrote: '
         .. string.sub(item, 1, 40))
     end

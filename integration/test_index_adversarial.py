@@ -28,7 +28,8 @@ from compozy_memory import (
 )
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._search.analysis import ANALYZER_VERSION
-from compozy_memory._store.indexer import _build_step, _covered, _merged, _read_chunks
+from compozy_memory._search.merging import merged_segment, read_chunks, step_segments
+from compozy_memory._store.indexer import _READ_BYTES_EACH, _covered
 from compozy_memory._wire.steps import Op
 from compozy_memory.embedded import EmbeddedServer
 from compozy_memory.errors import ScriptError
@@ -48,7 +49,7 @@ def _said(content: str) -> dict[str, Any]:
 async def _step_as_read(mem: Any, pending: Any) -> Any:
     """index_add of everything ``pending`` returned, as an indexer that read it would send."""
     items = list(pending.adds)
-    documents, positive, negative = _build_step(items, [])
+    documents, positive, negative = step_segments(items, [])
     upto, seq_upto = _covered(pending, items)
     return await mem.gateway.index_add(
         pending,
@@ -149,9 +150,9 @@ async def test_a_merge_read_before_the_memory_expired_is_refused_after(
     inputs = list(state.segments)
     gens = [e.gen for e in inputs]
     values: dict[str, bytes | None] = {}
-    for chunk in _read_chunks(inputs):
+    for chunk in read_chunks(inputs, _READ_BYTES_EACH):
         values.update((await old.gateway.index_read(gens, chunk)).values)
-    output = _merged(inputs, values)
+    output = merged_segment(inputs, values)
     assert output is not None
     await client.delete(*old.keys.data)  # every key's one deadline passed
     new = await two_segments("kettle")
@@ -248,8 +249,8 @@ async def test_large_summaries_hold_the_server_for_what_is_returned_only(
         admin.config_set("slowlog-log-slower-than", 1000)
         admin.slowlog_reset()
         hits = await mem.search("zebra", limit=1)
-        assert hits
-        assert hits[0].where == "summary"
+        assert not hits  # summaries have a lane of their own
+        assert [h.where for h in hits.summaries] == ["summary"]
         fetch = _worst_ms(admin, "search_fetch")
         admin.slowlog_reset()
         await mem.gateway.index_pending(128, 1 << 20)  # nothing left to index
@@ -297,8 +298,8 @@ async def test_summaries_out_of_id_order_are_found_by_search(
         await client.hincrby(mem.keys.meta, "summary_count", 1)
     await mem.indexer.catch_up()
     for sid, word in enumerate(words, start=first):
-        hits = await mem.search(word)
-        assert (hits[0].id, hits[0].where) == (sid, "summary")
+        found = (await mem.search(word)).summaries
+        assert (found[0].id, found[0].where) == (sid, "summary")
     await same_as_from_scratch(client, mem)
 
 
@@ -466,3 +467,30 @@ async def test_a_full_index_whose_segments_a_dead_merge_claims_does_not_spin_cat
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(mem.indexer.catch_up(max_steps=1), 3)
     assert reads <= 3, f"catch_up(max_steps=1) read what is pending {reads} times"
+
+
+async def test_a_message_and_a_removal_that_do_not_fit_one_step_go_in_two(
+    client: RedisClient, memory_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step too large for a call is halved until it fits: one message with one removal
+    of the archive's cap goes as two steps (it looped without end, never yielding)."""
+    from compozy_memory._store import indexer as indexer_module
+
+    mem = memory(client, memory_key, archive_max=1)
+    mem.indexer.background = False
+    rng = random.Random(5)
+    await mem.append_many([chat(i, rng, tokens=40) for i in range(3)])
+    await mem.trim(keep_messages=0)  # archived; the cap drops two of them
+    await mem.append(chat(3, rng, tokens=40))
+    pending = await mem.gateway.index_pending(1, 1 << 20)
+    assert (len(pending.adds), len(pending.gones)) == (1, 1)
+    _, positive, negative = step_segments(list(pending.adds), list(pending.gones))
+    assert positive is not None
+    assert negative is not None
+    alone = max(e.size + 8 * len(e.fields) for e in (positive, negative))
+    monkeypatch.setattr(indexer_module, "_WRITE_BYTES", alone)
+    monkeypatch.setattr(indexer_module, "INDEX_STEP_DOCS", 1)
+    progress = await asyncio.wait_for(mem.indexer.catch_up(), 30)
+    assert progress.unindexed == 0
+    assert progress.steps >= 2
+    await same_as_from_scratch(client, mem)

@@ -111,9 +111,9 @@ async def test_the_index_equals_one_built_from_scratch_through_merges_and_interr
             if pending.adds:
                 await mem.indexer.catch_up(max_steps=1)
                 from compozy_memory._search.analysis import ANALYZER_VERSION
-                from compozy_memory._store.indexer import _build_step
+                from compozy_memory._search.merging import step_segments
 
-                documents, positive, negative = _build_step(list(pending.adds), [])
+                documents, positive, negative = step_segments(list(pending.adds), [])
                 again = await mem.gateway.index_add(
                     pending,
                     analyzer=str(ANALYZER_VERSION),

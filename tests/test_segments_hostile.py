@@ -9,9 +9,8 @@ from collections import Counter
 
 import pytest
 
-from compozy_memory._search.merging import decode_segment
+from compozy_memory._search.merging import decode_segment, merged_segment
 from compozy_memory._search.segments import SegmentEntry, _fixed, _varint, build, encode
-from compozy_memory._store.indexer import _merged
 from compozy_memory.errors import CorruptDataError
 
 
@@ -61,7 +60,7 @@ def test_a_merge_of_values_no_segment_holds_is_a_typed_error(
     other = encode(build([(10, Counter({"zz": 1}), 1)]))
     values: dict[str, bytes | None] = {"1.0": raw, "2.0": other.fields["b0"]}
     with pytest.raises(CorruptDataError):
-        _merged([_entry(len(raw)), SegmentEntry(2, 1, 1, 10, 10, 1, 0, 9)], values)
+        merged_segment([_entry(len(raw)), SegmentEntry(2, 1, 1, 10, 10, 1, 0, 9)], values)
 
 
 def test_a_bucket_of_many_terms_decodes_in_time_linear_in_its_bytes() -> None:

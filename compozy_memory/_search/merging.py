@@ -15,23 +15,46 @@ the positive segments they overlap, those are merged together, and both leave.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from itertools import pairwise
+from typing import Any
 
-from compozy_memory._model.limits import MAX_SEGMENTS
+from compozy_memory._model.limits import (
+    INDEX_READ_BYTES,
+    INDEX_READ_FIELDS,
+    MAX_SEGMENTS,
+    STEP_FIELDS,
+)
+from compozy_memory._search.documents import KINDS, document_terms, kind_of
 from compozy_memory._search.segments import (
     Bucket,
+    Encoded,
     Postings,
     Segment,
     SegmentEntry,
     block_field,
     block_postings,
     bucket_field,
+    build,
     decode_block,
+    encode,
 )
 from compozy_memory.errors import CorruptDataError
 
-__all__ = ["BASE", "PURGE_SHARE", "TIER", "decode_segment", "merge", "plan_merge", "tier"]
+__all__ = [
+    "BASE",
+    "PURGE_SHARE",
+    "TIER",
+    "decode_segment",
+    "merge",
+    "merged_segment",
+    "plan_merge",
+    "read_chunks",
+    "step_segments",
+    "tier",
+    "write_chunks",
+]
 
 #: Segments of one tier merged into one of the next.
 TIER = 8
@@ -178,3 +201,90 @@ def merge(parts: Sequence[Segment]) -> tuple[Segment | None, Segment | None]:
         docs = sorted(d for d, v in net.items() if v == s)
         result.append(Segment(s, out[s], docs) if docs else None)
     return result[0], result[1]
+
+
+# -- what clients write: a step's segments, a merge's output, in bounded calls ----------
+
+Doc = tuple[int, "Counter[str]", int]
+
+
+def _analysed(message: dict[str, Any], *, summary: bool) -> tuple[int, int, Counter[str], int]:
+    """(id, kind, term frequencies, length) of one stored envelope (parsed JSON)."""
+    kind = KINDS["summary"] if summary else kind_of(message)
+    tf, length = document_terms(message, kind=kind)
+    return int(message["id"]), kind, Counter(tf), length
+
+
+def step_segments(
+    items: list[tuple[str, int, dict[str, Any]]], gones: list[dict[str, Any]]
+) -> tuple[list[tuple[int, int, int, int]], Encoded | None, Encoded | None]:
+    """The documents' records, their segment and the removed documents' negative segment."""
+    documents: list[tuple[int, int, int, int]] = []
+    docs: list[Doc] = []
+    for where, seq, message in items:
+        doc_id, kind, tf, length = _analysed(message, summary=where == "s")
+        documents.append((doc_id, kind, length, seq))
+        if tf:
+            docs.append((doc_id, tf, length))
+    removed: list[Doc] = []
+    for message in gones:
+        doc_id, _, tf, length = _analysed(message, summary=False)
+        if tf:
+            removed.append((doc_id, tf, length))
+    positive = encode(build(docs)) if docs else None
+    negative = encode(build(removed, sign=-1)) if removed else None
+    return documents, positive, negative
+
+
+def read_chunks(inputs: Sequence[SegmentEntry], most: int) -> list[list[str]]:
+    """The inputs' fields in reads of about ``most`` bytes each, under the read caps (by
+    their segments' mean field size, with room: a field may be larger than its segment's
+    mean)."""
+    chunks: list[list[str]] = [[]]
+    budget = min(most, INDEX_READ_BYTES // 2)
+    used = 0
+    for entry in inputs:
+        names = entry.fields()
+        mean = entry.size // max(1, entry.buckets + entry.blocks) + 1
+        for name in names:
+            if chunks[-1] and (len(chunks[-1]) >= INDEX_READ_FIELDS or used + mean > budget):
+                chunks.append([])
+                used = 0
+            chunks[-1].append(name)
+            used += mean
+    return [c for c in chunks if c]
+
+
+def write_chunks(fields: Mapping[str, bytes], limit: int) -> list[dict[str, bytes]]:
+    """``fields`` in calls of about ``limit`` bytes each, under the write caps (one call,
+    maybe empty, at least)."""
+    chunks: list[dict[str, bytes]] = [{}]
+    used = 0
+    for name, value in fields.items():
+        if chunks[-1] and (len(chunks[-1]) >= STEP_FIELDS or used + len(value) > limit):
+            chunks.append({})
+            used = 0
+        chunks[-1][name] = value
+        used += len(value) + len(name)
+    return chunks
+
+
+def merged_segment(
+    inputs: Sequence[SegmentEntry], values: Mapping[str, bytes | None]
+) -> Encoded | None:
+    """The merge of ``inputs`` (their fields in ``values``), encoded; None when they cancel
+    out whole."""
+    parts: list[Segment] = [decode_segment(e, values) for e in inputs]
+    positive, negative = merge(parts)
+    if positive is not None and negative is not None:
+        raise CorruptDataError(
+            "a merge left removals of documents no merged segment holds: the index does not "
+            "match its removals (reset it to build it again)"
+        )
+    out = positive or negative
+    if out is None:
+        return None
+    try:
+        return encode(out)
+    except ValueError as exc:  # what a segment never holds: an empty term, a tf past 65,535
+        raise CorruptDataError(f"a merged index segment holds {exc}") from None

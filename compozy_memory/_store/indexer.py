@@ -31,27 +31,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from compozy_memory._model.limits import (
     DATA_FORMAT,
-    INDEX_READ_BYTES,
-    INDEX_READ_FIELDS,
     INDEX_STEP_DOCS,
     STEP_FIELDS,
 )
 from compozy_memory._search.analysis import ANALYZER_VERSION
-from compozy_memory._search.documents import KINDS, document_terms, kind_of
-from compozy_memory._search.merging import decode_segment, merge, plan_merge
+from compozy_memory._search.merging import (
+    merged_segment,
+    plan_merge,
+    read_chunks,
+    step_segments,
+    write_chunks,
+)
 from compozy_memory._search.segments import (
-    Encoded,
-    Segment,
     SegmentEntry,
-    build,
-    encode,
 )
 from compozy_memory._wire.background import Backgrounded, Debounced
 from compozy_memory._wire.effects import MetricsSink, Observe, Offload
@@ -63,7 +61,6 @@ from compozy_memory.errors import (
     BackendUnavailableError,
     CompozyMemoryError,
     ConflictError,
-    CorruptDataError,
     MessageTooLargeError,
 )
 
@@ -82,8 +79,6 @@ _WRITE_BYTES = 256 * 1024
 _READ_BYTES_EACH = 512 * 1024
 #: Merges one catch-up runs at most (the next write's catch-up goes on).
 _MERGES_PER_CATCH_UP = 4
-
-Doc = tuple[int, "Counter[str]", int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,9 +257,9 @@ class Indexer(Backgrounded):
         heavy = len(items) + len(gones) > _THREAD_DOCS
         while True:
             if heavy:
-                built = yield from Offload(partial(_build_step, items, gones))
+                built = yield from Offload(partial(step_segments, items, gones))
             else:
-                built = _build_step(items, gones)
+                built = step_segments(items, gones)
             documents, positive, negative = built
             size = sum(e.size + 8 * len(e.fields) for e in (positive, negative) if e)
             fields = sum(len(e.fields) for e in (positive, negative) if e)
@@ -274,11 +269,14 @@ class Indexer(Backgrounded):
                 raise MessageTooLargeError(
                     "one message's index segment does not fit one call", key=self.gateway.name
                 )
-            # Half as much: the rest waits for the next step.
+            # Half as much: the rest waits for the next step. One message and one removal
+            # that do not fit together go in steps of their own (the removal's next).
             if len(items) > 1:
                 items = items[: len(items) // 2]
+            elif len(gones) > 1:
+                gones = gones[: len(gones) // 2]
             else:
-                gones = gones[: max(1, len(gones) // 2)]
+                gones = []
         upto, seq_upto = _covered(pending, items)
         applied = yield from self.gateway.index_add(
             pending,
@@ -348,7 +346,7 @@ class Indexer(Backgrounded):
         gens = [e.gen for e in inputs]
         values: dict[str, bytes | None] = {}
         incarnation: str | None = None
-        for chunk in _read_chunks(inputs):
+        for chunk in read_chunks(inputs, _READ_BYTES_EACH):
             state = yield from self.gateway.index_read(gens, chunk)
             if state.stale or incarnation not in (None, state.incarnation):
                 return False  # merged away, or the memory expired and was written again
@@ -359,11 +357,11 @@ class Indexer(Backgrounded):
         parts = sum(e.docs for e in inputs)
         work = (inputs, values)
         if parts > _THREAD_DOCS:
-            output = yield from Offload(lambda: _merged(*work))
+            output = yield from Offload(lambda: merged_segment(*work))
         else:
-            output = _merged(*work)
+            output = merged_segment(*work)
         fields = output.fields if output is not None else {}
-        chunks = _write_chunks(fields)
+        chunks = write_chunks(fields, _WRITE_BYTES)
         try:
             done, gen = yield from self.gateway.index_merge(
                 gens, output, chunks[0], incarnation=incarnation
@@ -389,82 +387,3 @@ def _covered(
     if where == "a":
         return pending.upto, seq - 1
     return int(message["id"]) - 1, max(0, pending.seq_from - 1)
-
-
-def _analysed(message: dict[str, Any], *, summary: bool) -> tuple[int, int, Counter[str], int]:
-    """(id, kind, term frequencies, length) of one stored envelope (parsed JSON)."""
-    kind = KINDS["summary"] if summary else kind_of(message)
-    tf, length = document_terms(message, kind=kind)
-    return int(message["id"]), kind, Counter(tf), length
-
-
-def _build_step(
-    items: list[tuple[str, int, dict[str, Any]]], gones: list[dict[str, Any]]
-) -> tuple[list[tuple[int, int, int, int]], Encoded | None, Encoded | None]:
-    """The documents' records, their segment and the removed documents' negative segment."""
-    documents: list[tuple[int, int, int, int]] = []
-    docs: list[Doc] = []
-    for where, seq, message in items:
-        doc_id, kind, tf, length = _analysed(message, summary=where == "s")
-        documents.append((doc_id, kind, length, seq))
-        if tf:
-            docs.append((doc_id, tf, length))
-    removed: list[Doc] = []
-    for message in gones:
-        doc_id, _, tf, length = _analysed(message, summary=False)
-        if tf:
-            removed.append((doc_id, tf, length))
-    positive = encode(build(docs)) if docs else None
-    negative = encode(build(removed, sign=-1)) if removed else None
-    return documents, positive, negative
-
-
-def _read_chunks(inputs: list[SegmentEntry]) -> list[list[str]]:
-    """The inputs' fields in reads that stay under the read caps (by their segments' mean
-    field size, with room: a field may be larger than its segment's mean)."""
-    chunks: list[list[str]] = [[]]
-    budget = min(_READ_BYTES_EACH, INDEX_READ_BYTES // 2)
-    used = 0
-    for entry in inputs:
-        names = entry.fields()
-        mean = entry.size // max(1, entry.buckets + entry.blocks) + 1
-        for name in names:
-            if chunks[-1] and (len(chunks[-1]) >= INDEX_READ_FIELDS or used + mean > budget):
-                chunks.append([])
-                used = 0
-            chunks[-1].append(name)
-            used += mean
-    return [c for c in chunks if c]
-
-
-def _write_chunks(fields: dict[str, bytes]) -> list[dict[str, bytes]]:
-    """``fields`` in calls that stay under the write caps (one call, maybe empty, at least)."""
-    chunks: list[dict[str, bytes]] = [{}]
-    used = 0
-    limit = _WRITE_BYTES
-    for name, value in fields.items():
-        if chunks[-1] and (len(chunks[-1]) >= STEP_FIELDS or used + len(value) > limit):
-            chunks.append({})
-            used = 0
-        chunks[-1][name] = value
-        used += len(value) + len(name)
-    return chunks
-
-
-def _merged(inputs: list[SegmentEntry], values: dict[str, bytes | None]) -> Encoded | None:
-    """The merge of ``inputs`` (their fields in ``values``), encoded; None when they cancel
-    out whole."""
-    parts: list[Segment] = [decode_segment(e, values) for e in inputs]
-    positive, negative = merge(parts)
-    if positive is not None and negative is not None:
-        raise CorruptDataError(
-            "a merge left removals of documents no merged segment holds: the index does not "
-            "match its removals (reset it to build it again)"
-        )
-    out = positive or negative
-    if out is None:
-        return None
-    try:
-        return encode(out)
-    except ValueError as exc:  # what a segment never holds: an empty term, a tf past 65,535
-        raise CorruptDataError(f"a merged index segment holds {exc}") from None

@@ -17,7 +17,7 @@ from compozy_memory import InstanceKeys, Message
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._search.documents import KINDS, document_terms, kind_of
 from compozy_memory._search.merging import decode_segment
-from compozy_memory._wire.index_calls import parse_list
+from compozy_memory._search.runtime.index_calls import parse_list
 
 __all__ = ["IndexState", "built_from_scratch", "stored_index"]
 

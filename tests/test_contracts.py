@@ -13,15 +13,15 @@ from compozy_memory import FlushPlan, ScriptError
 from compozy_memory._model.facts import EncodedFact
 from compozy_memory._model.limits import DATA_FORMAT, LUA_CONSTANTS
 from compozy_memory._model.messages import EncodedMessage
+from compozy_memory._search.runtime.index_calls import parse_pending
+from compozy_memory._search.runtime.vector_calls import VectorPending
 from compozy_memory._search.segments import build, encode
 from compozy_memory._store.results_store import ResultGateway
 from compozy_memory._store.sessions import SessionIndex
-from compozy_memory._wire import replies
 from compozy_memory._wire import scripts as scripts_module
 from compozy_memory._wire.contracts import KEY_ORDER, parse_contract
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.scripts import SCRIPT_NAMES, helpers, library, lua_dir, script
-from compozy_memory._wire.vector_calls import VectorPending
 from tests.fakes import FakeTransport, commit_reply, gateway, pending_reply, snapshot_reply
 
 RESULT_KEY = "compozy:units:result:{agent:a}:" + "0" * 64
@@ -115,7 +115,7 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     "index_pending": (lambda g: g.index_pending(8, 1000), PENDING),
     "index_add": (
         lambda g: g.index_add(
-            replies.index_pending(script("index_pending").contract.decode(PENDING)),
+            parse_pending(script("index_pending").contract.decode(PENDING)),
             analyzer="1",
             upto=0,
             seq_upto=0,

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 from compozy_memory._model.limits import DATA_FORMAT, INDEX_READ_FIELDS
 from compozy_memory._search.documents import SUMMARY_TERM
+from compozy_memory._search.runtime.index_calls import IndexState
 from compozy_memory._search.scoring import SearchPlan, SearchSettings
 from compozy_memory._search.segments import SegmentEntry
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory._wire.index_calls import IndexState
 from compozy_memory._wire.steps import Steps
 
 __all__ = ["Bm25Ranking", "bm25_ranking"]

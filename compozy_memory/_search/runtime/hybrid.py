@@ -1,6 +1,6 @@
-"""Search with dense scores: BM25 candidates (ranked here, :mod:`compozy_memory._store.
-searching`) and their vectors, the query embedded here, both fused
-(:mod:`compozy_memory._search.fusion`).
+"""Search with dense scores: BM25 candidates (ranked here,
+:mod:`compozy_memory._search.runtime.searching`) and their vectors, the query embedded here,
+both fused (:mod:`compozy_memory._search.fusion`).
 
 The best ``Fusion.candidates`` documents by BM25 are ranked from the index's segments; the
 server gives the vectors stored for them and their neighbours
@@ -24,12 +24,12 @@ from compozy_memory._search.dense import Embedder, cosines, strip_names
 from compozy_memory._search.documents import KINDS
 from compozy_memory._search.fusion import Fusion, fuse
 from compozy_memory._search.ranking import neighbour_boost, top_k
-from compozy_memory._store.searching import bm25_ranking
-from compozy_memory._store.vectors import embed, model_id
+from compozy_memory._search.runtime.searching import bm25_ranking
+from compozy_memory._search.runtime.vector_calls import Candidates
+from compozy_memory._search.runtime.vectors import embed, model_id
 from compozy_memory._wire.effects import Observe
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
-from compozy_memory._wire.vector_calls import Candidates
 from compozy_memory.errors import CompozyMemoryError
 
 __all__ = ["Ranking", "fused_hits", "fused_ranking"]

@@ -48,14 +48,13 @@ from compozy_memory._search.merging import (
     step_segments,
     write_chunks,
 )
+from compozy_memory._search.runtime.index_calls import IndexAdded, IndexPending, IndexState
 from compozy_memory._search.segments import (
     SegmentEntry,
 )
 from compozy_memory._wire.background import Backgrounded, Debounced
 from compozy_memory._wire.effects import MetricsSink, Observe, Offload
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory._wire.index_calls import IndexAdded, IndexState
-from compozy_memory._wire.replies import IndexPending
 from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import (
     BackendUnavailableError,

@@ -28,12 +28,12 @@ from compozy_memory._model.limits import (
 )
 from compozy_memory._search.dense import VECTOR_FORMAT, Embedder, dense_text
 from compozy_memory._search.embedders import embed_shared
-from compozy_memory._store.indexer import Indexer
+from compozy_memory._search.runtime.indexer import Indexer
+from compozy_memory._search.runtime.vector_calls import VectorPending
 from compozy_memory._wire.background import Backgrounded, Debounced
 from compozy_memory._wire.effects import Await
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps, is_sync, op
-from compozy_memory._wire.vector_calls import VectorPending
 from compozy_memory.errors import CompozyMemoryError, ConfigurationError, EmbedderError
 
 __all__ = [

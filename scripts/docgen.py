@@ -5,8 +5,8 @@ A page holds a generated part between ``<!-- generated: NAME -->`` and
 
 * ``cli-reference``: every command of ``compozy-memory`` with its arguments and options, from
   the typer application;
-* ``lua-scripts`` and ``lua-lib``: the scripts of ``lua/`` and their helpers, from the header
-  each opens with;
+* ``lua-scripts`` and ``lua-lib``: the scripts of ``lua/`` and of its feature folders
+  (``lua/search/``) and their helpers, from the header each opens with;
 * ``wings`` and ``modules``: the package's wings and every module, from their docstrings.
 
 ``scripts/gen_docs`` (this file, run by the project's Python) rewrites the parts that changed;

@@ -4,10 +4,10 @@ both fused (:mod:`compozy_memory._search.fusion`).
 
 The best ``Fusion.candidates`` documents by BM25 are ranked from the index's segments; the
 server gives the vectors stored for them and their neighbours
-(``lua/search_candidates.lua``); the query's vector is compared
+(``lua/search/search_candidates.lua``); the query's vector is compared
 with those (int8 cosines, numpy when installed), the two scores are fused with the neighbour
 boost, and the best ``limit`` are read with their neighbouring turns
-(``lua/search_fetch.lua``). A document not embedded yet gets the candidates' mean dense
+(``lua/search/search_fetch.lua``). A document not embedded yet gets the candidates' mean dense
 score, neither favoured nor buried. Without vectors of this embedder's model (none stored
 yet, or another model's) or when the embedder fails, the ranking is BM25's with the neighbour
 boost, as without an embedder.

@@ -1,8 +1,8 @@
 """The search index's calls: what the indexer stores (segments), what a search and a merge read,
 and the steps that keep the segments few (merges, garbage).
 
-The server only stores and returns segment bytes (``lua/lib/segments.lua``); the clients build,
-merge and score them (:mod:`compozy_memory._search.segments`,
+The server only stores and returns segment bytes (``lua/search/lib/segments.lua``); the clients
+build, merge and score them (:mod:`compozy_memory._search.segments`,
 :mod:`compozy_memory._search.scoring`).
 """
 
@@ -33,7 +33,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class IndexPending:
-    """What ``lua/index_pending.lua`` says the indexer has to do next."""
+    """What ``lua/search/index_pending.lua`` says the indexer has to do next."""
 
     fmt: int
     analyzer: str
@@ -107,7 +107,7 @@ class Merge:
 
 @dataclass(frozen=True, slots=True)
 class IndexState:
-    """``lua/index_read.lua``'s reply: the index as one read saw it."""
+    """``lua/search/index_read.lua``'s reply: the index as one read saw it."""
 
     fmt: int
     analyzer: str
@@ -127,7 +127,7 @@ class IndexState:
 
 @dataclass(frozen=True, slots=True)
 class IndexAdded:
-    """What one ``lua/index_add.lua`` step did, and the segments listed after it."""
+    """What one ``lua/search/index_add.lua`` step did, and the segments listed after it."""
 
     applied: bool
     ix_next: int
@@ -202,7 +202,7 @@ class IndexCalls(GatewayBase):
 
     @op
     def index_pending(self, max_docs: int, max_bytes: int) -> Steps[IndexPending]:
-        """What the indexer has to do next (``lua/index_pending.lua``)."""
+        """What the indexer has to do next (``lua/search/index_pending.lua``)."""
         reply = yield from self._reading(
             "index_pending",
             {
@@ -228,7 +228,7 @@ class IndexCalls(GatewayBase):
     @op
     def index_read(self, gens: Sequence[int] = (), fields: Sequence[str] = ()) -> Steps[IndexState]:
         """The segment list and BM25's counts, and ``fields`` of segments ``gens``
-        (``lua/index_read.lua``)."""
+        (``lua/search/index_read.lua``)."""
         reply = yield from self._reading(
             "index_read",
             {"gens": "|".join(str(g) for g in gens)},
@@ -265,7 +265,7 @@ class IndexCalls(GatewayBase):
         gone: int,
         gone_first: int,
     ) -> Steps[IndexAdded]:
-        """One step of the indexer (``lua/index_add.lua``): ``documents`` (id, kind, length,
+        """One step of the indexer (``lua/search/index_add.lua``): ``documents`` (id, kind, length,
         seq) and their segment, and the negative segment of ``gone`` removed documents."""
         rest: list[ScriptArg] = [f"{i},{k},{n},{s}" for i, k, n, s in documents]
         if positive is not None:
@@ -315,7 +315,7 @@ class IndexCalls(GatewayBase):
         reservation: int = 0,
     ) -> Steps[tuple[bool, int]]:
         """Begin (``reservation`` 0) or publish a merge of ``inputs`` into ``output``, with
-        ``fields`` of it (``lua/index_merge.lua``): (published, the output's generation).
+        ``fields`` of it (``lua/search/index_merge.lua``): (published, the output's generation).
         ``incarnation``: the memory's when the inputs were read (:attr:`IndexState.incarnation`);
         ConflictError in any other."""
         reply = yield from self._writing(
@@ -338,7 +338,7 @@ class IndexCalls(GatewayBase):
     def index_put(
         self, reservation: int, fields: Mapping[str, bytes], *, incarnation: str
     ) -> Steps[int]:
-        """A step of an open merge (``lua/index_put.lua``): its fields written so far."""
+        """A step of an open merge (``lua/search/index_put.lua``): its fields written so far."""
         reply = yield from self._writing(
             "index_put",
             {
@@ -354,7 +354,7 @@ class IndexCalls(GatewayBase):
 
     @op
     def index_gc(self) -> Steps[int]:
-        """One step deleting merged segments' fields (``lua/index_gc.lua``): fields left."""
+        """One step deleting merged segments' fields (``lua/search/index_gc.lua``): fields left."""
         reply = yield from self._writing(
             "index_gc", {"ttl_ms": self.ttl_ms}, self._fields("index_gc")
         )

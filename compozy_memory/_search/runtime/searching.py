@@ -1,7 +1,7 @@
 """A query's BM25 ranking: the segments' fields it needs read from Redis, scored here.
 
 :class:`~compozy_memory._search.scoring.SearchPlan` says which fields of ``ix:s`` a query
-needs; these steps read them (``lua/index_read.lua``: reads only, bounded by bytes) and hand
+needs; these steps read them (``lua/search/index_read.lua``: reads only, bounded by bytes) and hand
 them back until the plan can rank. A search costs the server the bytes of the buckets and
 blocks it reads, nothing per posting.
 

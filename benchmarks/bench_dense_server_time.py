@@ -36,8 +36,8 @@ from compozy_memory import MemoryInstance, MemoryPolicy, StaticEmbedder, connect
 from compozy_memory._io.delivery import install
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._model import limits
-from compozy_memory._store.searching import bm25_ranking
-from compozy_memory._store.selection import query_terms
+from compozy_memory._search.runtime.searching import bm25_ranking
+from compozy_memory._search.selection import query_terms
 from compozy_memory.embedded import start_server
 
 PROJECT = "densetime"

@@ -59,13 +59,13 @@ if TYPE_CHECKING:
         SentenceTransformerEmbedder,
     )
     from compozy_memory._search.fusion import DEFAULT_FUSION, Fusion
+    from compozy_memory._search.runtime.indexer import Indexer, IndexProgress
+    from compozy_memory._search.runtime.vectors import Vectorizer, VectorProgress
     from compozy_memory._search.static_model import StaticEmbedder
     from compozy_memory._store.core import MemorySteps
-    from compozy_memory._store.indexer import Indexer, IndexProgress
     from compozy_memory._store.instance import Facts, MemoryInstance
     from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
     from compozy_memory._store.sync_instance import SyncMemoryInstance
-    from compozy_memory._store.vectors import Vectorizer, VectorProgress
     from compozy_memory._store.warmup import warm, warm_sync
     from compozy_memory._sync_manager import SyncMemoryManager
     from compozy_memory._telemetry import instrument as instrument_opentelemetry
@@ -166,16 +166,16 @@ _LAZY: dict[str, str] = {
     "Fusion": "compozy_memory._search.fusion",
     "StaticEmbedder": "compozy_memory._search.static_model",
     "MemorySteps": "compozy_memory._store.core",
-    "Indexer": "compozy_memory._store.indexer",
-    "IndexProgress": "compozy_memory._store.indexer",
+    "Indexer": "compozy_memory._search.runtime.indexer",
+    "IndexProgress": "compozy_memory._search.runtime.indexer",
     "Facts": "compozy_memory._store.instance",
     "MemoryInstance": "compozy_memory._store.instance",
     "DataRef": "compozy_memory._store.results_store",
     "Namespace": "compozy_memory._store.results_store",
     "ResultStore": "compozy_memory._store.results_store",
     "SyncMemoryInstance": "compozy_memory._store.sync_instance",
-    "Vectorizer": "compozy_memory._store.vectors",
-    "VectorProgress": "compozy_memory._store.vectors",
+    "Vectorizer": "compozy_memory._search.runtime.vectors",
+    "VectorProgress": "compozy_memory._search.runtime.vectors",
     "warm": "compozy_memory._store.warmup",
     "warm_sync": "compozy_memory._store.warmup",
     "SyncMemoryManager": "compozy_memory._sync_manager",

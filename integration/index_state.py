@@ -1,7 +1,7 @@
 """A memory's search index as Redis holds it, decoded, and the index built from scratch over
 what the memory holds: the two must be equal once the indexer has caught up.
 
-The stored index is the sum of its segments, each with its sign (``lua/lib/segments.lua``,
+The stored index is the sum of its segments, each with its sign (``lua/search/lib/segments.lua``,
 :mod:`compozy_memory._search.segments`): positive segments hold what was indexed, negative
 ones what was removed since, so a removed document's postings must cancel out exactly, and
 each document's length must agree with its record. The records (``lua/lib/docs.lua``) are
@@ -17,7 +17,7 @@ from compozy_memory import InstanceKeys, Message
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._search.documents import KINDS, document_terms, kind_of
 from compozy_memory._search.merging import decode_segment
-from compozy_memory._wire.index_calls import parse_list
+from compozy_memory._search.runtime.index_calls import parse_list
 
 __all__ = ["IndexState", "built_from_scratch", "stored_index"]
 

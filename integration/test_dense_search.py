@@ -41,8 +41,8 @@ from compozy_memory._model.limits import (
     ttl_slack,
 )
 from compozy_memory._search.dense import quantize
-from compozy_memory._store.searching import bm25_ranking
-from compozy_memory._store.vectors import model_id
+from compozy_memory._search.runtime.searching import bm25_ranking
+from compozy_memory._search.runtime.vectors import model_id
 from integration.engines import EngineSpec
 
 

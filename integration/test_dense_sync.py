@@ -16,7 +16,7 @@ from compozy_memory import (
     connect_sync,
 )
 from compozy_memory._io.translate import RedisClient
-from compozy_memory._store.vectors import model_id
+from compozy_memory._search.runtime.vectors import model_id
 from integration.engines import EngineSpec
 from integration.test_dense_search import CHAT, Concepts, turn
 from integration.test_sync_api import FLUSHING_DIR

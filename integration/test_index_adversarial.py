@@ -29,7 +29,7 @@ from compozy_memory import (
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._search.analysis import ANALYZER_VERSION
 from compozy_memory._search.merging import merged_segment, read_chunks, step_segments
-from compozy_memory._store.indexer import _READ_BYTES_EACH, _covered
+from compozy_memory._search.runtime.indexer import _READ_BYTES_EACH, _covered
 from compozy_memory._wire.steps import Op
 from compozy_memory.embedded import EmbeddedServer
 from compozy_memory.errors import ScriptError
@@ -355,7 +355,7 @@ async def _expire_claims(client: RedisClient, mem: Any) -> None:
 async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothing(
     client: RedisClient, memory_key: str, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from compozy_memory._store import indexer as indexer_module
+    from compozy_memory._search.runtime import indexer as indexer_module
     from integration.test_context import attach
 
     # Merges written in several calls (index_merge, index_put..., index_merge to publish).
@@ -435,8 +435,8 @@ async def test_a_full_index_whose_segments_a_dead_merge_claims_does_not_spin_cat
     client: RedisClient, memory_key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from compozy_memory._model.limits import MAX_SEGMENTS
+    from compozy_memory._search.runtime import indexer as indexer_module
     from compozy_memory._search.segments import Encoded
-    from compozy_memory._store import indexer as indexer_module
 
     mem = memory(client, memory_key)
     mem.indexer.background = False
@@ -474,7 +474,7 @@ async def test_a_message_and_a_removal_that_do_not_fit_one_step_go_in_two(
 ) -> None:
     """A step too large for a call is halved until it fits: one message with one removal
     of the archive's cap goes as two steps (it looped without end, never yielding)."""
-    from compozy_memory._store import indexer as indexer_module
+    from compozy_memory._search.runtime import indexer as indexer_module
 
     mem = memory(client, memory_key, archive_max=1)
     mem.indexer.background = False

@@ -13,8 +13,8 @@ import pytest
 from compozy_memory import CorruptDataError, MemoryPolicy, SearchPolicy, UsageError
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._search import merging
+from compozy_memory._search.runtime.index_calls import parse_list
 from compozy_memory._search.segments import block_field, bucket_field
-from compozy_memory._wire.index_calls import parse_list
 from integration.index_state import built_from_scratch, stored_index
 from integration.memories import memory
 from integration.test_context import attach

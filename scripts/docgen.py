@@ -5,8 +5,8 @@ A page holds a generated part between ``<!-- generated: NAME -->`` and
 
 * ``cli-reference``: every command of ``compozy-memory`` with its arguments and options, from
   the typer application;
-* ``lua-scripts`` and ``lua-lib``: the scripts of ``lua/`` and their helpers, from the header
-  each opens with;
+* ``lua-scripts`` and ``lua-lib``: the scripts of ``lua/`` and of its feature folders
+  (``lua/search/``) and their helpers, from the header each opens with;
 * ``wings`` and ``modules``: the package's wings and every module, from their docstrings.
 
 ``scripts/gen_docs`` (this file, run by the project's Python) rewrites the parts that changed;
@@ -73,7 +73,11 @@ def lua_header(path: Path) -> tuple[str, str, str]:
         described.append(body)
     text = " ".join(described)
     name = path.relative_to(ROOT / "lua").as_posix()
-    prefix = f"{name}:"
+    # A header names its file from its feature's folder: 'lib/deltas.lua' in lua/, and
+    # 'index_add.lua', 'lib/segments.lua' in lua/search/.
+    parts = path.relative_to(ROOT / "lua").parts
+    own = "/".join(parts[1:] if len(parts) > 1 and parts[0] != "lib" else parts)
+    prefix = f"{own}:"
     if not text.startswith(prefix):
         raise ValueError(f"lua/{name} does not open with '-- {prefix} what it does'")
     return text[len(prefix) :].strip(), "" if uses == "(none)" else uses, flags
@@ -95,11 +99,19 @@ def lua_table(paths: list[Path], *, scripts: bool) -> str:
 
 
 def lua_scripts() -> str:
-    return lua_table(sorted((ROOT / "lua").glob("*.lua")), scripts=True)
+    """The scripts: those of ``lua/`` and of each feature's folder (``lua/search/``)."""
+    paths = [p for p in (ROOT / "lua").rglob("*.lua") if "lib" not in p.parent.parts]
+    return lua_table(
+        sorted(paths, key=lambda p: p.relative_to(ROOT / "lua").as_posix()), scripts=True
+    )
 
 
 def lua_lib() -> str:
-    return lua_table(sorted((ROOT / "lua" / "lib").glob("*.lua")), scripts=False)
+    """The helpers: the shared ones of ``lua/lib/``, then each feature's (``lua/search/lib/``)."""
+    paths = [p for p in (ROOT / "lua").rglob("*.lua") if p.parent.name == "lib"]
+    return lua_table(
+        sorted(paths, key=lambda p: p.relative_to(ROOT / "lua").as_posix()), scripts=False
+    )
 
 
 # -- modules -----------------------------------------------------------------------------------
@@ -130,7 +142,16 @@ def wings() -> str:
     )
     for wing, paths in order:
         main = PACKAGE / wing / "__init__.py" if wing.endswith("/") else PACKAGE / wing
-        names = [p.stem for p in paths if p.name != "__init__.py"] if wing.endswith("/") else []
+        # A sub-package's modules by their dotted path inside the wing (``runtime.indexer``).
+        names = (
+            [
+                ".".join(p.relative_to(PACKAGE / wing).with_suffix("").parts)
+                for p in paths
+                if p.name != "__init__.py"
+            ]
+            if wing.endswith("/")
+            else []
+        )
         listed = ", ".join(f"`{n}`" for n in names)
         rows.append(f"| `{wing}` | {cell(first_paragraph(docstring(main)))} | {listed} |")
     return "\n".join(rows) + "\n"

@@ -13,15 +13,22 @@ from compozy_memory import FlushPlan, ScriptError
 from compozy_memory._model.facts import EncodedFact
 from compozy_memory._model.limits import DATA_FORMAT, LUA_CONSTANTS
 from compozy_memory._model.messages import EncodedMessage
+from compozy_memory._search.runtime.index_calls import parse_pending
+from compozy_memory._search.runtime.vector_calls import VectorPending
 from compozy_memory._search.segments import build, encode
 from compozy_memory._store.results_store import ResultGateway
 from compozy_memory._store.sessions import SessionIndex
-from compozy_memory._wire import replies
 from compozy_memory._wire import scripts as scripts_module
 from compozy_memory._wire.contracts import KEY_ORDER, parse_contract
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory._wire.scripts import SCRIPT_NAMES, helpers, library, lua_dir, script
-from compozy_memory._wire.vector_calls import VectorPending
+from compozy_memory._wire.scripts import (
+    SCRIPT_NAMES,
+    helpers,
+    library,
+    lua_dir,
+    script,
+    script_path,
+)
 from tests.fakes import FakeTransport, commit_reply, gateway, pending_reply, snapshot_reply
 
 RESULT_KEY = "compozy:units:result:{agent:a}:" + "0" * 64
@@ -115,7 +122,7 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
     "index_pending": (lambda g: g.index_pending(8, 1000), PENDING),
     "index_add": (
         lambda g: g.index_add(
-            replies.index_pending(script("index_pending").contract.decode(PENDING)),
+            parse_pending(script("index_pending").contract.decode(PENDING)),
             analyzer="1",
             upto=0,
             seq_upto=0,
@@ -161,14 +168,47 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
 
 
 def test_every_script_file_is_known_and_every_known_script_exists() -> None:
-    files = {p.stem for p in lua_dir().glob("*.lua")}
-    assert files == set(SCRIPT_NAMES) == set(CALLS)
+    files = [p.stem for p in lua_dir().rglob("*.lua") if "lib" not in p.parent.parts]
+    assert len(files) == len(set(files))  # one name, one file, whichever folder holds it
+    assert set(files) == set(SCRIPT_NAMES) == set(CALLS)
+
+
+# Search is one feature: its scripts and the helpers only they use live in lua/search/.
+SEARCH_SCRIPTS = {n for n in SCRIPT_NAMES if n.startswith(("index_", "search_", "vec_"))}
+
+
+def test_a_feature_keeps_its_scripts_and_its_helpers_in_its_folder() -> None:
+    assert {n for n in SCRIPT_NAMES if script_path(n).parent.name == "search"} == SEARCH_SCRIPTS
+    assert {n for n, h in helpers().items() if h.feature == "search"} == {
+        "segments",
+        "segments_write",
+    }
+    # A shared helper of lua/lib/ serves more than one feature, or scripts of lua/ itself.
+    for name, helper in helpers().items():
+        users = {s for s in SCRIPT_NAMES if name in script(s).uses}
+        users |= {h.name for h in helpers().values() if name in h.uses}
+        if helper.feature == "":
+            assert users - SEARCH_SCRIPTS - {"segments", "segments_write"}, name
+
+
+def test_a_shared_helper_may_not_use_a_features_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "args.lua").write_text("-- USES: segments\nreturn seg_x()\n")
+    (tmp_path / "search" / "lib").mkdir(parents=True)
+    (tmp_path / "search" / "lib" / "segments.lua").write_text(
+        "-- USES: (none)\nlocal function seg_x() return 1 end\n"
+    )
+    monkeypatch.setattr(scripts_module, "lua_dir", lambda: tmp_path)
+    with pytest.raises(ValueError, match="another feature's helpers"):
+        scripts_module.helpers.__wrapped__()
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_a_header_names_exactly_what_the_body_uses(name: str) -> None:
     code = script(name)  # loading parses the header and refuses numbered KEYS/ARGV
-    body = (lua_dir() / f"{name}.lua").read_text().partition("\n")[2]
+    body = script_path(name).read_text().partition("\n")[2]
     header = "\n".join(line for line in body.splitlines() if line.startswith("--"))
     assert "-- REPLY:" in header, f"{name}.lua must say what it returns"
     code_lines = "\n".join(line for line in body.splitlines() if not line.startswith("--"))
@@ -212,7 +252,7 @@ async def test_the_gateway_sends_what_each_header_declares(name: str) -> None:
 def test_limits_are_injected_once_from_python() -> None:
     for helper in helpers().values():
         for name in LUA_CONSTANTS:
-            assert name not in helper.defines, f"lua/lib/{helper.name}.lua must not define {name}"
+            assert name not in helper.defines, f"{helper.where} must not define {name}"
     for name, value in LUA_CONSTANTS.items():
         for each in SCRIPT_NAMES:
             assert f"local {name} = {value}\n" in script(each).source

@@ -14,8 +14,15 @@ RANK = {
     "_operations": 0,
     "_model": 1,
     "embedded": 1,
+    # Search is one feature in one package. Its pure core (analysis, documents, segments and
+    # merges, scoring, ranking, fusion, dense vectors) does no I/O and sits low: it imports
+    # only the model and the errors, never the wire or the store.
     "_search": 2,
     "_wire": 3,
+    # Its runtime (the indexer, a query's ranking, the vector step, a fused search, and their
+    # script calls) ranks with the wire: the gateway mixes its script calls in, and it needs
+    # nothing of the store above, which uses it.
+    "_search.runtime": 3,
     "_io": 4,
     "_metrics": 4,
     "_telemetry": 4,
@@ -45,8 +52,22 @@ def modules() -> dict[str, Path]:
     return found
 
 
+# Sub-packages that rank on their own rather than as the package holding them.
+SUB_WINGS = ("_search.runtime",)
+
+
 def wing(module: str) -> str:
+    for sub in SUB_WINGS:
+        if module == sub or module.startswith(f"{sub}."):
+            return sub
     return module.split(".")[0]
+
+
+def test_a_feature_runtime_is_a_wing_of_its_own() -> None:
+    assert wing("_search.runtime.indexer") == "_search.runtime"
+    assert wing("_search.runtime") == "_search.runtime"
+    assert wing("_search.segments") == "_search"
+    assert wing("_store.core") == "_store"
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:
@@ -79,6 +100,24 @@ def test_lower_wings_never_import_higher_ones() -> None:
                 target = target.rsplit(".", 1)[0]  # `from compozy_memory._wire import scripts`
             if RANK[wing(target)] > RANK[wing(module)]:
                 problems.append(f"{module} imports {target}")
+    assert problems == []
+
+
+# What of search's runtime the wire may import: the script calls its gateway mixes in.
+SEARCH_CALLS = {"_search.runtime.index_calls", "_search.runtime.vector_calls"}
+
+
+def test_the_wire_knows_of_search_only_its_script_calls() -> None:
+    """Search's runtime ranks with the wire, so the rank alone would let the wire import the
+    indexer: the gateway takes search's script calls, and nothing else of it."""
+    problems = [
+        f"{module} imports {target}"
+        for module, path in modules().items()
+        if wing(module) == "_wire"
+        for target, names in imports(path)
+        for named in ([f"{target}.{n}" for n in names] if target == "_search.runtime" else [target])
+        if wing(named) == "_search.runtime" and named not in SEARCH_CALLS
+    ]
     assert problems == []
 
 
@@ -202,7 +241,16 @@ def test_every_module_is_one_room() -> None:
 # ``_wire/effects.py``. It imports no I/O package (``_io``: the drivers and their middleware),
 # no metrics or telemetry, and no client library: the drivers perform its effects and record
 # what they measure from what each effect says.
-CORE_WINGS = {"_model", "_search", "_wire", "_store", "_flush", "_context", "_config"}
+CORE_WINGS = {
+    "_model",
+    "_search",
+    "_search.runtime",
+    "_wire",
+    "_store",
+    "_flush",
+    "_context",
+    "_config",
+}
 # Modules of those wings that open a handle, an index or a store on a client (each builds the
 # driver it runs on), and a summarizer that is itself a client (of Anthropic's API, with its
 # own metrics) with the settings that build it.

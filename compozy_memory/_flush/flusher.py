@@ -43,7 +43,7 @@ from compozy_memory._model.results import (
     Summary,
 )
 from compozy_memory._model.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, count_message
-from compozy_memory._store.indexer import Indexer
+from compozy_memory._search.runtime.indexer import Indexer
 from compozy_memory._wire.background import Backgrounded, Debounced
 from compozy_memory._wire.effects import Await, Hold, MetricsSink, Observe
 from compozy_memory._wire.gateway import MemoryGateway

@@ -152,7 +152,7 @@ class InstanceKeys:
     @property
     def ixseg(self) -> str:
         """The index's segments: a HASH of their list and their fields
-        (``lua/lib/segments.lua``, :mod:`compozy_memory._search.segments`)."""
+        (``lua/search/lib/segments.lua``, :mod:`compozy_memory._search.segments`)."""
         return f"{self.prefix}:ix:s"
 
     @property

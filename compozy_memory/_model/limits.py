@@ -69,7 +69,7 @@ __all__ = [
 ]
 
 #: The layout of a memory's data this release reads and writes (meta's ``fmt``). Format 3
-#: keeps the index as segments the clients build (``lua/lib/segments.lua``), where format 2
+#: keeps the index as segments the clients build (``lua/search/lib/segments.lua``), where format 2
 #: packed postings per term in Lua; a memory of an older format has its index rebuilt in
 #: bounded steps, one of a newer format is refused (:class:`DataFormatError`).
 DATA_FORMAT = 3

@@ -1,6 +1,6 @@
 """How one message becomes an index document: its text (content blocks, tool calls and
 results flattened), its speaker and its day as terms, its kind, and the argument the indexing
-step takes (``lua/lib/index.lua``). The text itself is analysed by
+step takes (``lua/search/index_add.lua``). The text itself is analysed by
 :mod:`compozy_memory._search.analysis`."""
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def kind_of(message: Message | Mapping[str, Any]) -> int:
 
 
 def document(message: Message, *, seq: int = 0, summary: bool = False) -> str:
-    """The index's argument for one message (``lua/lib/index.lua``):
+    """The index's argument for one message (``lua/search/index_add.lua``):
     ``id<TAB>kind<TAB>length<TAB>seq<TAB>term<TAB>tf...``. Terms never hold whitespace, so a
     tab separates them."""
     assert message.id is not None, "messages read from Redis carry their id"

@@ -1,6 +1,6 @@
 """Ranking what the index returns: the neighbour boost, then the best ``limit``.
 
-The scores come from Redis (``lua/search_candidates.lua``, or fused with dense scores by
+The scores come from Redis (``lua/search/search_candidates.lua``, or fused with dense scores by
 :mod:`compozy_memory._search.fusion`); these take plain mappings so the reference index the
 tests check the scripts against ranks the same way.
 """

@@ -2,7 +2,7 @@
 
 Redis only stores a segment's bytes; every per-posting operation (analysis, encoding, merging,
 scoring) runs on the clients, which scale with the fleet, as Lucene's and tantivy's writers do.
-A memory's index is a list of segments (``lua/lib/segments.lua`` keeps the list in the
+A memory's index is a list of segments (``lua/search/lib/segments.lua`` keeps the list in the
 ``ix:s`` hash beside the segments' fields): each holds the postings of a batch of documents,
 or, for a *negative* segment, those of documents removed since (the archive's cap dropped them,
 a flush folded a summary). A term's document frequency is the sum over the positive segments

@@ -31,6 +31,8 @@ from compozy_memory._model.results import (
 from compozy_memory._model.tokens import TokenCounter, default_counter
 from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import DEFAULT_FUSION, Fusion
+from compozy_memory._search.runtime.indexer import Indexer
+from compozy_memory._search.runtime.vectors import Vectorizer
 from compozy_memory._store import transcripts
 from compozy_memory._store.edits import replace_live, trim_oldest
 from compozy_memory._store.encoding import (
@@ -41,11 +43,9 @@ from compozy_memory._store.encoding import (
 )
 from compozy_memory._store.facts import Facts
 from compozy_memory._store.handle import FlushHook, IndexHook
-from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.offload import PinKeeper, clear_releasing_pins, offloaded
 from compozy_memory._store.reads import ContextReads
 from compozy_memory._store.results_store import Namespace, ResultStore
-from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.effects import ABOUT, RECORDING, Content, MetricsSink, Observe
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps

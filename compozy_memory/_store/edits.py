@@ -21,7 +21,7 @@ from __future__ import annotations
 from compozy_memory._model.limits import MOVE_STEP
 from compozy_memory._model.messages import EncodedMessage
 from compozy_memory._model.results import AppendResult, TrimResult
-from compozy_memory._store.indexer import Indexer
+from compozy_memory._search.runtime.indexer import Indexer
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
 from compozy_memory.errors import (

@@ -29,6 +29,8 @@ from compozy_memory._model.results import (
 from compozy_memory._model.tokens import TokenCounter
 from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import Fusion
+from compozy_memory._search.runtime.indexer import Indexer
+from compozy_memory._search.runtime.vectors import Vectorizer
 from compozy_memory._store.core import (
     FlushHook,
     IndexHook,
@@ -37,10 +39,8 @@ from compozy_memory._store.core import (
     committed,
 )
 from compozy_memory._store.facts import Facts
-from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._store.sync_instance import SyncMemoryInstance
-from compozy_memory._store.vectors import Vectorizer
 
 __all__ = ["Facts", "FlushHook", "IndexHook", "Indexer", "MemoryInstance", "MessageInput"]
 

@@ -33,14 +33,14 @@ from compozy_memory._model.results import (
 from compozy_memory._search.dense import Embedder
 from compozy_memory._search.documents import KINDS, OTHER_KIND
 from compozy_memory._search.fusion import Fusion
+from compozy_memory._search.runtime.hybrid import Ranking, fused_hits, fused_ranking
+from compozy_memory._search.runtime.indexer import Indexer
+from compozy_memory._search.runtime.searching import bm25_ranking
+from compozy_memory._search.runtime.vectors import Vectorizer
+from compozy_memory._search.selection import query_terms
 from compozy_memory._store import transcripts
 from compozy_memory._store.facts import Facts
 from compozy_memory._store.handle import Handle
-from compozy_memory._store.hybrid import Ranking, fused_hits, fused_ranking
-from compozy_memory._store.indexer import Indexer
-from compozy_memory._store.searching import bm25_ranking
-from compozy_memory._store.selection import query_terms
-from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.effects import ABOUT, RECORDING, Content
 from compozy_memory._wire.eviction import (
     eviction_policy,

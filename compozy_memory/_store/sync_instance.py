@@ -37,11 +37,11 @@ from compozy_memory._model.results import (
 from compozy_memory._model.tokens import TokenCounter
 from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import Fusion
+from compozy_memory._search.runtime.indexer import Indexer
+from compozy_memory._search.runtime.vectors import Vectorizer
 from compozy_memory._store.core import MemoryCore, MessageInput
 from compozy_memory._store.facts import Facts
-from compozy_memory._store.indexer import Indexer
 from compozy_memory._store.results_store import Namespace, ResultStore
-from compozy_memory._store.vectors import Vectorizer
 from compozy_memory._wire.steps import blocking
 
 __all__ = [

@@ -29,14 +29,14 @@ from compozy_memory._model.results import (
     MemoryHealth,
     Snapshot,
 )
+from compozy_memory._search.runtime.index_calls import IndexCalls
+from compozy_memory._search.runtime.vector_calls import VectorCalls
 from compozy_memory._wire import replies
 from compozy_memory._wire.effects import Observe, Sleep, raw
-from compozy_memory._wire.index_calls import IndexCalls
 from compozy_memory._wire.maintenance import MaintenanceCalls
 from compozy_memory._wire.replies import TrimStep
 from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory._wire.steps import Steps, op
-from compozy_memory._wire.vector_calls import VectorCalls
 from compozy_memory.errors import ReplicationError
 
 __all__ = ["MemoryGateway", "message_args"]

@@ -1,5 +1,6 @@
-"""The calls that maintain a memory rather than serve a conversation: the indexer's steps,
-an import's steps and an export's pages."""
+"""The calls that maintain a memory rather than serve a conversation: an import's steps and
+an export's pages. The indexer's calls are search's
+(:mod:`compozy_memory._search.runtime.index_calls`)."""
 
 from __future__ import annotations
 
@@ -8,39 +9,13 @@ from collections.abc import Sequence
 from compozy_memory._model.limits import MAX_READ
 from compozy_memory._wire import replies
 from compozy_memory._wire.gateway_base import GatewayBase
-from compozy_memory._wire.replies import IndexPending
 from compozy_memory._wire.steps import Steps, op
 
 __all__ = ["MaintenanceCalls"]
 
 
 class MaintenanceCalls(GatewayBase):
-    """Index, import and export calls of one memory."""
-
-    @op
-    def index_pending(self, max_docs: int, max_bytes: int) -> Steps[IndexPending]:
-        """What the indexer has to do next (``lua/index_pending.lua``)."""
-        reply = yield from self._reading(
-            "index_pending",
-            {
-                "max_docs": max_docs,
-                "max_bytes": max_bytes,
-                "archive_max": self.policy.archive_max,
-            },
-            self._fields("index_pending"),
-        )
-        return replies.index_pending(reply)
-
-    @op
-    def index_reset(self, *, force: bool, off: bool = False) -> Steps[bool]:
-        """Drop the index so the indexer builds it again (``off``: and keep none, search
-        turned off); False if it was as asked already."""
-        reply = yield from self._writing(
-            "index_reset",
-            {"ttl_ms": self.ttl_ms, "force": int(force), "off": int(off)},
-            self._fields("index_reset"),
-        )
-        return bool(int(reply["reset"]))
+    """Import and export calls of one memory."""
 
     @op
     def import_step(

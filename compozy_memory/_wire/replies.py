@@ -3,7 +3,6 @@ result types."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,13 +19,11 @@ from compozy_memory._model.results import (
 from compozy_memory.errors import CorruptDataError
 
 __all__ = [
-    "IndexPending",
     "Page",
     "TrimStep",
     "context_layers",
     "flush_commit",
     "health",
-    "index_pending",
     "messages",
     "stored_text",
     "text",
@@ -94,68 +91,6 @@ def trim_step(reply: Mapping[str, Any]) -> TrimStep:
         int(reply["total_tokens"]),
         int(reply["total_count"]),
         int(reply["status"]),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class IndexPending:
-    """What ``lua/index_pending.lua`` says the indexer has to do next."""
-
-    fmt: int
-    analyzer: str
-    ix_next: int
-    upto: int
-    seq_from: int
-    seq_upto: int
-    last_id: int
-    #: Archived envelopes past the archive's cap: a step drops some (the cap may shrink).
-    over_cap: int
-    #: meta's incarnation ('' for none): the step applies to this memory only, not to one
-    #: written again after it expired (whose ids and index cursors start again).
-    incarnation: str
-    #: (where, seq, envelope as parsed JSON): 'l' live, 's' summary, 'a' archived at seq;
-    #: oldest first.
-    adds: tuple[tuple[str, int, dict[str, Any]], ...]
-    #: Envelopes the archive's cap dropped whose terms still count.
-    gones: tuple[dict[str, Any], ...]
-
-    @property
-    def idle(self) -> bool:
-        """Nothing to index, nothing to take out, nothing past the archive's cap."""
-        return (
-            not self.adds
-            and not self.gones
-            and self.seq_from == 0
-            and self.ix_next > self.upto
-            and self.over_cap == 0
-        )
-
-
-def _envelope(raw: bytes | str) -> dict[str, Any]:
-    """A stored envelope as parsed JSON (the indexer analyses it as it is: building a model
-    of each costs more than the analysis)."""
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise CorruptDataError(f"a stored envelope is not JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("id"), int):
-        raise CorruptDataError("a stored envelope is not an object with an id")
-    return data
-
-
-def index_pending(reply: Mapping[str, Any]) -> IndexPending:
-    return IndexPending(
-        int(reply["fmt"]),
-        text(reply["analyzer"]),
-        int(reply["ix_next"]),
-        int(reply["upto"]),
-        int(reply["seq_from"]),
-        int(reply["seq_upto"]),
-        int(reply["last_id"]),
-        int(reply["over_cap"]),
-        text(reply["incarnation"]),
-        tuple((text(where), int(seq), _envelope(env)) for where, seq, env in reply["adds"]),
-        tuple(_envelope(env) for env in reply["gones"]),
     )
 
 

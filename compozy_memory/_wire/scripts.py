@@ -1,6 +1,7 @@
 """The Lua scripts as checked units: loaded from ``lua/``, their contracts parsed from headers.
 
-Each operation lives in ``lua/<name>.lua`` and opens with a header the loader reads::
+Each operation lives in ``lua/<name>.lua``, or in its feature's folder
+(``lua/search/index_add.lua``), and opens with a header the loader reads::
 
     #!lua
     -- append.lua: store one or many messages ...
@@ -10,7 +11,10 @@ Each operation lives in ``lua/<name>.lua`` and opens with a header the loader re
 
 ``KEYS`` names the memory's keys the script touches, always in one order (:data:`KEY_ORDER`);
 ``ARGV`` names its arguments, the last one variadic when it ends in ``...``; ``USES`` names
-the helper files of ``lua/lib/`` it calls (each of those names its own). Redis scripts cannot
+the helper files it calls (each of those names its own): the shared ones of ``lua/lib/``, or
+its feature's of ``lua/<feature>/lib/`` (``lua/search/lib/segments.lua``); a helper's name is
+unique across all of them, a shared helper uses only shared ones, and a feature's script or
+helper uses no other feature's. Redis scripts cannot
 include one another, so the loader builds each script's source as: its shebang, the limits of
 :mod:`compozy_memory._model.limits` as ``local`` lines, the helper files it uses and theirs
 (each once, dependencies first), locals naming the declared keys (``k_msgs``, and ``K``, a
@@ -51,6 +55,7 @@ __all__ = [
     "library",
     "lua_dir",
     "script",
+    "script_path",
 ]
 
 #: The keys and the arguments of one script call.
@@ -105,6 +110,7 @@ _NUMBERED = re.compile(r"\b(KEYS|ARGV)\[\s*\d")
 
 
 def lua_dir() -> Path:
+    """The folder of the scripts: ``lua/`` beside the package, or inside an installed one."""
     package = Path(__file__).resolve().parent.parent
     # An installed wheel carries lua/ inside the package; a source checkout has it beside.
     for candidate in (package / "lua", package.parent / "lua"):
@@ -128,7 +134,7 @@ class Script:
     #: The declared locals and the body, without the shared code: what a Functions library
     #: wraps in a function of its own.
     body: str
-    #: The ``lua/lib`` files the script declares it calls.
+    #: The helper files the script declares it calls.
     uses: tuple[str, ...] = ()
 
     @property
@@ -152,13 +158,40 @@ def _locals(contract: Contract) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Helper:
-    """One file of ``lua/lib/``: helpers of one concern, and the files it calls into."""
+    """One helper file (``lua/lib/``, ``lua/<feature>/lib/``): helpers of one concern, and the
+    files it calls into."""
 
     name: str
     uses: tuple[str, ...]
     #: The names it defines at its top level (functions and constants).
     defines: frozenset[str]
     text: str
+    #: Its feature's folder ('search'), or '' for a shared helper of ``lua/lib/``.
+    feature: str = ""
+    #: Where it lives, for messages: ``lua/lib/args.lua``, ``lua/search/lib/segments.lua``.
+    where: str = ""
+
+
+def _features() -> list[Path]:
+    """The feature folders of ``lua/`` (``lua/search/``): every folder but the shared lib."""
+    return sorted(p for p in lua_dir().iterdir() if p.is_dir() and p.name != "lib")
+
+
+def script_path(name: str) -> Path:
+    """The file of script ``name``: ``lua/<name>.lua`` or ``lua/<feature>/<name>.lua``."""
+    found = [
+        path
+        for path in [lua_dir() / f"{name}.lua"] + [f / f"{name}.lua" for f in _features()]
+        if path.is_file()
+    ]
+    if len(found) != 1:
+        where = "no file" if not found else f"{len(found)} files"
+        raise FileNotFoundError(f"script {name!r}: {where} of lua/ or lua/<feature>/ has it")
+    return found[0]
+
+
+def _shown(path: Path) -> str:
+    return f"lua/{path.relative_to(lua_dir()).as_posix()}"
 
 
 def _uses(text: str, where: str) -> tuple[str, ...]:
@@ -171,26 +204,32 @@ def _uses(text: str, where: str) -> tuple[str, ...]:
 
 @cache
 def helpers() -> dict[str, Helper]:
-    """Every file of ``lua/lib/`` by name, dependencies first, each checked: it calls only
-    the helpers it and the files it declares define, and calls some of each it declares."""
+    """Every helper file by name (those of ``lua/lib/`` and of each ``lua/<feature>/lib/``),
+    dependencies first, each checked: it calls only the helpers it and the files it declares
+    define, and calls some of each it declares."""
+    paths = [(path, "") for path in (lua_dir() / "lib").glob("*.lua")]
+    paths += [(path, f.name) for f in _features() for path in (f / "lib").glob("*.lua")]
     found: dict[str, Helper] = {}
-    for path in sorted((lua_dir() / "lib").glob("*.lua")):
+    for path, feature in sorted(paths, key=lambda each: each[0].stem):
         text = path.read_text(encoding="utf-8")
-        where = f"lua/lib/{path.name}"
+        where = _shown(path)
+        if path.stem in found:
+            raise ValueError(f"{found[path.stem].where} and {where} have one name")
         found[path.stem] = Helper(
-            path.stem, _uses(text, where), frozenset(_DEFINED.findall(text)), text
+            path.stem, _uses(text, where), frozenset(_DEFINED.findall(text)), text, feature, where
         )
     owner: dict[str, str] = {}
     for helper in found.values():
         for name in helper.defines:
             if name in owner:
                 raise ValueError(
-                    f"lua/lib/{owner[name]}.lua and {helper.name}.lua both define {name}"
+                    f"{found[owner[name]].where} and {helper.where} both define {name}"
                 )
             owner[name] = helper.name
         unknown = [u for u in helper.uses if u not in found]
         if unknown:
-            raise ValueError(f"lua/lib/{helper.name}.lua uses unknown lua/lib files {unknown}")
+            raise ValueError(f"{helper.where} uses unknown helper files {unknown}")
+        _check_reach(helper.where, helper.feature, helper.uses, found)
     ordered: dict[str, Helper] = {}
 
     def visit(name: str, path: tuple[str, ...]) -> None:
@@ -205,8 +244,17 @@ def helpers() -> dict[str, Helper]:
     for name in found:
         visit(name, ())
     for helper in ordered.values():
-        _check_calls(f"lua/lib/{helper.name}.lua", helper.text, helper.uses, ordered, helper.name)
+        _check_calls(helper.where, helper.text, helper.uses, ordered, helper.name)
     return ordered
+
+
+def _check_reach(
+    where: str, feature: str, uses: Sequence[str], every: Mapping[str, Helper]
+) -> None:
+    """A shared file uses only shared helpers; a feature's, those and its own feature's."""
+    foreign = [u for u in uses if every[u].feature not in ("", feature)]
+    if foreign:
+        raise ValueError(f"{where} uses another feature's helpers {foreign}")
 
 
 def _closure(uses: Sequence[str]) -> list[Helper]:
@@ -255,23 +303,28 @@ def _check_calls(
 
 @cache
 def script(name: str) -> Script:
-    """The script ``lua/<name>.lua``, its header checked and its helpers spliced in."""
-    text = (lua_dir() / f"{name}.lua").read_text(encoding="utf-8")
+    """The script ``lua/<name>.lua`` (or ``lua/<feature>/<name>.lua``), its header checked
+    and its helpers spliced in."""
+    path = script_path(name)
+    where = _shown(path)
+    feature = path.parent.name if path.parent != lua_dir() else ""
+    text = path.read_text(encoding="utf-8")
     shebang, newline, rest = text.partition("\n")
     if not shebang.startswith("#!lua"):
-        raise ValueError(f"lua/{name}.lua must start with a '#!lua' line")
+        raise ValueError(f"{where} must start with a '#!lua' line")
     contract = parse_contract(name, rest)
     numbered = _NUMBERED.search(rest)
     if numbered is not None:
         raise ValueError(
-            f"lua/{name}.lua indexes {numbered.group(1)} by number; use the names its header "
+            f"{where} indexes {numbered.group(1)} by number; use the names its header "
             "declares (k_<key>, a_<arg>, ARGS_FROM)"
         )
-    uses = _uses(rest, f"lua/{name}.lua")
+    uses = _uses(rest, where)
     unknown = [u for u in uses if u not in helpers()]
     if unknown:
-        raise ValueError(f"lua/{name}.lua uses unknown lua/lib files {unknown}")
-    _check_calls(f"lua/{name}.lua", rest, uses, helpers())
+        raise ValueError(f"{where} uses unknown helper files {unknown}")
+    _check_reach(where, feature, uses, helpers())
+    _check_calls(where, rest, uses, helpers())
     body = f"{_locals(contract)}\n{rest}"
     shared = "".join(f"{helper.text}\n" for helper in _closure(uses))
     source = f"{shebang}{newline}{_prelude()}\n{shared}{body}"

@@ -1,7 +1,7 @@
 """A query's BM25 ranking: the segments' fields it needs read from Redis, scored here.
 
 :class:`~compozy_memory._search.scoring.SearchPlan` says which fields of ``ix:s`` a query
-needs; these steps read them (``lua/index_read.lua``: reads only, bounded by bytes) and hand
+needs; these steps read them (``lua/search/index_read.lua``: reads only, bounded by bytes) and hand
 them back until the plan can rank. A search costs the server the bytes of the buckets and
 blocks it reads, nothing per posting.
 
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 from compozy_memory._model.limits import DATA_FORMAT, INDEX_READ_FIELDS
 from compozy_memory._search.documents import SUMMARY_TERM
+from compozy_memory._search.runtime.index_calls import IndexState
 from compozy_memory._search.scoring import SearchPlan, SearchSettings
 from compozy_memory._search.segments import SegmentEntry
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory._wire.index_calls import IndexState
 from compozy_memory._wire.steps import Steps
 
 __all__ = ["Bm25Ranking", "bm25_ranking"]

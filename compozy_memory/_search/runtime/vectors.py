@@ -2,13 +2,13 @@
 path, in bounded steps (with an :class:`~compozy_memory.Embedder` only).
 
 Like the indexer, it runs in the background after this handle's writes. It asks Redis which
-indexed messages have no vector yet (``lua/vec_pending.lua``: at most ``VECTOR_STEP_DOCS``, by
-id, live, summaries and archived alike), embeds their text here without the memory's speaker
-names (:func:`~compozy_memory._search.dense.dense_text`), and stores the quantized vectors
-(``lua/vec_apply.lua``), checked against where the step stood when it read, so replicas can
-race: one step wins, the others read again. Vectors of the archive's dropped messages go with
-them (``lua/lib/archive.lua``); vectors of another model are dropped and made again
-(``lua/vec_reset.lua``): a memory holds one model's vectors.
+indexed messages have no vector yet (``lua/search/vec_pending.lua``: at most
+``VECTOR_STEP_DOCS``, by id, live, summaries and archived alike), embeds their text here without
+the memory's speaker names (:func:`~compozy_memory._search.dense.dense_text`), and stores the
+quantized vectors (``lua/search/vec_apply.lua``), checked against where the step stood when it
+read, so replicas can race: one step wins, the others read again. Vectors of the archive's
+dropped messages go with them (``lua/lib/archive.lua``); vectors of another model are dropped
+and made again (``lua/search/vec_reset.lua``): a memory holds one model's vectors.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from compozy_memory._model.limits import (
 )
 from compozy_memory._search.dense import VECTOR_FORMAT, Embedder, dense_text
 from compozy_memory._search.embedders import embed_shared
-from compozy_memory._store.indexer import Indexer
+from compozy_memory._search.runtime.indexer import Indexer
+from compozy_memory._search.runtime.vector_calls import VectorPending
 from compozy_memory._wire.background import Backgrounded, Debounced
 from compozy_memory._wire.effects import Await
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps, is_sync, op
-from compozy_memory._wire.vector_calls import VectorPending
 from compozy_memory.errors import CompozyMemoryError, ConfigurationError, EmbedderError
 
 __all__ = [

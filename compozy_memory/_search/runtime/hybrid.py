@@ -1,13 +1,13 @@
-"""Search with dense scores: BM25 candidates (ranked here, :mod:`compozy_memory._store.
-searching`) and their vectors, the query embedded here, both fused
-(:mod:`compozy_memory._search.fusion`).
+"""Search with dense scores: BM25 candidates (ranked here,
+:mod:`compozy_memory._search.runtime.searching`) and their vectors, the query embedded here,
+both fused (:mod:`compozy_memory._search.fusion`).
 
 The best ``Fusion.candidates`` documents by BM25 are ranked from the index's segments; the
 server gives the vectors stored for them and their neighbours
-(``lua/search_candidates.lua``); the query's vector is compared
+(``lua/search/search_candidates.lua``); the query's vector is compared
 with those (int8 cosines, numpy when installed), the two scores are fused with the neighbour
 boost, and the best ``limit`` are read with their neighbouring turns
-(``lua/search_fetch.lua``). A document not embedded yet gets the candidates' mean dense
+(``lua/search/search_fetch.lua``). A document not embedded yet gets the candidates' mean dense
 score, neither favoured nor buried. Without vectors of this embedder's model (none stored
 yet, or another model's) or when the embedder fails, the ranking is BM25's with the neighbour
 boost, as without an embedder.
@@ -24,12 +24,12 @@ from compozy_memory._search.dense import Embedder, cosines, strip_names
 from compozy_memory._search.documents import KINDS
 from compozy_memory._search.fusion import Fusion, fuse
 from compozy_memory._search.ranking import neighbour_boost, top_k
-from compozy_memory._store.searching import bm25_ranking
-from compozy_memory._store.vectors import embed, model_id
+from compozy_memory._search.runtime.searching import bm25_ranking
+from compozy_memory._search.runtime.vector_calls import Candidates
+from compozy_memory._search.runtime.vectors import embed, model_id
 from compozy_memory._wire.effects import Observe
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
-from compozy_memory._wire.vector_calls import Candidates
 from compozy_memory.errors import CompozyMemoryError
 
 __all__ = ["Ranking", "fused_hits", "fused_ranking"]

@@ -3,24 +3,24 @@
 Appends never index. After a write this handle made, the indexer runs in the background
 (debounced: a task of the event loop for an async handle, a background thread for a sync one,
 :mod:`compozy_memory._wire.background`): it asks Redis what is not indexed yet
-(``lua/index_pending.lua``: the live tail past the index, new summaries, and while an index is
-rebuilt the archive), analyses the text and builds a segment of it here
+(``lua/search/index_pending.lua``: the live tail past the index, new summaries, and while an
+index is rebuilt the archive), analyses the text and builds a segment of it here
 (:mod:`compozy_memory._search.segments`), and stores it with one call
-(``lua/index_add.lua``), which the server does in time proportional to the segment's bytes:
-no posting is decoded or encoded in Redis. Every step is checked against where the index
+(``lua/search/index_add.lua``), which the server does in time proportional to the segment's
+bytes: no posting is decoded or encoded in Redis. Every step is checked against where the index
 stood when it was read, so indexers on many replicas can race: one step wins, the others read
 again. A message moves to the archive only once indexed (trim, replace and a flush run the
-indexer first when they must), so search never misses an archived message; the live tail it
-has not reached yet is what ``unindexed`` counts. Removed documents (dropped by the
-archive's cap) come back through the same steps as a negative segment, which takes their terms
-out of the document frequencies.
+indexer first when they must), so search never misses an archived message; the live tail it has
+not reached yet is what ``unindexed`` counts. Removed documents (dropped by the archive's cap)
+come back through the same steps as a negative segment, which takes their terms out of the
+document frequencies.
 
 After its steps the indexer keeps the segments few (:mod:`compozy_memory._search.merging`):
 it reads the segments of a tier, merges them here and stores the result in their place
-(``lua/index_merge.lua``, ``lua/index_put.lua`` for one too large for a call), and deletes
-what merges left behind a bounded step at a time (``lua/index_gc.lua``). A merge claims its
-inputs, so two indexers never merge the same segments; one that dies mid-way loses its claim
-after ``MERGE_LEASE_MS``.
+(``lua/search/index_merge.lua``, ``lua/search/index_put.lua`` for one too large for a call), and
+deletes what merges left behind a bounded step at a time (``lua/search/index_gc.lua``). A merge
+claims its inputs, so two indexers never merge the same segments; one that dies mid-way loses
+its claim after ``MERGE_LEASE_MS``.
 
 ``compozy_memory_index_lag_seconds`` observes, per step, how long its oldest message waited
 since it was appended (server clocks); ``compozy_memory_index_unindexed`` is the number of
@@ -48,14 +48,13 @@ from compozy_memory._search.merging import (
     step_segments,
     write_chunks,
 )
+from compozy_memory._search.runtime.index_calls import IndexAdded, IndexPending, IndexState
 from compozy_memory._search.segments import (
     SegmentEntry,
 )
 from compozy_memory._wire.background import Backgrounded, Debounced
 from compozy_memory._wire.effects import MetricsSink, Observe, Offload
 from compozy_memory._wire.gateway import MemoryGateway
-from compozy_memory._wire.index_calls import IndexAdded, IndexState
-from compozy_memory._wire.replies import IndexPending
 from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import (
     BackendUnavailableError,

@@ -1,13 +1,14 @@
 """The search index's calls: what the indexer stores (segments), what a search and a merge read,
 and the steps that keep the segments few (merges, garbage).
 
-The server only stores and returns segment bytes (``lua/lib/segments.lua``); the clients build,
-merge and score them (:mod:`compozy_memory._search.segments`,
+The server only stores and returns segment bytes (``lua/search/lib/segments.lua``); the clients
+build, merge and score them (:mod:`compozy_memory._search.segments`,
 :mod:`compozy_memory._search.scoring`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +17,81 @@ from compozy_memory._search.segments import Encoded, SegmentEntry
 from compozy_memory._wire import replies
 from compozy_memory._wire.contracts import ScriptArg
 from compozy_memory._wire.gateway_base import GatewayBase
-from compozy_memory._wire.replies import IndexPending
 from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import CorruptDataError
 
-__all__ = ["IndexAdded", "IndexCalls", "IndexState", "Merge", "parse_list"]
+__all__ = [
+    "IndexAdded",
+    "IndexCalls",
+    "IndexPending",
+    "IndexState",
+    "Merge",
+    "parse_list",
+    "parse_pending",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexPending:
+    """What ``lua/search/index_pending.lua`` says the indexer has to do next."""
+
+    fmt: int
+    analyzer: str
+    ix_next: int
+    upto: int
+    seq_from: int
+    seq_upto: int
+    last_id: int
+    #: Archived envelopes past the archive's cap: a step drops some (the cap may shrink).
+    over_cap: int
+    #: meta's incarnation ('' for none): the step applies to this memory only, not to one
+    #: written again after it expired (whose ids and index cursors start again).
+    incarnation: str
+    #: (where, seq, envelope as parsed JSON): 'l' live, 's' summary, 'a' archived at seq;
+    #: oldest first.
+    adds: tuple[tuple[str, int, dict[str, Any]], ...]
+    #: Envelopes the archive's cap dropped whose terms still count.
+    gones: tuple[dict[str, Any], ...]
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to index, nothing to take out, nothing past the archive's cap."""
+        return (
+            not self.adds
+            and not self.gones
+            and self.seq_from == 0
+            and self.ix_next > self.upto
+            and self.over_cap == 0
+        )
+
+
+def _envelope(raw: bytes | str) -> dict[str, Any]:
+    """A stored envelope as parsed JSON (the indexer analyses it as it is: building a model
+    of each costs more than the analysis)."""
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise CorruptDataError(f"a stored envelope is not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("id"), int):
+        raise CorruptDataError("a stored envelope is not an object with an id")
+    return data
+
+
+def parse_pending(reply: Mapping[str, Any]) -> IndexPending:
+    """``lua/search/index_pending.lua``'s reply, decoded."""
+    return IndexPending(
+        int(reply["fmt"]),
+        replies.text(reply["analyzer"]),
+        int(reply["ix_next"]),
+        int(reply["upto"]),
+        int(reply["seq_from"]),
+        int(reply["seq_upto"]),
+        int(reply["last_id"]),
+        int(reply["over_cap"]),
+        replies.text(reply["incarnation"]),
+        tuple((replies.text(where), int(seq), _envelope(env)) for where, seq, env in reply["adds"]),
+        tuple(_envelope(env) for env in reply["gones"]),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +107,7 @@ class Merge:
 
 @dataclass(frozen=True, slots=True)
 class IndexState:
-    """``lua/index_read.lua``'s reply: the index as one read saw it."""
+    """``lua/search/index_read.lua``'s reply: the index as one read saw it."""
 
     fmt: int
     analyzer: str
@@ -56,7 +127,7 @@ class IndexState:
 
 @dataclass(frozen=True, slots=True)
 class IndexAdded:
-    """What one ``lua/index_add.lua`` step did, and the segments listed after it."""
+    """What one ``lua/search/index_add.lua`` step did, and the segments listed after it."""
 
     applied: bool
     ix_next: int
@@ -130,9 +201,34 @@ class IndexCalls(GatewayBase):
     """The index calls of one memory."""
 
     @op
+    def index_pending(self, max_docs: int, max_bytes: int) -> Steps[IndexPending]:
+        """What the indexer has to do next (``lua/search/index_pending.lua``)."""
+        reply = yield from self._reading(
+            "index_pending",
+            {
+                "max_docs": max_docs,
+                "max_bytes": max_bytes,
+                "archive_max": self.policy.archive_max,
+            },
+            self._fields("index_pending"),
+        )
+        return parse_pending(reply)
+
+    @op
+    def index_reset(self, *, force: bool, off: bool = False) -> Steps[bool]:
+        """Drop the index so the indexer builds it again (``off``: and keep none, search
+        turned off); False if it was as asked already."""
+        reply = yield from self._writing(
+            "index_reset",
+            {"ttl_ms": self.ttl_ms, "force": int(force), "off": int(off)},
+            self._fields("index_reset"),
+        )
+        return bool(int(reply["reset"]))
+
+    @op
     def index_read(self, gens: Sequence[int] = (), fields: Sequence[str] = ()) -> Steps[IndexState]:
         """The segment list and BM25's counts, and ``fields`` of segments ``gens``
-        (``lua/index_read.lua``)."""
+        (``lua/search/index_read.lua``)."""
         reply = yield from self._reading(
             "index_read",
             {"gens": "|".join(str(g) for g in gens)},
@@ -169,7 +265,7 @@ class IndexCalls(GatewayBase):
         gone: int,
         gone_first: int,
     ) -> Steps[IndexAdded]:
-        """One step of the indexer (``lua/index_add.lua``): ``documents`` (id, kind, length,
+        """One step of the indexer (``lua/search/index_add.lua``): ``documents`` (id, kind, length,
         seq) and their segment, and the negative segment of ``gone`` removed documents."""
         rest: list[ScriptArg] = [f"{i},{k},{n},{s}" for i, k, n, s in documents]
         if positive is not None:
@@ -219,7 +315,7 @@ class IndexCalls(GatewayBase):
         reservation: int = 0,
     ) -> Steps[tuple[bool, int]]:
         """Begin (``reservation`` 0) or publish a merge of ``inputs`` into ``output``, with
-        ``fields`` of it (``lua/index_merge.lua``): (published, the output's generation).
+        ``fields`` of it (``lua/search/index_merge.lua``): (published, the output's generation).
         ``incarnation``: the memory's when the inputs were read (:attr:`IndexState.incarnation`);
         ConflictError in any other."""
         reply = yield from self._writing(
@@ -242,7 +338,7 @@ class IndexCalls(GatewayBase):
     def index_put(
         self, reservation: int, fields: Mapping[str, bytes], *, incarnation: str
     ) -> Steps[int]:
-        """A step of an open merge (``lua/index_put.lua``): its fields written so far."""
+        """A step of an open merge (``lua/search/index_put.lua``): its fields written so far."""
         reply = yield from self._writing(
             "index_put",
             {
@@ -258,7 +354,7 @@ class IndexCalls(GatewayBase):
 
     @op
     def index_gc(self) -> Steps[int]:
-        """One step deleting merged segments' fields (``lua/index_gc.lua``): fields left."""
+        """One step deleting merged segments' fields (``lua/search/index_gc.lua``): fields left."""
         reply = yield from self._writing(
             "index_gc", {"ttl_ms": self.ttl_ms}, self._fields("index_gc")
         )

@@ -1,5 +1,5 @@
-"""The calls of dense search: the vector step's (``lua/vec_*.lua``) and a fused search's
-(``lua/search_candidates.lua``, ``lua/search_fetch.lua``)."""
+"""The calls of dense search: the vector step's (``lua/search/vec_*.lua``) and a fused search's
+(``lua/search/search_candidates.lua``, ``lua/search/search_fetch.lua``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ __all__ = ["Candidates", "VectorApplied", "VectorCalls", "VectorPending"]
 
 @dataclass(frozen=True, slots=True)
 class VectorPending:
-    """What ``lua/vec_pending.lua`` says the vector step has to do next."""
+    """What ``lua/search/vec_pending.lua`` says the vector step has to do next."""
 
     #: The model of the stored vectors ('' before any).
     model: str
@@ -46,7 +46,7 @@ class VectorApplied:
 
 @dataclass(frozen=True, slots=True)
 class Candidates:
-    """``lua/search_candidates.lua``'s reply: the documents a fused search scores, as three
+    """``lua/search/search_candidates.lua``'s reply: the documents a fused search scores, as three
     parallel tuples (a few hundred of them a query: no object each)."""
 
     #: Messages not searchable yet (from the ranking's read; 0 here).
@@ -78,7 +78,7 @@ class VectorCalls(GatewayBase):
 
     @op
     def vec_pending(self, max_docs: int, max_bytes: int) -> Steps[VectorPending]:
-        """What the vector step has to embed next (``lua/vec_pending.lua``)."""
+        """What the vector step has to embed next (``lua/search/vec_pending.lua``)."""
         reply = yield from self._reading(
             "vec_pending",
             {"max_docs": max_docs, "max_bytes": max_bytes},
@@ -102,7 +102,7 @@ class VectorCalls(GatewayBase):
         names: Sequence[str],
         vectors: Sequence[tuple[int, bytes]],
     ) -> Steps[VectorApplied]:
-        """One step of the vector step (``lua/vec_apply.lua``)."""
+        """One step of the vector step (``lua/search/vec_apply.lua``)."""
         rest: list[str | bytes | int] = []
         for doc_id, blob in vectors:
             rest += [doc_id, blob]

@@ -3,8 +3,8 @@
 
 Against a real server (an embedded Valkey unless ``--url``): every message of each
 conversation of ``benchmarks.hard_recall_data`` is appended in order, one ``append`` each, to
-a ``MemoryManager`` memory with ``max_tokens: B``, the extractive summarizer and default
-flushing (the flusher awaited idle after each append, so runs repeat exactly), then a final
+a ``MemoryManager`` memory with ``max_tokens: B``, the extractive summarizer (``--summarizer
+rule_based`` for the other one) and default flushing (the flusher awaited idle after each append, so runs repeat exactly), then a final
 ``flush()``. The memory then holds the newest turns live, the rest archived, and the
 summaries the flushes wrote, all indexed. For each embedder (``none``: BM25 alone;
 ``static``: the offline ``StaticEmbedder``; ``minilm``: all-MiniLM-L6-v2 through
@@ -95,12 +95,12 @@ def baseline_rankings(
 # --- the memory ------------------------------------------------------------------------------
 
 
-def resource(budget: int) -> MemoryResource:
+def resource(budget: int, summarizer: str = "extractive") -> MemoryResource:
     return MemoryResource.model_validate(
         {
             "id": f"hard-memory-{budget}",
             "max_tokens": budget,
-            "summarizer": {"type": "extractive"},
+            "summarizer": {"type": summarizer},
             "default_key_template": "{{ .conv }}",
         }
     )
@@ -271,7 +271,7 @@ async def run(args: Any) -> None:
             timings: dict[str, list[float]] = defaultdict(list)
             score_baseline(conversations, counts)
             manager = MemoryManager(
-                MemoryRegistry("bench", [resource(b) for b in args.budgets]), client
+                MemoryRegistry("bench", [resource(b, args.summarizer) for b in args.budgets]), client
             )
             gate = asyncio.Semaphore(PARALLEL)
             tag = uuid.uuid4().hex[:8]
@@ -296,6 +296,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--conversations", type=int, default=10)
     parser.add_argument("--budgets", nargs="+", type=int, default=list(BUDGETS))
     parser.add_argument("--embedders", nargs="+", choices=EMBEDDERS, default=list(EMBEDDERS))
+    parser.add_argument(
+        "--summarizer",
+        choices=["extractive", "rule_based"],
+        default="extractive",
+        help="the memories' summarizer (the extractive one is the default of a resource)",
+    )
     parser.add_argument("--url", help="an existing server; default: start an embedded Valkey")
     asyncio.run(run(parser.parse_args(argv)))
 

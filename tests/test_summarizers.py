@@ -43,7 +43,8 @@ def recall(text: str, facts: list[str]) -> float:
 
 async def test_rule_based_is_the_specs() -> None:
     messages, _ = support_conversation()
-    summary = await RuleBasedSummarizer(COUNTER).summarize(messages, max_tokens=200)
+    spec = RuleBasedSummarizer(COUNTER, key_facts=False)
+    summary = await spec.summarize(messages, max_tokens=200)
     assert summary.method == "rule_based"
     assert summary.text.splitlines() == [
         "CONVERSATION_SUMMARY: Initial context: assistant: "
@@ -93,7 +94,8 @@ async def test_rule_based_shares_a_tight_budget_between_its_messages() -> None:
 
 async def test_extractive_keeps_far_more_facts_than_rule_based() -> None:
     messages, facts = support_conversation()
-    rule = await RuleBasedSummarizer(COUNTER).summarize(messages, max_tokens=300)
+    spec = RuleBasedSummarizer(COUNTER, key_facts=False)
+    rule = await spec.summarize(messages, max_tokens=300)
     extractive = await ExtractiveSummarizer(COUNTER).summarize(messages, max_tokens=300)
     assert COUNTER.count(extractive.text) <= 300
     assert recall(extractive.text, facts) >= 0.9
@@ -240,7 +242,7 @@ async def test_a_fold_of_a_fold_keeps_every_generation_under_one_true_header() -
 
 
 async def test_rule_based_folds_content_and_counts_what_it_covers() -> None:
-    text = await fold_three(RuleBasedSummarizer(COUNTER))
+    text = await fold_three(RuleBasedSummarizer(COUNTER, key_facts=False))
     assert len(HEADERS.findall(text)) == 1
     assert text.splitlines() == [
         # The very first message, not the previous summary's header.
@@ -249,6 +251,92 @@ async def test_rule_based_folds_content_and_counts_what_it_covers() -> None:
         "Recent context: Caroline: I switched to the Lisbon office, my first day is 2023-06-12.",
         "Mel: Love that!",
     ]
+
+
+async def test_rule_based_key_facts_fold_and_count_what_they_cover() -> None:
+    text = await fold_three(RuleBasedSummarizer(COUNTER))
+    assert len(HEADERS.findall(text)) == 1
+    for fact in FACTS:  # the middle's facts survive two folds
+        assert fact in text
+    rows = text.splitlines()
+    assert rows[2].startswith("Key facts: Caroline: We adopted a beagle")
+    assert not any("Agreed" in row or "haha" in row for row in rows)  # small talk is no fact
+    folded = summary_of(text, range(1, 11))
+    # Every row is a message again for the next fold, and they and the count cover all 10.
+    assert covered_count(folded.model_copy(update={"covers": None})) == 10
+    assert "Key facts" not in "".join(line.text for line in summary_lines(folded))
+
+
+# Four middle messages that a later question needs, among small talk that outweighs them.
+FILLER = [
+    "The weather keeps changing its mind, sun then rain then sun again today.",
+    "My plants are dying, I think I overwater them every single morning.",
+    "I went down a rabbit hole of cooking videos at midnight again, as usual.",
+    "Honestly I could sleep for a whole week after this long stretch at work.",
+]
+NEEDED = {
+    "person": ("Ana", "My cousin Henrik Larsen is moving in with us."),
+    "date": ("Ben", "The inspection is on 2024-03-18 at 9:30."),
+    "number": ("Ana", "The quote came back at 4,750 euros for 12 windows."),
+    "decision": ("Ben", "We decided we will sign with the second builder."),
+}
+
+
+def needed_conversation() -> list[Message]:
+    turns: list[tuple[str, str]] = [("Ana", "Hi Ben, quick catch-up?")]
+    for n, fact in enumerate(NEEDED.values()):
+        turns += [("Ana" if n % 2 else "Ben", text) for text in FILLER]
+        turns.append(fact)
+    turns += [("Ana", text) for text in FILLER[:2]]
+    return chat(1, *turns)
+
+
+async def test_rule_based_keeps_names_dates_numbers_and_decisions_ahead_of_filler() -> None:
+    messages = needed_conversation()
+    summarizer = RuleBasedSummarizer(COUNTER)
+    spec = await RuleBasedSummarizer(COUNTER, key_facts=False).summarize(messages, max_tokens=200)
+    for budget in (200, 260, 1000):
+        text = (await summarizer.summarize(messages, max_tokens=budget)).text
+        assert COUNTER.count(text) <= budget
+        for _, fact in NEEDED.values():
+            assert fact in text, (budget, text)
+        for filler in FILLER:  # the first and the last two are the spec's; none is a key fact
+            assert text.count(filler) == spec.text.count(filler), (budget, text)
+        rows = text.splitlines()
+        assert rows[0] == spec.text.splitlines()[0]
+        assert rows[-2:] == spec.text.splitlines()[-2:]  # the recent context is never cut
+        shown = sum(1 for _ in summary_lines(summary_of(text, range(1, len(messages) + 1))))
+        assert f"[{len(messages) - shown} messages exchanged]" in text
+    # Too small a budget for any fact: the spec's rows, shared out as before.
+    tight = (await summarizer.summarize(messages, max_tokens=60)).text
+    assert "Key facts" not in tight
+    assert COUNTER.count(tight) <= 60
+
+
+async def test_extractive_keeps_names_dates_numbers_and_decisions_ahead_of_filler() -> None:
+    messages = needed_conversation()
+    for budget in (80, 120, 400):
+        text = (await ExtractiveSummarizer(COUNTER).summarize(messages, max_tokens=budget)).text
+        assert COUNTER.count(text) <= budget
+        for _, fact in NEEDED.values():
+            assert fact in text, (budget, text)
+        if budget == 80:  # just room for the facts: they come first, no small talk
+            assert not any(filler in text for filler in FILLER), (budget, text)
+
+
+async def test_a_commitment_or_a_spelled_out_number_is_a_key_fact() -> None:
+    turns = [("Ana", "Hi Ben!")]
+    turns += [("Ana", text) for text in FILLER]
+    turns += [
+        ("Ben", "I will send the signed lease back to the agency."),
+        ("Ana", "After six interviews in three weeks they finally offered me the job."),
+    ]
+    turns += [("Ben", text) for text in FILLER]
+    text = (await RuleBasedSummarizer(COUNTER).summarize(chat(1, *turns), max_tokens=400)).text
+    assert "signed lease" in text, text
+    assert "six interviews" in text, text
+    facts = text.split("Key facts: ", 1)[1].split("Recent context: ", 1)[0]
+    assert not any(filler in facts for filler in FILLER), text
 
 
 async def test_a_previous_spec_summary_unfolds_to_its_messages() -> None:

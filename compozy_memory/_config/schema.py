@@ -179,6 +179,9 @@ class SearchConfig(StrictModel):
 
 class RuleBasedSummarizerConfig(StrictModel):
     type: Literal["rule_based"] = "rule_based"
+    #: Fill the budget the spec's rows leave unused with the middle messages that carry
+    #: names, dates, numbers and decisions (``Key facts:``); false: the spec's rows only.
+    key_facts: bool = True
 
 
 class ExtractiveSummarizerConfig(StrictModel):

@@ -53,7 +53,9 @@ _HEADER = re.compile(
     r"^\s*(?:Key points from (\d+) earlier messages:|Earlier conversation \((\d+) messages\)\.?"
     r"|CONVERSATION_SUMMARY:)"
 )
-_RULE_PREFIX = re.compile(r"^(?:It began with |Then |Initial context: |Recent context: )")
+_RULE_PREFIX = re.compile(
+    r"^(?:It began with |Then |Initial context: |Key facts: |Recent context: )"
+)
 _MIDDLE = re.compile(
     r"^(?:\d+ (?:earlier )?messages? followed\.|\.\.\. \[\d+ messages? exchanged\] \.\.\.)$"
 )

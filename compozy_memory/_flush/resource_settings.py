@@ -125,4 +125,4 @@ def build_summarizer(
         )
     if isinstance(config, ExtractiveSummarizerConfig):
         return ExtractiveSummarizer(counter)
-    return RuleBasedSummarizer(counter)
+    return RuleBasedSummarizer(counter, key_facts=config.key_facts)

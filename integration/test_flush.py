@@ -290,7 +290,9 @@ async def test_max_messages_holds_under_writers_and_flushers(
         )
     acknowledged = [i for r in reports for i in r["acknowledged"]]
     assert len(acknowledged) == len(set(acknowledged)) == WRITERS * COUNTED_APPENDS
-    assert sum(r["commits"] for r in reports) >= 3  # flushed by count, again and again
+    # Flushed by count while the writers ran, more than once (a flush folds up to
+    # snapshot_limit messages: on a fast machine 400 appends can need only two).
+    assert sum(r["commits"] for r in reports) >= 2
     # Every flush planned a live count within max_messages as of its snapshot.
     assert all(c <= MAX_MESSAGES for r in reports for c in r["projected_counts"])
     client = engine.client()

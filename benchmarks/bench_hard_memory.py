@@ -24,7 +24,8 @@ better neighbour's), written here in a few lines independent of the library (``b
 and the same without the boost (``stemmed``).
 
 Run: ``python -m benchmarks.bench_hard_memory [--split heldout] [--budgets 2000 4000 8000]
-[--embedders none static minilm]``. The held-out split is measured, never tuned on.
+[--embedders none static minilm] [--relative]`` (``--relative``: the tuning split's
+``relative`` questions too). The held-out split is measured, never tuned on.
 """
 
 from __future__ import annotations
@@ -267,7 +268,7 @@ async def run(args: Any) -> None:
     started = time.perf_counter()
     try:
         for split in args.split:
-            conversations = generate(split, args.conversations)
+            conversations = generate(split, args.conversations, relative=args.relative)
             counts: Counts = defaultdict(Counter)
             timings: dict[str, list[float]] = defaultdict(list)
             score_baseline(conversations, counts)
@@ -303,6 +304,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         choices=["extractive", "rule_based"],
         default="extractive",
         help="the memories' summarizer (the extractive one is the default of a resource)",
+    )
+    parser.add_argument(
+        "--relative",
+        action="store_true",
+        help="add the relative-time questions (tuning split only)",
     )
     parser.add_argument("--url", help="an existing server; default: start an embedded Valkey")
     asyncio.run(run(parser.parse_args(argv)))

@@ -10,7 +10,8 @@ candidates and their vectors from the server, fused here with ``DEFAULT_FUSION``
 counts at k when every evidence turn is among the first k hits, as in
 ``benchmarks.bench_hard_recall``, which scores the same questions without a server.
 
-Run: ``python -m benchmarks.bench_hard_search [--split tuning heldout] [--live 200]``.
+Run: ``python -m benchmarks.bench_hard_search [--split tuning heldout] [--live 200]
+[--relative]`` (``--relative``: the tuning split's ``relative`` questions too).
 """
 
 from __future__ import annotations
@@ -48,13 +49,15 @@ async def score_split(
     live: int,
     embedder: StaticEmbedder,
     fusion: Fusion = DEFAULT_FUSION,
+    *,
+    relative: bool = False,
 ) -> tuple[dict[str, Counter[str]], dict[str, list[float]], int]:
     """Hits by method and key (``@5``, ``@10``, ``<kind>``), search ms by method, questions."""
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     timings: dict[str, list[float]] = defaultdict(list)
     asked = 0
     run = uuid.uuid4().hex[:8]
-    for conv in generate(split, n_conversations):
+    for conv in generate(split, n_conversations, relative=relative):
         key = f"{run}:{conv.conversation_id}"
         policy = MemoryPolicy(archive_max=0)
         fused = MemoryInstance.open(
@@ -128,7 +131,13 @@ async def run(args: Any) -> None:
     try:
         for split in args.split:
             counts, timings, asked = await score_split(
-                client, split, args.conversations, args.live, embedder, fusion
+                client,
+                split,
+                args.conversations,
+                args.live,
+                embedder,
+                fusion,
+                relative=args.relative,
             )
             report(split, counts, timings, asked, args.live)
     finally:
@@ -144,6 +153,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--conversations", type=int, default=10)
     parser.add_argument("--live", type=int, default=200, help="messages left live (not archived)")
     parser.add_argument("--candidates", type=int, help="BM25 candidates (tuning split only)")
+    parser.add_argument(
+        "--relative",
+        action="store_true",
+        help="add the relative-time questions (tuning split only)",
+    )
     parser.add_argument("--url", help="an existing server; default: start an embedded Valkey")
     asyncio.run(run(parser.parse_args(argv)))
 

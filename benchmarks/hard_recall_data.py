@@ -12,6 +12,9 @@ from a :class:`~benchmarks.hard_recall_bank.Bank`. Question kinds:
 * ``multihop``: "where does X's cousin live?", answered by two turns (the cousin's name,
   then a later turn about that name that never says "cousin");
 * ``update``: the fact is corrected in a later session; only the correction is evidence.
+* ``relative`` (tuning split only, with ``relative=True``): a question about a fact of the
+  last sessions asked with the time it was said relative to the last session's day ("...
+  yesterday?", "... last week?", "... two weeks ago?"), as an agent asks at the end of it.
 
 Filler uses the questions' everyday words (jobs, pets, holidays) without answering them, so
 a word match alone is a weak signal. Two splits: ``tuning`` (the only one anything is tuned
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from typing import Any, Literal
 
@@ -252,17 +255,64 @@ def _build(bank: Bank, rng: random.Random, index: int) -> Conversation:
     )
 
 
+_SMALL = ("no", "one", "two", "three", "four", "five", "six")
+
+
+def _relative_phrase(day: date, reference: date) -> str | None:
+    """How someone on ``reference`` says ``day``, or None when it is too far back."""
+    delta = (reference - day).days
+    monday = reference - timedelta(days=reference.weekday())
+    if delta == 0:
+        return "today"
+    if delta == 1:
+        return "yesterday"
+    if delta < 7:
+        return f"{_SMALL[delta]} days ago"
+    if monday - timedelta(days=7) <= day < monday:
+        return "last week"
+    weeks = round(delta / 7)
+    if 2 <= weeks <= 3 and abs(delta - 7 * weeks) <= 3:
+        return f"{_SMALL[weeks]} weeks ago"
+    if (reference.year * 12 + reference.month) - (day.year * 12 + day.month) == 1:
+        return "last month"
+    return None
+
+
+def _with_relative(conversation: Conversation) -> Conversation:
+    """``conversation`` with a ``relative`` question beside each question about one turn
+    said within about a month of its last session's day: the same question, asked with
+    when the turn was said as the last session's day puts it."""
+    reference = date.fromisoformat(conversation.session_dates[-1])
+    added: list[Question] = []
+    for q in conversation.questions:
+        if not isinstance(q, HardQuestion) or q.kind not in ("paraphrase", "neighbour"):
+            continue
+        said = date.fromisoformat(conversation.messages[q.evidence_index]["metadata"]["date"])
+        phrase = _relative_phrase(said, reference)
+        if phrase is not None:
+            text = f"{q.question.rstrip('?')} {phrase}?"
+            added.append(replace(q, question=text, kind="relative"))
+    questions = sorted(
+        [*conversation.questions, *added], key=lambda q: (q.evidence_index, q.question)
+    )
+    return replace(conversation, questions=questions)
+
+
 def generate(
-    split: Split, n_conversations: int = 10, seed: int | None = None
+    split: Split, n_conversations: int = 10, seed: int | None = None, *, relative: bool = False
 ) -> list[Conversation]:
     """``n_conversations`` conversations of ``split``; the same arguments always give the
-    same conversations. ``seed`` defaults to the split's own (``SEEDS``)."""
+    same conversations. ``seed`` defaults to the split's own (``SEEDS``). ``relative`` adds
+    the ``relative`` questions (the tuning split only: the held-out split is frozen)."""
+    if relative and split != "tuning":
+        raise ValueError("relative-time questions are in the tuning split only")
     bank = BANKS[split]
     base = SEEDS[split] if seed is None else seed
-    return [
+    conversations = [
         _build(bank, random.Random(f"{split}:{base}:{index}"), index)
         for index in range(n_conversations)
     ]
+    return [_with_relative(c) for c in conversations] if relative else conversations
 
 
 def evidence_holds_answer(conversation: Conversation, question: Question) -> bool:

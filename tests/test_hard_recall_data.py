@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -123,3 +123,35 @@ def test_each_kind_is_built_as_described(split: tuple[Split, list[Conversation]]
 def evidence_holds_answer_at(conv: Conversation, q: HardQuestion, index: int) -> bool:
     text = _text(conv, index).casefold()
     return all(w.casefold() in text for w in q.answer_words)
+
+
+def test_relative_questions_are_the_tuning_splits_only_and_say_when() -> None:
+    with pytest.raises(ValueError, match="tuning split only"):
+        generate("heldout", 1, relative=True)
+    plain = generate("tuning", 3)
+    conversations = generate("tuning", 3, relative=True)
+    relative = 0
+    for conv, before in zip(conversations, plain, strict=True):
+        # The tuning split's own questions are unchanged; relative ones come beside them.
+        assert [q for q in conv.questions if q.kind != "relative"] == before.questions
+        reference = date.fromisoformat(conv.session_dates[-1])
+        for q in conv.questions:
+            if q.kind != "relative":
+                continue
+            relative += 1
+            assert isinstance(q, HardQuestion)
+            assert evidence_holds_answer(conv, q)
+            said = date.fromisoformat(conv.messages[q.evidence_index]["metadata"]["date"])
+            delta = (reference - said).days
+            if q.question.endswith(" yesterday?"):
+                assert delta == 1
+            elif q.question.endswith(" today?"):
+                assert delta == 0
+            elif q.question.endswith(" last week?"):
+                monday = reference - timedelta(days=reference.weekday())
+                assert monday - timedelta(days=7) <= said < monday
+            elif q.question.endswith(" last month?"):
+                assert (said.month % 12) + 1 == reference.month
+            else:
+                assert q.question.endswith(" ago?"), q.question
+    assert relative >= 5

@@ -26,6 +26,7 @@ __all__ = [
     "document",
     "document_terms",
     "kind_of",
+    "message_day",
     "message_terms",
     "message_text",
 ]
@@ -151,23 +152,25 @@ def _speaker_terms(speaker: str) -> tuple[str, ...]:
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 
 
-def _message_day_terms(message: Mapping[str, Any]) -> tuple[str, ...]:
-    # The day it was said (an ISO metadata.date, for a conversation imported or replayed
-    # later) before the day it was appended (ts), as the summaries date their lines.
-    metadata = message.get("metadata")
+def message_day(metadata: object, ts: object) -> date | None:
+    """The day a message is dated by in the index: an ISO ``metadata.date`` (the day it was
+    said, for a conversation imported or replayed later) before ``ts`` (milliseconds, UTC:
+    the day it was appended), as the summaries date their lines; None without either."""
     if isinstance(metadata, Mapping):
         raw = metadata.get("date")
         if isinstance(raw, str):
             try:
-                day = date.fromisoformat(raw[:10])
+                return date.fromisoformat(raw[:10])
             except ValueError:
                 pass
-            else:
-                return _day_terms(day.toordinal() - _EPOCH_ORDINAL)
-    ts = message.get("ts")
     if isinstance(ts, int | float) and not isinstance(ts, bool):
-        return _day_terms(int(ts // _MS_PER_DAY))
-    return ()
+        return date.fromordinal(_EPOCH_ORDINAL + int(ts // _MS_PER_DAY))
+    return None
+
+
+def _message_day_terms(message: Mapping[str, Any]) -> tuple[str, ...]:
+    day = message_day(message.get("metadata"), message.get("ts"))
+    return () if day is None else _day_terms(day.toordinal() - _EPOCH_ORDINAL)
 
 
 def message_terms(message: Mapping[str, Any], *, limit: int | None = None) -> MessageTerms:

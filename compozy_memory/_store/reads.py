@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable
+from datetime import UTC, date, datetime
 from typing import Literal
 
 from compozy_memory._model.exchanges import whole_exchanges
@@ -31,13 +32,14 @@ from compozy_memory._model.results import (
     Snapshot,
 )
 from compozy_memory._search.dense import Embedder
-from compozy_memory._search.documents import KINDS, OTHER_KIND
+from compozy_memory._search.documents import KINDS, OTHER_KIND, message_day
 from compozy_memory._search.fusion import Fusion
 from compozy_memory._search.runtime.hybrid import Ranking, fused_hits, fused_ranking
 from compozy_memory._search.runtime.indexer import Indexer
 from compozy_memory._search.runtime.searching import bm25_ranking
 from compozy_memory._search.runtime.vectors import Vectorizer
-from compozy_memory._search.selection import query_terms
+from compozy_memory._search.selection import timed_query
+from compozy_memory._search.timewords import mentions_time
 from compozy_memory._store import transcripts
 from compozy_memory._store.facts import Facts
 from compozy_memory._store.handle import Handle
@@ -221,7 +223,7 @@ class ContextReads:
         shares = self.policy.context
         if query is None and shares.implicit_query and shares.recall_share > 0:
             query = yield from self._newest_user_turn()
-        terms = query_terms(query, self.key)
+        text, terms = yield from self._query_terms(query)
         hits: list[int] = []
         limit = self.policy.search.limit
         if terms and limit > 0 and self.policy.search.enabled:
@@ -231,7 +233,7 @@ class ContextReads:
             if self.embedder is not None:
                 assert query is not None
                 ranking = yield from fused_ranking(
-                    self.gateway, self.embedder, self.fusion, query, terms, limit=pool
+                    self.gateway, self.embedder, self.fusion, text or query, terms, limit=pool
                 )
                 best, summaries = ranking.best, ranking.summaries
             else:
@@ -277,7 +279,7 @@ class ContextReads:
                 "no index",
                 key=self.key,
             )
-        terms = query_terms(query, self.key)
+        text, terms = yield from self._query_terms(query)
         if not terms:
             return Hits()
         yield from self._fresh_index()
@@ -296,7 +298,7 @@ class ContextReads:
                 self.gateway,
                 self.embedder,
                 self.fusion,
-                query,
+                text or query,
                 terms,
                 limit=pool,
                 since_id=since_id or 0,
@@ -341,6 +343,27 @@ class ContextReads:
         <compozy_memory.MemoryInstance.clear_recalled>`, as steps."""
         self.check_writable("clear_recalled")
         return (yield from self.gateway.clear_recalled())
+
+    def _query_terms(self, query: str | None) -> Steps[tuple[str | None, list[str]]]:
+        """The text an embedder is asked and the terms ``query`` searches: a relative time
+        in it ("last week") leaves the text and becomes date terms, resolved against the day
+        of the newest message (read only for such a query)."""
+        reference = None
+        if isinstance(query, str) and mentions_time(query):
+            reference = yield from self._reference_day()
+        return timed_query(query, self.key, reference)
+
+    def _reference_day(self) -> Steps[date]:
+        """The day "yesterday" and "last week" count from: the newest live message's (its
+        ISO ``metadata.date``, else its ``ts``, as its document is dated), so a conversation
+        replayed or imported later is asked about its own time; today (UTC) when the memory
+        holds no live message."""
+        page = yield from self.gateway.read_page(-1, -1)
+        for message in page.messages:
+            day = message_day(message.metadata, message.ts)
+            if day is not None:
+                return day
+        return datetime.now(UTC).date()
 
     def _newest_user_turn(self) -> Steps[str | None]:
         """The text of the newest user message among the last few (a tool result, which

@@ -198,7 +198,7 @@ local function extend(room, most)
         reached_oldest = true
       end
       offset = offset + size
-      size = math.min(size * 2, 512)
+      size = math.min(size * 2, UNPACK_STEP)
     else
       local env = pending[next_pending]
       local id, t, priority = envelope_head(env)
@@ -301,7 +301,7 @@ if backfill == 1 and reached_oldest and next_pending > #pending and rest > 0 the
       break
     end
     offset = offset + size
-    size = math.min(size * 2, 512)
+    size = math.min(size * 2, UNPACK_STEP)
   end
 end
 

@@ -115,8 +115,8 @@ local values = apply_deltas(k_meta, deltas, nil, function()
   return pins and {'imp', a_token, 'pins', pins} or {'imp', a_token}
 end)
 if a_part == 'msgs' or a_part == 'summaries' then
-  for i = 1, #items, 512 do
-    redis.call('RPUSH', lists[a_part], unpack(items, i, math.min(i + 511, #items)))
+  for i = 1, #items, UNPACK_STEP do
+    redis.call('RPUSH', lists[a_part], unpack(items, i, math.min(i + UNPACK_STEP - 1, #items)))
   end
 elseif a_part == 'archive' and #items > 0 then
   archive_push(K, items, archive_max)

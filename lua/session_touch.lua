@@ -25,8 +25,8 @@ if n < 1 or n ~= math.floor(n) or n > MAX_BATCH then
   fail('INVALID', 'entries are (session, last_id, messages, tokens, age_ms), 1 to '
     .. MAX_BATCH)
 end
-if #a_agent > 1024 then
-  fail('INVALID', 'an agent has at most 1024 bytes')
+if #a_agent > MAX_SESSION_NAME_BYTES then
+  fail('INVALID', 'an agent has at most ' .. MAX_SESSION_NAME_BYTES .. ' bytes')
 end
 local now = now_ms()
 -- Every entry is checked, and what the index holds for it read (each sized first: an entry
@@ -34,13 +34,13 @@ local now = now_ms()
 local olds = {}
 for i = ARGS_FROM, #ARGV, 5 do
   local session = ARGV[i]
-  if #session == 0 or #session > 1024 or string.find(session, '\t', 1, true) then
-    fail('INVALID', 'a session is 1 to 1024 bytes without tabs')
+  if #session == 0 or #session > MAX_SESSION_NAME_BYTES or string.find(session, '\t', 1, true) then
+    fail('INVALID', 'a session is 1 to ' .. MAX_SESSION_NAME_BYTES .. ' bytes without tabs')
   end
   int_arg(ARGV[i + 1], 'last_id', 0, nil)
   int_arg(ARGV[i + 2], 'messages', 0, nil)
   int_arg(ARGV[i + 3], 'tokens', 0, nil)
-  int_arg(ARGV[i + 4], 'age_ms', 0, 3600000)
+  int_arg(ARGV[i + 4], 'age_ms', 0, MAX_SESSION_AGE_MS)
   if redis.call('HSTRLEN', k_session_info, session) > 2048 then
     fail('CORRUPT', 'the session index holds an entry longer than compozy-memory writes for '
       .. session .. ': it was written raw')

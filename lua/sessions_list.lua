@@ -3,14 +3,14 @@
 -- USES: args
 -- KEYS: sessions session_info
 -- ARGV: limit before_score before_session
---   limit           sessions per page, 1..1000
+--   limit           sessions per page, 1..MAX_SESSIONS_PAGE
 --   before_score    '' for the first page, else the cursor: the last-active time of the
 --                   last session of the previous page...
 --   before_session  ...and its key; the page starts right after it
 -- REPLY: {sessions...}
 -- A flat list of session, info pairs (info as session_touch.lua writes it); KEYS'
 -- sessions may be the project's index or one agent's.
-local limit = int_arg(a_limit, 'limit', 1, 1000)
+local limit = int_arg(a_limit, 'limit', 1, MAX_SESSIONS_PAGE)
 local max = '+inf'
 if a_before_score ~= '' then
   max = tostring(int_arg(a_before_score, 'before_score', 0, nil))

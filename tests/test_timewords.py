@@ -6,9 +6,10 @@ from datetime import date, timedelta
 
 import pytest
 
+from compozy_memory._model.limits import MAX_QUERY_TERMS
 from compozy_memory._search.analysis import analyze_query
 from compozy_memory._search.documents import message_day, message_terms
-from compozy_memory._search.selection import _MAX_QUERY_TERMS, query_terms
+from compozy_memory._search.selection import query_terms
 from compozy_memory._search.timewords import MAX_TIME_TERMS, mentions_time, time_terms
 
 # A Wednesday.
@@ -70,7 +71,7 @@ def test_the_time_terms_are_bounded() -> None:
     assert len(terms) == MAX_TIME_TERMS
     long = " ".join(f"word{i}" for i in range(60)) + " in the past 9 days"
     got = query_terms(long, "k", REF)
-    assert len(got) == _MAX_QUERY_TERMS
+    assert len(got) == MAX_QUERY_TERMS
     # The dates keep their place: the text's terms give way.
     assert got[-9:] == [(REF - timedelta(days=i)).isoformat() for i in range(9)]
 

@@ -47,6 +47,9 @@ __all__ = [
     "MAX_SEGMENTS",
     "MAX_SEGMENT_FIELDS",
     "MAX_SEGMENT_FIELD_BYTES",
+    "MAX_SESSIONS_PAGE",
+    "MAX_SESSION_AGE_MS",
+    "MAX_SESSION_NAME_BYTES",
     "MAX_SPEAKER_NAMES",
     "MAX_SUMMARIES",
     "MAX_TERM_BYTES",
@@ -62,6 +65,7 @@ __all__ = [
     "STEP_FIELDS",
     "TTL_SLACK_PARTS",
     "UNBOUNDED_TOKENS",
+    "UNPACK_STEP",
     "VECTOR_SCAN_IDS",
     "VECTOR_STEP_BYTES",
     "VECTOR_STEP_DOCS",
@@ -222,6 +226,16 @@ MAX_FACTS_PER_CALL = 100
 #: Bytes of one stored result (before compression).
 MAX_RESULT_BYTES = 8 * 1024 * 1024
 
+#: Bytes of an agent's or a session's name in the session index.
+MAX_SESSION_NAME_BYTES = 1_024
+#: The oldest age a session entry is recorded with (older ones are recorded this old).
+MAX_SESSION_AGE_MS = 3_600_000
+#: Sessions one page of the session index lists.
+MAX_SESSIONS_PAGE = 1_000
+#: Values a script hands one command at a time (Lua's ``unpack`` puts each on its stack), and
+#: the most messages a paged read in a script asks for at once.
+UNPACK_STEP = 512
+
 LUA_CONSTANTS: dict[str, int] = {
     "DATA_FORMAT": DATA_FORMAT,
     "MAX_BATCH": MAX_BATCH,
@@ -278,4 +292,8 @@ LUA_CONSTANTS: dict[str, int] = {
     "MAX_FACTS": MAX_FACTS,
     "MAX_FACTS_PER_CALL": MAX_FACTS_PER_CALL,
     "MAX_RESULT_BYTES": MAX_RESULT_BYTES,
+    "MAX_SESSION_NAME_BYTES": MAX_SESSION_NAME_BYTES,
+    "MAX_SESSION_AGE_MS": MAX_SESSION_AGE_MS,
+    "MAX_SESSIONS_PAGE": MAX_SESSIONS_PAGE,
+    "UNPACK_STEP": UNPACK_STEP,
 }

@@ -49,6 +49,7 @@ from typing import Any
 from compozy_memory._io.connection import sync_twin, transport_for
 from compozy_memory._io.retry import RetryPolicy
 from compozy_memory._model.keys import validate_project
+from compozy_memory._model.limits import MAX_SESSIONS_PAGE
 from compozy_memory._model.results import AppendResult
 from compozy_memory._store.handle import Handle
 from compozy_memory._wire.background import Debounced
@@ -278,8 +279,12 @@ class SessionIndex:
         self, *, agent: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> Steps[SessionPage]:
         """Sessions, most recently active first, ``limit`` a page."""
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
-            raise UsageError(f"limit must be in [1, 1000], got {limit!r}")
+        if (
+            not isinstance(limit, int)
+            or isinstance(limit, bool)
+            or not 1 <= limit <= MAX_SESSIONS_PAGE
+        ):
+            raise UsageError(f"limit must be in [1, {MAX_SESSIONS_PAGE}], got {limit!r}")
         score, member = "", ""
         if cursor is not None:
             score, sep, member = str(cursor).partition(":")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compozy_memory._model.keys import sanitize_key, validate_project
-from compozy_memory._model.limits import MAX_BATCH
+from compozy_memory._model.limits import MAX_BATCH, MAX_SESSION_AGE_MS
 from compozy_memory._wire.effects import raw
 from compozy_memory._wire.gateway_base import script_call
 from compozy_memory._wire.scripts import ScriptArg, script
@@ -28,7 +28,8 @@ from compozy_memory._wire.steps import Steps, op
 
 __all__ = ["SessionGateway", "SessionKeys", "Touch"]
 
-_MAX_AGE_MS = 3_600_000  # the script's bound: an entry older than that is recorded as 1 h old
+# The script's bound: an entry older than that is recorded that old.
+_MAX_AGE_MS = MAX_SESSION_AGE_MS
 
 
 @dataclass(frozen=True, slots=True)

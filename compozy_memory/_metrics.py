@@ -47,7 +47,8 @@ _LATENCY_BUCKETS = (
 
 
 class MemoryMetrics:
-    """The metrics of compozy-memory on one registry (see the README's table)."""
+    """The metrics of compozy-memory on one registry (the table in docs/operations.md,
+    "Metrics, the exporter and logs")."""
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         self.registry = registry

@@ -351,7 +351,7 @@ async def _expire_claims(client: RedisClient, mem: Any) -> None:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("small_tiers")
-@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothing(
     client: RedisClient, memory_key: str, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -381,7 +381,7 @@ async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothin
 
     async def writer() -> None:
         nonlocal n
-        for _ in range(250):
+        for _ in range(120):
             h = rng.choice(handles)
             action = rng.choice(["append"] * 6 + ["trim", "replace", "flush", "clear", "expire"])
             if action == "append":
@@ -404,9 +404,9 @@ async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothin
     async def indexer(h: Any) -> None:
         while not done.is_set():
             what = rng.random()
-            if what < 0.6:
+            if what < 0.7:
                 await guarded_call(h.indexer.catch_up(max_steps=rng.randint(1, 3)))
-            elif what < 0.8:
+            elif what < 0.75:
                 await guarded_call(h.indexer.compact())
             elif what < 0.85:
                 await guarded_call(h.gateway.index_gc())
@@ -414,7 +414,10 @@ async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothin
                 await guarded_call(h.gateway.index_reset(force=True))
             await asyncio.sleep(0.002)
 
-    await asyncio.gather(writer(), *(indexer(h) for h in handles), indexer(handles[0]))
+    # A hang fails here, named (pytest-timeout's alarm can land in a background task and be
+    # lost there).
+    async with asyncio.timeout(100):
+        await asyncio.gather(writer(), *(indexer(h) for h in handles), indexer(handles[0]))
     await flusher.wait_idle()
     assert not surprises
     assert sum(k.kills for k in killers) > 5

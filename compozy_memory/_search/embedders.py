@@ -29,7 +29,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,23 @@ def _check_settings(batch_size: int, timeout: float | None) -> None:
         raise ConfigurationError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
         raise ConfigurationError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+
+
+async def _in_threads(
+    texts: Sequence[str],
+    prefix: str,
+    batch_size: int,
+    deadline: float | None,
+    encode: Callable[[list[str]], list[list[float]]],
+) -> list[list[float]]:
+    """``texts`` (each after ``prefix``) encoded by a local model in worker threads, a batch
+    at a time, under the deadline."""
+    batch = [prefix + t for t in texts] if prefix else list(texts)
+
+    async def call(chunk: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(encode, chunk)
+
+    return await _in_batches(batch, batch_size, deadline, call)
 
 
 async def _in_batches(
@@ -136,12 +153,7 @@ class SentenceTransformerEmbedder:
 
     async def embed(self, texts: Sequence[str], *, query: bool = False) -> list[list[float]]:
         prefix = self.query_prefix if query else self.document_prefix
-        batch = [prefix + t for t in texts] if prefix else list(texts)
-
-        async def call(chunk: list[str]) -> list[list[float]]:
-            return await asyncio.to_thread(self._encode, chunk)
-
-        return await _in_batches(batch, self.batch_size, self.timeout, call)
+        return await _in_threads(texts, prefix, self.batch_size, self.timeout, self._encode)
 
 
 class OnnxEmbedder:
@@ -229,12 +241,7 @@ class OnnxEmbedder:
 
     async def embed(self, texts: Sequence[str], *, query: bool = False) -> list[list[float]]:
         prefix = self.query_prefix if query else self.document_prefix
-        batch = [prefix + t for t in texts] if prefix else list(texts)
-
-        async def call(chunk: list[str]) -> list[list[float]]:
-            return await asyncio.to_thread(self._encode, chunk)
-
-        return await _in_batches(batch, self.batch_size, self.timeout, call)
+        return await _in_threads(texts, prefix, self.batch_size, self.timeout, self._encode)
 
 
 class OpenAIEmbedder:

@@ -159,10 +159,13 @@ def decode_segment(entry: SegmentEntry, values: Mapping[str, bytes | None]) -> S
     return Segment(entry.sign, terms, sorted(docs))
 
 
-def merge(parts: Sequence[Segment]) -> tuple[Segment | None, Segment | None]:
+def merge(
+    parts: Sequence[Segment], *, reuse: bool = False
+) -> tuple[Segment | None, Segment | None]:
     """Merge segments into at most one positive and one negative segment: postings add up
     with their signs, so a document indexed by one part and removed by another leaves both.
-    Returns (positive, negative), either ``None`` when empty."""
+    Returns (positive, negative), either ``None`` when empty. ``reuse``: the parts are not
+    used again, so their postings may become the result's (no copy of each term's lists)."""
     net: dict[int, int] = {}
     seen: set[tuple[int, int]] = set()
     for part in parts:
@@ -175,6 +178,11 @@ def merge(parts: Sequence[Segment]) -> tuple[Segment | None, Segment | None]:
             net[doc_id] = net.get(doc_id, 0) + part.sign
     ordered = sorted(parts, key=lambda s: s.docs[0] if s.docs else 0)
     disjoint = all(not a.docs or not b.docs or a.docs[-1] < b.docs[0] for a, b in pairwise(ordered))
+    signs = {part.sign for part in parts}
+    if disjoint and len(signs) == 1:
+        # A tier's merge: parts of one sign over disjoint id ranges, so nothing cancels and
+        # each term's postings are its parts' lists end to end (no work per posting).
+        return _concatenated(ordered, signs.pop(), sorted(net), reuse=reuse)
     out: dict[int, dict[str, Postings]] = {1: {}, -1: {}}
     for part in ordered:
         for term, p in part.terms.items():
@@ -201,6 +209,26 @@ def merge(parts: Sequence[Segment]) -> tuple[Segment | None, Segment | None]:
         docs = sorted(d for d, v in net.items() if v == s)
         result.append(Segment(s, out[s], docs) if docs else None)
     return result[0], result[1]
+
+
+def _concatenated(
+    ordered: Sequence[Segment], sign: int, docs: list[int], *, reuse: bool
+) -> tuple[Segment | None, Segment | None]:
+    terms: dict[str, Postings] = {}
+    get = terms.get
+    for part in ordered:
+        for term, p in part.terms.items():
+            q = get(term)
+            if q is None:
+                terms[term] = p if reuse else Postings(p.ids[:], p.tfs[:], p.lengths[:])
+            else:
+                q.ids += p.ids
+                q.tfs += p.tfs
+                q.lengths += p.lengths
+    if not docs:
+        return None, None
+    merged = Segment(sign, terms, docs)
+    return (merged, None) if sign > 0 else (None, merged)
 
 
 # -- what clients write: a step's segments, a merge's output, in bounded calls ----------
@@ -275,7 +303,7 @@ def merged_segment(
     """The merge of ``inputs`` (their fields in ``values``), encoded; None when they cancel
     out whole."""
     parts: list[Segment] = [decode_segment(e, values) for e in inputs]
-    positive, negative = merge(parts)
+    positive, negative = merge(parts, reuse=True)
     if positive is not None and negative is not None:
         raise CorruptDataError(
             "a merge left removals of documents no merged segment holds: the index does not "

@@ -53,7 +53,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, pairwise
-from operator import add
+from operator import add, attrgetter, itemgetter
 
 from compozy_memory.errors import CorruptDataError
 
@@ -85,6 +85,7 @@ INLINE = 128
 _VERSION = 1
 _BLOCKS = 0x7F
 _TIMES_128 = (128).__mul__
+_LOW_7 = 0x7F
 #: The most digits of a fixed number: ids are below 2 ** 53.
 _MOST_DIGITS = 8
 
@@ -179,20 +180,22 @@ def block_field(gen: int, j: int) -> str:
 
 def build(documents: Iterable[tuple[int, Mapping[str, int], int]], *, sign: int = 1) -> Segment:
     """A segment of ``documents``: (id, term -> tf, length), ids unique."""
-    rows = sorted(documents, key=lambda d: d[0])
+    rows = sorted(documents, key=itemgetter(0))
     terms: dict[str, Postings] = {}
     docs: list[int] = []
+    get = terms.get
     for doc_id, tf, length in rows:
         if docs and docs[-1] == doc_id:
             raise ValueError(f"document {doc_id} is given twice")
         docs.append(doc_id)
         for term, count in tf.items():
-            p = terms.get(term)
-            if p is None:
-                p = terms[term] = Postings()
-            p.ids.append(doc_id)
-            p.tfs.append(count)
-            p.lengths.append(length)
+            p = get(term)
+            if p is None:  # most terms of a step: one document each, made in one call
+                terms[term] = Postings([doc_id], [count], [length])
+            else:
+                p.ids.append(doc_id)
+                p.tfs.append(count)
+                p.lengths.append(length)
     return Segment(sign, terms, docs)
 
 
@@ -212,10 +215,20 @@ def _fixed(out: bytearray, values: Sequence[int], width: int) -> None:
     if width == 1:
         out += bytes(values)
         return
-    for v in values:
-        for _ in range(width):
-            out.append(v & 0x7F)
-            v >>= 7
+    n = len(values)
+    if n < 16:
+        for v in values:
+            for _ in range(width):
+                out.append(v & 0x7F)
+                v >>= 7
+        return
+    # Digit i of every value in one C-level pass (shift, mask), then interleaved: no Python
+    # loop per value (a bucket's entries and a block's postings are hundreds of numbers).
+    at = len(out)
+    out += bytes(n * width)
+    for i in range(width):
+        shifted = map((7 * i).__rrshift__, values) if i else values
+        out[at + i : at + n * width : width] = bytes(map(_LOW_7.__and__, shifted))
 
 
 def _small(out: bytearray, value: int) -> int:
@@ -267,48 +280,68 @@ def encode(segment: Segment) -> Encoded:
     names = sorted(segment.terms)
     n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
     grouped: dict[int, list[tuple[str, bytes]]] = {}
+    crc32 = zlib.crc32
     for term in names:
         raw = term.encode()
         if b"\n" in raw or not raw:
             raise ValueError(f"an index term is not empty and holds no newline: {term!r}")
-        grouped.setdefault(zlib.crc32(raw) % n_buckets, []).append((term, raw))
+        k = crc32(raw) % n_buckets
+        group = grouped.get(k)
+        if group is None:
+            grouped[k] = [(term, raw)]
+        else:
+            group.append((term, raw))
     fields: dict[str, bytes] = {}
-    n_blocks = 0
+    # A one-document list's bytes follow from (id, tf, length) alone, and a document's terms
+    # share its id and length and mostly a tf of 1: made once, then copied.
+    singles: dict[tuple[int, int, int], bytes] = {}
+    terms = segment.terms
+
+    def data_of(p: Postings) -> bytes:
+        ids = p.ids
+        df = len(ids)
+        if df == 1:
+            key = (ids[0], p.tfs[0], p.lengths[0])
+            run = singles.get(key)
+            if run is None:
+                made = bytearray()
+                _run(made, ids, p.tfs, p.lengths, base)
+                run = singles[key] = bytes(made)
+            return run
+        made = bytearray()
+        if df <= INLINE:
+            _run(made, ids, p.tfs, p.lengths, base)
+            return bytes(made)
+        made.append(_BLOCKS)
+        _varint(made, len(fields))  # the first block's number: blocks are the only fields yet
+        previous = base
+        for at in range(0, df, BLOCK):
+            block = bytearray()
+            stop = at + BLOCK
+            _run(block, ids[at:stop], p.tfs[at:stop], p.lengths[at:stop], base)
+            fields[f"p{len(fields)}"] = bytes(block)
+            last = ids[min(stop, df) - 1]
+            _varint(made, last - previous)
+            previous = last
+        return bytes(made)
+
+    buckets: dict[str, bytes] = {}
     for k, bucket_terms in sorted(grouped.items()):
-        dfs: list[int] = []
-        ends: list[int] = []
-        data = bytearray()
-        for term, _ in bucket_terms:
-            p = segment.terms[term]
-            df = len(p.ids)
-            if df <= INLINE:
-                _run(data, p.ids, p.tfs, p.lengths, base)
-            else:
-                data.append(_BLOCKS)
-                _varint(data, n_blocks)
-                previous = base
-                for at in range(0, df, BLOCK):
-                    block = bytearray()
-                    stop = at + BLOCK
-                    _run(block, p.ids[at:stop], p.tfs[at:stop], p.lengths[at:stop], base)
-                    fields[f"p{n_blocks}"] = bytes(block)
-                    n_blocks += 1
-                    last = p.ids[min(stop, df) - 1]
-                    _varint(data, last - previous)
-                    previous = last
-            dfs.append(df)
-            ends.append(len(data))
-        text = b"\n".join(raw for _, raw in bucket_terms)
-        width = _digits(max(max(dfs), ends[-1]))
+        postings = [terms[term] for term, _ in bucket_terms]
+        runs = [data_of(p) for p in postings]
+        entries = [0] * (2 * len(runs))
+        entries[0::2] = map(len, map(attrgetter("ids"), postings))
+        entries[1::2] = accumulate(map(len, runs))
+        text = b"\n".join([raw for _, raw in bucket_terms])
+        width = _digits(max(entries))
         out = bytearray((_VERSION, width))
         _varint(out, len(text))
         out += text
-        entries: list[int] = []
-        for df, end in zip(dfs, ends, strict=True):
-            entries += (df, end)
         _fixed(out, entries, width)
-        out += data
-        fields[f"b{k}"] = bytes(out)
+        out += b"".join(runs)
+        buckets[f"b{k}"] = bytes(out)
+    n_blocks = len(fields)
+    fields.update(buckets)
     return Encoded(
         segment.sign, len(segment.docs), base, segment.docs[-1], n_buckets, n_blocks, fields
     )
@@ -435,8 +468,34 @@ class Bucket:
         return TermEntry(df, None, first, tuple(lasts))
 
     def entries(self) -> Iterator[tuple[str, TermEntry]]:
-        for i, term in enumerate(self._terms):
-            yield _term(term), self._entry(i)
+        """Every term in order, as :meth:`get` finds it: a merge reads whole buckets, so the
+        usual entry (one document, one-byte id delta, tf and length of one digit or a length
+        of two) is read here in place; any other goes through :meth:`_entry`."""
+        try:
+            names = b"\n".join(self._terms).decode().split("\n") if self._terms else []
+        except UnicodeDecodeError:
+            names = [_term(t) for t in self._terms]  # raises, naming the term
+        buf, base, data, entries = self._buf, self._base, self._data, self._entries
+        start = data
+        for i, name in enumerate(names):
+            stop = data + entries[2 * i + 1]
+            size = stop - start
+            if (
+                entries[2 * i] == 1
+                and size in (5, 6)
+                and stop <= len(buf)
+                and buf[start] != _BLOCKS
+                and buf[start + 1] == (5 if size == 5 else 9)
+                and buf[start + 2] < 0x40
+            ):
+                length = buf[start + 4] if size == 5 else buf[start + 4] | buf[start + 5] << 7
+                yield (
+                    name,
+                    TermEntry(1, Postings([base + buf[start + 2]], [buf[start + 3]], [length])),
+                )
+            else:
+                yield name, self._entry(i)
+            start = stop
 
 
 def _term(raw: bytes) -> str:

@@ -1,0 +1,139 @@
+"""What keeping a message searchable costs the client's CPU (printed only; no server).
+
+The index is built and merged by clients (``compozy_memory._search``): a step analyses new
+messages and encodes them as a segment; merges later read segments back, join them and encode
+the result, in tiers (``_search/merging.py``), so each message is rewritten a few times in its
+life. This prints, per message, in CPU microseconds of this process (best of ``--repeat``):
+
+1. analysis alone (what any client-side search must do: tokenise, stem), the baseline;
+2. a step's segment (analysis, build, encode) at 1, 10 and 100 messages a step;
+3. a tier merge of 8 segments (decode, merge, encode), per message it rewrites;
+4. the merge policy's rewrites per message over a memory's life (a simulation of
+   ``plan_merge``) for 1, 3 and 10 messages a step, and what they cost at (3)'s rate.
+
+Two corpora: the support-chat messages of ``bench_append`` (~300 tokens, a small vocabulary)
+and the turns of the hard recall benchmark's tuning split (short, varied chat turns).
+
+Run: ``python -m benchmarks.bench_index_cpu [--repeat 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.bench_append import texts
+from benchmarks.hard_recall_data import generate
+from compozy_memory._search.analysis import analyze
+from compozy_memory._search.merging import merged_segment, plan_merge, step_segments
+from compozy_memory._search.segments import Encoded, SegmentEntry, block_field, bucket_field
+
+Item = tuple[str, int, dict[str, Any]]
+
+
+def corpora() -> dict[str, list[dict[str, Any]]]:
+    chat = [
+        {"role": "user" if i % 2 else "assistant", "content": t, "ts": 1_764_000_000_000 + i}
+        for i, t in enumerate(texts(random.Random(7), 2_000))
+    ]
+    turns = [dict(m) for c in generate("tuning", 20) for m in c.messages]
+    return {"support chat, ~300 tokens": chat, "hard recall turns": turns[:4_000]}
+
+
+def best(repeat: int, work: Callable[[], object]) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.process_time()
+        work()
+        times.append(time.process_time() - started)
+    return min(times)
+
+
+def items(messages: list[dict[str, Any]]) -> list[Item]:
+    return [("m", i + 1, {**m, "id": i + 1}) for i, m in enumerate(messages)]
+
+
+def stored(gen: int, enc: Encoded) -> tuple[SegmentEntry, dict[str, bytes]]:
+    entry = SegmentEntry(gen, enc.sign, enc.docs, enc.first, enc.last, enc.buckets, enc.blocks, 0)
+    values = {}
+    for name, value in enc.fields.items():
+        k = int(name[1:])
+        values[bucket_field(gen, k) if name[0] == "b" else block_field(gen, k)] = value
+    return entry, values
+
+
+def rewrites(step: int, total: int) -> float:
+    """Messages rewritten by merges per message appended, ``step`` messages a step."""
+    segments: list[SegmentEntry] = []
+    gen = rewritten = 0
+    first = 1
+    while first <= total:
+        n = min(step, total - first + 1)
+        gen += 1
+        segments.append(SegmentEntry(gen, 1, n, first, first + n - 1, 1, 0, n))
+        first += n
+        for _ in range(4):  # _MERGES_PER_CATCH_UP
+            plan = plan_merge(segments)
+            if not plan:
+                break
+            docs = sum(s.docs for s in plan)
+            rewritten += docs
+            gen += 1
+            lo, hi = min(s.first for s in plan), max(s.last for s in plan)
+            segments = [s for s in segments if s not in plan]
+            segments.append(SegmentEntry(gen, 1, docs, lo, hi, 1, 0, docs))
+    return rewritten / total
+
+
+def main(args: argparse.Namespace) -> None:
+    print(f"client CPU µs a message, best of {args.repeat}\n")
+    print(
+        "| corpus | analysis alone | step of 1 | step of 10 | step of 100 | merge 8x10 | merge 8x100 |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    merge_rate = {}
+    for name, messages in corpora().items():
+        indexed = items(messages)
+        n = len(indexed)
+        row = [best(args.repeat, lambda: [analyze(str(m["content"])) for _, _, m in indexed])]
+        for step in (1, 10, 100):
+            batches = [indexed[i : i + step] for i in range(0, n, step)]
+            row.append(best(args.repeat, lambda b=batches: [step_segments(x, []) for x in b]))
+        for size in (10, 100):
+            groups = []
+            for at in range(0, n - 8 * size + 1, 8 * size):
+                parts = [
+                    stored(
+                        j + 1, step_segments(indexed[at + j * size : at + (j + 1) * size], [])[1]
+                    )  # type: ignore[arg-type]
+                    for j in range(8)
+                ]
+                values: dict[str, bytes | None] = {}
+                for _, v in parts:
+                    values.update(v)
+                groups.append(([e for e, _ in parts], values))
+            merged = len(groups) * 8 * size
+            row.append(
+                best(args.repeat, lambda g=groups: [merged_segment(e, v) for e, v in g])
+                / merged
+                * n
+            )
+        merge_rate[name] = row[-1] / n * 1e6
+        print(f"| {name} | " + " | ".join(f"{t / n * 1e6:.0f}" for t in row) + " |")
+    print(
+        "\n| messages a step | rewrites a message, 2,000 in a memory | 100,000 | merge µs a message over its life (100,000), by corpus |"
+    )
+    print("| ---: | ---: | ---: | --- |")
+    for step in (1, 3, 10):
+        small, large = rewrites(step, 2_000), rewrites(step, 100_000)
+        life = ", ".join(f"{rate * large:,.0f}" for rate in merge_rate.values())
+        print(f"| {step} | {small:.1f} | {large:.1f} | {life} |")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    main(parser.parse_args())

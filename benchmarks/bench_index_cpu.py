@@ -23,6 +23,7 @@ import argparse
 import random
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from benchmarks.bench_append import texts
@@ -65,6 +66,30 @@ def stored(gen: int, enc: Encoded) -> tuple[SegmentEntry, dict[str, bytes]]:
     return entry, values
 
 
+def analysed(indexed: list[Item]) -> None:
+    for _, _, m in indexed:
+        analyze(str(m["content"]))
+
+
+def stepped(batches: list[list[Item]]) -> None:
+    for batch in batches:
+        step_segments(batch, [])
+
+
+def segment(batch: list[Item]) -> Encoded:
+    built = step_segments(batch, [])[1]
+    assert built is not None
+    return built
+
+
+Group = tuple[list[SegmentEntry], dict[str, bytes | None]]
+
+
+def merged(groups: list[Group]) -> None:
+    for entries, values in groups:
+        merged_segment(entries, values)
+
+
 def rewrites(step: int, total: int) -> float:
     """Messages rewritten by merges per message appended, ``step`` messages a step."""
     segments: list[SegmentEntry] = []
@@ -91,40 +116,36 @@ def rewrites(step: int, total: int) -> float:
 def main(args: argparse.Namespace) -> None:
     print(f"client CPU µs a message, best of {args.repeat}\n")
     print(
-        "| corpus | analysis alone | step of 1 | step of 10 | step of 100 | merge 8x10 | merge 8x100 |"
+        "| corpus | analysis alone | step of 1 | step of 10 | step of 100 "
+        "| merge 8x10 | merge 8x100 |"
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    merge_rate = {}
+    merge_rate: dict[str, float] = {}
     for name, messages in corpora().items():
         indexed = items(messages)
         n = len(indexed)
-        row = [best(args.repeat, lambda: [analyze(str(m["content"])) for _, _, m in indexed])]
+        row = [best(args.repeat, partial(analysed, indexed))]
         for step in (1, 10, 100):
             batches = [indexed[i : i + step] for i in range(0, n, step)]
-            row.append(best(args.repeat, lambda b=batches: [step_segments(x, []) for x in b]))
+            row.append(best(args.repeat, partial(stepped, batches)))
         for size in (10, 100):
-            groups = []
+            groups: list[Group] = []
             for at in range(0, n - 8 * size + 1, 8 * size):
                 parts = [
-                    stored(
-                        j + 1, step_segments(indexed[at + j * size : at + (j + 1) * size], [])[1]
-                    )  # type: ignore[arg-type]
+                    stored(j + 1, segment(indexed[at + j * size : at + (j + 1) * size]))
                     for j in range(8)
                 ]
                 values: dict[str, bytes | None] = {}
                 for _, v in parts:
                     values.update(v)
                 groups.append(([e for e, _ in parts], values))
-            merged = len(groups) * 8 * size
-            row.append(
-                best(args.repeat, lambda g=groups: [merged_segment(e, v) for e, v in g])
-                / merged
-                * n
-            )
+            rewritten = len(groups) * 8 * size
+            row.append(best(args.repeat, partial(merged, groups)) / rewritten * n)
         merge_rate[name] = row[-1] / n * 1e6
         print(f"| {name} | " + " | ".join(f"{t / n * 1e6:.0f}" for t in row) + " |")
     print(
-        "\n| messages a step | rewrites a message, 2,000 in a memory | 100,000 | merge µs a message over its life (100,000), by corpus |"
+        "\n| messages a step | rewrites a message, 2,000 in a memory | 100,000 "
+        "| merge µs a message over its life (100,000), by corpus |"
     )
     print("| ---: | ---: | ---: | --- |")
     for step in (1, 3, 10):

@@ -33,6 +33,7 @@ from compozy_memory._search.merging import merged_segment, plan_merge, step_segm
 from compozy_memory._search.segments import Encoded, SegmentEntry, block_field, bucket_field
 
 Item = tuple[str, int, dict[str, Any]]
+SMALL, LARGE = 2_000, 100_000
 
 
 def corpora() -> dict[str, list[dict[str, Any]]]:
@@ -90,10 +91,11 @@ def merged(groups: list[Group]) -> None:
         merged_segment(entries, values)
 
 
-def rewrites(step: int, total: int) -> float:
-    """Messages rewritten by merges per message appended, ``step`` messages a step."""
+def rewrites(step: int, total: int) -> tuple[float, float]:
+    """Messages rewritten by merges per message appended, ``step`` messages a step, and the
+    segments a search reads on average (after each step's merges)."""
     segments: list[SegmentEntry] = []
-    gen = rewritten = 0
+    gen = rewritten = listed = steps = 0
     first = 1
     while first <= total:
         n = min(step, total - first + 1)
@@ -110,7 +112,9 @@ def rewrites(step: int, total: int) -> float:
             lo, hi = min(s.first for s in plan), max(s.last for s in plan)
             segments = [s for s in segments if s not in plan]
             segments.append(SegmentEntry(gen, 1, docs, lo, hi, 1, 0, docs))
-    return rewritten / total
+        listed += len(segments)
+        steps += 1
+    return rewritten / total, listed / steps
 
 
 def main(args: argparse.Namespace) -> None:
@@ -144,14 +148,16 @@ def main(args: argparse.Namespace) -> None:
         merge_rate[name] = row[-1] / n * 1e6
         print(f"| {name} | " + " | ".join(f"{t / n * 1e6:.0f}" for t in row) + " |")
     print(
-        "\n| messages a step | rewrites a message, 2,000 in a memory | 100,000 "
-        "| merge µs a message over its life (100,000), by corpus |"
+        f"\n| messages a step | rewrites a message (segments a search reads), {SMALL:,} "
+        f"in a memory | {LARGE:,} | merge µs a message over its life ({LARGE:,}), by corpus |"
     )
     print("| ---: | ---: | ---: | --- |")
     for step in (1, 3, 10):
-        small, large = rewrites(step, 2_000), rewrites(step, 100_000)
+        (small, small_segs), (large, large_segs) = rewrites(step, SMALL), rewrites(step, LARGE)
         life = ", ".join(f"{rate * large:,.0f}" for rate in merge_rate.values())
-        print(f"| {step} | {small:.1f} | {large:.1f} | {life} |")
+        print(
+            f"| {step} | {small:.1f} ({small_segs:.0f}) | {large:.1f} ({large_segs:.0f}) | {life} |"
+        )
 
 
 if __name__ == "__main__":

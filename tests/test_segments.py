@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from benchmarks.bm25_reference import Index
 from compozy_memory._search.merging import decode_segment, merge
 from compozy_memory._search.scoring import SearchPlan, SearchSettings
+from compozy_memory._search.segment_reads import Bucket
 from compozy_memory._search.segments import (
     BLOCK,
     INLINE,
-    Bucket,
     Segment,
     SegmentEntry,
     build,

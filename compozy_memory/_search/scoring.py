@@ -39,15 +39,13 @@ from compozy_memory._model.limits import (
     RESCORE_TERMS,
 )
 from compozy_memory._search.ranking import MAX_SKIP, neighbour_boost, top_k
+from compozy_memory._search.segment_reads import Bucket, block_postings, decode_block
 from compozy_memory._search.segments import (
-    Bucket,
     SegmentEntry,
     TermEntry,
     block_field,
-    block_postings,
     bucket_field,
     bucket_of,
-    decode_block,
 )
 
 __all__ = ["SearchPlan", "SearchSettings"]

@@ -50,18 +50,18 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, pairwise
-from operator import add, attrgetter, itemgetter
-
-from compozy_memory.errors import CorruptDataError
+from operator import attrgetter, itemgetter
 
 __all__ = [
     "BLOCK",
+    "BLOCKS_MARK",
     "BUCKET_TERMS",
     "INLINE",
-    "Bucket",
+    "LAYOUT",
+    "MOST_DIGITS",
     "Encoded",
     "Postings",
     "Segment",
@@ -71,8 +71,6 @@ __all__ = [
     "bucket_field",
     "bucket_of",
     "build",
-    "decode_block",
-    "decode_bucket",
     "encode",
 ]
 
@@ -82,12 +80,13 @@ BUCKET_TERMS = 32
 BLOCK = 128
 INLINE = 128
 
-_VERSION = 1
-_BLOCKS = 0x7F
-_TIMES_128 = (128).__mul__
-_LOW_7 = 0x7F
+#: The layout version a bucket starts with.
+LAYOUT = 1
+#: A term's data that starts with this byte refers to blocks (no run starts with it).
+BLOCKS_MARK = 0x7F
 #: The most digits of a fixed number: ids are below 2 ** 53.
-_MOST_DIGITS = 8
+MOST_DIGITS = 8
+_LOW_7 = 0x7F
 
 
 @dataclass(slots=True)
@@ -312,7 +311,7 @@ def encode(segment: Segment) -> Encoded:
         if df <= INLINE:
             _run(made, ids, p.tfs, p.lengths, base)
             return bytes(made)
-        made.append(_BLOCKS)
+        made.append(BLOCKS_MARK)
         _varint(made, len(fields))  # the first block's number: blocks are the only fields yet
         previous = base
         for at in range(0, df, BLOCK):
@@ -334,7 +333,7 @@ def encode(segment: Segment) -> Encoded:
         entries[1::2] = accumulate(map(len, runs))
         text = b"\n".join([raw for _, raw in bucket_terms])
         width = _digits(max(entries))
-        out = bytearray((_VERSION, width))
+        out = bytearray((LAYOUT, width))
         _varint(out, len(text))
         out += text
         _fixed(out, entries, width)
@@ -345,173 +344,3 @@ def encode(segment: Segment) -> Encoded:
     return Encoded(
         segment.sign, len(segment.docs), base, segment.docs[-1], n_buckets, n_blocks, fields
     )
-
-
-# -- reading ----------------------------------------------------------------------------------
-
-
-def _read_varint(buf: bytes, at: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        try:
-            byte = buf[at]
-        except IndexError:
-            raise CorruptDataError("a varint runs past the end of an index field") from None
-        at += 1
-        if byte >= 0x80:
-            raise CorruptDataError("an index field holds a byte no segment writes")
-        n |= (byte & 0x3F) << shift
-        if byte < 0x40:
-            return n, at
-        shift += 6
-        if shift > 60:
-            raise CorruptDataError("a varint in an index field is too long")
-
-
-def _read_fixed(buf: bytes, at: int, n: int, width: int) -> tuple[list[int], int]:
-    end = at + n * width
-    if end > len(buf) or not 1 <= width <= _MOST_DIGITS:
-        raise CorruptDataError("postings run past the end of an index field")
-    chunk = buf[at:end]
-    if width == 1:
-        return list(chunk), end
-    if width == 2:  # the common case past 127 (a length): C-level iteration
-        return list(map(add, chunk[0::2], map(_TIMES_128, chunk[1::2]))), end
-    values = []
-    for i in range(0, len(chunk), width):
-        v = 0
-        for d in reversed(chunk[i : i + width]):
-            v = v << 7 | d
-        values.append(v)
-    return values, end
-
-
-def _decode_run(buf: bytes, at: int, n: int, base: int) -> Postings:
-    if n <= 0:
-        raise CorruptDataError("a posting list is empty")
-    if at + 2 > len(buf):
-        raise CorruptDataError("postings run past the end of an index field")
-    wd, wtl = buf[at], buf[at + 1]
-    first, at = _read_varint(buf, at + 2)
-    if n == 1 and wtl in (5, 9):  # one document, tf one digit, length one or two: most terms
-        if at + (wtl >> 2) + 1 > len(buf):
-            raise CorruptDataError("postings run past the end of an index field")
-        length = buf[at + 1] if wtl == 5 else buf[at + 1] | buf[at + 2] << 7
-        return Postings([base + first], [buf[at]], [length])
-    deltas, at = _read_fixed(buf, at, n - 1, wd)
-    tfs, at = _read_fixed(buf, at, n, wtl & 3)
-    lengths, at = _read_fixed(buf, at, n, wtl >> 2)
-    ids = list(accumulate(deltas, initial=base + first))
-    return Postings(ids, tfs, lengths)
-
-
-def decode_block(buf: bytes, n: int, base: int) -> Postings:
-    """Block ``buf`` of ``n`` postings of a segment whose first id is ``base``."""
-    return _decode_run(buf, 0, n, base)
-
-
-class Bucket:
-    """One stored bucket, decoded lazily: :meth:`get` finds a term without parsing the
-    others."""
-
-    __slots__ = ("_base", "_buf", "_data", "_entries", "_terms")
-
-    def __init__(self, buf: bytes, base: int) -> None:
-        if len(buf) < 3 or buf[0] != _VERSION:
-            raise CorruptDataError("an index bucket has an unknown layout")
-        size, at = _read_varint(buf, 2)
-        text = buf[at : at + size]
-        if len(text) != size:
-            raise CorruptDataError("an index bucket's terms run past its end")
-        self._terms = text.split(b"\n") if size else []
-        self._entries, self._data = _read_fixed(buf, at + size, 2 * len(self._terms), buf[1])
-        self._buf = buf
-        self._base = base
-
-    def __len__(self) -> int:
-        return len(self._terms)
-
-    def terms(self) -> Iterator[str]:
-        return (_term(t) for t in self._terms)
-
-    def get(self, term: str) -> TermEntry | None:
-        key = term.encode()
-        lo, hi = 0, len(self._terms)
-        while lo < hi:  # terms are sorted: bisect (a bucket holds a few dozen)
-            mid = (lo + hi) // 2
-            if self._terms[mid] < key:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo == len(self._terms) or self._terms[lo] != key:
-            return None
-        return self._entry(lo)
-
-    def _entry(self, i: int) -> TermEntry:
-        df, end = self._entries[2 * i], self._entries[2 * i + 1]
-        start = self._data + (self._entries[2 * i - 1] if i else 0)
-        stop = self._data + end
-        if stop > len(self._buf) or start >= stop or df <= 0:
-            raise CorruptDataError("an index bucket's entries do not match its data")
-        # The term's data alone (a copy of its bytes, not of the bucket up to it: decoding
-        # every term stays linear in the bucket's size).
-        buf = self._buf[start:stop]
-        if buf[0] != _BLOCKS:
-            return TermEntry(df, _decode_run(buf, 0, df, self._base))
-        first, at = _read_varint(buf, 1)
-        lasts: list[int] = []
-        last = self._base
-        for _ in range(math.ceil(df / BLOCK)):
-            delta, at = _read_varint(buf, at)
-            last += delta
-            lasts.append(last)
-        return TermEntry(df, None, first, tuple(lasts))
-
-    def entries(self) -> Iterator[tuple[str, TermEntry]]:
-        """Every term in order, as :meth:`get` finds it: a merge reads whole buckets, so the
-        usual entry (one document, one-byte id delta, tf and length of one digit or a length
-        of two) is read here in place; any other goes through :meth:`_entry`."""
-        try:
-            names = b"\n".join(self._terms).decode().split("\n") if self._terms else []
-        except UnicodeDecodeError:
-            names = [_term(t) for t in self._terms]  # raises, naming the term
-        buf, base, data, entries = self._buf, self._base, self._data, self._entries
-        start = data
-        for i, name in enumerate(names):
-            stop = data + entries[2 * i + 1]
-            size = stop - start
-            if (
-                entries[2 * i] == 1
-                and size in (5, 6)
-                and stop <= len(buf)
-                and buf[start] != _BLOCKS
-                and buf[start + 1] == (5 if size == 5 else 9)
-                and buf[start + 2] < 0x40
-            ):
-                length = buf[start + 4] if size == 5 else buf[start + 4] | buf[start + 5] << 7
-                yield (
-                    name,
-                    TermEntry(1, Postings([base + buf[start + 2]], [buf[start + 3]], [length])),
-                )
-            else:
-                yield name, self._entry(i)
-            start = stop
-
-
-def _term(raw: bytes) -> str:
-    try:
-        return raw.decode()
-    except UnicodeDecodeError:
-        raise CorruptDataError(
-            f"an index bucket holds a term that is not UTF-8: {raw[:40]!r}"
-        ) from None
-
-
-def decode_bucket(buf: bytes, base: int) -> Bucket:
-    """A stored bucket of a segment whose first id is ``base``."""
-    return Bucket(buf, base)
-
-
-def block_postings(entry: TermEntry, i: int) -> int:
-    """How many postings block ``i`` of ``entry``'s blocks holds."""
-    return min(BLOCK, entry.df - i * BLOCK)

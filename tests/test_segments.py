@@ -23,6 +23,7 @@ from compozy_memory._search.segments import (
     SegmentEntry,
     build,
     encode,
+    encode_one,
 )
 from compozy_memory.errors import CorruptDataError
 
@@ -155,6 +156,24 @@ def test_the_stored_bytes_are_pinned() -> None:
         for name in sorted(e.fields):
             h.update(name.encode() + b"=" + e.fields[name] + b";")
     assert h.hexdigest() == "46722248585bfbc59f5de833df8cd6ca7c71e606f1dd880e62596599ac6499ce"
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_step_of_one_message_is_encoded_as_a_segment_of_it(sign: int) -> None:
+    rng = random.Random(14)
+    cases = [
+        *docs(rng, range(1, 200)),
+        (2**40, Counter({f"t{i}": i % 5 + 1 for i in range(300)}), 65_535),  # many buckets
+        (3, Counter({"a": 65_535, "b": 200}), 16_384),  # wide tf and length
+    ]
+    for doc_id, tf, length in cases:
+        one, built = (
+            encode_one(doc_id, tf, length, sign=sign),
+            encode(build([(doc_id, tf, length)], sign=sign)),
+        )
+        assert one == built
+    with pytest.raises(ValueError, match="at most 65,535"):
+        encode_one(1, Counter({"a": 70_000}), 3)
 
 
 def test_a_bucket_read_whole_reads_each_term_as_a_lookup_does() -> None:

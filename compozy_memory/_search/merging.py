@@ -41,6 +41,7 @@ from compozy_memory._search.segments import (
     bucket_field,
     build,
     encode,
+    encode_one,
 )
 from compozy_memory.errors import CorruptDataError
 
@@ -263,9 +264,17 @@ def step_segments(
         doc_id, _, tf, length = _analysed(message, summary=False)
         if tf:
             removed.append((doc_id, tf, length))
-    positive = encode(build(docs)) if docs else None
-    negative = encode(build(removed, sign=-1)) if removed else None
+    positive = _encoded(docs, 1)
+    negative = _encoded(removed, -1)
     return documents, positive, negative
+
+
+def _encoded(docs: list[Doc], sign: int) -> Encoded | None:
+    if not docs:
+        return None
+    if len(docs) == 1:
+        return encode_one(*docs[0], sign=sign)
+    return encode(build(docs, sign=sign))
 
 
 def read_chunks(inputs: Sequence[SegmentEntry], most: int) -> list[list[str]]:

@@ -72,6 +72,7 @@ __all__ = [
     "bucket_of",
     "build",
     "encode",
+    "encode_one",
 ]
 
 #: Terms one bucket holds on average (a segment has ``ceil(terms / BUCKET_TERMS)`` buckets).
@@ -271,13 +272,8 @@ def _run(
     _fixed(out, lengths, wl)
 
 
-def encode(segment: Segment) -> Encoded:
-    """A segment's fields (``b<k>`` buckets, ``p<j>`` blocks), ready to store."""
-    if not segment.docs:
-        raise ValueError("a segment holds at least one document")
-    base = segment.docs[0]
-    names = sorted(segment.terms)
-    n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
+def _grouped(names: list[str], n_buckets: int) -> dict[int, list[tuple[str, bytes]]]:
+    """Sorted ``names`` by bucket, each with its UTF-8."""
     grouped: dict[int, list[tuple[str, bytes]]] = {}
     crc32 = zlib.crc32
     for term in names:
@@ -290,6 +286,31 @@ def encode(segment: Segment) -> Encoded:
             grouped[k] = [(term, raw)]
         else:
             group.append((term, raw))
+    return grouped
+
+
+def _bucket(bucket_terms: list[tuple[str, bytes]], dfs: Iterable[int], runs: list[bytes]) -> bytes:
+    entries = [0] * (2 * len(runs))
+    entries[0::2] = dfs
+    entries[1::2] = accumulate(map(len, runs))
+    text = b"\n".join([raw for _, raw in bucket_terms])
+    width = _digits(max(entries))
+    out = bytearray((LAYOUT, width))
+    _varint(out, len(text))
+    out += text
+    _fixed(out, entries, width)
+    out += b"".join(runs)
+    return bytes(out)
+
+
+def encode(segment: Segment) -> Encoded:
+    """A segment's fields (``b<k>`` buckets, ``p<j>`` blocks), ready to store."""
+    if not segment.docs:
+        raise ValueError("a segment holds at least one document")
+    base = segment.docs[0]
+    names = sorted(segment.terms)
+    n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
+    grouped = _grouped(names, n_buckets)
     fields: dict[str, bytes] = {}
     # A one-document list's bytes follow from (id, tf, length) alone, and a document's terms
     # share its id and length and mostly a tf of 1: made once, then copied.
@@ -328,19 +349,32 @@ def encode(segment: Segment) -> Encoded:
     for k, bucket_terms in sorted(grouped.items()):
         postings = [terms[term] for term, _ in bucket_terms]
         runs = [data_of(p) for p in postings]
-        entries = [0] * (2 * len(runs))
-        entries[0::2] = map(len, map(attrgetter("ids"), postings))
-        entries[1::2] = accumulate(map(len, runs))
-        text = b"\n".join([raw for _, raw in bucket_terms])
-        width = _digits(max(entries))
-        out = bytearray((LAYOUT, width))
-        _varint(out, len(text))
-        out += text
-        _fixed(out, entries, width)
-        out += b"".join(runs)
-        buckets[f"b{k}"] = bytes(out)
+        buckets[f"b{k}"] = _bucket(bucket_terms, map(len, map(attrgetter("ids"), postings)), runs)
     n_blocks = len(fields)
     fields.update(buckets)
     return Encoded(
         segment.sign, len(segment.docs), base, segment.docs[-1], n_buckets, n_blocks, fields
     )
+
+
+def encode_one(doc_id: int, tf: Mapping[str, int], length: int, *, sign: int = 1) -> Encoded:
+    """``encode(build([(doc_id, tf, length)], sign=sign))`` without building the segment: a
+    step of one message, the usual one (a conversation's messages come seconds apart). Every
+    list holds one document, so a term's data depends on its tf alone."""
+    names = sorted(tf)
+    n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
+    by_tf: dict[int, bytes] = {}
+    ids, lengths = [doc_id], [length]
+    fields: dict[str, bytes] = {}
+    for k, bucket_terms in sorted(_grouped(names, n_buckets).items()):
+        runs = []
+        for term, _ in bucket_terms:
+            count = tf[term]
+            run = by_tf.get(count)
+            if run is None:
+                made = bytearray()
+                _run(made, ids, [count], lengths, doc_id)
+                run = by_tf[count] = bytes(made)
+            runs.append(run)
+        fields[f"b{k}"] = _bucket(bucket_terms, [1] * len(runs), runs)
+    return Encoded(sign, 1, doc_id, doc_id, n_buckets, 0, fields)

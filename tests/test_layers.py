@@ -29,6 +29,12 @@ RANK = {
     "_store": 5,
     "_flush": 6,
     "_config": 6,
+    # Sessions are one feature in one flat wing: a project's session index and its script
+    # calls, the scripts in lua/sessions/. Two modules, and their calls are a project's, not a
+    # memory's, so the gateway does not mix them in and nothing below needs them: the wing
+    # ranks above the store (the index reads a handle's totals) and below the managers, which
+    # attach an index to the handles they open.
+    "_sessions": 6,
     "_context": 7,
     "_manager": 8,
     "_manager_base": 8,
@@ -103,20 +109,30 @@ def test_lower_wings_never_import_higher_ones() -> None:
     assert problems == []
 
 
-# What of search's runtime the wire may import: the script calls its gateway mixes in.
-SEARCH_CALLS = {"_search.runtime.index_calls", "_search.runtime.vector_calls"}
+# Each feature slice's script calls: the modules of a slice that speak its scripts' contracts.
+# Search's (and any slice's whose calls are a memory's) are mixed into the gateway and build
+# their calls with its builders; the others (sessions', a project's) build their own.
+SLICE_CALLS = {
+    "_search.runtime.index_calls",
+    "_search.runtime.vector_calls",
+    "_sessions.calls",
+}
+# The slices' wings ranked with the wire, whose script calls the gateway mixes in.
+WIRE_RANKED_SLICES = {"_search.runtime"}
 
 
-def test_the_wire_knows_of_search_only_its_script_calls() -> None:
+def test_the_wire_knows_of_a_slice_only_its_script_calls() -> None:
     """Search's runtime ranks with the wire, so the rank alone would let the wire import the
-    indexer: the gateway takes search's script calls, and nothing else of it."""
+    indexer: the gateway takes a slice's script calls, and nothing else of it."""
     problems = [
         f"{module} imports {target}"
         for module, path in modules().items()
         if wing(module) == "_wire"
         for target, names in imports(path)
-        for named in ([f"{target}.{n}" for n in names] if target == "_search.runtime" else [target])
-        if wing(named) == "_search.runtime" and named not in SEARCH_CALLS
+        for named in (
+            [f"{target}.{n}" for n in names] if target in WIRE_RANKED_SLICES else [target]
+        )
+        if wing(named) in WIRE_RANKED_SLICES and named not in SLICE_CALLS
     ]
     assert problems == []
 
@@ -250,6 +266,7 @@ CORE_WINGS = {
     "_flush",
     "_context",
     "_config",
+    "_sessions",
 }
 # Modules of those wings that open a handle, an index or a store on a client (each builds the
 # driver it runs on), and a summarizer that is itself a client (of Anthropic's API, with its
@@ -257,7 +274,7 @@ CORE_WINGS = {
 CORE_ROOTS = {
     "_store.instance",
     "_store.sync_instance",
-    "_store.sessions",
+    "_sessions.index",
     "_store.results_store",
     "_store.warmup",
     "_flush.anthropic_summary",
@@ -375,14 +392,15 @@ def script_calls_built(path: Path) -> list[str]:
     return found
 
 
-def test_only_the_wire_builds_script_calls() -> None:
-    """KEYS and ARGV are built in ``_wire`` alone (its gateways), and sent by the drivers of
-    ``_io`` alone: no module elsewhere loads a script, makes the effect that runs one, fills a
-    contract's arguments or sends a script command itself."""
+def test_only_the_wire_and_the_slices_calls_build_script_calls() -> None:
+    """KEYS and ARGV are built in ``_wire`` (its gateway) and in each feature slice's script
+    calls (``SLICE_CALLS``) alone, and sent by the drivers of ``_io`` alone: no module
+    elsewhere loads a script, makes the effect that runs one, fills a contract's arguments or
+    sends a script command itself."""
     problems = [
         f"{module} {how}"
         for module, path in modules().items()
-        if wing(module) not in ("_wire", "_io")
+        if wing(module) not in ("_wire", "_io") and module not in SLICE_CALLS
         for how in script_calls_built(path)
     ]
     assert problems == []

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         TokenCounter,
     )
     from compozy_memory._ops.exporter import MetricsServer, start_metrics_server
+    from compozy_memory._results.store import DataRef, Namespace, ResultStore
     from compozy_memory._search.dense import Embedder
     from compozy_memory._search.embedders import (
         OnnxEmbedder,
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
     from compozy_memory._search.static_model import StaticEmbedder
     from compozy_memory._store.core import MemorySteps
     from compozy_memory._store.instance import Facts, MemoryInstance
-    from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
     from compozy_memory._store.sync_instance import SyncMemoryInstance
     from compozy_memory._store.warmup import warm, warm_sync
     from compozy_memory._sync_manager import SyncMemoryManager
@@ -170,9 +170,9 @@ _LAZY: dict[str, str] = {
     "IndexProgress": "compozy_memory._search.runtime.indexer",
     "Facts": "compozy_memory._store.instance",
     "MemoryInstance": "compozy_memory._store.instance",
-    "DataRef": "compozy_memory._store.results_store",
-    "Namespace": "compozy_memory._store.results_store",
-    "ResultStore": "compozy_memory._store.results_store",
+    "DataRef": "compozy_memory._results.store",
+    "Namespace": "compozy_memory._results.store",
+    "ResultStore": "compozy_memory._results.store",
     "SyncMemoryInstance": "compozy_memory._store.sync_instance",
     "Vectorizer": "compozy_memory._search.runtime.vectors",
     "VectorProgress": "compozy_memory._search.runtime.vectors",

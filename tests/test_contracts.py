@@ -13,11 +13,11 @@ from compozy_memory import FlushPlan, ScriptError
 from compozy_memory._model.facts import EncodedFact
 from compozy_memory._model.limits import DATA_FORMAT, LUA_CONSTANTS
 from compozy_memory._model.messages import EncodedMessage
+from compozy_memory._results.calls import ResultGateway
 from compozy_memory._search.runtime.index_calls import parse_pending
 from compozy_memory._search.runtime.vector_calls import VectorPending
 from compozy_memory._search.segments import build, encode
 from compozy_memory._sessions.index import SessionIndex
-from compozy_memory._store.results_store import ResultGateway
 from compozy_memory._wire import scripts as scripts_module
 from compozy_memory._wire.contracts import KEY_ORDER, parse_contract
 from compozy_memory._wire.gateway import MemoryGateway
@@ -178,6 +178,7 @@ def test_every_script_file_is_known_and_every_known_script_exists() -> None:
 FEATURE_SCRIPTS = {
     "search": {n for n in SCRIPT_NAMES if n.startswith(("index_", "search_", "vec_"))},
     "sessions": {"session_touch", "sessions_list", "sessions_forget"},
+    "results": {"result_put", "result_release", "result_touch"},
 }
 FEATURE_HELPERS = {"search": {"segments", "segments_write"}}
 

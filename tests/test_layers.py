@@ -26,25 +26,31 @@ RANK = {
     "_io": 4,
     "_metrics": 4,
     "_telemetry": 4,
-    "_store": 5,
-    "_flush": 6,
-    "_config": 6,
+    # Stored results are one feature in one flat wing (the store of payloads by reference and
+    # its script calls, the scripts in lua/results/): small, and its calls are a payload's,
+    # not a memory's, so the gateway does not mix them in. It ranks between the drivers (a
+    # result store opens its own on a client) and the store, whose every handle keeps one for
+    # what it offloads.
+    "_results": 5,
+    "_store": 6,
+    "_flush": 7,
+    "_config": 7,
     # Sessions are one feature in one flat wing: a project's session index and its script
     # calls, the scripts in lua/sessions/. Two modules, and their calls are a project's, not a
     # memory's, so the gateway does not mix them in and nothing below needs them: the wing
     # ranks above the store (the index reads a handle's totals) and below the managers, which
     # attach an index to the handles they open.
-    "_sessions": 6,
-    "_context": 7,
-    "_manager": 8,
-    "_manager_base": 8,
-    "_sync_manager": 8,
+    "_sessions": 7,
+    "_context": 8,
+    "_manager": 9,
+    "_manager_base": 9,
+    "_sync_manager": 9,
     # The operator's tools sit beside the adapters: `import` reads the frameworks' histories
     # through the adapters' converters (from_item, from_langchain, from_llama_index).
-    "_ops": 10,
-    "adapters": 10,
-    "testing": 10,
-    "__init__": 11,
+    "_ops": 11,
+    "adapters": 11,
+    "testing": 11,
+    "__init__": 12,
 }
 
 
@@ -116,6 +122,7 @@ SLICE_CALLS = {
     "_search.runtime.index_calls",
     "_search.runtime.vector_calls",
     "_sessions.calls",
+    "_results.calls",
 }
 # The slices' wings ranked with the wire, whose script calls the gateway mixes in.
 WIRE_RANKED_SLICES = {"_search.runtime"}
@@ -267,6 +274,7 @@ CORE_WINGS = {
     "_context",
     "_config",
     "_sessions",
+    "_results",
 }
 # Modules of those wings that open a handle, an index or a store on a client (each builds the
 # driver it runs on), and a summarizer that is itself a client (of Anthropic's API, with its
@@ -275,7 +283,7 @@ CORE_ROOTS = {
     "_store.instance",
     "_store.sync_instance",
     "_sessions.index",
-    "_store.results_store",
+    "_results.store",
     "_store.warmup",
     "_flush.anthropic_summary",
     "_flush.resource_settings",

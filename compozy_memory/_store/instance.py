@@ -27,6 +27,7 @@ from compozy_memory._model.results import (
     TrimResult,
 )
 from compozy_memory._model.tokens import TokenCounter
+from compozy_memory._results.store import Namespace, ResultStore
 from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import Fusion
 from compozy_memory._search.runtime.indexer import Indexer
@@ -39,7 +40,6 @@ from compozy_memory._store.core import (
     committed,
 )
 from compozy_memory._store.facts import Facts
-from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._store.sync_instance import SyncMemoryInstance
 
 __all__ = ["Facts", "FlushHook", "IndexHook", "Indexer", "MemoryInstance", "MessageInput"]

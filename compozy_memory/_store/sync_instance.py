@@ -35,13 +35,13 @@ from compozy_memory._model.results import (
     TrimResult,
 )
 from compozy_memory._model.tokens import TokenCounter
+from compozy_memory._results.store import Namespace, ResultStore
 from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import Fusion
 from compozy_memory._search.runtime.indexer import Indexer
 from compozy_memory._search.runtime.vectors import Vectorizer
 from compozy_memory._store.core import MemoryCore, MessageInput
 from compozy_memory._store.facts import Facts
-from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._wire.steps import blocking
 
 __all__ = [

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from compozy_memory._config.schema import MemoryResource
     from compozy_memory._context.render import to_anthropic, to_openai
     from compozy_memory._context.tools import MemoryTools, tool_definitions
+    from compozy_memory._facts.facts import Facts
     from compozy_memory._flush.anthropic_summary import AnthropicSummarizer
     from compozy_memory._flush.extractive import ExtractiveSummarizer
     from compozy_memory._flush.flusher import Flusher
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
     from compozy_memory._search.runtime.vectors import Vectorizer, VectorProgress
     from compozy_memory._search.static_model import StaticEmbedder
     from compozy_memory._store.core import MemorySteps
-    from compozy_memory._store.instance import Facts, MemoryInstance
+    from compozy_memory._store.instance import MemoryInstance
     from compozy_memory._store.sync_instance import SyncMemoryInstance
     from compozy_memory._store.warmup import warm, warm_sync
     from compozy_memory._sync_manager import SyncMemoryManager
@@ -168,7 +169,7 @@ _LAZY: dict[str, str] = {
     "MemorySteps": "compozy_memory._store.core",
     "Indexer": "compozy_memory._search.runtime.indexer",
     "IndexProgress": "compozy_memory._search.runtime.indexer",
-    "Facts": "compozy_memory._store.instance",
+    "Facts": "compozy_memory._facts.facts",
     "MemoryInstance": "compozy_memory._store.instance",
     "DataRef": "compozy_memory._results.store",
     "Namespace": "compozy_memory._results.store",

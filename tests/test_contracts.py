@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from compozy_memory import FlushPlan, ScriptError
-from compozy_memory._model.facts import EncodedFact
+from compozy_memory._facts.lines import EncodedFact
 from compozy_memory._model.limits import DATA_FORMAT, LUA_CONSTANTS
 from compozy_memory._model.messages import EncodedMessage
 from compozy_memory._results.calls import ResultGateway
@@ -179,6 +179,7 @@ FEATURE_SCRIPTS = {
     "search": {n for n in SCRIPT_NAMES if n.startswith(("index_", "search_", "vec_"))},
     "sessions": {"session_touch", "sessions_list", "sessions_forget"},
     "results": {"result_put", "result_release", "result_touch"},
+    "facts": {"facts_set", "facts_delete", "facts_items"},
 }
 FEATURE_HELPERS = {"search": {"segments", "segments_write"}}
 

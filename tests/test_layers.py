@@ -23,6 +23,12 @@ RANK = {
     # script calls) ranks with the wire: the gateway mixes its script calls in, and it needs
     # nothing of the store above, which uses it.
     "_search.runtime": 3,
+    # Session facts are one feature in one flat wing ranked with the wire: how a fact is checked
+    # and shown (pure), a memory's map of them as steps, and their script calls, the scripts in
+    # lua/facts/. A fact lives in the memory's slot, so the gateway mixes its calls in, and the
+    # replies show the facts a context holds; the map needs of a handle only what its own
+    # Protocol names (FactsOwner), never the store. Three small modules: no sub-wing.
+    "_facts": 3,
     "_io": 4,
     "_metrics": 4,
     "_telemetry": 4,
@@ -123,9 +129,12 @@ SLICE_CALLS = {
     "_search.runtime.vector_calls",
     "_sessions.calls",
     "_results.calls",
+    "_facts.calls",
 }
-# The slices' wings ranked with the wire, whose script calls the gateway mixes in.
-WIRE_RANKED_SLICES = {"_search.runtime"}
+# The slices' wings ranked with the wire, whose script calls the gateway mixes in, and what else
+# of them the wire may use: the pure lines of facts, with which the replies show a context's.
+WIRE_RANKED_SLICES = {"_search.runtime", "_facts"}
+WIRE_MAY_USE = SLICE_CALLS | {"_facts.lines"}
 
 
 def test_the_wire_knows_of_a_slice_only_its_script_calls() -> None:
@@ -139,7 +148,7 @@ def test_the_wire_knows_of_a_slice_only_its_script_calls() -> None:
         for named in (
             [f"{target}.{n}" for n in names] if target in WIRE_RANKED_SLICES else [target]
         )
-        if wing(named) in WIRE_RANKED_SLICES and named not in SLICE_CALLS
+        if wing(named) in WIRE_RANKED_SLICES and named not in WIRE_MAY_USE
     ]
     assert problems == []
 
@@ -275,6 +284,7 @@ CORE_WINGS = {
     "_config",
     "_sessions",
     "_results",
+    "_facts",
 }
 # Modules of those wings that open a handle, an index or a store on a client (each builds the
 # driver it runs on), and a summarizer that is itself a client (of Anthropic's API, with its

@@ -20,6 +20,7 @@ from datetime import timedelta
 from operator import attrgetter
 from typing import Any
 
+from compozy_memory._facts.facts import Facts
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
@@ -42,7 +43,6 @@ from compozy_memory._store.encoding import (
     encode_messages,
     ttl_millis,
 )
-from compozy_memory._store.facts import Facts
 from compozy_memory._store.handle import FlushHook, IndexHook
 from compozy_memory._store.offload import PinKeeper, clear_releasing_pins, offloaded
 from compozy_memory._store.reads import ContextReads

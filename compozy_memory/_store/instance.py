@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from compozy_memory import _telemetry
+from compozy_memory._facts.facts import Facts
 from compozy_memory._io.connection import sync_twin
 from compozy_memory._io.retry import RetryPolicy
 from compozy_memory._io.translate import RedisClient
@@ -39,10 +40,9 @@ from compozy_memory._store.core import (
     MessageInput,
     committed,
 )
-from compozy_memory._store.facts import Facts
 from compozy_memory._store.sync_instance import SyncMemoryInstance
 
-__all__ = ["Facts", "FlushHook", "IndexHook", "Indexer", "MemoryInstance", "MessageInput"]
+__all__ = ["FlushHook", "IndexHook", "Indexer", "MemoryInstance", "MessageInput"]
 
 
 class MemoryInstance(MemoryCore):

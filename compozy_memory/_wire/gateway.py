@@ -1,4 +1,5 @@
-"""The script gateway: one typed method per Lua script, the only code that builds KEYS/ARGV.
+"""The script gateway: one typed method per script of a memory, with the feature slices' calls
+it mixes in (search's, facts'), the only code that builds a memory's KEYS/ARGV.
 
 A :class:`MemoryGateway` is bound to one memory (its keys, its policy, read-only or not) and
 one transport. Each method builds its script's KEYS from the names the script's header
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from compozy_memory._model.facts import EncodedFact, parse_stored
+from compozy_memory._facts.calls import FactsCalls
 from compozy_memory._model.limits import MAX_READ
 from compozy_memory._model.messages import EncodedMessage, Message
 from compozy_memory._model.results import (
@@ -51,7 +52,7 @@ def message_args(messages: Sequence[EncodedMessage]) -> list[ScriptArg]:
     return [value for message in messages for value in message]
 
 
-class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
+class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls, FactsCalls):
     """Every script call of one memory, typed."""
 
     # -- writes -------------------------------------------------------------------------
@@ -237,21 +238,6 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
     def clear_recalled(self) -> Steps[int]:
         return (yield from self._writing("clear_recalled", {"ttl_ms": self.ttl_ms}, int))
 
-    @op
-    def facts_set(self, facts: Sequence[EncodedFact], cap: int) -> Steps[tuple[int, list[str]]]:
-        """Set ``facts``; returns the number of facts kept and the keys the cap evicted."""
-        reply = yield from self._writing(
-            "facts_set",
-            {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts)},
-            self._fields("facts_set"),
-            [value for fact in facts for value in fact],
-        )
-        return int(reply["count"]), [replies.text(k) for k in reply["evicted"]]
-
-    @op
-    def facts_delete(self, keys: Sequence[ScriptArg]) -> Steps[int]:
-        return (yield from self._writing("facts_delete", {"ttl_ms": self.ttl_ms}, int, keys))
-
     # -- reads --------------------------------------------------------------------------
 
     @op
@@ -354,23 +340,6 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
             offset + min(limit, MAX_READ) - 1,
         )
         return envelopes
-
-    @op
-    def facts_items(self) -> Steps[list[tuple[str, int, str]]]:
-        """Every fact as (key, tokens, value), least recently set first."""
-        reply = yield from self._reading("facts_items", {}, self._fields("facts_items"))
-        out = []
-        pairs = reply["facts"]
-        for i in range(0, len(pairs), 2):
-            tokens, value = parse_stored(pairs[i + 1])
-            out.append((replies.text(pairs[i]), tokens, value))
-        return out
-
-    @op
-    def fact(self, key: bytes) -> Steps[str | None]:
-        """One fact's value (a plain HGET), or None."""
-        stored = yield from self._command("facts_get", raw, "hget", self.keys.facts, key)
-        return None if stored is None else parse_stored(stored)[1]
 
     @op
     def length(self) -> Steps[int]:

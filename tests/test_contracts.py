@@ -180,6 +180,7 @@ FEATURE_SCRIPTS = {
     "sessions": {"session_touch", "sessions_list", "sessions_forget"},
     "results": {"result_put", "result_release", "result_touch"},
     "facts": {"facts_set", "facts_delete", "facts_items"},
+    "flush": {"flush_commit", "lock_acquire", "lock_refresh", "lock_release"},
 }
 FEATURE_HELPERS = {"search": {"segments", "segments_write"}}
 

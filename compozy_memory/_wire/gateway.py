@@ -1,5 +1,5 @@
 """The script gateway: one typed method per script of a memory, with the feature slices' calls
-it mixes in (search's, facts'), the only code that builds a memory's KEYS/ARGV.
+it mixes in (search's, facts', the flush's), the only code that builds a memory's KEYS/ARGV.
 
 A :class:`MemoryGateway` is bound to one memory (its keys, its policy, read-only or not) and
 one transport. Each method builds its script's KEYS from the names the script's header
@@ -20,13 +20,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from compozy_memory._facts.calls import FactsCalls
+from compozy_memory._flush.calls import FlushCalls
 from compozy_memory._model.limits import MAX_READ
 from compozy_memory._model.messages import EncodedMessage, Message
 from compozy_memory._model.results import (
     AppendResult,
     ContextLayers,
-    FlushCommit,
-    FlushPlan,
     MemoryHealth,
     Snapshot,
 )
@@ -52,7 +51,7 @@ def message_args(messages: Sequence[EncodedMessage]) -> list[ScriptArg]:
     return [value for message in messages for value in message]
 
 
-class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls, FactsCalls):
+class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls, FactsCalls, FlushCalls):
     """Every script call of one memory, typed."""
 
     # -- writes -------------------------------------------------------------------------
@@ -169,59 +168,6 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls, FactsCalls):
         existing = yield from self._writing("expire", {"ttl_ms": ttl_ms}, int)
         self.ttl_ms = ttl_ms
         return existing
-
-    @op
-    def flush_commit(
-        self,
-        *,
-        epoch: int,
-        incarnation: str,
-        plan: FlushPlan,
-        summary_body: bytes,
-        summary_tokens: int,
-    ) -> Steps[FlushCommit]:
-        """Apply ``plan`` (see ``lua/flush_commit.lua``). A commit that was applied but not
-        acknowledged by replicas raises ReplicationError with its FlushCommit."""
-        try:
-            commit = yield from self._writing(
-                "flush_commit",
-                {
-                    "ttl_ms": self.ttl_ms,
-                    "archive_max": self.policy.archive_max,
-                    "epoch": epoch,
-                    "incarnation": incarnation,
-                    "prefix_len": len(plan.prefix_ids),
-                    "n_remove": len(plan.remove_ids),
-                    "n_fold": len(plan.fold_summary_ids),
-                    "summary_tokens": summary_tokens,
-                    "summary_body": summary_body,
-                },
-                self._flush_commit,
-                [*plan.prefix_ids, *plan.remove_ids, *plan.fold_summary_ids],
-            )
-        except ReplicationError as exc:
-            raise exc.with_result(self._flush_commit(exc.result)) from exc
-        return commit
-
-    @op
-    def lock_acquire(self, token: str, lease_ms: int) -> Steps[tuple[int, str]]:
-        """``(epoch, incarnation)``; epoch 0 when another holder has the lock."""
-        reply = yield from self._writing(
-            "lock_acquire",
-            {"token": token, "lease_ms": lease_ms, "ttl_ms": self.ttl_ms},
-            self._fields("lock_acquire"),
-        )
-        return int(reply["epoch"]), replies.text(reply["incarnation"])
-
-    @op
-    def lock_refresh(self, token: str, lease_ms: int) -> Steps[bool]:
-        return (
-            yield from self._writing("lock_refresh", {"token": token, "lease_ms": lease_ms}, bool)
-        )
-
-    @op
-    def lock_release(self, token: str) -> Steps[bool]:
-        return (yield from self._writing("lock_release", {"token": token}, bool))
 
     @op
     def promote(self, ids: Sequence[int], max_tokens: int) -> Steps[list[Message]]:
@@ -352,9 +298,6 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls, FactsCalls):
         )
 
     # -- internals ----------------------------------------------------------------------
-
-    def _flush_commit(self, reply: Any) -> FlushCommit:
-        return replies.flush_commit(self._fields("flush_commit")(reply))
 
     def _stored_counted(
         self, name: str, values: dict[str, ScriptArg], messages: Sequence[EncodedMessage]

@@ -76,7 +76,8 @@ def modules() -> dict[str, Path]:
     return found
 
 
-# Sub-packages that rank on their own rather than as the package holding them.
+# Parts of a wing that rank on their own rather than as the package holding them: search's
+# runtime, and the flush's script calls (one module).
 SUB_WINGS = ("_search.runtime", "_flush.calls")
 
 
@@ -130,8 +131,9 @@ def test_lower_wings_never_import_higher_ones() -> None:
 
 
 # Each feature slice's script calls: the modules of a slice that speak its scripts' contracts.
-# Search's (and any slice's whose calls are a memory's) are mixed into the gateway and build
-# their calls with its builders; the others (sessions', a project's) build their own.
+# Those whose scripts touch a memory's slot (search's, the facts', the flush's) are mixed into
+# the gateway and build their calls with its builders; the session index's (a project's slot)
+# and the stored results' (a payload's key) build their own.
 SLICE_CALLS = {
     "_search.runtime.index_calls",
     "_search.runtime.vector_calls",

@@ -2,7 +2,7 @@
 
 Writes 100,000 real memories (one append each, 2 messages, 1 h TTL) on an embedded server,
 each recorded in the project's session index as MemoryManager records it (pipelined
-``lua/session_touch.lua``), then times the whole command, in process, output discarded:
+``lua/sessions/session_touch.lua``), then times the whole command, in process, output discarded:
 ``ls`` (the 50 most recently active, from the index), ``ls --all --json`` (every memory, from
 the index) and ``ls --scan --all --json`` (every memory, by SCAN). Each run connects, PINGs,
 reads and prints; the last line times ``ls`` as a new process, Python's start-up and imports
@@ -30,8 +30,8 @@ from redis.asyncio import Redis
 
 from compozy_memory import HeuristicCounter, InstanceKeys, MemoryPolicy
 from compozy_memory._ops.cli import main
+from compozy_memory._sessions.index import SessionIndex
 from compozy_memory._store.encoding import encode_messages
-from compozy_memory._store.sessions import SessionIndex
 from compozy_memory._wire.gateway import message_args
 from compozy_memory._wire.scripts import script
 from compozy_memory._wire.steps import Steps

@@ -53,8 +53,8 @@ from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.messages import encode_body
 from compozy_memory._model.tokens import HeuristicCounter
 from compozy_memory._ops.acl import acl_setuser
-from compozy_memory._store.results_store import Namespace, ResultStore
-from compozy_memory._store.sessions import SessionIndex
+from compozy_memory._results.store import Namespace, ResultStore
+from compozy_memory._sessions.index import SessionIndex
 from compozy_memory._wire.scripts import SCRIPT_NAMES, library, script
 from compozy_memory.embedded import start_server
 from compozy_memory.errors import CompozyMemoryError, CorruptDataError, UsageError

@@ -1,6 +1,6 @@
 """How fast ``list_sessions`` is with 100,000 sessions in a project's index.
 
-Fills the index through ``lua/session_touch.lua`` (pipelined, 10 agents), then times pages
+Fills the index through ``lua/sessions/session_touch.lua`` (pipelined, 10 agents), then times pages
 of 50: the first page, a page deep in by cursor, and one agent's first page. Printed, never
 asserted. Run: ``python benchmarks/bench_sessions.py [--sessions 100000]``.
 """
@@ -14,7 +14,7 @@ import time
 
 from redis.asyncio import Redis
 
-from compozy_memory._store.sessions import SessionIndex, uuid7
+from compozy_memory._sessions.index import SessionIndex, uuid7
 from compozy_memory._wire.scripts import script
 from compozy_memory.embedded import start_server
 

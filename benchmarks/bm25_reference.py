@@ -1,7 +1,7 @@
 """BM25 over an archive, as a plain in-memory reference (a test and benchmark oracle, not
 shipped in the wheel).
 
-``Index`` is the specification the Redis-side index (Lua scripts over hashes) is tested
+``Index`` is the reference the Redis-side index (Lua scripts over hashes) is tested
 against: after any sequence of ``add`` and ``remove`` both must hold the same postings,
 document frequencies and lengths. ``bm25_scores`` is the formula over plain mappings; the
 ranking (:mod:`compozy_memory._search.ranking`) is the package's own.

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from compozy_memory._config.schema import MemoryResource
     from compozy_memory._context.render import to_anthropic, to_openai
     from compozy_memory._context.tools import MemoryTools, tool_definitions
+    from compozy_memory._facts.facts import Facts
     from compozy_memory._flush.anthropic_summary import AnthropicSummarizer
     from compozy_memory._flush.extractive import ExtractiveSummarizer
     from compozy_memory._flush.flusher import Flusher
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
         TokenCounter,
     )
     from compozy_memory._ops.exporter import MetricsServer, start_metrics_server
+    from compozy_memory._results.store import DataRef, Namespace, ResultStore
     from compozy_memory._search.dense import Embedder
     from compozy_memory._search.embedders import (
         OnnxEmbedder,
@@ -63,8 +65,7 @@ if TYPE_CHECKING:
     from compozy_memory._search.runtime.vectors import Vectorizer, VectorProgress
     from compozy_memory._search.static_model import StaticEmbedder
     from compozy_memory._store.core import MemorySteps
-    from compozy_memory._store.instance import Facts, MemoryInstance
-    from compozy_memory._store.results_store import DataRef, Namespace, ResultStore
+    from compozy_memory._store.instance import MemoryInstance
     from compozy_memory._store.sync_instance import SyncMemoryInstance
     from compozy_memory._store.warmup import warm, warm_sync
     from compozy_memory._sync_manager import SyncMemoryManager
@@ -168,11 +169,11 @@ _LAZY: dict[str, str] = {
     "MemorySteps": "compozy_memory._store.core",
     "Indexer": "compozy_memory._search.runtime.indexer",
     "IndexProgress": "compozy_memory._search.runtime.indexer",
-    "Facts": "compozy_memory._store.instance",
+    "Facts": "compozy_memory._facts.facts",
     "MemoryInstance": "compozy_memory._store.instance",
-    "DataRef": "compozy_memory._store.results_store",
-    "Namespace": "compozy_memory._store.results_store",
-    "ResultStore": "compozy_memory._store.results_store",
+    "DataRef": "compozy_memory._results.store",
+    "Namespace": "compozy_memory._results.store",
+    "ResultStore": "compozy_memory._results.store",
     "SyncMemoryInstance": "compozy_memory._store.sync_instance",
     "Vectorizer": "compozy_memory._search.runtime.vectors",
     "VectorProgress": "compozy_memory._search.runtime.vectors",

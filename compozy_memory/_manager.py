@@ -18,8 +18,8 @@ from compozy_memory._flush.resource_settings import (
 )
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._manager_base import ManagerBase
+from compozy_memory._sessions.index import SessionPage
 from compozy_memory._store.instance import MemoryInstance
-from compozy_memory._store.sessions import SessionPage
 from compozy_memory._store.warmup import warm
 
 # The flush settings of a resource lived here first: callers still find them here.

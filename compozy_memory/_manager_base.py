@@ -28,8 +28,8 @@ from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.tokens import TokenCounter, counter_for_encoding, default_counter
 from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import Fusion
+from compozy_memory._sessions.index import SessionIndex, uuid7
 from compozy_memory._store.core import MemoryCore, committed
-from compozy_memory._store.sessions import SessionIndex, uuid7
 from compozy_memory.errors import ConfigurationError
 
 __all__ = ["H", "ManagerBase"]

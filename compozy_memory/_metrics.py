@@ -1,4 +1,5 @@
-"""Prometheus metrics: the specification's twelve, under ``compozy_memory_``, and a few more.
+"""Prometheus metrics: the twelve of Compozy's memory specification, under ``compozy_memory_``,
+and a few more (``docs/operations.md`` lists them; ``docs/design.md`` says what the spec is).
 
 One :class:`MemoryMetrics` per registry; by default prometheus-client's global one, so the
 usual ``/metrics`` endpoint (:func:`compozy_memory.start_metrics_server`) shows them. Tests
@@ -52,7 +53,7 @@ class MemoryMetrics:
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         self.registry = registry
-        # -- the specification's twelve ----------------------------------------------------
+        # -- the spec's twelve (Compozy's memory specification) ------------------------------
         self.messages = Counter(
             "compozy_memory_messages_total",
             "Messages stored by appends and replaces (duplicates not counted), by priority",

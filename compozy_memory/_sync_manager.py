@@ -16,7 +16,7 @@ from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.tokens import TokenCounter
 from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import Fusion
-from compozy_memory._store.sessions import SessionPage
+from compozy_memory._sessions.index import SessionPage
 from compozy_memory._store.sync_instance import SyncMemoryInstance
 from compozy_memory._store.warmup import warm_sync
 from compozy_memory._wire.background import run_coroutine

@@ -1,4 +1,5 @@
-"""The specification's twelve metrics, scraped over HTTP after a workload on a real server."""
+"""The twelve metrics of Compozy's memory specification, scraped over HTTP after a workload on a
+real server."""
 
 from __future__ import annotations
 

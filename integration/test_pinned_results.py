@@ -12,7 +12,7 @@ import pytest
 
 from compozy_memory import MemoryInstance, ResultStore
 from compozy_memory._io.translate import RedisClient
-from compozy_memory._store.results_store import DataRef, result_key
+from compozy_memory._results.store import DataRef, result_key
 from integration.engines import EngineSpec
 from integration.memories import memory
 

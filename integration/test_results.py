@@ -18,7 +18,7 @@ from compozy_memory import (
     UsageError,
 )
 from compozy_memory._io.translate import RedisClient
-from compozy_memory._store.results_store import DataRef, result_key
+from compozy_memory._results.store import DataRef, result_key
 from integration.memories import COUNTER
 
 PROJECT = "results"

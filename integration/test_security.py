@@ -234,7 +234,7 @@ async def test_project_users_reach_facts_results_sessions_and_transcripts(
     standalone: EngineSpec, admin: Redis, users: Callable[..., object]
 ) -> None:
     from compozy_memory import Namespace, ResultStore
-    from compozy_memory._store.sessions import SessionIndex
+    from compozy_memory._sessions.index import SessionIndex
 
     project = f"p{uuid.uuid4().hex[:8]}"
     writer = Redis.from_url(url_for(standalone, await users(project, read_only=False)))  # type: ignore[misc]

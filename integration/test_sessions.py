@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from compozy_memory import BackendUnavailableError, MemoryManager, MemoryRegistry
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._io.transport import Transport, adrive
-from compozy_memory._store.sessions import TOUCH_ATTEMPTS
+from compozy_memory._sessions.index import TOUCH_ATTEMPTS
 from compozy_memory._wire.effects import Call, RunScript
 from compozy_memory._wire.steps import Steps
 from integration.memories import COUNTER

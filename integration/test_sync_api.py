@@ -21,7 +21,7 @@ from compozy_memory import (
     connect_sync,
 )
 from compozy_memory._io.translate import RedisClient
-from compozy_memory._store.sessions import SessionIndex
+from compozy_memory._sessions.index import SessionIndex
 from compozy_memory.embedded import EmbeddedServer
 from integration.engines import EngineSpec
 from integration.memories import COUNTER

@@ -27,7 +27,7 @@ from compozy_memory import MemoryMetrics
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 PYTHON_SERVICES = ("messages-stub", "worker", "demo")
-# The specification's twelve, as the README's metrics table names them.
+# The spec's twelve (Compozy's memory specification), as docs/operations.md's table names them.
 TWELVE = (
     "compozy_memory_messages_total",
     "compozy_memory_trim_total",

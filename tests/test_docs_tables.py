@@ -64,7 +64,7 @@ def test_every_metric_in_the_operations_tables_is_defined() -> None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
     }
     rows = re.findall(r"^\| `compozy_memory_(\w+)` \|", page("operations.md"), re.M)
-    assert len(rows) >= 12  # the specification's twelve at least
+    assert len(rows) >= 12  # the spec's twelve at least
     missing = [r for r in rows if r not in defined and f"compozy_memory_{r}" not in defined]
     assert not missing, missing
 

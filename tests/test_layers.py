@@ -23,22 +23,46 @@ RANK = {
     # script calls) ranks with the wire: the gateway mixes its script calls in, and it needs
     # nothing of the store above, which uses it.
     "_search.runtime": 3,
+    # Session facts are one feature in one flat wing ranked with the wire: how a fact is checked
+    # and shown (pure), a memory's map of them as steps, and their script calls, the scripts in
+    # lua/facts/. A fact lives in the memory's slot, so the gateway mixes its calls in, and the
+    # replies show the facts a context holds; the map needs of a handle only what its own
+    # Protocol names (FactsOwner), never the store. Three small modules: no sub-wing.
+    "_facts": 3,
+    # The flush's script calls (the fenced lock's and the commit's, the scripts in lua/flush/)
+    # are a memory's, so the gateway mixes them in: that one module ranks with the wire. The
+    # rest of the flush (planner, summarizers, the lock and the flusher that run those calls)
+    # stays one wing above the store: it holds a client of Anthropic's API with its metrics and
+    # the settings built from the configuration.
+    "_flush.calls": 3,
     "_io": 4,
     "_metrics": 4,
     "_telemetry": 4,
-    "_store": 5,
-    "_flush": 6,
-    "_config": 6,
-    "_context": 7,
-    "_manager": 8,
-    "_manager_base": 8,
-    "_sync_manager": 8,
+    # Stored results are one feature in one flat wing (the store of payloads by reference and
+    # its script calls, the scripts in lua/results/): small, and its calls are a payload's,
+    # not a memory's, so the gateway does not mix them in. It ranks between the drivers (a
+    # result store opens its own on a client) and the store, whose every handle keeps one for
+    # what it offloads.
+    "_results": 5,
+    "_store": 6,
+    "_flush": 7,
+    "_config": 7,
+    # Sessions are one feature in one flat wing: a project's session index and its script
+    # calls, the scripts in lua/sessions/. Two modules, and their calls are a project's, not a
+    # memory's, so the gateway does not mix them in and nothing below needs them: the wing
+    # ranks above the store (the index reads a handle's totals) and below the managers, which
+    # attach an index to the handles they open.
+    "_sessions": 7,
+    "_context": 8,
+    "_manager": 9,
+    "_manager_base": 9,
+    "_sync_manager": 9,
     # The operator's tools sit beside the adapters: `import` reads the frameworks' histories
     # through the adapters' converters (from_item, from_langchain, from_llama_index).
-    "_ops": 10,
-    "adapters": 10,
-    "testing": 10,
-    "__init__": 11,
+    "_ops": 11,
+    "adapters": 11,
+    "testing": 11,
+    "__init__": 12,
 }
 
 
@@ -52,8 +76,9 @@ def modules() -> dict[str, Path]:
     return found
 
 
-# Sub-packages that rank on their own rather than as the package holding them.
-SUB_WINGS = ("_search.runtime",)
+# Parts of a wing that rank on their own rather than as the package holding them: search's
+# runtime, and the flush's script calls (one module).
+SUB_WINGS = ("_search.runtime", "_flush.calls")
 
 
 def wing(module: str) -> str:
@@ -68,6 +93,8 @@ def test_a_feature_runtime_is_a_wing_of_its_own() -> None:
     assert wing("_search.runtime") == "_search.runtime"
     assert wing("_search.segments") == "_search"
     assert wing("_store.core") == "_store"
+    assert wing("_flush.calls") == "_flush.calls"
+    assert wing("_flush.lock") == "_flush"
 
 
 def imports(path: Path) -> list[tuple[str, list[str]]]:
@@ -103,20 +130,36 @@ def test_lower_wings_never_import_higher_ones() -> None:
     assert problems == []
 
 
-# What of search's runtime the wire may import: the script calls its gateway mixes in.
-SEARCH_CALLS = {"_search.runtime.index_calls", "_search.runtime.vector_calls"}
+# Each feature slice's script calls: the modules of a slice that speak its scripts' contracts.
+# Those whose scripts touch a memory's slot (search's, the facts', the flush's) are mixed into
+# the gateway and build their calls with its builders; the session index's (a project's slot)
+# and the stored results' (a payload's key) build their own.
+SLICE_CALLS = {
+    "_search.runtime.index_calls",
+    "_search.runtime.vector_calls",
+    "_sessions.calls",
+    "_results.calls",
+    "_facts.calls",
+    "_flush.calls",
+}
+# The slices' wings ranked with the wire, whose script calls the gateway mixes in, and what else
+# of them the wire may use: the pure lines of facts, with which the replies show a context's.
+WIRE_RANKED_SLICES = {"_search.runtime", "_facts", "_flush.calls"}
+WIRE_MAY_USE = SLICE_CALLS | {"_facts.lines"}
 
 
-def test_the_wire_knows_of_search_only_its_script_calls() -> None:
+def test_the_wire_knows_of_a_slice_only_its_script_calls() -> None:
     """Search's runtime ranks with the wire, so the rank alone would let the wire import the
-    indexer: the gateway takes search's script calls, and nothing else of it."""
+    indexer: the gateway takes a slice's script calls, and nothing else of it."""
+    known = modules()
     problems = [
-        f"{module} imports {target}"
-        for module, path in modules().items()
+        f"{module} imports {named}"
+        for module, path in known.items()
         if wing(module) == "_wire"
         for target, names in imports(path)
-        for named in ([f"{target}.{n}" for n in names] if target == "_search.runtime" else [target])
-        if wing(named) == "_search.runtime" and named not in SEARCH_CALLS
+        # `from compozy_memory._search.runtime import index_calls` names the module it imports
+        for named in ([f"{target}.{n}" for n in names if f"{target}.{n}" in known] or [target])
+        if wing(named) in WIRE_RANKED_SLICES and named not in WIRE_MAY_USE
     ]
     assert problems == []
 
@@ -250,6 +293,10 @@ CORE_WINGS = {
     "_flush",
     "_context",
     "_config",
+    "_sessions",
+    "_results",
+    "_facts",
+    "_flush.calls",
 }
 # Modules of those wings that open a handle, an index or a store on a client (each builds the
 # driver it runs on), and a summarizer that is itself a client (of Anthropic's API, with its
@@ -257,8 +304,8 @@ CORE_WINGS = {
 CORE_ROOTS = {
     "_store.instance",
     "_store.sync_instance",
-    "_store.sessions",
-    "_store.results_store",
+    "_sessions.index",
+    "_results.store",
     "_store.warmup",
     "_flush.anthropic_summary",
     "_flush.resource_settings",
@@ -375,14 +422,15 @@ def script_calls_built(path: Path) -> list[str]:
     return found
 
 
-def test_only_the_wire_builds_script_calls() -> None:
-    """KEYS and ARGV are built in ``_wire`` alone (its gateways), and sent by the drivers of
-    ``_io`` alone: no module elsewhere loads a script, makes the effect that runs one, fills a
-    contract's arguments or sends a script command itself."""
+def test_only_the_wire_and_the_slices_calls_build_script_calls() -> None:
+    """KEYS and ARGV are built in ``_wire`` (its gateway) and in each feature slice's script
+    calls (``SLICE_CALLS``) alone, and sent by the drivers of ``_io`` alone: no module
+    elsewhere loads a script, makes the effect that runs one, fills a contract's arguments or
+    sends a script command itself."""
     problems = [
         f"{module} {how}"
         for module, path in modules().items()
-        if wing(module) not in ("_wire", "_io")
+        if wing(module) not in ("_wire", "_io") and module not in SLICE_CALLS
         for how in script_calls_built(path)
     ]
     assert problems == []

@@ -147,7 +147,7 @@ def test_priority_blocks_evict_lowest_priority_first() -> None:
 
 
 def test_priority_eviction_never_removes_priority_1() -> None:
-    """The specification evicts priorities 2 and up only; a limit on priority 1 does nothing."""
+    """The spec evicts priorities 2 and up only; a limit on priority 1 does nothing."""
     messages = conversation(
         [("user", 30, 1), ("user", 30, 1), ("user", 30, 3), ("user", 30, 1), ("user", 5, 2)]
     )

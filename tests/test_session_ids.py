@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from compozy_memory._store.sessions import uuid7
+from compozy_memory._sessions.index import uuid7
 
 
 def test_uuid7_has_version_7_the_rfc_variant_and_the_time() -> None:

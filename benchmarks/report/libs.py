@@ -82,7 +82,7 @@ def _compozy_supplied(client: RedisClient, run: str, s: int) -> AsyncAppend:
     return append
 
 
-# -- the specification's design: a lock around every append ------------------------------
+# -- the spec's design (Compozy's memory specification): a lock around every append --------
 
 _RELEASE = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"

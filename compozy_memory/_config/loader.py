@@ -176,7 +176,8 @@ def load_project(path: str | Path) -> Project:
     return Project(root=root, id=project_id, resources=resources, agents=agents, warnings=warnings)
 
 
-#: Settings of the specification's memory resource that are accepted and do nothing here.
+#: Settings of the spec's memory resource (Compozy's memory specification: docs/design.md)
+#: that are accepted and do nothing here.
 _INERT_LOCKING = {
     "append_ttl": "appends take no lock here: each is one atomic Lua script",
     "clear_ttl": "clears take no lock here: a clear is one atomic Lua script",

@@ -218,7 +218,7 @@ class Lease:
 
 
 def _acquired(reply: object) -> tuple[int, str]:
-    """``lua/lock_acquire.lua``'s raw reply, as carried by a ReplicationError."""
+    """``lua/flush/lock_acquire.lua``'s raw reply, as carried by a ReplicationError."""
     if isinstance(reply, (list, tuple)) and len(reply) >= 2:
         return int(reply[0]), text(reply[1])
     return 0, ""

@@ -9,8 +9,9 @@ Rules, in order:
    are summarised or evicted as one unit, or not at all; a call whose result is not in the
    snapshot stays.
 3. Priority blocks over their limit lose their oldest messages to the archive, lowest
-   priority first, down to priority 2: as the specification says, priority eviction never
-   removes priority 0 (critical) or 1 (important); limits given for them are ignored here.
+   priority first, down to priority 2: as Compozy's memory specification (docs/design.md) says,
+   priority eviction never removes priority 0 (critical) or 1 (important); limits given for
+   them are ignored here.
    A block's limit is the lower of its ``max_tokens`` and its share of the budget under
    ``token_allocation`` (the share its content types map to: see ``_manager.flush_settings``).
 4. Past ``summarize_threshold`` of the budget (or past the profile's ``max_l1_messages``),
@@ -36,7 +37,7 @@ from compozy_memory._model.results import FlushPlan, Snapshot, Tier
 
 __all__ = ["EVICTABLE_PRIORITY", "plan_flush"]
 
-#: Priority eviction removes messages of this priority and above only (the specification's
+#: Priority eviction removes messages of this priority and above only (the spec's
 #: ``for priority := max; priority >= 2; priority--``): 0 is critical, 1 important.
 EVICTABLE_PRIORITY = 2
 

@@ -34,10 +34,11 @@ __all__ = [
     "flush_settings",
 ]
 
-#: The specification's ``DefaultTokenAllocation``, used when a resource gives none.
+#: The spec's ``DefaultTokenAllocation`` (Compozy's memory specification: docs/design.md), used
+#: when a resource gives none.
 DEFAULT_TOKEN_ALLOCATION = TokenAllocation(short_term=0.7, long_term=0.2, system=0.1)
 
-#: The specification's ``mapContentTypesToAllocation``: which share of ``token_allocation``
+#: The spec's ``mapContentTypesToAllocation``: which share of ``token_allocation``
 #: limits a priority block, by content type. A block's first content type listed here decides;
 #: a block with none of them is ``short_term``.
 ALLOCATION_OF_CONTENT_TYPE = {
@@ -64,7 +65,7 @@ def flush_settings(resource: MemoryResource) -> FlushSettings:
 
     Priority limits: for each block of priority 2 or more (the only ones priority eviction
     touches), the lower of its ``max_tokens`` and its share of the budget under
-    ``token_allocation`` (the specification's default 0.7 / 0.2 / 0.1 when none is given),
+    ``token_allocation`` (the spec's default 0.7 / 0.2 / 0.1 when none is given),
     the share chosen by the block's content types."""
     budget = resource.effective_max_tokens
     if budget is None:

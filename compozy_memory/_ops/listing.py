@@ -3,7 +3,7 @@
 Two sources, because a memory reaches the session index only when it is written through
 :class:`~compozy_memory.MemoryManager`:
 
-* **the session index** (the default, :mod:`compozy_memory._store.sessions`): one bounded
+* **the session index** (the default, :mod:`compozy_memory._sessions.index`): one bounded
   range read a page (ZSET by last activity plus its info HASH, both in the project's slot),
   then the TTLs of that page's memories in one pipeline of ``PTTL``. No ``SCAN``: the cost is
   the page, not the number of memories, on a Cluster as on one server.
@@ -28,7 +28,7 @@ from redis.asyncio.cluster import RedisCluster
 from compozy_memory._io.retry import NO_RETRY
 from compozy_memory._io.translate import RedisClient, backend_errors
 from compozy_memory._model.keys import InstanceKeys, validate_project
-from compozy_memory._store.sessions import SessionIndex
+from compozy_memory._sessions.index import SessionIndex
 
 __all__ = ["MemoryRow", "from_index", "from_scan", "gone_from_index"]
 

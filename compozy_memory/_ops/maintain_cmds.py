@@ -208,7 +208,7 @@ def purge(
 
 
 async def _purge(ctx: typer.Context, keys: InstanceKeys) -> tuple[int, int]:
-    from compozy_memory._store.sessions import SessionIndex
+    from compozy_memory._sessions.index import SessionIndex
 
     async with open_client(settings(ctx)) as client:
         await require_memory(client, keys)
@@ -238,7 +238,7 @@ def prune(ctx: typer.Context, project: ProjectOption, json_mode: Json = False) -
 async def _prune(ctx: typer.Context, project: str, out: Out) -> tuple[int, int]:
     from compozy_memory._io.retry import NO_RETRY
     from compozy_memory._ops.listing import gone_from_index
-    from compozy_memory._store.sessions import SessionIndex
+    from compozy_memory._sessions.index import SessionIndex
 
     dropped = read = 0
     async with open_client(settings(ctx)) as client:

@@ -20,6 +20,7 @@ from datetime import timedelta
 from operator import attrgetter
 from typing import Any
 
+from compozy_memory._facts.facts import Facts
 from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
@@ -29,6 +30,7 @@ from compozy_memory._model.results import (
     TrimResult,
 )
 from compozy_memory._model.tokens import TokenCounter, default_counter
+from compozy_memory._results.store import Namespace, ResultStore
 from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import DEFAULT_FUSION, Fusion
 from compozy_memory._search.runtime.indexer import Indexer
@@ -41,11 +43,9 @@ from compozy_memory._store.encoding import (
     encode_messages,
     ttl_millis,
 )
-from compozy_memory._store.facts import Facts
 from compozy_memory._store.handle import FlushHook, IndexHook
 from compozy_memory._store.offload import PinKeeper, clear_releasing_pins, offloaded
 from compozy_memory._store.reads import ContextReads
-from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._wire.effects import ABOUT, RECORDING, Content, MetricsSink, Observe
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps

@@ -10,8 +10,8 @@ from compozy_memory._model.keys import InstanceKeys
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import AppendResult, FlushCommit, FlushResult
 from compozy_memory._model.tokens import TokenCounter
+from compozy_memory._results.store import ResultStore
 from compozy_memory._search.runtime.indexer import Indexer
-from compozy_memory._store.results_store import ResultStore
 from compozy_memory._wire.effects import Observe
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Op

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from compozy_memory import _telemetry
+from compozy_memory._facts.facts import Facts
 from compozy_memory._io.connection import sync_twin
 from compozy_memory._io.retry import RetryPolicy
 from compozy_memory._io.translate import RedisClient
@@ -27,6 +28,7 @@ from compozy_memory._model.results import (
     TrimResult,
 )
 from compozy_memory._model.tokens import TokenCounter
+from compozy_memory._results.store import Namespace, ResultStore
 from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import Fusion
 from compozy_memory._search.runtime.indexer import Indexer
@@ -38,11 +40,9 @@ from compozy_memory._store.core import (
     MessageInput,
     committed,
 )
-from compozy_memory._store.facts import Facts
-from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._store.sync_instance import SyncMemoryInstance
 
-__all__ = ["Facts", "FlushHook", "IndexHook", "Indexer", "MemoryInstance", "MessageInput"]
+__all__ = ["FlushHook", "IndexHook", "Indexer", "MemoryInstance", "MessageInput"]
 
 
 class MemoryInstance(MemoryCore):

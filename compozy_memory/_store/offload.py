@@ -14,9 +14,9 @@ from compozy_memory._model.exchanges import result_text
 from compozy_memory._model.limits import MAX_RESULT_PINS
 from compozy_memory._model.messages import Message
 from compozy_memory._model.tokens import count_message
+from compozy_memory._results.store import Namespace
 from compozy_memory._store.encoding import MessageInput
 from compozy_memory._store.handle import Handle
-from compozy_memory._store.results_store import Namespace
 from compozy_memory._wire.background import Debounced
 from compozy_memory._wire.effects import no_retries
 from compozy_memory._wire.steps import Steps
@@ -155,7 +155,7 @@ class PinKeeper:
     """Keeps the results a memory pins alive as long as the memory: a pinned result gets the
     memory's TTL when stored, and the memory's writes keep renewing theirs, so at least every
     half TTL a handle that writes gives each pinned result the memory's TTL again
-    (``lua/result_touch.lua``), in the background (a task of an async handle's loop, a
+    (``lua/results/result_touch.lua``), in the background (a task of an async handle's loop, a
     background thread for a sync handle). Without it a result expired under a memory still in
     use, and its stub pointed at nothing."""
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from datetime import UTC, date, datetime
 from typing import Literal
 
+from compozy_memory._facts.facts import Facts
 from compozy_memory._model.exchanges import whole_exchanges
 from compozy_memory._model.limits import (
     MAX_RECALL_IDS,
@@ -41,7 +42,6 @@ from compozy_memory._search.runtime.vectors import Vectorizer
 from compozy_memory._search.selection import timed_query
 from compozy_memory._search.timewords import mentions_time
 from compozy_memory._store import transcripts
-from compozy_memory._store.facts import Facts
 from compozy_memory._store.handle import Handle
 from compozy_memory._wire.effects import ABOUT, RECORDING, Content
 from compozy_memory._wire.eviction import (

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar
 
 from compozy_memory import _telemetry
+from compozy_memory._facts.facts import Facts
 from compozy_memory._io.client_calls import SyncRedisClient
 from compozy_memory._io.retry import RetryPolicy
 from compozy_memory._io.sync_transport import SyncTransport
@@ -35,13 +36,12 @@ from compozy_memory._model.results import (
     TrimResult,
 )
 from compozy_memory._model.tokens import TokenCounter
+from compozy_memory._results.store import Namespace, ResultStore
 from compozy_memory._search.dense import Embedder
 from compozy_memory._search.fusion import Fusion
 from compozy_memory._search.runtime.indexer import Indexer
 from compozy_memory._search.runtime.vectors import Vectorizer
 from compozy_memory._store.core import MemoryCore, MessageInput
-from compozy_memory._store.facts import Facts
-from compozy_memory._store.results_store import Namespace, ResultStore
 from compozy_memory._wire.steps import blocking
 
 __all__ = [

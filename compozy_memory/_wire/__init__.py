@@ -1,2 +1,2 @@
-"""The sans-IO core's calls: scripts and contracts, the gateways, the closed effect set,
-steps; the only wing that knows KEYS/ARGV."""
+"""The sans-IO core's calls: scripts and contracts, a memory's gateway (with the feature slices'
+script calls it mixes in), the closed effect set, steps."""

@@ -53,9 +53,9 @@ KEY_ORDER = (
     "legacy_ixdocs",
     "legacy_ixp",
     # Keys outside a memory's slot, each script touching one of them alone: a stored result
-    # (compozy_memory._store.results_store).
+    # (compozy_memory._results.store).
     "result",
-    # A project's session index, in a slot of its own (compozy_memory._store.sessions).
+    # A project's session index, in a slot of its own (compozy_memory._sessions.index).
     "sessions",
     "agent_sessions",
     "session_info",

@@ -1,4 +1,5 @@
-"""The script gateway: one typed method per Lua script, the only code that builds KEYS/ARGV.
+"""The script gateway: one typed method per script of a memory, with the feature slices' calls
+it mixes in (search's, facts', the flush's), the only code that builds a memory's KEYS/ARGV.
 
 A :class:`MemoryGateway` is bound to one memory (its keys, its policy, read-only or not) and
 one transport. Each method builds its script's KEYS from the names the script's header
@@ -18,14 +19,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from compozy_memory._model.facts import EncodedFact, parse_stored
+from compozy_memory._facts.calls import FactsCalls
+from compozy_memory._flush.calls import FlushCalls
 from compozy_memory._model.limits import MAX_READ
 from compozy_memory._model.messages import EncodedMessage, Message
 from compozy_memory._model.results import (
     AppendResult,
     ContextLayers,
-    FlushCommit,
-    FlushPlan,
     MemoryHealth,
     Snapshot,
 )
@@ -51,7 +51,7 @@ def message_args(messages: Sequence[EncodedMessage]) -> list[ScriptArg]:
     return [value for message in messages for value in message]
 
 
-class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
+class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls, FactsCalls, FlushCalls):
     """Every script call of one memory, typed."""
 
     # -- writes -------------------------------------------------------------------------
@@ -170,59 +170,6 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
         return existing
 
     @op
-    def flush_commit(
-        self,
-        *,
-        epoch: int,
-        incarnation: str,
-        plan: FlushPlan,
-        summary_body: bytes,
-        summary_tokens: int,
-    ) -> Steps[FlushCommit]:
-        """Apply ``plan`` (see ``lua/flush_commit.lua``). A commit that was applied but not
-        acknowledged by replicas raises ReplicationError with its FlushCommit."""
-        try:
-            commit = yield from self._writing(
-                "flush_commit",
-                {
-                    "ttl_ms": self.ttl_ms,
-                    "archive_max": self.policy.archive_max,
-                    "epoch": epoch,
-                    "incarnation": incarnation,
-                    "prefix_len": len(plan.prefix_ids),
-                    "n_remove": len(plan.remove_ids),
-                    "n_fold": len(plan.fold_summary_ids),
-                    "summary_tokens": summary_tokens,
-                    "summary_body": summary_body,
-                },
-                self._flush_commit,
-                [*plan.prefix_ids, *plan.remove_ids, *plan.fold_summary_ids],
-            )
-        except ReplicationError as exc:
-            raise exc.with_result(self._flush_commit(exc.result)) from exc
-        return commit
-
-    @op
-    def lock_acquire(self, token: str, lease_ms: int) -> Steps[tuple[int, str]]:
-        """``(epoch, incarnation)``; epoch 0 when another holder has the lock."""
-        reply = yield from self._writing(
-            "lock_acquire",
-            {"token": token, "lease_ms": lease_ms, "ttl_ms": self.ttl_ms},
-            self._fields("lock_acquire"),
-        )
-        return int(reply["epoch"]), replies.text(reply["incarnation"])
-
-    @op
-    def lock_refresh(self, token: str, lease_ms: int) -> Steps[bool]:
-        return (
-            yield from self._writing("lock_refresh", {"token": token, "lease_ms": lease_ms}, bool)
-        )
-
-    @op
-    def lock_release(self, token: str) -> Steps[bool]:
-        return (yield from self._writing("lock_release", {"token": token}, bool))
-
-    @op
     def promote(self, ids: Sequence[int], max_tokens: int) -> Steps[list[Message]]:
         """Bring messages back into context by id; returns those brought back now."""
         reply = yield from self._writing(
@@ -236,21 +183,6 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
     @op
     def clear_recalled(self) -> Steps[int]:
         return (yield from self._writing("clear_recalled", {"ttl_ms": self.ttl_ms}, int))
-
-    @op
-    def facts_set(self, facts: Sequence[EncodedFact], cap: int) -> Steps[tuple[int, list[str]]]:
-        """Set ``facts``; returns the number of facts kept and the keys the cap evicted."""
-        reply = yield from self._writing(
-            "facts_set",
-            {"ttl_ms": self.ttl_ms, "cap": cap, "n": len(facts)},
-            self._fields("facts_set"),
-            [value for fact in facts for value in fact],
-        )
-        return int(reply["count"]), [replies.text(k) for k in reply["evicted"]]
-
-    @op
-    def facts_delete(self, keys: Sequence[ScriptArg]) -> Steps[int]:
-        return (yield from self._writing("facts_delete", {"ttl_ms": self.ttl_ms}, int, keys))
 
     # -- reads --------------------------------------------------------------------------
 
@@ -356,23 +288,6 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
         return envelopes
 
     @op
-    def facts_items(self) -> Steps[list[tuple[str, int, str]]]:
-        """Every fact as (key, tokens, value), least recently set first."""
-        reply = yield from self._reading("facts_items", {}, self._fields("facts_items"))
-        out = []
-        pairs = reply["facts"]
-        for i in range(0, len(pairs), 2):
-            tokens, value = parse_stored(pairs[i + 1])
-            out.append((replies.text(pairs[i]), tokens, value))
-        return out
-
-    @op
-    def fact(self, key: bytes) -> Steps[str | None]:
-        """One fact's value (a plain HGET), or None."""
-        stored = yield from self._command("facts_get", raw, "hget", self.keys.facts, key)
-        return None if stored is None else parse_stored(stored)[1]
-
-    @op
     def length(self) -> Steps[int]:
         return (yield from self._command("len", int, "llen", self.keys.msgs))
 
@@ -383,9 +298,6 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls):
         )
 
     # -- internals ----------------------------------------------------------------------
-
-    def _flush_commit(self, reply: Any) -> FlushCommit:
-        return replies.flush_commit(self._fields("flush_commit")(reply))
 
     def _stored_counted(
         self, name: str, values: dict[str, ScriptArg], messages: Sequence[EncodedMessage]

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compozy_memory._model.facts import facts_message, parse_stored
+from compozy_memory._facts.lines import facts_message, parse_stored
 from compozy_memory._model.limits import DATA_FORMAT
 from compozy_memory._model.messages import Message
 from compozy_memory._model.policy import MemoryPolicy

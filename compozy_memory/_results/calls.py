@@ -1,8 +1,8 @@
 """The stored results' script calls, typed: the only code that builds their KEYS and ARGV.
 
 A result lives under one key outside any memory's slot
-(:func:`compozy_memory._store.results_store.result_key`); ``lua/result_put.lua`` stores it
-(pinned or not) and ``lua/result_release.lua`` drops a pin. Loading is a plain ``HMGET``.
+(:func:`compozy_memory._results.store.result_key`); ``lua/results/result_put.lua`` stores it
+(pinned or not) and ``lua/results/result_release.lua`` drops a pin. Loading is a plain ``HMGET``.
 """
 
 from __future__ import annotations

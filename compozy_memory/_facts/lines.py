@@ -43,7 +43,7 @@ FACTS_HEADING = "Known facts:"
 
 
 class EncodedFact(NamedTuple):
-    """A fact ready to store, as ``lua/facts_set.lua`` takes it (checked by
+    """A fact ready to store, as ``lua/facts/facts_set.lua`` takes it (checked by
     :func:`check_fact`, its line counted by :func:`line_tokens`); only the gateway lays it out
     as script arguments."""
 

@@ -1,7 +1,7 @@
 """The session index: every session (memory) of a project, per agent, by last activity.
 
 A session is a memory. Its index entry is written after writes to it, in a slot of the
-project's own (keys and scripts: :mod:`compozy_memory._wire.session_gateway`), so listing is
+project's own (keys and scripts: :mod:`compozy_memory._sessions.calls`), so listing is
 one bounded range read whatever the number of sessions (no ``KEYS``, no ``SCAN``), on Redis
 Cluster as on one server. Every index write of a project lands on one node.
 
@@ -28,7 +28,7 @@ clear: the handle's last write), so ``ls`` shows the counts after a flush. No re
 A failed call is retried (:data:`TOUCH_ATTEMPTS`); if every try fails, the writes stand and
 those entries are stale (their counts and last-active time lag) until the sessions' next
 write, or until :meth:`SessionIndex.repair` rewrites them from the memories' own totals.
-Counts from an older state never replace newer ones (``lua/session_touch.lua``). A session
+Counts from an older state never replace newer ones (``lua/sessions/session_touch.lua``). A session
 whose memory expired stays listed until :meth:`SessionIndex.prune` drops entries inactive for
 longer than the TTL.
 
@@ -51,10 +51,10 @@ from compozy_memory._io.retry import RetryPolicy
 from compozy_memory._model.keys import validate_project
 from compozy_memory._model.limits import MAX_SESSIONS_PAGE
 from compozy_memory._model.results import AppendResult
+from compozy_memory._sessions.calls import SessionGateway, Touch
 from compozy_memory._store.handle import Handle
 from compozy_memory._wire.background import Debounced
 from compozy_memory._wire.effects import Call, Command, Gather, Sleep, raw
-from compozy_memory._wire.session_gateway import SessionGateway, Touch
 from compozy_memory._wire.steps import Steps, is_sync, op
 from compozy_memory.errors import CompozyMemoryError, UsageError
 
@@ -320,7 +320,7 @@ class SessionIndex:
         info = yield from _command("forget", self.all_key, "hget", self.info_key, session)
         if info is None:
             return
-        # One function call drops it (lua/sessions_forget.lua): a read-write ACL user needs
+        # One function call drops it (lua/sessions/sessions_forget.lua): a read-write ACL user needs
         # no command of its own for it.
         yield from self.gateway.forget(session, _info(session, info).agent or None)
 
@@ -364,7 +364,7 @@ def _info(session: bytes | str, raw: bytes | str) -> SessionInfo:
 
 def _newer(touch: Touch, seen: Touch) -> bool:
     """Whether ``touch`` is a later state of the memory than ``seen`` (the rule of
-    ``lua/session_touch.lua``: ids only grow; at the same last id, messages only leave)."""
+    ``lua/sessions/session_touch.lua``: ids only grow; at the same last id, messages only leave)."""
     return (touch.last_id, -touch.messages, -touch.tokens) >= (
         seen.last_id,
         -seen.messages,

@@ -3,15 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from compozy_memory._model.facts import EncodedFact, check_fact, header_tokens, line_tokens
+from compozy_memory._facts.calls import FactsCalls
+from compozy_memory._facts.lines import EncodedFact, check_fact, header_tokens, line_tokens
 from compozy_memory._model.limits import MAX_FACTS_PER_CALL
-from compozy_memory._store.handle import Handle
+from compozy_memory._model.policy import MemoryPolicy
+from compozy_memory._model.tokens import TokenCounter
 from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import InvalidMessageError, ReadOnlyMemoryError, UsageError
 
-__all__ = ["Facts"]
+__all__ = ["Facts", "FactsOwner"]
+
+
+class FactsOwner(Protocol):
+    """What of a memory handle its facts use (a handle's core is one): its facts live in its
+    slot, counted with its counter, capped by its policy, and set through its gateway."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def read_only(self) -> bool: ...
+
+    @property
+    def counter(self) -> TokenCounter: ...
+
+    @property
+    def policy(self) -> MemoryPolicy: ...
+
+    @property
+    def gateway(self) -> FactsCalls: ...
 
 
 class Facts:
@@ -23,7 +45,7 @@ class Facts:
     Its methods are steps: ``await`` them on an async handle's facts; a sync handle's
     (:class:`~compozy_memory.SyncMemoryInstance`) return their results."""
 
-    def __init__(self, memory: Handle) -> None:
+    def __init__(self, memory: FactsOwner) -> None:
         self._memory = memory
         self._header: int | None = None
 
@@ -88,6 +110,6 @@ class Facts:
         return [(k, v) for k, _, v in (yield from self._memory.gateway.facts_items())]
 
 
-def _writable(memory: Handle, operation: str) -> None:
+def _writable(memory: FactsOwner, operation: str) -> None:
     if memory.read_only:
         raise ReadOnlyMemoryError(f"{operation} refused: this handle is read-only", key=memory.key)

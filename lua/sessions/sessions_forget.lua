@@ -8,7 +8,7 @@
 -- REPLY: forgotten
 -- 1 when the index held the session, 0 when not. agent_sessions is the index of the agent
 -- the session's entry names (the caller read it); an entry naming another agent leaves its
--- member there without an entry, which listing passes over (lua/sessions_list.lua).
+-- member there without an entry, which listing passes over (lua/sessions/sessions_list.lua).
 local forgotten = redis.call('HDEL', k_session_info, a_session)
 redis.call('ZREM', k_sessions, a_session)
 redis.call('ZREM', k_agent_sessions, a_session)

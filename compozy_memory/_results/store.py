@@ -52,7 +52,7 @@ from compozy_memory._io.connection import transport_for
 from compozy_memory._io.retry import RetryPolicy
 from compozy_memory._model.keys import decode_key, sanitize_key, validate_project
 from compozy_memory._model.limits import MAX_RESULT_BYTES
-from compozy_memory._wire.result_gateway import ResultGateway
+from compozy_memory._results.calls import ResultGateway
 from compozy_memory._wire.steps import Steps, op
 from compozy_memory.errors import ConfigurationError, ResultCorruptError, UsageError
 
@@ -61,7 +61,6 @@ __all__ = [
     "DataRef",
     "Namespace",
     "NamespaceKind",
-    "ResultGateway",
     "ResultStore",
 ]
 

@@ -8,8 +8,9 @@ keys atomically, on a Cluster as on one server:
 * ``compozy:<project>:sessions:{<project>}:info``   HASH session -> created, last active,
   last id, messages, tokens, agent
 
-:class:`~compozy_memory._store.sessions.SessionIndex` decides when to write; this class only
-speaks the scripts' contracts (``lua/session_touch.lua``, ``lua/sessions_list.lua``).
+:class:`~compozy_memory._sessions.index.SessionIndex` decides when to write; this class only
+speaks the scripts' contracts (``lua/sessions/``: ``session_touch.lua``, ``sessions_list.lua``,
+``sessions_forget.lua``).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class SessionGateway:
         self, *, agent: str | None, limit: int, before_score: str, before_session: str
     ) -> Steps[list[tuple[Any, Any]]]:
         """(session, info) pairs of one page, most recently active first, as
-        ``lua/sessions_list.lua`` returns them."""
+        ``lua/sessions/sessions_list.lua`` returns them."""
         code = script("sessions_list")
         ranked = self.keys.all if agent is None else self.keys.agent(agent)
         args = code.contract.argv_for(

@@ -80,7 +80,10 @@ async def test_a_closed_manager_stops_every_handle_it_gave_out(
     await manager.aclose()
     await asyncio.sleep(0.5)
     assert not background_tasks()
-    assert all(h.indexer.dirty for h in handles)  # their catch-ups were dropped
+    # The last append's catch-up was due 0.2 s later and was dropped, not run. (The first
+    # handles' catch-ups may have run before the close on a loaded machine: only the last
+    # one is surely still due when the manager closes.)
+    assert handles[-1].indexer.dirty
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 

@@ -23,7 +23,7 @@ from compozy_memory import (
 )
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.keys import InstanceKeys
-from compozy_memory._model.limits import DEDUPE_CHUNK, ttl_slack
+from compozy_memory._model.limits import DEDUPE_CHUNK, MAX_MESSAGE_TOKENS, ttl_slack
 from compozy_memory._wire.scripts import ScriptArg
 from compozy_memory.embedded import EmbeddedCluster
 from integration import memories
@@ -342,19 +342,29 @@ async def test_scripts_validate_everything_before_their_first_write(
     await mem.append({"role": "user", "content": "before", "tokens": 5})
     await mem.indexer.wait_idle()
     before = await state(client, keys)
-    good: list[ScriptArg] = [3, 2, '{"role":"user","content":"ok"}']
+    # A body goes without its opening '{' (the script's envelope puts it back).
+    good: list[ScriptArg] = [3, 2, '"role":"user","content":"ok"}']
     ok: dict[str, ScriptArg] = {"ttl_ms": 0, "max_tokens": 0, "dedupe_key": "", "n": 2}
     cases: list[tuple[dict[str, ScriptArg], list[ScriptArg]]] = [
-        (ok, [*good, "x", 2, '{"role":"user"}']),  # tokens not a number
-        (ok, [*good, 3, 100, '{"role":"user"}']),  # priority out of range
+        (ok, [*good, "x", 2, '"role":"user"}']),  # tokens not a number
+        (ok, [*good, 3, 100, '"role":"user"}']),  # priority out of range
         (ok, [*good, 3, 2, "not json"]),  # body not an object
-        (ok, [*good, 3, 2, "{}"]),  # empty object
+        (ok, [*good, 3, 2, "}"]),  # empty object
+        (ok, [*good, 3, 2, '{"role":"user"}']),  # the '{' sent too
         (ok, good),  # fewer triples than n
-        ({**ok, "max_tokens": 2}, [*good, 3, 2, '{"role":"user"}']),  # over max_tokens
+        ({**ok, "max_tokens": 2}, [*good, 3, 2, '"role":"user"}']),  # over max_tokens
         ({**ok, "ttl_ms": -5, "n": 1}, good),  # negative ttl
         ({**ok, "dedupe_key": "k" * 257, "n": 1}, good),  # dedupe key too long
-        ({**ok, "n": 1}, [10**300, 2, '{"role":"user"}']),  # a count past any bound
-        ({**ok, "n": 1}, [2**63, 2, '{"role":"user"}']),
+        ({**ok, "n": 1}, [10**300, 2, '"role":"user"}']),  # a count past any bound
+        ({**ok, "n": 1}, [2**63, 2, '"role":"user"}']),
+        # Counts and priorities go into the envelope as sent: decimal digits alone.
+        ({**ok, "n": 1}, ["1e2", 2, '"role":"user"}']),
+        ({**ok, "n": 1}, ["03", 2, '"role":"user"}']),
+        ({**ok, "n": 1}, ["3.0", 2, '"role":"user"}']),
+        ({**ok, "n": 1}, [" 3", 2, '"role":"user"}']),
+        ({**ok, "n": 1}, [3, "02", '"role":"user"}']),
+        ({**ok, "n": 1}, [3, "-1", '"role":"user"}']),
+        ({**ok, "n": 1}, [3, "", '"role":"user"}']),
     ]
     for values, rest in cases:
         with pytest.raises((InvalidMessageError, MessageTooLargeError)):
@@ -441,6 +451,35 @@ async def test_counters_supplied_and_exact(client: RedisClient, memory_key: str)
     exact = memory(client, memory_key + "-exact")
     result = await exact.append({"role": "user", "content": "hello world"})
     assert result.total_tokens == 2 + 3  # cl100k: "hello", " world"; 3 framing tokens
+
+
+async def test_counts_and_priorities_at_every_width_are_stored_as_sent(
+    client: RedisClient, memory_key: str
+) -> None:
+    """The script reads up to four digits from their bytes and longer counts by conversion:
+    each width is stored exactly, the clock's stamp included (every digit of it kept)."""
+    mem = memory(client, memory_key)
+    counts = [0, 7, 10, 99, 100, 999, 1000, 9999, 10_000, 123_456, MAX_MESSAGE_TOKENS]
+    priorities = [1, 9, 10, 99, 2, 3, 50, 11, 90, 2, 2]
+    result = await mem.append_many(
+        [
+            {"role": "user", "content": f"m{i}", "tokens": tokens, "priority": priority}
+            for i, (tokens, priority) in enumerate(zip(counts, priorities, strict=True))
+        ]
+    )
+    assert result.total_tokens == sum(counts)
+    for tokens in (1, 45, 3_000, 77_777):  # one at a time, as most appends are
+        await mem.append({"role": "user", "content": "x", "tokens": tokens})
+    stored = [json.loads(e) for e in await client.lrange(mem.keys.msgs, 0, -1)]
+    assert [e["tokens"] for e in stored] == [*counts, 1, 45, 3_000, 77_777]
+    assert [e["priority"] for e in stored] == [*priorities, 2, 2, 2, 2]
+    assert [e["id"] for e in stored] == list(range(1, len(stored) + 1))
+    now = await client.time()
+    for e in stored:
+        assert 0 <= now[0] * 1000 + now[1] // 1000 - e["ts"] < 60_000
+    health = await mem.health()
+    assert health.token_count == sum(counts) + 1 + 45 + 3_000 + 77_777
+    assert health.priority_counts == {1: 1, 2: 7, 3: 1, 9: 1, 10: 1, 11: 1, 50: 1, 90: 1, 99: 1}
 
 
 async def test_all_keys_of_an_instance_share_one_cluster_slot(

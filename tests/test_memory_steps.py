@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from compozy_memory import MemoryPolicy, Message
+from compozy_memory._wire.scripts import script
 from compozy_memory.errors import (
     ConcurrentChangeError,
     InvalidMessageError,
@@ -40,7 +41,12 @@ async def test_an_append_is_one_call_with_the_messages_in_order_and_the_callers_
     assert call.write
     assert b"event-7" in bytes(call.arg("dedupe_key"))  # type: ignore[arg-type]
     assert call.arg("n") == 2
-    bodies = [a for a in call.args if isinstance(a, bytes) and a.startswith(b"{")]
+    # tokens, priority, body for each message, the body without its '{' (the script's
+    # envelope puts it back)
+    triples = call.args[len(script("append").contract.argv) :]
+    assert len(triples) == 6
+    assert triples[0] == 4  # the caller's count
+    bodies = [b"{" + bytes(a) for a in triples[2::3]]  # type: ignore[arg-type]
     assert [Message.model_validate_json(b).text for b in bodies] == ["one", "two"]
 
 

@@ -47,8 +47,13 @@ _PARSE_CHUNK = 64
 
 def message_args(messages: Sequence[EncodedMessage]) -> list[ScriptArg]:
     """``messages`` as the append and replace scripts' trailing ARGV: ``tokens priority body``
-    for each, in order (their headers' ``messages...``)."""
-    return [value for message in messages for value in message]
+    for each, in order (their headers' ``messages...``), each body without its opening ``{``:
+    the script's envelope puts it back, so the server joins the envelope to the body once
+    rather than cutting a copy of the body first."""
+    out: list[ScriptArg] = []
+    for tokens, priority, body in messages:
+        out += (tokens, priority, body[1:])
+    return out
 
 
 class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls, FactsCalls, FlushCalls):

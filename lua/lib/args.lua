@@ -8,13 +8,47 @@ local function fail(code, text)
   error({err = 'COMPOZY_' .. code .. ' ' .. text})
 end
 
--- Returns value as an integer in [min, max] (max nil = unbounded), or nil.
+-- Returns value as an integer in [min, max] (max nil = unbounded), or nil. (n % 1 is not 0
+-- for a fraction, an infinity or NaN: an integer check without a call.)
 local function int_or_nil(value, min, max)
   local n = tonumber(value)
-  if n == nil or n ~= math.floor(n) or n < min or (max ~= nil and n > max) then
+  if n == nil or n % 1 ~= 0 or n < min or (max ~= nil and n > max) then
     return nil
   end
   return n
+end
+
+-- Returns text as an integer in [0, max] when it is written as the client writes one, in
+-- decimal digits alone (no sign, no leading zero, no exponent), else nil: such text may go
+-- into stored data as it is. Up to four digits (a priority, most token counts) are read from
+-- their bytes, without a conversion (a call of tonumber costs about what a small command
+-- does, a pattern more).
+local function digits_or_nil(text, max)
+  local a, b, c, d, e = string.byte(text, 1, 5)
+  local n
+  if a == 48 then
+    n = b == nil and 0 or nil
+  elseif a == nil or a < 49 or a > 57 then
+    n = nil
+  elseif e ~= nil then
+    n = not string.find(text, '%D') and tonumber(text) or nil
+  else
+    -- a, then b, c and d while there are bytes: each a digit
+    n = a - 48
+    if b ~= nil then
+      n = b >= 48 and b <= 57 and n * 10 + b - 48 or nil
+      if n ~= nil and c ~= nil then
+        n = c >= 48 and c <= 57 and n * 10 + c - 48 or nil
+        if n ~= nil and d ~= nil then
+          n = d >= 48 and d <= 57 and n * 10 + d - 48 or nil
+        end
+      end
+    end
+  end
+  if n ~= nil and n <= max then
+    return n
+  end
+  return nil
 end
 
 local function int_arg(value, name, min, max)

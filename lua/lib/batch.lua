@@ -11,11 +11,14 @@
 -- 'pins' lists the ids of the pinned messages (',7,9,'), so a context finds them wherever
 -- they are without scanning the conversation.
 
--- Checks n message triples (tokens, priority, body) in args from index first. Returns the
--- batch: {args, first, n, total (tokens), pinned (messages of priority 0), and by priority:
--- p, the one priority of a batch that has one (one message, most often), else tokens and
--- count, tables by priority}; batch_push reads each message from args again. A batch of one
--- priority makes no tables but itself: this runs on every append.
+-- Checks n message triples (tokens, priority, body) in args from index first: tokens and
+-- priority in decimal digits (lib/args.lua: digits_or_nil; they go into the envelopes as
+-- they are), body the JSON object's text after its '{' (the envelope supplies the '{'; a
+-- body is at most MAX_MESSAGE_BYTES with it). Returns the batch: {args, first, n, total
+-- (tokens), pinned (messages of priority 0), and by priority (as text): p, the one priority
+-- of a batch that has one (one message, most often), with pt and pc, its meta fields; else
+-- tokens and count, tables by priority}; batch_push reads each message from args again. A
+-- batch of one priority makes no tables but itself: this runs on every append.
 local function validate_batch(args, first, n, max_tokens)
   if #args ~= first - 1 + 3 * n then
     fail('INVALID', 'expected ' .. n .. ' message triples, got ' .. (#args - first + 1)
@@ -25,25 +28,32 @@ local function validate_batch(args, first, n, max_tokens)
   local bytes, total, pinned = 0, 0, 0
   for i = 1, n do
     local at = first + 3 * (i - 1)
+    local priority, body = args[at + 1], args[at + 2]
     -- Labels are built only on failure.
-    local tokens = int_or_nil(args[at], 0, MAX_MESSAGE_TOKENS)
-      or int_arg(args[at], 'message ' .. i .. ' tokens', 0, MAX_MESSAGE_TOKENS)
+    local tokens = digits_or_nil(args[at], MAX_MESSAGE_TOKENS)
+    if tokens == nil then
+      fail('INVALID', 'message ' .. i .. ' tokens must be an integer in [0, '
+        .. MAX_MESSAGE_TOKENS .. '] in decimal digits, got ' .. args[at])
+    end
     if max_tokens > 0 and tokens > max_tokens then
       fail('TOOLARGE', 'message ' .. i .. ' has ' .. tokens
         .. ' tokens, more than the memory limit of ' .. max_tokens)
     end
-    local priority = int_or_nil(args[at + 1], 0, MAX_PRIORITY)
-      or int_arg(args[at + 1], 'message ' .. i .. ' priority', 0, MAX_PRIORITY)
-    local body = args[at + 2]
-    if string.sub(body, 1, 2) ~= '{"' or string.sub(body, -1) ~= '}' then
+    if digits_or_nil(priority, MAX_PRIORITY) == nil then
+      fail('INVALID', 'message ' .. i .. ' priority must be an integer in [0, ' .. MAX_PRIORITY
+        .. '] in decimal digits, got ' .. priority)
+    end
+    -- '"' first (a member's name), '}' last: a non-empty JSON object once its '{' is put back.
+    if string.byte(body) ~= 34 or string.byte(body, -1) ~= 125 then
       fail('INVALID', 'message ' .. i .. ' body must be a non-empty JSON object')
     end
-    if #body > MAX_MESSAGE_BYTES then
-      fail('TOOLARGE', 'message ' .. i .. ' has ' .. #body .. ' bytes; at most '
+    local size = #body + 1
+    if size > MAX_MESSAGE_BYTES then
+      fail('TOOLARGE', 'message ' .. i .. ' has ' .. size .. ' bytes; at most '
         .. MAX_MESSAGE_BYTES .. ' (store larger content with offload)')
     end
-    bytes = bytes + #body
-    if priority == 0 then
+    bytes = bytes + size
+    if priority == '0' then
       pinned = pinned + 1
     end
     if one == nil and by_tokens == nil then
@@ -63,6 +73,7 @@ local function validate_batch(args, first, n, max_tokens)
       .. MAX_CALL_BYTES)
   end
   return {args = args, first = first, n = n, total = total, pinned = pinned, p = one,
+    pt = one and 'p:' .. one .. ':tokens', pc = one and 'p:' .. one .. ':count',
     tokens = by_tokens, count = by_count}
 end
 
@@ -77,22 +88,43 @@ end
 
 -- A batch's write, in steps, so a script can act between them: batch_read (one HMGET of all
 -- the write needs), batch_check (every refusal, before any write), batch_push (the
--- envelopes), batch_meta (one HSET). push_batch runs them all. They run on every append: the
--- fields are named once, and they allocate little (at this size, the server's time goes
--- more to the tables and strings a script makes than to the commands it calls).
+-- envelopes), batch_meta (one HSET). push_batch runs them all. They run on every append, so
+-- they are written for the server's time, which goes less to the commands a script calls
+-- than to what it makes between them: each table, each string (the server hashes every
+-- byte of one), each conversion of a number from text or to text (tonumber and
+-- string.format each cost about what a small command does). So the fields are named once,
+-- numbers the client sent as digits stay text, the clock is read as text (lib/clock.lua:
+-- now_texts), and the totals go to HSET as numbers (the server writes an integer's digits).
 
 -- Reads meta's fields a batch's write needs, with one HMGET: inc, fmt, imp, the totals, the
 -- batch's priorities' totals, 'pins' when it pins messages, and extra (a field name, or nil).
--- Returns them by field (text; nil when missing).
+-- Returns them by field (text; nil when missing), but last_id and count, which every step
+-- computes with: numbers (0 when missing), converted once.
 local function batch_read(k, batch, extra)
-  local fields, v, m
-  local p = batch.p
-  if p ~= nil then  -- one priority: the fields named at once
-    local pt, pc = 'p:' .. p .. ':tokens', 'p:' .. p .. ':count'
-    fields = {'inc', 'fmt', 'imp', 'last_id', 'tokens', 'count', 'summary_tokens', pt, pc}
+  local v
+  if batch.p ~= nil and batch.pinned == 0 then  -- one priority, none pinned: most writes
+    local pt, pc = batch.pt, batch.pc
+    if extra == nil then
+      v = redis.call('HMGET', k.meta, 'inc', 'fmt', 'imp', 'last_id', 'tokens', 'count',
+        'summary_tokens', pt, pc)
+      return {inc = v[1] or nil, fmt = v[2] or nil, imp = v[3] or nil,
+        last_id = tonumber(v[4]) or 0, tokens = v[5] or nil, count = tonumber(v[6]) or 0,
+        summary_tokens = v[7] or nil, [pt] = v[8] or nil, [pc] = v[9] or nil}
+    end
+    v = redis.call('HMGET', k.meta, 'inc', 'fmt', 'imp', 'last_id', 'tokens', 'count',
+      'summary_tokens', pt, pc, extra)
+    -- A missing field comes as false. The constructor sizes the table for these at once.
+    return {inc = v[1] or nil, fmt = v[2] or nil, imp = v[3] or nil,
+      last_id = tonumber(v[4]) or 0, tokens = v[5] or nil, count = tonumber(v[6]) or 0,
+      summary_tokens = v[7] or nil, [pt] = v[8] or nil, [pc] = v[9] or nil,
+      [extra] = v[10] or nil}
+  end
+  local fields = {'inc', 'fmt', 'imp', 'last_id', 'tokens', 'count', 'summary_tokens'}
+  if batch.p ~= nil then
+    fields[#fields + 1] = batch.pt
+    fields[#fields + 1] = batch.pc
   else
-    fields = {'inc', 'fmt', 'imp', 'last_id', 'tokens', 'count', 'summary_tokens'}
-    for q in pairs(batch.count or {}) do
+    for q in pairs(batch.count or {}) do  -- (none for a batch of no messages)
       fields[#fields + 1] = 'p:' .. q .. ':tokens'
       fields[#fields + 1] = 'p:' .. q .. ':count'
     end
@@ -102,12 +134,11 @@ local function batch_read(k, batch, extra)
   end
   fields[#fields + 1] = extra
   v = redis.call('HMGET', k.meta, unpack(fields))
-  -- A missing field comes as false. The constructor sizes the table for these at once.
-  m = {inc = v[1] or nil, fmt = v[2] or nil, imp = v[3] or nil, last_id = v[4] or nil,
-    tokens = v[5] or nil, count = v[6] or nil, summary_tokens = v[7] or nil}
-  for i = 8, #fields do
+  local m = {}
+  for i = 1, #fields do
     m[fields[i]] = v[i] or nil
   end
+  m.last_id, m.count = tonumber(m.last_id) or 0, tonumber(m.count) or 0
   return m
 end
 
@@ -130,77 +161,83 @@ local function batch_check(k, batch, m, parts)
   end
 end
 
--- Pushes the batch's envelopes (time stamped ts, ms) after the live messages; returns
--- first_id, last_id and whether this created msgs. The length RPUSH returns is the check
--- that msgs held what meta counts: when it did not (its key was evicted or deleted), the
--- envelopes are popped again and the write is refused, leaving the memory as it was.
+-- Pushes the batch's envelopes (time stamped ts, milliseconds as text) after the live
+-- messages; returns first_id, last_id, whether this created msgs, and last_id as text. The
+-- length RPUSH returns is the check that msgs held what meta counts: when it did not (its
+-- key was evicted or deleted), the envelopes are popped again and the write is refused,
+-- leaving the memory as it was.
 local function batch_push(k, batch, m, ts)
   local n, args = batch.n, batch.args
-  local last_id = (tonumber(m.last_id) or 0) + n
+  local last_id = m.last_id + n
   local first_id = last_id - n + 1
   if n == 0 then
-    return first_id, last_id, false
+    return first_id, last_id, false, string.format('%d', last_id)
   end
-  local length
+  local length, id
   if n == 1 then
     local at = batch.first
-    length = redis.call('RPUSH', k.msgs, envelope(first_id, ts, tonumber(args[at]),
-      tonumber(args[at + 1]), args[at + 2]))
+    id = string.format('%d', first_id)
+    length = redis.call('RPUSH', k.msgs, envelope_text(id, ts, args[at], args[at + 1],
+      args[at + 2]))
   else
     local envelopes = {}
     for i = 1, n do
       local at = batch.first + 3 * (i - 1)
-      envelopes[#envelopes + 1] = envelope(first_id + i - 1, ts, tonumber(args[at]),
-        tonumber(args[at + 1]), args[at + 2])
-      if #envelopes == 512 or i == n then
+      id = string.format('%d', first_id + i - 1)
+      envelopes[#envelopes + 1] = envelope_text(id, ts, args[at], args[at + 1], args[at + 2])
+      if #envelopes == UNPACK_STEP or i == n then
         length = redis.call('RPUSH', k.msgs, unpack(envelopes))
         envelopes = {}
       end
     end
   end
-  local count = tonumber(m.count) or 0
+  local count = m.count
   if length ~= count + n then
     redis.call('RPOP', k.msgs, n)
     fail('EVICTED', 'msgs holds ' .. (length - n) .. ' where meta says ' .. count
       .. ': keys of this memory were evicted or deleted')
   end
-  return first_id, last_id, length == n
+  return first_id, last_id, length == n, id
 end
 
--- Writes meta after a pushed batch with one HSET: the totals, the version (marked with mark
--- as for next_version), the fields in more (field, value, ...; or nil), the pinned ids, an
--- incarnation for a new memory, and one more in counter (a field batch_read read as its
--- extra, or nil). Returns the new totals, summary tokens, incarnation and version.
-local function batch_meta(k, batch, m, mark, us, more, counter)
+-- Writes meta after a pushed batch with one HSET: the totals, the last id (last, as text),
+-- the version (last .. ':' .. mark: the write's dedupe key, or 't' and us, the server clock
+-- in microseconds as text, for a write without one; next_version), the fields in more
+-- (field, value, ...; or nil), the pinned ids, an incarnation (us) for a new memory, and one
+-- more in counter (a field batch_read read as its extra, or nil). Returns the new totals,
+-- summary tokens (as meta holds them), incarnation and version.
+local function batch_meta(k, batch, m, last, mark, us, more, counter)
   local n = batch.n
-  local last_id = (tonumber(m.last_id) or 0) + n
   local tokens = (tonumber(m.tokens) or 0) + batch.total
-  local count = (tonumber(m.count) or 0) + n
-  local ver = next_version(last_id, mark, us)
-  local out = {'last_id', string.format('%d', last_id), 'tokens', string.format('%d', tokens),
-    'count', string.format('%d', count), 'ver', ver, unpack(more or {})}
-  local p = batch.p
-  if p ~= nil then
-    local pt, pc = 'p:' .. p .. ':tokens', 'p:' .. p .. ':count'
-    out[#out + 1] = pt
-    out[#out + 1] = string.format('%d', (tonumber(m[pt]) or 0) + batch.total)
-    out[#out + 1] = pc
-    out[#out + 1] = string.format('%d', (tonumber(m[pc]) or 0) + n)
+  local count = m.count + n
+  local ver = last .. ':' .. (mark ~= '' and mark or 't' .. us)
+  local out
+  if batch.p ~= nil then
+    local pt, pc = batch.pt, batch.pc
+    out = {'last_id', last, 'tokens', tokens, 'count', count, 'ver', ver,
+      pt, (tonumber(m[pt]) or 0) + batch.total, pc, (tonumber(m[pc]) or 0) + n}
   else
+    out = {'last_id', last, 'tokens', tokens, 'count', count, 'ver', ver}
     for q, added in pairs(batch.tokens or {}) do
       local field = 'p:' .. q .. ':tokens'
       out[#out + 1] = field
-      out[#out + 1] = string.format('%d', (tonumber(m[field]) or 0) + added)
+      out[#out + 1] = (tonumber(m[field]) or 0) + added
       field = 'p:' .. q .. ':count'
       out[#out + 1] = field
-      out[#out + 1] = string.format('%d', (tonumber(m[field]) or 0) + batch.count[q])
+      out[#out + 1] = (tonumber(m[field]) or 0) + batch.count[q]
+    end
+  end
+  if more ~= nil then
+    for i = 1, #more do
+      out[#out + 1] = more[i]
     end
   end
   if batch.pinned > 0 then
     local pins = m.pins or ','
+    local first_id = tonumber(last) - n + 1
     for i = 1, n do
-      if tonumber(batch.args[batch.first + 3 * (i - 1) + 1]) == 0 then
-        pins = pins .. (last_id - n + i) .. ','
+      if batch.args[batch.first + 3 * (i - 1) + 1] == '0' then
+        pins = pins .. string.format('%d', first_id + i - 1) .. ','
       end
     end
     out[#out + 1] = 'pins'
@@ -208,7 +245,7 @@ local function batch_meta(k, batch, m, mark, us, more, counter)
   end
   local inc = m.inc
   if inc == nil then
-    inc = string.format('%d', us or now_us())
+    inc = us
     out[#out + 1] = 'inc'
     out[#out + 1] = inc
     out[#out + 1] = 'fmt'
@@ -217,23 +254,23 @@ local function batch_meta(k, batch, m, mark, us, more, counter)
   end
   if counter then
     out[#out + 1] = counter
-    out[#out + 1] = string.format('%d', (tonumber(m[counter]) or 0) + 1)
+    out[#out + 1] = (tonumber(m[counter]) or 0) + 1
   end
   redis.call('HSET', k.meta, unpack(out))
-  return tokens, count, tonumber(m.summary_tokens) or 0, inc, ver
+  return tokens, count, m.summary_tokens or 0, inc, ver
 end
 
 -- Stores a validated batch after the live messages; returns first_id, last_id, the new
 -- totals, summary tokens, incarnation and version. Refuses (nothing written) what
 -- batch_check and batch_push refuse. k: the memory's keys; parts: those whose existence
--- tells an evicted meta from a new memory; mark: as for next_version; counter: a meta field
+-- tells an evicted meta from a new memory; mark: as for batch_meta; counter: a meta field
 -- to add one to, or nil.
 local function push_batch(k, batch, parts, mark, counter)
   local m = batch_read(k, batch, counter)
   batch_check(k, batch, m, parts)
-  local us = now_us()
-  local first_id, last_id = batch_push(k, batch, m, math.floor(us / 1000))
-  return first_id, last_id, batch_meta(k, batch, m, mark, us, nil, counter)
+  local ts, us = now_texts()
+  local first_id, last_id, _, last = batch_push(k, batch, m, ts)
+  return first_id, last_id, batch_meta(k, batch, m, last, mark, us, nil, counter)
 end
 
 -- Reads the oldest prefix_len live messages and checks that they are the ids the caller

@@ -67,18 +67,19 @@ local function digits_above(a, b)
   return a > b
 end
 
--- A process's record read (record: meta's 'w:<process>', or nil): {hi, z, seq, count, from,
--- text}, hi nil for an earlier release's list; nil for no record.
+-- A process's record read (record: meta's 'w:<process>', or nil): {hi, z (a number) and zt
+-- (its text), seq (text), count (a number), from, text}, hi nil for an earlier release's
+-- list; nil for no record. Only what an append computes with is converted from text.
 local function dedupe_parse(record)
   if record == nil then
     return nil
   end
   local hi, z, seq, count, from = string.match(record, '^(%d+):(%d+):(%d+):(%d+)()')
   if hi == nil then
-    return {z = 0, seq = 0, count = select(2, string.gsub(record, ',', ',')), from = 1,
-      text = record}
+    return {z = 0, zt = '0', seq = '0', count = select(2, string.gsub(record, ',', ',')),
+      from = 1, text = record}
   end
-  return {hi = hi, z = tonumber(z), seq = tonumber(seq), count = tonumber(count), from = from,
+  return {hi = hi, z = tonumber(z), zt = z, seq = seq, count = tonumber(count), from = from,
     text = record}
 end
 
@@ -107,9 +108,10 @@ local function dedupe_seen(k, own, process, n, record, newest)
       return nil, r  -- above every key recorded: new
     end
     seen = dedupe_find(r.text, n, r.from)
-    if seen == nil and r.seq > 0 then
+    local seq = tonumber(r.seq)
+    if seen == nil and seq > 0 then
       local fields = {}
-      for s = r.seq - 1, math.max(0, r.seq - DEDUPE_CHUNKS), -1 do
+      for s = seq - 1, math.max(0, seq - DEDUPE_CHUNKS), -1 do
         fields[#fields + 1] = 'w:' .. process .. '.' .. s
       end
       local chunks = redis.call('HMGET', k.meta, unpack(fields))
@@ -159,18 +161,18 @@ local function dedupe_add(k, score, member)
   return size == 1
 end
 
--- Remembers the key (own, or process and n) of the write whose ids are first_id..last_id;
--- r: the process's record as dedupe_seen parsed it. Adds the meta fields to set to out
--- (field, value, ...: the write's one HSET), and returns whether the dedupe set was created
--- (so it is given the memory's deadline). Each time the ids cross a multiple of DEDUPE_SWEEP,
--- the members whose keys left the window are swept, a caller's key at DEDUPE_WINDOW ids, a
--- process's record or chunk DEDUPE_SWEEP ids later (their scores lag by less than that).
--- It runs after the write's RPUSH, so nothing a record holds may fail it: one damaged or
--- planted is read for what it is.
-local function dedupe_record(k, own, process, n, r, first_id, last_id, out)
+-- Remembers the key (own, or process and n) of the write whose ids are first_id..last_id
+-- (last, if given: last_id as text); r: the process's record as dedupe_seen parsed it. Adds
+-- the meta fields to set to out (field, value, ...: the write's one HSET), and returns whether
+-- the dedupe set was created (so it is given the memory's deadline). Each time the ids cross a
+-- multiple of DEDUPE_SWEEP, the members whose keys left the window are swept, a caller's key
+-- at DEDUPE_WINDOW ids, a process's record or chunk DEDUPE_SWEEP ids later (their scores lag
+-- by less than that). It runs after the write's RPUSH, so nothing a record holds may fail it:
+-- one damaged or planted is read for what it is.
+local function dedupe_record(k, own, process, n, r, first_id, last_id, out, last)
   local created = false
-  if (own ~= nil or process ~= nil)
-      and math.floor(last_id / DEDUPE_SWEEP) ~= math.floor((first_id - 1) / DEDUPE_SWEEP) then
+  -- The ids crossed a multiple of DEDUPE_SWEEP: the largest one up to last_id is in the write.
+  if (own ~= nil or process ~= nil) and last_id - last_id % DEDUPE_SWEEP >= first_id then
     local gone, lagging = {}, last_id - DEDUPE_WINDOW - DEDUPE_SWEEP
     local old = redis.call('ZRANGE', k.dedupe, '-inf', '(' .. (last_id - DEDUPE_WINDOW),
       'BYSCORE', 'WITHSCORES')
@@ -188,9 +190,9 @@ local function dedupe_record(k, own, process, n, r, first_id, last_id, out)
     created = dedupe_add(k, last_id, own)
   elseif process ~= nil then
     local field, member = 'w:' .. process, '~' .. process
-    local hi, z, seq, count, list = n, 0, 0, 0, ''
+    local hi, z, zt, seq, count, list = n, 0, nil, '0', 0, ''
     if r ~= nil then
-      z, seq, count = r.z, r.seq, r.count
+      z, zt, seq, count = r.z, r.zt, r.seq, r.count
       list = r.from > 1 and string.sub(r.text, r.from) or r.text
       if r.hi == nil then  -- an earlier release's list: its largest n becomes hi
         for seen in string.gmatch(list, ',(%d+):') do
@@ -211,21 +213,24 @@ local function dedupe_record(k, own, process, n, r, first_id, last_id, out)
         out[#out + 1] = field .. '.' .. seq
         out[#out + 1] = list
         created = dedupe_add(k, newest, member .. '.' .. seq)
-        if seq >= DEDUPE_CHUNKS then
-          redis.call('HDEL', k.meta, field .. '.' .. (seq - DEDUPE_CHUNKS))
-          redis.call('ZREM', k.dedupe, member .. '.' .. (seq - DEDUPE_CHUNKS))
+        local sealed = tonumber(seq)
+        if sealed >= DEDUPE_CHUNKS then
+          local dropped = string.format('%d', sealed - DEDUPE_CHUNKS)
+          redis.call('HDEL', k.meta, field .. '.' .. dropped)
+          redis.call('ZREM', k.dedupe, member .. '.' .. dropped)
         end
-        seq = seq + 1
+        seq = string.format('%d', sealed + 1)
       end
       count, list = 0, ''
     end
     if r == nil or last_id - z >= DEDUPE_SWEEP then
-      z = last_id
+      z, zt = last_id, nil
       created = dedupe_add(k, z, member) or created
     end
     out[#out + 1] = field
-    out[#out + 1] = hi .. ':' .. string.format('%d', z) .. ':' .. seq .. ':' .. (count + 1)
-      .. list .. ',' .. n .. ':' .. string.format('%d', last_id)
+    out[#out + 1] = hi .. ':' .. (zt or string.format('%d', z)) .. ':' .. seq .. ':'
+      .. string.format('%d', count + 1) .. list .. ',' .. n .. ':'
+      .. (last or string.format('%d', last_id))
   end
   return created
 end

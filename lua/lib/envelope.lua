@@ -10,6 +10,14 @@ local function envelope(id, ts, tokens, priority, body)
     priority) .. string.sub(body, 2)
 end
 
+-- The same envelope from text: id and ts as digits, tokens and priority as the client wrote
+-- them (digits: lib/args.lua, digits_or_nil), and rest, the body after its '{', so the
+-- envelope is one concatenation, with no number formatted and no copy of the body cut.
+local function envelope_text(id, ts, tokens, priority, rest)
+  return '{"id":' .. id .. ',"ts":' .. ts .. ',"tokens":' .. tokens .. ',"priority":' .. priority
+    .. ',' .. rest
+end
+
 -- Parses an envelope's id, tokens and priority.
 local function envelope_head(env)
   local id, tokens, priority = string.match(env, ENVELOPE_HEAD)

@@ -30,9 +30,16 @@ local function meta_all(meta)
   return redis.call('HGETALL', meta)
 end
 
+-- DATA_FORMAT as meta's fmt holds it: a memory in this release's format passes check_format
+-- with one comparison of text.
+local FORMAT_TEXT = DATA_FORMAT .. ''  -- (a library's loading may call no function)
+
 -- Refuses a memory written by a newer release, in a format this one cannot read (meta's fmt;
 -- none: DATA_FORMAT 1, before it was named).
 local function check_format(m)
+  if m.fmt == FORMAT_TEXT then
+    return
+  end
   local fmt = tonumber(m.fmt) or 1
   if fmt > DATA_FORMAT then
     fail('FORMAT', 'this memory is in data format ' .. fmt .. ', written by a newer '

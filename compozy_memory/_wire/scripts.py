@@ -43,6 +43,7 @@ from compozy_memory._wire.contracts import KEY_ORDER, Contract, ScriptArg, parse
 
 __all__ = [
     "KEY_ORDER",
+    "LUA_MAX_LOCALS",
     "SCRIPT_NAMES",
     "Args",
     "Contract",
@@ -347,23 +348,28 @@ class Library:
 
 
 _VERSION_MARK = "@@VERSION@@"
+#: The most locals one Lua 5.1 function (a chunk's top level too) may declare.
+LUA_MAX_LOCALS = 200
 
 
 @cache
 def library() -> Library:
-    """The Functions library holding every script, each wrapped in a function of its own."""
+    """The Functions library holding every script, each wrapped in a function of its own.
+
+    Its top level is one Lua chunk, which may declare at most 200 locals (Lua 5.1's limit,
+    :data:`LUA_MAX_LOCALS`): the limits and the helpers' functions are locals, the scripts'
+    callbacks are not; ``tests/test_contracts.py`` keeps the count under the limit with room."""
     parts = [f"#!lua name=compozy_memory_{_VERSION_MARK}", _prelude()]
     parts += [helper.text for helper in helpers().values()]
     for name in SCRIPT_NAMES:
         code = script(name)
+        flags = ", flags = {'no-writes'}" if code.read_only else ""
         # KEYS and ARGV are the callback's parameters: the body reads them as an EVAL
-        # script reads its globals.
-        parts.append(f"local function {name}_fn(KEYS, ARGV)\n{code.body}\nend")
-    for name in SCRIPT_NAMES:
-        flags = ", flags = {'no-writes'}" if script(name).read_only else ""
+        # script reads its globals. The callback is anonymous: Lua 5.1 allows a chunk 200
+        # locals, and the limits and the helpers' functions already take most of them.
         parts.append(
             f"redis.register_function{{function_name = 'cm_{_VERSION_MARK}_{name}', "
-            f"callback = {name}_fn{flags}}}"
+            f"callback = function(KEYS, ARGV)\n{code.body}\nend{flags}}}"
         )
     draft = "\n".join(parts) + "\n"
     digest = hashlib.sha256(draft.encode()).hexdigest()[:12]

@@ -22,9 +22,12 @@ from compozy_memory import (
     ConflictError,
     CorruptDataError,
     IndexLagError,
+    IndexProgress,
     MemoryPolicy,
     SearchPolicy,
+    SyncMemoryInstance,
     connect,
+    connect_sync,
 )
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._search.analysis import ANALYZER_VERSION
@@ -33,7 +36,7 @@ from compozy_memory._search.runtime.indexer import _READ_BYTES_EACH, _covered
 from compozy_memory._wire.steps import Op
 from compozy_memory.embedded import EmbeddedServer
 from compozy_memory.errors import ScriptError
-from integration.memories import memory
+from integration.memories import COUNTER, memory
 from integration.test_index_segments import (  # noqa: F401 (small_tiers: a fixture)
     chat,
     fields_match_the_list,
@@ -162,6 +165,50 @@ async def test_a_merge_read_before_the_memory_expired_is_refused_after(
     assert not await new.search("plutonium")
     await same_as_from_scratch(client, new)
     await fields_match_the_list(client, new)
+
+
+async def test_a_catch_up_of_a_memory_that_is_not_there_returns(
+    client: RedisClient, memory_key: str
+) -> None:
+    """A memory with no meta (never written, or every key's deadline passed) has nothing to
+    index. Its missing meta reads as format 1, which asks for a reset that finds no memory to
+    reset: catch_up asked again without end, two calls a turn, max_steps or not (the fleet
+    test hung so when the writer's last act was an expiry)."""
+    mem = memory(client, memory_key)
+    mem.indexer.background = False
+    async with asyncio.timeout(10):
+        assert await mem.indexer.catch_up(max_steps=1) == IndexProgress(0, 0, 0)
+        await mem.append_many([_said(f"kettle descaling {i}") for i in range(3)])
+        await client.delete(*mem.keys.data)  # every key's one deadline passed
+        assert await mem.indexer.catch_up() == IndexProgress(0, 0, 0)
+        assert not mem.indexer.dirty
+    assert await client.exists(*mem.keys.data) == 0  # and nothing was written
+
+
+async def test_a_background_catch_up_whose_memory_expired_before_it_ran_ends(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key)
+    await mem.append(_said("kettle descaling"))  # a catch-up is due a debounce from now
+    await client.delete(*mem.keys.data)  # every key's one deadline passed meanwhile
+    async with asyncio.timeout(10):
+        await mem.indexer.wait_idle()
+    assert await client.exists(*mem.keys.data) == 0
+
+
+def test_a_sync_handles_background_catch_up_whose_memory_expired_ends(
+    valkey_server: EmbeddedServer, memory_key: str
+) -> None:
+    """The same steps on a background thread: the thread was never given back."""
+    client = connect_sync(valkey_server.url)
+    try:
+        mem = SyncMemoryInstance.open(client, project="itest", key=memory_key, counter=COUNTER)
+        mem.append(_said("kettle descaling"))
+        client.delete(*mem.keys.data)
+        assert mem.indexer.wait_idle(10)
+        assert client.exists(*mem.keys.data) == 0
+    finally:
+        client.close()
 
 
 # -- planted bookkeeping --------------------------------------------------------------------

@@ -398,7 +398,7 @@ async def _expire_claims(client: RedisClient, mem: Any) -> None:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("small_tiers")
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
 async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothing(
     client: RedisClient, memory_key: str, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -428,7 +428,7 @@ async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothin
 
     async def writer() -> None:
         nonlocal n
-        for _ in range(120):
+        for _ in range(250):
             h = rng.choice(handles)
             action = rng.choice(["append"] * 6 + ["trim", "replace", "flush", "clear", "expire"])
             if action == "append":
@@ -451,9 +451,9 @@ async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothin
     async def indexer(h: Any) -> None:
         while not done.is_set():
             what = rng.random()
-            if what < 0.7:
+            if what < 0.6:
                 await guarded_call(h.indexer.catch_up(max_steps=rng.randint(1, 3)))
-            elif what < 0.75:
+            elif what < 0.8:
                 await guarded_call(h.indexer.compact())
             elif what < 0.85:
                 await guarded_call(h.gateway.index_gc())
@@ -462,20 +462,21 @@ async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothin
             await asyncio.sleep(0.002)
 
     # A hang fails here, named (pytest-timeout's alarm can land in a background task and be
-    # lost there).
+    # lost there): the fleet's run, and the last catch-up after it (an indexer that never
+    # returned on a memory whose keys expired hung both).
     async with asyncio.timeout(100):
         await asyncio.gather(writer(), *(indexer(h) for h in handles), indexer(handles[0]))
-    await flusher.wait_idle()
-    assert not surprises
-    assert sum(k.kills for k in killers) > 5
-    final = memory(client, memory_key, max_tokens=1_200, archive_max=40)
-    final.indexer.background = False
-    await _expire_claims(client, final)
-    await final.indexer.catch_up()
-    await final.indexer.compact()
-    await same_as_from_scratch(client, final)
-    await fields_match_the_list(client, final)
-    state = await final.gateway.index_read()
+        await flusher.wait_idle()
+        assert not surprises
+        assert sum(k.kills for k in killers) > 5
+        final = memory(client, memory_key, max_tokens=1_200, archive_max=40)
+        final.indexer.background = False
+        await _expire_claims(client, final)
+        await final.indexer.catch_up()
+        await final.indexer.compact()
+        await same_as_from_scratch(client, final)
+        await fields_match_the_list(client, final)
+        state = await final.gateway.index_read()
     assert not state.merges
     assert not state.garbage
     assert len(state.segments) <= 1

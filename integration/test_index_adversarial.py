@@ -22,9 +22,12 @@ from compozy_memory import (
     ConflictError,
     CorruptDataError,
     IndexLagError,
+    IndexProgress,
     MemoryPolicy,
     SearchPolicy,
+    SyncMemoryInstance,
     connect,
+    connect_sync,
 )
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._search.analysis import ANALYZER_VERSION
@@ -33,7 +36,7 @@ from compozy_memory._search.runtime.indexer import _READ_BYTES_EACH, _covered
 from compozy_memory._wire.steps import Op
 from compozy_memory.embedded import EmbeddedServer
 from compozy_memory.errors import ScriptError
-from integration.memories import memory
+from integration.memories import COUNTER, memory
 from integration.test_index_segments import (  # noqa: F401 (small_tiers: a fixture)
     chat,
     fields_match_the_list,
@@ -162,6 +165,50 @@ async def test_a_merge_read_before_the_memory_expired_is_refused_after(
     assert not await new.search("plutonium")
     await same_as_from_scratch(client, new)
     await fields_match_the_list(client, new)
+
+
+async def test_a_catch_up_of_a_memory_that_is_not_there_returns(
+    client: RedisClient, memory_key: str
+) -> None:
+    """A memory with no meta (never written, or every key's deadline passed) has nothing to
+    index. Its missing meta reads as format 1, which asks for a reset that finds no memory to
+    reset: catch_up asked again without end, two calls a turn, max_steps or not (the fleet
+    test hung so when the writer's last act was an expiry)."""
+    mem = memory(client, memory_key)
+    mem.indexer.background = False
+    async with asyncio.timeout(10):
+        assert await mem.indexer.catch_up(max_steps=1) == IndexProgress(0, 0, 0)
+        await mem.append_many([_said(f"kettle descaling {i}") for i in range(3)])
+        await client.delete(*mem.keys.data)  # every key's one deadline passed
+        assert await mem.indexer.catch_up() == IndexProgress(0, 0, 0)
+        assert not mem.indexer.dirty
+    assert await client.exists(*mem.keys.data) == 0  # and nothing was written
+
+
+async def test_a_background_catch_up_whose_memory_expired_before_it_ran_ends(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key)
+    await mem.append(_said("kettle descaling"))  # a catch-up is due a debounce from now
+    await client.delete(*mem.keys.data)  # every key's one deadline passed meanwhile
+    async with asyncio.timeout(10):
+        await mem.indexer.wait_idle()
+    assert await client.exists(*mem.keys.data) == 0
+
+
+def test_a_sync_handles_background_catch_up_whose_memory_expired_ends(
+    valkey_server: EmbeddedServer, memory_key: str
+) -> None:
+    """The same steps on a background thread: the thread was never given back."""
+    client = connect_sync(valkey_server.url)
+    try:
+        mem = SyncMemoryInstance.open(client, project="itest", key=memory_key, counter=COUNTER)
+        mem.append(_said("kettle descaling"))
+        client.delete(*mem.keys.data)
+        assert mem.indexer.wait_idle(10)
+        assert client.exists(*mem.keys.data) == 0
+    finally:
+        client.close()
 
 
 # -- planted bookkeeping --------------------------------------------------------------------
@@ -351,7 +398,7 @@ async def _expire_claims(client: RedisClient, mem: Any) -> None:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("small_tiers")
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
 async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothing(
     client: RedisClient, memory_key: str, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -381,7 +428,7 @@ async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothin
 
     async def writer() -> None:
         nonlocal n
-        for _ in range(120):
+        for _ in range(250):
             h = rng.choice(handles)
             action = rng.choice(["append"] * 6 + ["trim", "replace", "flush", "clear", "expire"])
             if action == "append":
@@ -404,9 +451,9 @@ async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothin
     async def indexer(h: Any) -> None:
         while not done.is_set():
             what = rng.random()
-            if what < 0.7:
+            if what < 0.6:
                 await guarded_call(h.indexer.catch_up(max_steps=rng.randint(1, 3)))
-            elif what < 0.75:
+            elif what < 0.8:
                 await guarded_call(h.indexer.compact())
             elif what < 0.85:
                 await guarded_call(h.gateway.index_gc())
@@ -415,20 +462,21 @@ async def test_a_fleet_of_killed_and_racing_indexers_loses_and_duplicates_nothin
             await asyncio.sleep(0.002)
 
     # A hang fails here, named (pytest-timeout's alarm can land in a background task and be
-    # lost there).
+    # lost there): the fleet's run, and the last catch-up after it (an indexer that never
+    # returned on a memory whose keys expired hung both).
     async with asyncio.timeout(100):
         await asyncio.gather(writer(), *(indexer(h) for h in handles), indexer(handles[0]))
-    await flusher.wait_idle()
-    assert not surprises
-    assert sum(k.kills for k in killers) > 5
-    final = memory(client, memory_key, max_tokens=1_200, archive_max=40)
-    final.indexer.background = False
-    await _expire_claims(client, final)
-    await final.indexer.catch_up()
-    await final.indexer.compact()
-    await same_as_from_scratch(client, final)
-    await fields_match_the_list(client, final)
-    state = await final.gateway.index_read()
+        await flusher.wait_idle()
+        assert not surprises
+        assert sum(k.kills for k in killers) > 5
+        final = memory(client, memory_key, max_tokens=1_200, archive_max=40)
+        final.indexer.background = False
+        await _expire_claims(client, final)
+        await final.indexer.catch_up()
+        await final.indexer.compact()
+        await same_as_from_scratch(client, final)
+        await fields_match_the_list(client, final)
+        state = await final.gateway.index_read()
     assert not state.merges
     assert not state.garbage
     assert len(state.segments) <= 1

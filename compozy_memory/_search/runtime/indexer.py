@@ -171,6 +171,13 @@ class Indexer(Backgrounded):
             return IndexProgress(0, 0, 0)
         while max_steps is None or steps < max_steps:
             pending = yield from self.gateway.index_pending(INDEX_STEP_DOCS, _READ_BYTES)
+            if not pending.incarnation:
+                # No memory (never written, or every key's deadline passed): nothing to index.
+                # Its missing meta reads as format 1, and index_reset finds no memory to
+                # reset: asking again would go on without end, max_steps or not.
+                caught_up = True
+                unindexed = 0
+                break
             if pending.fmt < DATA_FORMAT or self._stale_analyzer(pending):
                 yield from self.gateway.index_reset(force=pending.fmt >= DATA_FORMAT)
                 log.info(

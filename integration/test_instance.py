@@ -482,6 +482,49 @@ async def test_counts_and_priorities_at_every_width_are_stored_as_sent(
     assert health.priority_counts == {1: 1, 2: 7, 3: 1, 9: 1, 10: 1, 11: 1, 50: 1, 90: 1, 99: 1}
 
 
+class _WholeFloats:
+    """A counter that returns its counts as floats (7.0): main's script read them as numbers."""
+
+    def count(self, text: str) -> int:
+        return float(len(text))  # type: ignore[return-value]
+
+
+class _Halves:
+    def count(self, text: str) -> int:
+        return len(text) + 0.5  # type: ignore[return-value]
+
+
+async def test_a_counter_returning_whole_floats_still_counts(
+    client: RedisClient, memory_key: str
+) -> None:
+    """The script takes counts in decimal digits alone: a counter's 7.0 goes as 7, not as
+    '7.0' (which the script refuses), and a count that is not whole is refused before
+    anything is sent, naming the counter."""
+    mem = memory(client, memory_key, counter=_WholeFloats())
+    result = await mem.append({"role": "user", "content": "hello"})
+    assert result.total_tokens == 5 + 3  # "hello" and the framing tokens
+    assert [m.tokens for m in await mem.read()] == [8]
+    halves = memory(client, memory_key, counter=_Halves())
+    with pytest.raises(InvalidMessageError, match=r"token counter returned 5\.5"):
+        await halves.append({"role": "user", "content": "hello"})
+    assert await mem.len() == 1
+
+
+async def test_an_append_reports_summary_tokens_as_a_number_whatever_meta_holds(
+    client: RedisClient, memory_key: str
+) -> None:
+    """The append keeps meta's totals as text where it can, but its reply's summary tokens
+    are a number: text a tenant planted in the field reads as 0 (the write is stored by then,
+    so the call may not fail on it), as every release did."""
+    mem = memory(client, memory_key)
+    await mem.append({"role": "user", "content": "a", "tokens": 3})
+    await client.hset(mem.keys.meta, "summary_tokens", "12")
+    assert (await mem.append({"role": "user", "content": "b", "tokens": 4})).summary_tokens == 12
+    await client.hset(mem.keys.meta, "summary_tokens", "junk")
+    result = await mem.append({"role": "user", "content": "c", "tokens": 5})
+    assert (result.summary_tokens, result.total_tokens, result.last_id) == (0, 12, 3)
+
+
 async def test_all_keys_of_an_instance_share_one_cluster_slot(
     valkey_cluster: EmbeddedCluster, memory_key: str
 ) -> None:

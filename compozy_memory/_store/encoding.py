@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import os
 import secrets
 from collections.abc import Iterable, Mapping
@@ -45,7 +46,7 @@ def encode_messages(
                     raise type(value)(f"message {position}: {value}", key=key) from None
                 if isinstance(value, Exception):
                     raise value
-                tokens += value
+                tokens += _whole(value, position, key)
         _check_size(tokens, position, policy, key)
         message = item.message
         priority = (
@@ -82,6 +83,25 @@ def _prepare(messages: Iterable[MessageInput], key: str) -> list[_Prepared]:
         texts = message_texts(message) if message.tokens is None else []
         out.append(_Prepared(message, body, texts))
     return out
+
+
+def _whole(value: Any, position: int, key: str) -> int:
+    """A counter's count as an int: the scripts take tokens in decimal digits alone, so an
+    integral float (``7.0``) or an integer type of another library (numpy's) is sent as the
+    int it is, and anything else is refused here, naming the counter."""
+    if type(value) is int:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not isinstance(value, float):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise InvalidMessageError(
+        f"message {position}: the token counter returned {value!r}, not a whole number",
+        key=key,
+    )
 
 
 def _check_size(tokens: int, position: int, policy: MemoryPolicy, key: str) -> None:

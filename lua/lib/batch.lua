@@ -205,7 +205,7 @@ end
 -- in microseconds as text, for a write without one; next_version), the fields in more
 -- (field, value, ...; or nil), the pinned ids, an incarnation (us) for a new memory, and one
 -- more in counter (a field batch_read read as its extra, or nil). Returns the new totals,
--- summary tokens (as meta holds them), incarnation and version.
+-- summary tokens, incarnation and version.
 local function batch_meta(k, batch, m, last, mark, us, more, counter)
   local n = batch.n
   local tokens = (tonumber(m.tokens) or 0) + batch.total
@@ -257,7 +257,11 @@ local function batch_meta(k, batch, m, last, mark, us, more, counter)
     out[#out + 1] = (tonumber(m[counter]) or 0) + 1
   end
   redis.call('HSET', k.meta, unpack(out))
-  return tokens, count, m.summary_tokens or 0, inc, ver
+  -- Summary tokens as a number, as the reply has always carried them (and a tenant's text in
+  -- the field reads as 0, as for every total: this runs after the write, so it may not fail
+  -- the call); converted only for a memory that has them.
+  local summary_tokens = m.summary_tokens
+  return tokens, count, summary_tokens and (tonumber(summary_tokens) or 0) or 0, inc, ver
 end
 
 -- Stores a validated batch after the live messages; returns first_id, last_id, the new

@@ -12,6 +12,7 @@ from redis.asyncio import RedisCluster
 
 from compozy_memory import (
     ConflictError,
+    CorruptDataError,
     InvalidMessageError,
     MemoryInstance,
     MemoryPolicy,
@@ -613,3 +614,20 @@ async def test_a_dedupe_key_stores_once_within_its_window(
     assert swapped.first_id == swapped.last_id
     await mem.clear()
     assert await client.exists(mem.keys.dedupe) == 0
+
+
+@pytest.mark.parametrize("field", ["last_id", "count", "tokens"])
+@pytest.mark.parametrize("planted", ["1e+20", "nan", "inf", "-5", "1000000000000000"])
+async def test_an_append_refuses_totals_no_memory_reaches_and_writes_nothing(
+    client: RedisClient, memory_key: str, field: str, planted: str
+) -> None:
+    """A total a tenant planted as an exponent, nan, inf or a negative would be written back
+    (and replied) as text that is no count: the append refuses it before writing."""
+    mem = memory(client, memory_key)
+    await mem.append({"role": "user", "content": "a", "tokens": 3})
+    await client.hset(mem.keys.meta, field, planted)
+    before = (await client.hgetall(mem.keys.meta), await client.lrange(mem.keys.msgs, 0, -1))
+    with pytest.raises(CorruptDataError, match="not a count a memory reaches"):
+        await mem.append({"role": "user", "content": "b", "tokens": 4})
+    after = (await client.hgetall(mem.keys.meta), await client.lrange(mem.keys.msgs, 0, -1))
+    assert after == before

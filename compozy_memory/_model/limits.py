@@ -53,6 +53,7 @@ __all__ = [
     "MAX_SPEAKER_NAMES",
     "MAX_SUMMARIES",
     "MAX_TERM_BYTES",
+    "MAX_TOTAL",
     "MAX_VECTOR_BYTES",
     "MERGE_LEASE_MS",
     "MOVE_STEP",
@@ -133,6 +134,10 @@ MAX_MESSAGE_TOKENS = 100_000_000
 #: without ``max_tokens``): flushing and ``context()`` then work from the count, with this as
 #: "no token limit". Below 2**53 (Lua doubles) and printed exactly by Lua's ``%.14g``.
 UNBOUNDED_TOKENS = 10**12
+#: A memory's totals (its last id, its messages, its tokens) stay below this; meta holding more
+#: (a tenant's planted exponent, nan or inf) is refused before a write. Lua doubles are exact
+#: far past it, and the servers write integers this size as plain digits.
+MAX_TOTAL = 10**15
 #: A dedupe key is remembered while its write's last id is within this many ids of the newest.
 DEDUPE_WINDOW = 1_000
 #: Keys older than the window are swept when the ids cross a multiple of this.
@@ -239,6 +244,7 @@ UNPACK_STEP = 512
 LUA_CONSTANTS: dict[str, int] = {
     "DATA_FORMAT": DATA_FORMAT,
     "MAX_BATCH": MAX_BATCH,
+    "MAX_TOTAL": MAX_TOTAL,
     "MAX_MESSAGE_BYTES": MAX_MESSAGE_BYTES,
     "MAX_CALL_BYTES": MAX_CALL_BYTES,
     "MOVE_STEP": MOVE_STEP,

@@ -148,6 +148,13 @@ end
 -- memory's msgs is checked by batch_push.
 local function batch_check(k, batch, m, parts)
   check_format(m)
+  -- Totals no memory reaches (a tenant's planted exponent, nan, inf or a negative): refused
+  -- before anything is written, as the reply's totals would not read back as counts.
+  local tokens = tonumber(m.tokens) or 0
+  if not (m.last_id >= 0 and m.last_id < MAX_TOTAL and m.count >= 0 and m.count < MAX_TOTAL
+      and tokens >= 0 and tokens < MAX_TOTAL) then
+    fail('CORRUPT', "meta's last_id, count or tokens is not a count a memory reaches")
+  end
   check_not_importing(m)
   if m.inc == nil then
     local new_parts = {}

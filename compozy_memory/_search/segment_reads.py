@@ -143,11 +143,6 @@ class Bucket:
             lasts.append(last)
         return TermEntry(df, None, first, tuple(lasts))
 
-    def entries(self) -> Iterator[tuple[str, TermEntry]]:
-        """Every term in order, as :meth:`get` finds it."""
-        for name, read in self.lists():
-            yield name, read if isinstance(read, TermEntry) else TermEntry(len(read), read)
-
     def lists(self) -> Iterator[tuple[str, Postings | TermEntry]]:
         """Every term in order with its postings, or for a list in blocks its entry (which
         names them). A merge reads whole buckets, so the usual list (one document, a one-byte

@@ -31,7 +31,8 @@ local function digits_or_nil(text, max)
   elseif a == nil or a < 49 or a > 57 then
     n = nil
   elseif e ~= nil then
-    n = not string.find(text, '%D') and tonumber(text) or nil
+    -- (past 16 digits no count is exact in a double: refused unread, whatever its length)
+    n = #text <= 16 and not string.find(text, '%D') and tonumber(text) or nil
   else
     -- a, then b, c and d while there are bytes: each a digit
     n = a - 48

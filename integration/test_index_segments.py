@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from compozy_memory import CorruptDataError, MemoryPolicy, SearchPolicy, UsageError
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._search import merging
+from compozy_memory._search.runtime import indexer as indexer_module
 from compozy_memory._search.runtime.index_calls import parse_list
 from compozy_memory._search.segments import block_field, bucket_field
 from integration.index_state import built_from_scratch, stored_index
@@ -204,6 +206,54 @@ async def test_two_indexers_at_once_lose_nothing(client: RedisClient, memory_key
     await a.indexer.compact()
     await same_as_from_scratch(client, a)
     await fields_match_the_list(client, a)
+
+
+@pytest.mark.usefixtures("small_tiers")
+async def test_a_background_merge_holds_back_no_step_of_its_memory(
+    client: RedisClient, memory_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A merge held in its thread (as a cascade of big tier merges holds a loaded writer for
+    # seconds): a message appended meanwhile is still made searchable by the next catch-up.
+    entered, release = threading.Event(), threading.Event()
+    merge = indexer_module.merged_segment
+
+    def held(*args: Any) -> Any:
+        entered.set()
+        release.wait(30)
+        return merge(*args)
+
+    monkeypatch.setattr(indexer_module, "merged_segment", held)
+    monkeypatch.setattr(indexer_module, "_THREAD_DOCS", 0)  # every merge on a thread
+    mem = memory(client, memory_key)
+    reader = memory(client, memory_key, read_only=True)
+
+    async def searchable(word: str) -> bool:
+        for _ in range(500):
+            if await reader.search(word):
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    try:
+        await mem.append({"role": "user", "content": "the kettle arrived", "tokens": 4})
+        assert await searchable("kettle")
+        await mem.append({"role": "user", "content": "the parcel is late", "tokens": 4})
+        for _ in range(500):  # two segments: a merge is due, and held
+            if entered.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert entered.is_set()
+        await mem.append({"role": "user", "content": "a storm near porto", "tokens": 4})
+        assert await searchable("porto")
+        assert not release.is_set()  # found while the merge was still held
+    finally:
+        release.set()
+    await mem.indexer.wait_idle()
+    await mem.indexer.catch_up()
+    await same_as_from_scratch(client, mem)
+    await fields_match_the_list(client, mem)
+    # The held merge was stored once released (the newest segment waits for its tier).
+    assert sorted(s.docs for s in (await mem.gateway.index_read()).segments) == [1, 2]
 
 
 async def test_a_read_only_handle_writes_nothing_when_it_searches(

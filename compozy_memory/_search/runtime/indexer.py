@@ -20,7 +20,8 @@ it reads the segments of a tier, merges them here and stores the result in their
 (``lua/search/index_merge.lua``, ``lua/search/index_put.lua`` for one too large for a call), and
 deletes what merges left behind a bounded step at a time (``lua/search/index_gc.lua``). A merge
 claims its inputs, so two indexers never merge the same segments; one that dies mid-way loses
-its claim after ``MERGE_LEASE_MS``.
+its claim after ``MERGE_LEASE_MS``. In the background the merges are a job of their own, run
+after the catch-up that made them due: the next catch-up's steps do not wait for them.
 
 ``compozy_memory_index_lag_seconds`` observes, per step, how long its oldest message waited
 since it was appended (server clocks); ``compozy_memory_index_unindexed`` is the number of
@@ -122,8 +123,22 @@ class Indexer(Backgrounded):
         # Search off: whether this handle has dropped the index (once is enough).
         self._off = False
         self._job = Debounced.of_steps(
-            lambda: self.catch_up(), gateway.transport, debounce, failed=self._failed, retries=False
+            lambda: self._catch_up(None, merge=False),
+            gateway.transport,
+            debounce,
+            failed=self._failed,
+            retries=False,
         )
+        # A background catch-up leaves its merges to a job of their own, so a memory's new
+        # messages are not held behind its merges: a cascade of tier merges in a memory of
+        # thousands of messages takes a writer's CPU for a second or more under load, and its
+        # steps, which make messages searchable, go on meanwhile (they race as two replicas'
+        # indexers do: a merge claims its inputs, a step adds a segment of its own).
+        self._merges = Debounced.of_steps(
+            lambda: self._merge_job(), gateway.transport, 0.0, failed=self._failed, retries=False
+        )
+        #: The segment list the last background step returned, for the merge job's plan.
+        self._known: IndexAdded | None = None
 
     @property
     def transport(self) -> Any:
@@ -153,10 +168,39 @@ class Indexer(Backgrounded):
 
     # -- steps ------------------------------------------------------------------------------
 
+    async def wait_idle(self) -> None:
+        """Wait for the background work, if any: the catch-up, then the merges it left."""
+        await self._job.wait_idle()
+        await self._merges.wait_idle()
+
+    def close(self) -> None:
+        """Start no more background work: what was due and not started is dropped, what
+        runs ends with its current step (the next operation that needs it does it itself)."""
+        self._job.close()
+        self._merges.close()
+
+    def wait_idle_sync(self, timeout: float | None = None) -> bool:
+        """:meth:`wait_idle` for a sync handle's indexer; False if ``timeout`` passed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._job.wait_idle_sync(timeout):
+            return False
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return self._merges.wait_idle_sync(left)
+
     @op
     def catch_up(self, *, max_steps: int | None = None) -> Steps[IndexProgress]:
         """Index what is waiting, a step at a time, until nothing is (or ``max_steps``
         steps were written); then merge segments as their tiers fill up."""
+        return (yield from self._catch_up(max_steps, merge=True))
+
+    def _merge_job(self) -> Steps[None]:
+        """The background merges a catch-up left: planned on the list its last step saw."""
+        known, self._known = self._known, None
+        if self.enabled and known is not None:
+            yield from self._maintain(known)
+
+    def _catch_up(self, max_steps: int | None, *, merge: bool) -> Steps[IndexProgress]:
+        """:meth:`catch_up`; its merges here when ``merge``, else in the merge job."""
         steps = indexed = 0
         unindexed = 0
         caught_up = False
@@ -216,8 +260,11 @@ class Indexer(Backgrounded):
                     break
         self.dirty = not caught_up
         yield from Observe("index_unindexed", (self.name,), unindexed, self.metrics)
-        if steps:
+        if steps and merge:
             yield from self._maintain(last)
+        elif steps and last is not None:
+            self._known = last
+            self._merges.fire()
         return IndexProgress(steps, indexed, unindexed)
 
     @op

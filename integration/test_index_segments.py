@@ -215,7 +215,7 @@ async def test_a_background_merge_holds_back_no_step_of_its_memory(
     # A merge held in its thread (as a cascade of big tier merges holds a loaded writer for
     # seconds): a message appended meanwhile is still made searchable by the next catch-up.
     entered, release = threading.Event(), threading.Event()
-    merge = indexer_module.merged_segment
+    merge = merging.merged_segment
 
     def held(*args: Any) -> Any:
         entered.set()

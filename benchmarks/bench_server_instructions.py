@@ -17,6 +17,11 @@ meta + ``RPUSH`` + ``HSET`` meta (``bench_server_cost``'s references); ``append`
 own dedupe key, as every append has by default); with a TTL; with a caller's ``dedupe_key``;
 ``append_many`` of 10 (per message). Only the public API drives the library.
 
+Then the read path, per call (counted inside ``FCALL`` and ``FCALL_RO``: a search is two
+calls, the index's fields and the hits), on a memory of 500 such messages, indexed:
+``context(8000)``, ``read_window(8000)``, ``search()`` (10 hits), ``context(8000, query=)``
+and ``read(-10, -1)``.
+
 Run: ``python -m benchmarks.bench_server_instructions [--messages 200] [--warm 1100]`` (about a
 minute; needs ``valgrind`` on PATH). Printed, never asserted.
 """
@@ -59,16 +64,16 @@ def free_port() -> int:
 class Counted:
     """A valkey-server under callgrind, counting instructions inside one function at a time."""
 
-    def __init__(self, folder: Path, function: str) -> None:
+    def __init__(self, folder: Path, *functions: str) -> None:
         self.port = free_port()
-        self.out = folder / f"{function}.out"
+        self.out = folder / f"{functions[0]}.out"
         self.process = subprocess.Popen(
             [
                 "valgrind",
                 "--tool=callgrind",
                 f"--callgrind-out-file={self.out}",
                 "--collect-atstart=no",
-                f"--toggle-collect={function}",
+                *(f"--toggle-collect={function}" for function in functions),
                 "--dump-instr=no",
                 str(find_binary()),
                 "--port",
@@ -116,12 +121,14 @@ async def connect(port: int) -> Redis:
 
 
 async def measure(
-    function: str, modes: dict[str, Callable[[Redis, int], Awaitable[int]]], args: Any
+    functions: tuple[str, ...],
+    modes: dict[str, Callable[[Redis, int], Awaitable[int]]],
+    args: Any,
 ) -> dict[str, float]:
-    """Instructions per message of each mode, counted inside ``function``."""
+    """Instructions per message (or call) of each mode, counted inside ``functions``."""
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as folder:
-        server = Counted(Path(folder), function)
+        server = Counted(Path(folder), *functions)
         try:
             client = await connect(server.port)
             await client.function_load(LIBRARY, replace=True)
@@ -185,9 +192,36 @@ async def main(args: argparse.Namespace) -> None:
         "own": "the same with a caller's `dedupe_key` on every append",
         "many": "`append_many` of 10, counts supplied, indexer off (per message)",
     }
-    counted = await measure("rpushCommand", {"raw": raw}, args)
+    reader: list[MemoryInstance] = []
+
+    def reads(name: str) -> Callable[[Redis, int], Awaitable[int]]:
+        calls = {
+            "context": lambda mem: mem.context(8_000),
+            "read_window": lambda mem: mem.read_window(8_000),
+            "search": lambda mem: mem.search("refund warehouse kettle"),
+            "context_query": lambda mem: mem.context(8_000, query="refund warehouse kettle"),
+            "read": lambda mem: mem.read(-10, -1),
+        }
+
+        async def go(client: Redis, n: int) -> int:
+            if not reader:  # one memory for every read mode, made (uncounted) once
+                mem = MemoryInstance.open(
+                    client, project=PROJECT, key=f"{run}:reads", background_index=False
+                )
+                for message in pool(500):
+                    await mem.append(message)
+                await mem.indexer.catch_up()
+                reader.append(mem)
+            calls_made = max(1, n // 10)  # reads cost more than appends: fewer of them
+            for _ in range(calls_made):
+                await calls[name](reader[0])
+            return calls_made
+
+        return go
+
+    counted = await measure(("rpushCommand",), {"raw": raw}, args)
     counted |= await measure(
-        "fcallCommand",
+        ("fcallCommand",),
         {
             "srvcost_empty": function("srvcost_empty"),
             "srvcost_floor": function("srvcost_floor"),
@@ -198,6 +232,16 @@ async def main(args: argparse.Namespace) -> None:
         },
         args,
     )
+    read_labels = {
+        "context": "`context(8000)`",
+        "read_window": "`read_window(8000)`",
+        "search": "`search(query)` (10 hits; two calls)",
+        "context_query": "`context(8000, query=)` (two calls)",
+        "read": "`read(-10, -1)`",
+    }
+    counted |= await measure(
+        ("fcallCommand", "fcallroCommand"), {name: reads(name) for name in read_labels}, args
+    )
     print(
         f"valkey-server under callgrind; {args.messages} messages a mode on memories holding "
         f"{args.warm}; instructions inside the top-level command (load average "
@@ -206,6 +250,10 @@ async def main(args: argparse.Namespace) -> None:
     print("| per message (~300 tokens, one client, sequential) | instructions | x raw RPUSH |")
     print("| --- | ---: | ---: |")
     for name, label in labels.items():
+        print(f"| {label} | {counted[name]:,.0f} | {counted[name] / counted['raw']:.1f}x |")
+    print("\n| per call, a memory of 500 such messages, indexed | instructions | x raw RPUSH |")
+    print("| --- | ---: | ---: |")
+    for name, label in read_labels.items():
         print(f"| {label} | {counted[name]:,.0f} | {counted[name] / counted['raw']:.1f}x |")
 
 

@@ -121,6 +121,36 @@ async def test_a_context_never_exceeds_its_budget_and_keeps_its_order(
     await client.delete(*mem.keys.data)
 
 
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [500] * 150 + [5] * 100,  # the mean says few fit; many small ones do
+        [5] * 150 + [500] * 10,  # the mean says many fit; two large ones do
+        [40] * 300,
+    ],
+    ids=["large-then-small", "small-then-large", "even"],
+)
+async def test_the_window_takes_every_newest_message_that_fits_whatever_their_mean(
+    client: RedisClient, memory_key: str, sizes: list[int]
+) -> None:
+    # The window is read in chunks sized from the live messages' mean: a mean far from the
+    # newest messages' sizes reads more chunks, never a different window.
+    mem = memory(client, memory_key, max_tokens=10**6)
+    await mem.append({**SYSTEM, "tokens": 7})
+    await mem.append_many([chat(n, tokens=t) for n, t in enumerate(sizes)])
+    budget = 1_007
+    layers = await mem.context_layers(budget)
+    room, expected = budget - 7, 0
+    for tokens in reversed(sizes):
+        if tokens > room:
+            break
+        room -= tokens
+        expected += 1
+    live = [m.id for m in await mem.read() if m.priority != 0]
+    assert [m.id for m in layers.window] == live[len(live) - expected :]
+    assert layers.tokens == budget - room
+
+
 async def test_a_flush_leaves_the_context_nearly_full(client: RedisClient, memory_key: str) -> None:
     mem = memory(client, memory_key, max_tokens=2_000)
     flusher = attach(mem, 2_000)

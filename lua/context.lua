@@ -66,7 +66,7 @@ for id in string.gmatch(a_hits, '[^,]+') do
   ranked[#ranked + 1] = {int_arg(id, 'a hit id', 1, nil), tostring(#ranked + 1)}
 end
 local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'},
-  {'ix_next', 'ix_seq', 'last_id', 'p:0:count', 'p:0:tokens', 'pins', 'ver'})
+  {'ix_next', 'ix_seq', 'last_id', 'p:0:count', 'p:0:tokens', 'pins', 'ver', 'tokens'})
 local n_pinned, pinned_tokens = tonumber(m['p:0:count']) or 0, tonumber(m['p:0:tokens']) or 0
 local live = tonumber(m.count) or 0
 if n_pinned > MAX_PINNED then
@@ -110,10 +110,9 @@ if n_pinned > 0 then
         fail('CORRUPT', 'meta lists more than the ' .. MAX_PINNED .. ' pinned messages a '
           .. 'memory holds: it was written raw')
       end
-      local at = live_index(k_msgs, tonumber(id), live)
+      local at, _, env = live_index(k_msgs, tonumber(id), live)
       if at then
-        pinned[#pinned + 1] = bounded(redis.call('LINDEX', k_msgs, at), MAX_ENVELOPE_BYTES,
-          'a message')
+        pinned[#pinned + 1] = bounded(env, MAX_ENVELOPE_BYTES, 'a message')
         shown[tonumber(id)] = true
       end
     end
@@ -182,6 +181,22 @@ rest = rest - used
 local recall_cap = math.floor(shared * recall_share)
 local window, window_ids = {}, {}
 local offset, size, reached_oldest = 0, 16, false
+local window_first = max_messages
+if recall_most < max_messages then
+  window_first = max_messages - recall_most
+end
+-- The first chunk holds what the window may take (all that is left, when the recall layer
+-- leaves its share: no query, nothing recalled) at the live messages' mean size, and the
+-- one after (the first that does not fit stops the window): each envelope read costs the
+-- server its bytes twice (copied into Lua, hashed there), so the usual window is read in one
+-- chunk of about its own length rather than in chunks of 16, 32, ...
+local unpinned = live - n_pinned
+if unpinned > 0 then
+  local mean = ((tonumber(m.tokens) or 0) - pinned_tokens) / unpinned
+  local fits = mean > 0 and math.floor(rest / mean) or max_messages
+  size = math.max(4, math.min(fits, max_messages, unpinned) + 2)
+  size = math.min(size, UNPACK_STEP)
+end
 local pending, next_pending = {}, 1  -- the last chunk read, newest first, from next_pending
 local function extend(room, most)
   while #window < most do
@@ -216,10 +231,6 @@ local function extend(room, most)
     end
   end
   return room
-end
-local window_first = max_messages
-if recall_most < max_messages then
-  window_first = max_messages - recall_most
 end
 rest = extend(rest - recall_cap, window_first) + recall_cap
 

@@ -79,7 +79,8 @@ end
 -- left only by moves, which take the oldest), so the guess count - 1 - (newest - id) is
 -- usually right at once; otherwise the place lies between the guess and the end (gaps only
 -- push it later), and a binary search of LINDEX reads finds it. newest: the last live id,
--- nil to read it.
+-- nil to read it. Found, the envelope read there comes third (after nil), so the caller does
+-- not read it again.
 local function live_index(k_msgs, id, count, newest)
   if count == 0 then
     return nil, 0
@@ -91,7 +92,7 @@ local function live_index(k_msgs, id, count, newest)
   if low <= high then
     local env = redis.call('LINDEX', k_msgs, low)
     if env and envelope_head(env) == id then
-      return low
+      return low, nil, env
     end
   end
   while low <= high do
@@ -102,7 +103,7 @@ local function live_index(k_msgs, id, count, newest)
     end
     local at = envelope_head(env)
     if at == id then
-      return mid
+      return mid, nil, env
     elseif at < id then
       low = mid + 1
     else
@@ -191,9 +192,9 @@ local function locate(k, docs, id, state)
     state.newest = envelope_head(bounded(redis.call('LINDEX', k.msgs, -1), MAX_ENVELOPE_BYTES,
       'a message'))
   end
-  local at = live_index(k.msgs, id, state.count, state.newest)
+  local at, _, env = live_index(k.msgs, id, state.count, state.newest)
   if at then
-    return bounded(redis.call('LINDEX', k.msgs, at), MAX_ENVELOPE_BYTES, 'a message'), 'live'
+    return bounded(env, MAX_ENVELOPE_BYTES, 'a message'), 'live'
   end
   return nil
 end

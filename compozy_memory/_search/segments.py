@@ -49,11 +49,14 @@ ids, so postings from several segments merge by id.
 from __future__ import annotations
 
 import math
+import sys
 import zlib
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, pairwise
-from operator import attrgetter, itemgetter
+from itertools import accumulate, islice
+from operator import attrgetter, itemgetter, sub
+from typing import TypeVar
 
 __all__ = [
     "BLOCK",
@@ -87,7 +90,14 @@ LAYOUT = 1
 BLOCKS_MARK = 0x7F
 #: The most digits of a fixed number: ids are below 2 ** 53.
 MOST_DIGITS = 8
-_LOW_7 = 0x7F
+#: Values past which :func:`_fixed` packs them into lanes of one integer rather than going
+#: value by value (measured: about where the two take the same time).
+_LANES_FROM = 10
+#: A byte's low 7 bits, as a ``bytes.translate`` table.
+_LOW_7_OF = bytes(range(128)) * 2
+_BIG_ENDIAN = sys.byteorder == "big"
+_IDS = attrgetter("ids")
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -216,19 +226,31 @@ def _fixed(out: bytearray, values: Sequence[int], width: int) -> None:
         out += bytes(values)
         return
     n = len(values)
-    if n < 16:
-        for v in values:
-            for _ in range(width):
-                out.append(v & 0x7F)
-                v >>= 7
-        return
-    # Digit i of every value in one C-level pass (shift, mask), then interleaved: no Python
-    # loop per value (a bucket's entries and a block's postings are hundreds of numbers).
-    at = len(out)
-    out += bytes(n * width)
-    for i in range(width):
-        shifted = map((7 * i).__rrshift__, values) if i else values
-        out[at + i : at + n * width : width] = bytes(map(_LOW_7.__and__, shifted))
+    if n >= _LANES_FROM and width <= MOST_DIGITS:
+        try:
+            lanes = array("Q", values)
+        except OverflowError:  # a value no segment holds (negative): digit by digit below
+            pass
+        else:
+            # Every value an 8-byte lane of one integer: digit i of every value is then the
+            # low byte of each lane of the integer shifted right 7 x i bits (what the next
+            # lane shifts in lands above it), masked to 7 bits, in C-level passes, with no
+            # Python operation per value (a bucket's entries, a block's postings).
+            if _BIG_ENDIAN:  # pragma: no cover - no such machine in CI
+                lanes.byteswap()
+            raw = bytes(lanes)
+            whole = int.from_bytes(raw, "little")
+            at = len(out)
+            out += bytes(n * width)
+            out[at : at + n * width : width] = raw[::8].translate(_LOW_7_OF)
+            for i in range(1, width):
+                digits = (whole >> 7 * i).to_bytes(8 * n, "little")[::8]
+                out[at + i : at + n * width : width] = digits.translate(_LOW_7_OF)
+            return
+    for v in values:
+        for _ in range(width):
+            out.append(v & 0x7F)
+            v >>= 7
 
 
 def _small(out: bytearray, value: int) -> int:
@@ -258,11 +280,12 @@ def _run(
         wl = _small(out, length)
         out[at + 1] = wt | wl << 2
         return
-    deltas = [b - a for a, b in pairwise(ids)]
+    deltas = list(map(sub, islice(ids, 1, None), ids))
     wd = _digits(max(deltas, default=0))
-    wt = _digits(max(tfs))
-    wl = _digits(max(lengths))
-    if max(tfs) > 0xFFFF or max(lengths) > 0xFFFF:
+    most_tf, longest = max(tfs), max(lengths)
+    wt = _digits(most_tf)
+    wl = _digits(longest)
+    if most_tf > 0xFFFF or longest > 0xFFFF:
         raise ValueError("term frequencies and lengths are at most 65,535")
     out.append(wd)
     out.append(wt | wl << 2)
@@ -272,28 +295,44 @@ def _run(
     _fixed(out, lengths, wl)
 
 
-def _grouped(names: list[str], n_buckets: int) -> dict[int, list[tuple[str, bytes]]]:
-    """Sorted ``names`` by bucket, each with its UTF-8."""
-    grouped: dict[int, list[tuple[str, bytes]]] = {}
-    crc32 = zlib.crc32
-    for term in names:
+def _utf8(names: list[str]) -> list[bytes]:
+    """Each of ``names`` as UTF-8 (in C-level passes), each checked to be no empty term and
+    to hold no newline (the byte that separates a bucket's terms)."""
+    try:
+        raws = list(map(str.encode, names))
+        if all(raws) and b"\n" not in b"".join(raws):
+            return raws
+    except UnicodeEncodeError:
+        pass
+    for term in names:  # the first term that fails, named (the same error as before the check)
         raw = term.encode()
         if b"\n" in raw or not raw:
             raise ValueError(f"an index term is not empty and holds no newline: {term!r}")
-        k = crc32(raw) % n_buckets
-        group = grouped.get(k)
-        if group is None:
-            grouped[k] = [(term, raw)]
-        else:
-            group.append((term, raw))
-    return grouped
+    raise AssertionError("unreachable: a term failed the check above")  # pragma: no cover
 
 
-def _bucket(bucket_terms: list[tuple[str, bytes]], dfs: Iterable[int], runs: list[bytes]) -> bytes:
+def _by_bucket(
+    raws: list[bytes], items: list[_T], n_buckets: int
+) -> list[tuple[int, list[bytes], list[_T]]]:
+    """(bucket, its terms' UTF-8, their items) for each bucket some term falls in, by bucket;
+    ``raws`` sorted, so each bucket's terms are too."""
+    if n_buckets == 1:
+        return [(0, raws, items)] if raws else []
+    texts: list[list[bytes]] = [[] for _ in range(n_buckets)]
+    values: list[list[_T]] = [[] for _ in range(n_buckets)]
+    for raw, k, item in zip(
+        raws, map(n_buckets.__rmod__, map(zlib.crc32, raws)), items, strict=True
+    ):
+        texts[k].append(raw)
+        values[k].append(item)
+    return [(k, t, v) for k, (t, v) in enumerate(zip(texts, values, strict=True)) if t]
+
+
+def _bucket(raws: list[bytes], dfs: Iterable[int], runs: list[bytes]) -> bytes:
     entries = [0] * (2 * len(runs))
     entries[0::2] = dfs
     entries[1::2] = accumulate(map(len, runs))
-    text = b"\n".join([raw for _, raw in bucket_terms])
+    text = b"\n".join(raws)
     width = _digits(max(entries))
     out = bytearray((LAYOUT, width))
     _varint(out, len(text))
@@ -308,31 +347,32 @@ def encode(segment: Segment) -> Encoded:
     if not segment.docs:
         raise ValueError("a segment holds at least one document")
     base = segment.docs[0]
-    names = sorted(segment.terms)
-    n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
-    grouped = _grouped(names, n_buckets)
-    fields: dict[str, bytes] = {}
-    # A one-document list's bytes follow from (id, tf, length) alone, and a document's terms
-    # share its id and length and mostly a tf of 1: made once, then copied.
-    singles: dict[tuple[int, int, int], bytes] = {}
     terms = segment.terms
+    names = sorted(terms)
+    raws = _utf8(names)
+    n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
+    fields: dict[str, bytes] = {}
+    # A short list's bytes follow from its postings alone, and terms said together share
+    # them: a document's terms share its id and length and mostly a tf of 1, and in a
+    # conversation many terms come in the same messages. Each distinct run is made once.
+    runs: dict[object, bytes] = {}
 
     def data_of(p: Postings) -> bytes:
         ids = p.ids
         df = len(ids)
-        if df == 1:
-            key = (ids[0], p.tfs[0], p.lengths[0])
-            run = singles.get(key)
+        if df <= INLINE:
+            key = (
+                (ids[0], p.tfs[0], p.lengths[0])
+                if df == 1
+                else (tuple(ids), tuple(p.tfs), tuple(p.lengths))
+            )
+            run = runs.get(key)
             if run is None:
                 made = bytearray()
                 _run(made, ids, p.tfs, p.lengths, base)
-                run = singles[key] = bytes(made)
+                run = runs[key] = bytes(made)
             return run
-        made = bytearray()
-        if df <= INLINE:
-            _run(made, ids, p.tfs, p.lengths, base)
-            return bytes(made)
-        made.append(BLOCKS_MARK)
+        made = bytearray((BLOCKS_MARK,))
         _varint(made, len(fields))  # the first block's number: blocks are the only fields yet
         previous = base
         for at in range(0, df, BLOCK):
@@ -346,10 +386,12 @@ def encode(segment: Segment) -> Encoded:
         return bytes(made)
 
     buckets: dict[str, bytes] = {}
-    for k, bucket_terms in sorted(grouped.items()):
-        postings = [terms[term] for term, _ in bucket_terms]
-        runs = [data_of(p) for p in postings]
-        buckets[f"b{k}"] = _bucket(bucket_terms, map(len, map(attrgetter("ids"), postings)), runs)
+    # Bucket by bucket, term by term: the order blocks are numbered in.
+    for k, bucket_raws, postings in _by_bucket(
+        raws, list(map(terms.__getitem__, names)), n_buckets
+    ):
+        data = list(map(data_of, postings))
+        buckets[f"b{k}"] = _bucket(bucket_raws, map(len, map(_IDS, postings)), data)
     n_blocks = len(fields)
     fields.update(buckets)
     return Encoded(
@@ -360,21 +402,20 @@ def encode(segment: Segment) -> Encoded:
 def encode_one(doc_id: int, tf: Mapping[str, int], length: int, *, sign: int = 1) -> Encoded:
     """``encode(build([(doc_id, tf, length)], sign=sign))`` without building the segment: a
     step of one message, the usual one (a conversation's messages come seconds apart). Every
-    list holds one document, so a term's data depends on its tf alone."""
+    list holds one document, so a term's data depends on its tf alone: made once per tf, and
+    every term's is picked in C-level passes."""
     names = sorted(tf)
+    raws = _utf8(names)
     n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
     by_tf: dict[int, bytes] = {}
-    ids, lengths = [doc_id], [length]
-    fields: dict[str, bytes] = {}
-    for k, bucket_terms in sorted(_grouped(names, n_buckets).items()):
-        runs = []
-        for term, _ in bucket_terms:
-            count = tf[term]
-            run = by_tf.get(count)
-            if run is None:
-                made = bytearray()
-                _run(made, ids, [count], lengths, doc_id)
-                run = by_tf[count] = bytes(made)
-            runs.append(run)
-        fields[f"b{k}"] = _bucket(bucket_terms, [1] * len(runs), runs)
+    for count in tf.values():
+        if count not in by_tf:
+            made = bytearray()
+            _run(made, [doc_id], [count], [length], doc_id)
+            by_tf[count] = bytes(made)
+    data = list(map(by_tf.__getitem__, map(tf.__getitem__, names)))
+    fields = {
+        f"b{k}": _bucket(bucket_raws, [1] * len(runs), runs)
+        for k, bucket_raws, runs in _by_bucket(raws, data, n_buckets)
+    }
     return Encoded(sign, 1, doc_id, doc_id, n_buckets, 0, fields)

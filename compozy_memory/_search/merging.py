@@ -137,12 +137,13 @@ def decode_segment(entry: SegmentEntry, values: Mapping[str, bytes | None]) -> S
     """A whole segment from its fields (``values`` by field name; missing buckets are
     empty), for a merge."""
     terms: dict[str, Postings] = {}
-    docs: set[int] = set()
+    seen: dict[tuple[int, bytes], Postings] = {}
+    lists: list[list[int]] = []
     for k in range(entry.buckets):
         raw = values.get(bucket_field(entry.gen, k))
         if raw is None:
             continue
-        for term, t in Bucket(raw, entry.first).lists():
+        for term, t in Bucket(raw, entry.first).lists(seen):
             if isinstance(t, Postings):  # its df: the bucket's entry, checked on reading
                 p = t
             else:
@@ -160,8 +161,9 @@ def decode_segment(entry: SegmentEntry, values: Mapping[str, bytes | None]) -> S
                 if len(p.ids) != t.df:
                     raise CorruptDataError(f"term {term!r} of index segment {entry.gen} is short")
             terms[term] = p
-            docs.update(p.ids)
-    return Segment(entry.sign, terms, sorted(docs))
+            lists.append(p.ids)
+    # One union of every list (C-level), not an update per term.
+    return Segment(entry.sign, terms, sorted(set().union(*lists)))
 
 
 def merge(

@@ -143,11 +143,16 @@ class Bucket:
             lasts.append(last)
         return TermEntry(df, None, first, tuple(lasts))
 
-    def lists(self) -> Iterator[tuple[str, Postings | TermEntry]]:
+    def lists(
+        self, seen: dict[tuple[int, bytes], Postings] | None = None
+    ) -> Iterator[tuple[str, Postings | TermEntry]]:
         """Every term in order with its postings, or for a list in blocks its entry (which
         names them). A merge reads whole buckets, so the usual list (one document, a one-byte
         id delta, tf and length of one digit or a length of two) is read here in place, with
-        no entry made for it; any other goes through :meth:`get`'s path."""
+        no entry made for it; any other goes through :meth:`get`'s path. ``seen``: inline
+        lists read before from buckets of the same segment, by df and bytes (terms said in
+        the same messages have the same), each read again is a copy, not a decode; they must
+        stay unchanged while it is used."""
         try:
             names = b"\n".join(self._terms).decode().split("\n") if self._terms else []
         except UnicodeDecodeError:
@@ -167,9 +172,22 @@ class Bucket:
             ):
                 length = buf[start + 4] if size == 5 else buf[start + 4] | buf[start + 5] << 7
                 yield name, Postings([base + buf[start + 2]], [buf[start + 3]], [length])
-            else:
-                entry = self._entry(i)
+            elif seen is None or stop > len(buf) or start >= stop:
+                entry = self._entry(i)  # (which raises on a range no segment writes)
                 yield name, entry if entry.postings is None else entry.postings
+            else:
+                key = (entries[2 * i], buf[start:stop])
+                p = seen.get(key)
+                if p is None:
+                    entry = self._entry(i)
+                    if entry.postings is None:
+                        yield name, entry
+                        start = stop
+                        continue
+                    p = seen[key] = entry.postings
+                    yield name, p
+                else:
+                    yield name, Postings(p.ids[:], p.tfs[:], p.lengths[:])
             start = stop
 
 

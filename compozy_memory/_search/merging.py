@@ -138,6 +138,7 @@ def decode_segment(entry: SegmentEntry, values: Mapping[str, bytes | None]) -> S
     empty), for a merge."""
     terms: dict[str, Postings] = {}
     seen: dict[tuple[int, bytes], Postings] = {}
+    blocks: dict[tuple[int, bytes], Postings] = {}  # read only: the terms' lists copy them
     lists: list[list[int]] = []
     for k in range(entry.buckets):
         raw = values.get(bucket_field(entry.gen, k))
@@ -154,7 +155,10 @@ def decode_segment(entry: SegmentEntry, values: Mapping[str, bytes | None]) -> S
                         raise CorruptDataError(
                             f"block {t.first_block + i} of index segment {entry.gen} is missing"
                         )
-                    part = decode_block(block, block_postings(t, i), entry.first)
+                    n = block_postings(t, i)
+                    part = blocks.get((n, block))
+                    if part is None:  # (terms of the same messages: blocks of the same bytes)
+                        part = blocks[n, block] = decode_block(block, n, entry.first)
                     p.ids += part.ids
                     p.tfs += part.tfs
                     p.lengths += part.lengths
@@ -247,7 +251,7 @@ def _analysed(message: dict[str, Any], *, summary: bool) -> tuple[int, int, Coun
     """(id, kind, term frequencies, length) of one stored envelope (parsed JSON)."""
     kind = KINDS["summary"] if summary else kind_of(message)
     tf, length = document_terms(message, kind=kind)
-    return int(message["id"]), kind, Counter(tf), length
+    return int(message["id"]), kind, tf, length
 
 
 def step_segments(

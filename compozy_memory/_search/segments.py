@@ -265,6 +265,17 @@ def _small(out: bytearray, value: int) -> int:
     return 3
 
 
+def _one(delta: int, tf: int, length: int) -> bytes:
+    """The run of one document: its id less the segment's first, tf, length."""
+    if 0 <= delta < 0x40 and 0 <= tf < 0x80 and 0 <= length < 0x4000:  # most: 5 or 6 bytes
+        if length < 0x80:
+            return bytes((1, 5, delta, tf, length))
+        return bytes((1, 9, delta, tf, length & 0x7F, length >> 7))
+    made = bytearray()
+    _run(made, [delta], [tf], [length], 0)
+    return bytes(made)
+
+
 def _run(
     out: bytearray, ids: Sequence[int], tfs: Sequence[int], lengths: Sequence[int], base: int
 ) -> None:
@@ -352,34 +363,38 @@ def encode(segment: Segment) -> Encoded:
     raws = _utf8(names)
     n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
     fields: dict[str, bytes] = {}
-    # A short list's bytes follow from its postings alone, and terms said together share
-    # them: a document's terms share its id and length and mostly a tf of 1, and in a
-    # conversation many terms come in the same messages. Each distinct run is made once.
+    # A run's bytes (a short list's, or a block's) follow from its postings alone, and
+    # terms said together share them: a document's terms share its id and length and mostly
+    # a tf of 1, and in a conversation many terms come in the same messages (a day's date
+    # terms, a speaker's name in every one of its turns). Each distinct run is made once.
     runs: dict[object, bytes] = {}
+
+    def run_of(ids: list[int], tfs: list[int], lengths: list[int]) -> bytes:
+        key = (tuple(ids), tuple(tfs), tuple(lengths))
+        run = runs.get(key)
+        if run is None:
+            made = bytearray()
+            _run(made, ids, tfs, lengths, base)
+            run = runs[key] = bytes(made)
+        return run
 
     def data_of(p: Postings) -> bytes:
         ids = p.ids
         df = len(ids)
-        if df <= INLINE:
-            key = (
-                (ids[0], p.tfs[0], p.lengths[0])
-                if df == 1
-                else (tuple(ids), tuple(p.tfs), tuple(p.lengths))
-            )
-            run = runs.get(key)
+        if df == 1:
+            one = (ids[0], p.tfs[0], p.lengths[0])
+            run = runs.get(one)
             if run is None:
-                made = bytearray()
-                _run(made, ids, p.tfs, p.lengths, base)
-                run = runs[key] = bytes(made)
+                run = runs[one] = _one(one[0] - base, one[1], one[2])
             return run
+        if df <= INLINE:
+            return run_of(ids, p.tfs, p.lengths)
         made = bytearray((BLOCKS_MARK,))
         _varint(made, len(fields))  # the first block's number: blocks are the only fields yet
         previous = base
         for at in range(0, df, BLOCK):
-            block = bytearray()
             stop = at + BLOCK
-            _run(block, ids[at:stop], p.tfs[at:stop], p.lengths[at:stop], base)
-            fields[f"p{len(fields)}"] = bytes(block)
+            fields[f"p{len(fields)}"] = run_of(ids[at:stop], p.tfs[at:stop], p.lengths[at:stop])
             last = ids[min(stop, df) - 1]
             _varint(made, last - previous)
             previous = last
@@ -410,9 +425,7 @@ def encode_one(doc_id: int, tf: Mapping[str, int], length: int, *, sign: int = 1
     by_tf: dict[int, bytes] = {}
     for count in tf.values():
         if count not in by_tf:
-            made = bytearray()
-            _run(made, [doc_id], [count], [length], doc_id)
-            by_tf[count] = bytes(made)
+            by_tf[count] = _one(0, count, length)
     data = list(map(by_tf.__getitem__, map(tf.__getitem__, names)))
     fields = {
         f"b{k}": _bucket(bucket_raws, [1] * len(runs), runs)

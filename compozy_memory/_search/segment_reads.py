@@ -147,12 +147,12 @@ class Bucket:
         self, seen: dict[tuple[int, bytes], Postings] | None = None
     ) -> Iterator[tuple[str, Postings | TermEntry]]:
         """Every term in order with its postings, or for a list in blocks its entry (which
-        names them). A merge reads whole buckets, so the usual list (one document, a one-byte
-        id delta, tf and length of one digit or a length of two) is read here in place, with
-        no entry made for it; any other goes through :meth:`get`'s path. ``seen``: inline
-        lists read before from buckets of the same segment, by df and bytes (terms said in
-        the same messages have the same), each read again is a copy, not a decode; they must
-        stay unchanged while it is used."""
+        names them). A merge reads whole buckets, so the usual list (one document, an id
+        delta of one or two bytes, tf and length of one digit or a length of two) is read here
+        in place, with no entry made for it; any other goes through :meth:`get`'s path.
+        ``seen``: inline lists read before from buckets of the same segment, by df and bytes
+        (terms said in the same messages have the same), each read again is a copy, not a
+        decode; they must stay unchanged while it is used."""
         try:
             names = b"\n".join(self._terms).decode().split("\n") if self._terms else []
         except UnicodeDecodeError:
@@ -172,6 +172,18 @@ class Bucket:
             ):
                 length = buf[start + 4] if size == 5 else buf[start + 4] | buf[start + 5] << 7
                 yield name, Postings([base + buf[start + 2]], [buf[start + 3]], [length])
+            elif (
+                entries[2 * i] == 1
+                and size in (6, 7)
+                and stop <= len(buf)
+                and buf[start] != BLOCKS_MARK
+                and buf[start + 1] == (5 if size == 6 else 9)
+                and 0x40 <= buf[start + 2] < 0x80
+                and buf[start + 3] < 0x40
+            ):  # the same past a segment's 64th document: a two-byte id delta
+                length = buf[start + 5] if size == 6 else buf[start + 5] | buf[start + 6] << 7
+                first = buf[start + 2] & 0x3F | buf[start + 3] << 6
+                yield name, Postings([base + first], [buf[start + 4]], [length])
             elif seen is None or stop > len(buf) or start >= stop:
                 entry = self._entry(i)  # (which raises on a range no segment writes)
                 yield name, entry if entry.postings is None else entry.postings

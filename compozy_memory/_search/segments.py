@@ -267,10 +267,11 @@ def _small(out: bytearray, value: int) -> int:
 
 def _one(delta: int, tf: int, length: int) -> bytes:
     """The run of one document: its id less the segment's first, tf, length."""
-    if 0 <= delta < 0x40 and 0 <= tf < 0x80 and 0 <= length < 0x4000:  # most: 5 or 6 bytes
+    if 0 <= delta < 0x1000 and 0 <= tf < 0x80 and 0 <= length < 0x4000:  # most: 5 to 7 bytes
+        first = (delta,) if delta < 0x40 else (delta & 0x3F | 0x40, delta >> 6)
         if length < 0x80:
-            return bytes((1, 5, delta, tf, length))
-        return bytes((1, 9, delta, tf, length & 0x7F, length >> 7))
+            return bytes((1, 5, *first, tf, length))
+        return bytes((1, 9, *first, tf, length & 0x7F, length >> 7))
     made = bytearray()
     _run(made, [delta], [tf], [length], 0)
     return bytes(made)

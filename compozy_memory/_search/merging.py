@@ -135,7 +135,7 @@ def _purge(
 
 def decode_segment(entry: SegmentEntry, values: Mapping[str, bytes | None]) -> Segment:
     """A whole segment from its fields (``values`` by field name; missing buckets are
-    empty), for a merge."""
+    empty), for a merge. Terms of the same postings share them: none is changed in place."""
     terms: dict[str, Postings] = {}
     seen: dict[tuple[int, bytes], Postings] = {}
     blocks: dict[tuple[int, bytes], Postings] = {}  # read only: the terms' lists copy them
@@ -226,16 +226,22 @@ def _concatenated(
     ordered: Sequence[Segment], sign: int, docs: list[int], *, reuse: bool
 ) -> tuple[Segment | None, Segment | None]:
     terms: dict[str, Postings] = {}
+    # Terms whose lists were made here: a part's may be another term's too (a decoded
+    # segment shares the postings its terms have in common), so they are never extended.
+    joined: set[str] = set()
     get = terms.get
     for part in ordered:
         for term, p in part.terms.items():
             q = get(term)
             if q is None:
                 terms[term] = p if reuse else Postings(p.ids[:], p.tfs[:], p.lengths[:])
-            else:
+            elif not reuse or term in joined:
                 q.ids += p.ids
                 q.tfs += p.tfs
                 q.lengths += p.lengths
+            else:
+                terms[term] = Postings(q.ids + p.ids, q.tfs + p.tfs, q.lengths + p.lengths)
+                joined.add(term)
     if not docs:
         return None, None
     merged = Segment(sign, terms, docs)

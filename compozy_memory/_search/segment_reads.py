@@ -151,8 +151,9 @@ class Bucket:
         delta of one or two bytes, tf and length of one digit or a length of two) is read here
         in place, with no entry made for it; any other goes through :meth:`get`'s path.
         ``seen``: inline lists read before from buckets of the same segment, by df and bytes
-        (terms said in the same messages have the same), each read again is a copy, not a
-        decode; they must stay unchanged while it is used."""
+        (terms said in the same messages have the same): each read again is the same
+        postings, not decoded again, so a caller that changes a list in place copies it
+        first."""
         try:
             names = b"\n".join(self._terms).decode().split("\n") if self._terms else []
         except UnicodeDecodeError:
@@ -199,7 +200,7 @@ class Bucket:
                     p = seen[key] = entry.postings
                     yield name, p
                 else:
-                    yield name, Postings(p.ids[:], p.tfs[:], p.lengths[:])
+                    yield name, p
             start = stop
 
 

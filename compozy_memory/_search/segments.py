@@ -54,6 +54,7 @@ import zlib
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import accumulate, islice
 from operator import attrgetter, itemgetter, sub
 from typing import TypeVar
@@ -344,14 +345,35 @@ def _bucket(raws: list[bytes], dfs: Iterable[int], runs: list[bytes]) -> bytes:
     entries = [0] * (2 * len(runs))
     entries[0::2] = dfs
     entries[1::2] = accumulate(map(len, runs))
-    text = b"\n".join(raws)
     width = _digits(max(entries))
+    table = bytearray()
+    _fixed(table, entries, width)
+    return _assembled(raws, width, table, runs)
+
+
+def _assembled(
+    raws: list[bytes], width: int, entries: bytes | bytearray, runs: list[bytes]
+) -> bytes:
+    text = b"\n".join(raws)
     out = bytearray((LAYOUT, width))
     _varint(out, len(text))
     out += text
-    _fixed(out, entries, width)
+    out += entries
     out += b"".join(runs)
     return bytes(out)
+
+
+@lru_cache(maxsize=1024)
+def _one_doc_entries(n: int, size: int) -> tuple[int, bytes]:
+    """(width, entries) of a bucket of ``n`` lists of one document, ``size`` bytes each: a
+    step of one message's, whose runs mostly have one size (its id, length and a tf of one
+    digit), so they are the same for every message of as many terms in a bucket."""
+    entries = [1] * (2 * n)
+    entries[1::2] = range(size, size * n + 1, size)
+    width = _digits(max(entries))
+    table = bytearray()
+    _fixed(table, entries, width)
+    return width, bytes(table)
 
 
 def encode(segment: Segment) -> Encoded:
@@ -423,13 +445,14 @@ def encode_one(doc_id: int, tf: Mapping[str, int], length: int, *, sign: int = 1
     names = sorted(tf)
     raws = _utf8(names)
     n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
-    by_tf: dict[int, bytes] = {}
-    for count in tf.values():
-        if count not in by_tf:
-            by_tf[count] = _one(0, count, length)
+    by_tf = {count: _one(0, count, length) for count in dict.fromkeys(tf.values())}
     data = list(map(by_tf.__getitem__, map(tf.__getitem__, names)))
-    fields = {
-        f"b{k}": _bucket(bucket_raws, [1] * len(runs), runs)
-        for k, bucket_raws, runs in _by_bucket(raws, data, n_buckets)
-    }
+    sizes = set(map(len, by_tf.values()))
+    fields: dict[str, bytes] = {}
+    for k, bucket_raws, runs in _by_bucket(raws, data, n_buckets):
+        if len(sizes) == 1:
+            width, entries = _one_doc_entries(len(runs), len(runs[0]))
+            fields[f"b{k}"] = _assembled(bucket_raws, width, entries, runs)
+        else:
+            fields[f"b{k}"] = _bucket(bucket_raws, [1] * len(runs), runs)
     return Encoded(sign, 1, doc_id, doc_id, n_buckets, 0, fields)

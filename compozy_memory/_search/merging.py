@@ -327,8 +327,9 @@ def merged_segment(
 ) -> Encoded | None:
     """The merge of ``inputs`` (their fields in ``values``), encoded; None when they cancel
     out whole."""
-    parts: list[Segment] = [decode_segment(e, values) for e in inputs]
-    positive, negative = merge(parts, reuse=True)
+    # The parts are let go once merged: what the result did not take is freed before the
+    # encode (fewer objects alive for the collector to walk).
+    positive, negative = merge([decode_segment(e, values) for e in inputs], reuse=True)
     if positive is not None and negative is not None:
         raise CorruptDataError(
             "a merge left removals of documents no merged segment holds: the index does not "

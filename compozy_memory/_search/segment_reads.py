@@ -151,8 +151,8 @@ class Bucket:
         delta of one or two bytes, tf and length of one digit or a length of two) is read here
         in place, with no entry made for it; any other goes through :meth:`get`'s path.
         ``seen``: inline lists read before from buckets of the same segment, by df and bytes
-        (terms said in the same messages have the same): each read again is the same
-        postings, not decoded again, so a caller that changes a list in place copies it
+        (a document's rare terms, terms said in the same messages): each read again is the
+        same postings, not decoded again, so a caller that changes a list in place copies it
         first."""
         try:
             names = b"\n".join(self._terms).decode().split("\n") if self._terms else []
@@ -162,6 +162,14 @@ class Bucket:
         start = data
         for i, name in enumerate(names):
             stop = data + entries[2 * i + 1]
+            key = None
+            if seen is not None and start < stop <= len(buf):
+                key = (entries[2 * i], buf[start:stop])
+                p = seen.get(key)
+                if p is not None:
+                    yield name, p
+                    start = stop
+                    continue
             size = stop - start
             if (
                 entries[2 * i] == 1
@@ -172,7 +180,7 @@ class Bucket:
                 and buf[start + 2] < 0x40
             ):
                 length = buf[start + 4] if size == 5 else buf[start + 4] | buf[start + 5] << 7
-                yield name, Postings([base + buf[start + 2]], [buf[start + 3]], [length])
+                p = Postings([base + buf[start + 2]], [buf[start + 3]], [length])
             elif (
                 entries[2 * i] == 1
                 and size in (6, 7)
@@ -184,23 +192,17 @@ class Bucket:
             ):  # the same past a segment's 64th document: a two-byte id delta
                 length = buf[start + 5] if size == 6 else buf[start + 5] | buf[start + 6] << 7
                 first = buf[start + 2] & 0x3F | buf[start + 3] << 6
-                yield name, Postings([base + first], [buf[start + 4]], [length])
-            elif seen is None or stop > len(buf) or start >= stop:
-                entry = self._entry(i)  # (which raises on a range no segment writes)
-                yield name, entry if entry.postings is None else entry.postings
+                p = Postings([base + first], [buf[start + 4]], [length])
             else:
-                key = (entries[2 * i], buf[start:stop])
-                p = seen.get(key)
-                if p is None:
-                    entry = self._entry(i)
-                    if entry.postings is None:
-                        yield name, entry
-                        start = stop
-                        continue
-                    p = seen[key] = entry.postings
-                    yield name, p
-                else:
-                    yield name, p
+                entry = self._entry(i)  # (which raises on a range no segment writes)
+                if entry.postings is None:
+                    yield name, entry
+                    start = stop
+                    continue
+                p = entry.postings
+            if seen is not None and key is not None:
+                seen[key] = p
+            yield name, p
             start = stop
 
 

@@ -49,15 +49,15 @@ ids, so postings from several segments merge by id.
 from __future__ import annotations
 
 import math
-import sys
 import zlib
-from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import accumulate, islice
-from operator import attrgetter, itemgetter, sub
+from itertools import accumulate
+from operator import attrgetter, itemgetter
 from typing import TypeVar
+
+from compozy_memory._search.runs import MOST_DIGITS, digits, fixed, one_run, varint, write_run
 
 __all__ = [
     "BLOCK",
@@ -89,14 +89,6 @@ INLINE = 128
 LAYOUT = 1
 #: A term's data that starts with this byte refers to blocks (no run starts with it).
 BLOCKS_MARK = 0x7F
-#: The most digits of a fixed number: ids are below 2 ** 53.
-MOST_DIGITS = 8
-#: Values past which :func:`_fixed` packs them into lanes of one integer rather than going
-#: value by value (measured: about where the two take the same time).
-_LANES_FROM = 10
-#: A byte's low 7 bits, as a ``bytes.translate`` table.
-_LOW_7_OF = bytes(range(128)) * 2
-_BIG_ENDIAN = sys.byteorder == "big"
 _IDS = attrgetter("ids")
 _T = TypeVar("_T")
 
@@ -210,104 +202,6 @@ def build(documents: Iterable[tuple[int, Mapping[str, int], int]], *, sign: int 
     return Segment(sign, terms, docs)
 
 
-def _varint(out: bytearray, n: int) -> None:
-    while n >= 0x40:
-        out.append((n & 0x3F) | 0x40)
-        n >>= 6
-    out.append(n)
-
-
-def _digits(largest: int) -> int:
-    """Digits of 7 bits a fixed number needs to hold ``largest``."""
-    return max(1, (largest.bit_length() + 6) // 7)
-
-
-def _fixed(out: bytearray, values: Sequence[int], width: int) -> None:
-    if width == 1:
-        out += bytes(values)
-        return
-    n = len(values)
-    if n >= _LANES_FROM and width <= MOST_DIGITS:
-        try:
-            lanes = array("Q", values)
-        except OverflowError:  # a value no segment holds (negative): digit by digit below
-            pass
-        else:
-            # Every value an 8-byte lane of one integer: digit i of every value is then the
-            # low byte of each lane of the integer shifted right 7 x i bits (what the next
-            # lane shifts in lands above it), masked to 7 bits, in C-level passes, with no
-            # Python operation per value (a bucket's entries, a block's postings).
-            if _BIG_ENDIAN:  # pragma: no cover - no such machine in CI
-                lanes.byteswap()
-            raw = bytes(lanes)
-            whole = int.from_bytes(raw, "little")
-            at = len(out)
-            out += bytes(n * width)
-            out[at : at + n * width : width] = raw[::8].translate(_LOW_7_OF)
-            for i in range(1, width):
-                digits = (whole >> 7 * i).to_bytes(8 * n, "little")[::8]
-                out[at + i : at + n * width : width] = digits.translate(_LOW_7_OF)
-            return
-    for v in values:
-        for _ in range(width):
-            out.append(v & 0x7F)
-            v >>= 7
-
-
-def _small(out: bytearray, value: int) -> int:
-    """``value`` (< 2 ** 21) in as few 7-bit digits as hold it; returns how many."""
-    if value < 0x80:
-        out.append(value)
-        return 1
-    if value < 0x4000:
-        out += bytes((value & 0x7F, value >> 7))
-        return 2
-    out += bytes((value & 0x7F, value >> 7 & 0x7F, value >> 14))
-    return 3
-
-
-def _one(delta: int, tf: int, length: int) -> bytes:
-    """The run of one document: its id less the segment's first, tf, length."""
-    if 0 <= delta < 0x1000 and 0 <= tf < 0x80 and 0 <= length < 0x4000:  # most: 5 to 7 bytes
-        first = (delta,) if delta < 0x40 else (delta & 0x3F | 0x40, delta >> 6)
-        if length < 0x80:
-            return bytes((1, 5, *first, tf, length))
-        return bytes((1, 9, *first, tf, length & 0x7F, length >> 7))
-    made = bytearray()
-    _run(made, [delta], [tf], [length], 0)
-    return bytes(made)
-
-
-def _run(
-    out: bytearray, ids: Sequence[int], tfs: Sequence[int], lengths: Sequence[int], base: int
-) -> None:
-    """Inline postings (ids >= base, increasing)."""
-    if len(ids) == 1:  # most terms of a small segment: one document each
-        tf, length = tfs[0], lengths[0]
-        if tf > 0xFFFF or length > 0xFFFF:
-            raise ValueError("term frequencies and lengths are at most 65,535")
-        at = len(out)
-        out += b"\x01\x00"
-        _varint(out, ids[0] - base)
-        wt = _small(out, tf)
-        wl = _small(out, length)
-        out[at + 1] = wt | wl << 2
-        return
-    deltas = list(map(sub, islice(ids, 1, None), ids))
-    wd = _digits(max(deltas, default=0))
-    most_tf, longest = max(tfs), max(lengths)
-    wt = _digits(most_tf)
-    wl = _digits(longest)
-    if most_tf > 0xFFFF or longest > 0xFFFF:
-        raise ValueError("term frequencies and lengths are at most 65,535")
-    out.append(wd)
-    out.append(wt | wl << 2)
-    _varint(out, ids[0] - base)
-    _fixed(out, deltas, wd)
-    _fixed(out, tfs, wt)
-    _fixed(out, lengths, wl)
-
-
 def _utf8(names: list[str]) -> list[bytes]:
     """Each of ``names`` as UTF-8 (in C-level passes), each checked to be no empty term and
     to hold no newline (the byte that separates a bucket's terms)."""
@@ -345,9 +239,9 @@ def _bucket(raws: list[bytes], dfs: Iterable[int], runs: list[bytes]) -> bytes:
     entries = [0] * (2 * len(runs))
     entries[0::2] = dfs
     entries[1::2] = accumulate(map(len, runs))
-    width = _digits(max(entries))
+    width = digits(max(entries))
     table = bytearray()
-    _fixed(table, entries, width)
+    fixed(table, entries, width)
     return _assembled(raws, width, table, runs)
 
 
@@ -356,7 +250,7 @@ def _assembled(
 ) -> bytes:
     text = b"\n".join(raws)
     out = bytearray((LAYOUT, width))
-    _varint(out, len(text))
+    varint(out, len(text))
     out += text
     out += entries
     out += b"".join(runs)
@@ -370,9 +264,9 @@ def _one_doc_entries(n: int, size: int) -> tuple[int, bytes]:
     digit), so they are the same for every message of as many terms in a bucket."""
     entries = [1] * (2 * n)
     entries[1::2] = range(size, size * n + 1, size)
-    width = _digits(max(entries))
+    width = digits(max(entries))
     table = bytearray()
-    _fixed(table, entries, width)
+    fixed(table, entries, width)
     return width, bytes(table)
 
 
@@ -397,7 +291,7 @@ def encode(segment: Segment) -> Encoded:
         run = runs.get(key)
         if run is None:
             made = bytearray()
-            _run(made, ids, tfs, lengths, base)
+            write_run(made, ids, tfs, lengths, base)
             run = runs[key] = bytes(made)
         return run
 
@@ -408,18 +302,18 @@ def encode(segment: Segment) -> Encoded:
             one = (ids[0], p.tfs[0], p.lengths[0])
             run = runs.get(one)
             if run is None:
-                run = runs[one] = _one(one[0] - base, one[1], one[2])
+                run = runs[one] = one_run(one[0] - base, one[1], one[2])
             return run
         if df <= INLINE:
             return run_of(ids, p.tfs, p.lengths)
         made = bytearray((BLOCKS_MARK,))
-        _varint(made, len(fields))  # the first block's number: blocks are the only fields yet
+        varint(made, len(fields))  # the first block's number: blocks are the only fields yet
         previous = base
         for at in range(0, df, BLOCK):
             stop = at + BLOCK
             fields[f"p{len(fields)}"] = run_of(ids[at:stop], p.tfs[at:stop], p.lengths[at:stop])
             last = ids[min(stop, df) - 1]
-            _varint(made, last - previous)
+            varint(made, last - previous)
             previous = last
         return bytes(made)
 
@@ -445,7 +339,7 @@ def encode_one(doc_id: int, tf: Mapping[str, int], length: int, *, sign: int = 1
     names = sorted(tf)
     raws = _utf8(names)
     n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
-    by_tf = {count: _one(0, count, length) for count in dict.fromkeys(tf.values())}
+    by_tf = {count: one_run(0, count, length) for count in dict.fromkeys(tf.values())}
     data = list(map(by_tf.__getitem__, map(tf.__getitem__, names)))
     sizes = set(map(len, by_tf.values()))
     fields: dict[str, bytes] = {}

@@ -11,7 +11,8 @@ from collections import Counter
 import pytest
 
 from compozy_memory._search.merging import decode_segment, merged_segment
-from compozy_memory._search.segments import SegmentEntry, _fixed, _varint, build, encode
+from compozy_memory._search.runs import fixed, varint
+from compozy_memory._search.segments import SegmentEntry, build, encode
 from compozy_memory.errors import CorruptDataError
 
 
@@ -26,9 +27,9 @@ def _bucket(terms: list[bytes], runs: list[bytes]) -> bytes:
         entries += (1, len(data))
     width = 3
     out = bytearray((1, width))
-    _varint(out, len(text))
+    varint(out, len(text))
     out += text
-    _fixed(out, entries, width)
+    fixed(out, entries, width)
     return bytes(out + data)
 
 

@@ -135,14 +135,16 @@ def _purge(
 
 def decode_segment(entry: SegmentEntry, values: Mapping[str, bytes | None]) -> Segment:
     """A whole segment from its fields (``values`` by field name; missing buckets are
-    empty), for a merge."""
+    empty), for a merge. Terms of the same postings share them: none is changed in place."""
     terms: dict[str, Postings] = {}
-    docs: set[int] = set()
+    seen: dict[tuple[int, bytes], Postings] = {}
+    blocks: dict[tuple[int, bytes], Postings] = {}  # read only: the terms' lists copy them
+    lists: list[list[int]] = []
     for k in range(entry.buckets):
         raw = values.get(bucket_field(entry.gen, k))
         if raw is None:
             continue
-        for term, t in Bucket(raw, entry.first).lists():
+        for term, t in Bucket(raw, entry.first).lists(seen):
             if isinstance(t, Postings):  # its df: the bucket's entry, checked on reading
                 p = t
             else:
@@ -153,15 +155,19 @@ def decode_segment(entry: SegmentEntry, values: Mapping[str, bytes | None]) -> S
                         raise CorruptDataError(
                             f"block {t.first_block + i} of index segment {entry.gen} is missing"
                         )
-                    part = decode_block(block, block_postings(t, i), entry.first)
+                    n = block_postings(t, i)
+                    part = blocks.get((n, block))
+                    if part is None:  # (terms of the same messages: blocks of the same bytes)
+                        part = blocks[n, block] = decode_block(block, n, entry.first)
                     p.ids += part.ids
                     p.tfs += part.tfs
                     p.lengths += part.lengths
                 if len(p.ids) != t.df:
                     raise CorruptDataError(f"term {term!r} of index segment {entry.gen} is short")
             terms[term] = p
-            docs.update(p.ids)
-    return Segment(entry.sign, terms, sorted(docs))
+            lists.append(p.ids)
+    # One union of every list (C-level), not an update per term.
+    return Segment(entry.sign, terms, sorted(set().union(*lists)))
 
 
 def merge(
@@ -220,16 +226,22 @@ def _concatenated(
     ordered: Sequence[Segment], sign: int, docs: list[int], *, reuse: bool
 ) -> tuple[Segment | None, Segment | None]:
     terms: dict[str, Postings] = {}
+    # Terms whose lists were made here: a part's may be another term's too (a decoded
+    # segment shares the postings its terms have in common), so they are never extended.
+    joined: set[str] = set()
     get = terms.get
     for part in ordered:
         for term, p in part.terms.items():
             q = get(term)
             if q is None:
                 terms[term] = p if reuse else Postings(p.ids[:], p.tfs[:], p.lengths[:])
-            else:
+            elif not reuse or term in joined:
                 q.ids += p.ids
                 q.tfs += p.tfs
                 q.lengths += p.lengths
+            else:
+                terms[term] = Postings(q.ids + p.ids, q.tfs + p.tfs, q.lengths + p.lengths)
+                joined.add(term)
     if not docs:
         return None, None
     merged = Segment(sign, terms, docs)
@@ -245,7 +257,7 @@ def _analysed(message: dict[str, Any], *, summary: bool) -> tuple[int, int, Coun
     """(id, kind, term frequencies, length) of one stored envelope (parsed JSON)."""
     kind = KINDS["summary"] if summary else kind_of(message)
     tf, length = document_terms(message, kind=kind)
-    return int(message["id"]), kind, Counter(tf), length
+    return int(message["id"]), kind, tf, length
 
 
 def step_segments(
@@ -315,8 +327,9 @@ def merged_segment(
 ) -> Encoded | None:
     """The merge of ``inputs`` (their fields in ``values``), encoded; None when they cancel
     out whole."""
-    parts: list[Segment] = [decode_segment(e, values) for e in inputs]
-    positive, negative = merge(parts, reuse=True)
+    # The parts are let go once merged: what the result did not take is freed before the
+    # encode (fewer objects alive for the collector to walk).
+    positive, negative = merge([decode_segment(e, values) for e in inputs], reuse=True)
     if positive is not None and negative is not None:
         raise CorruptDataError(
             "a merge left removals of documents no merged segment holds: the index does not "

@@ -143,11 +143,17 @@ class Bucket:
             lasts.append(last)
         return TermEntry(df, None, first, tuple(lasts))
 
-    def lists(self) -> Iterator[tuple[str, Postings | TermEntry]]:
+    def lists(
+        self, seen: dict[tuple[int, bytes], Postings] | None = None
+    ) -> Iterator[tuple[str, Postings | TermEntry]]:
         """Every term in order with its postings, or for a list in blocks its entry (which
-        names them). A merge reads whole buckets, so the usual list (one document, a one-byte
-        id delta, tf and length of one digit or a length of two) is read here in place, with
-        no entry made for it; any other goes through :meth:`get`'s path."""
+        names them). A merge reads whole buckets, so the usual list (one document, an id
+        delta of one or two bytes, tf and length of one digit or a length of two) is read here
+        in place, with no entry made for it; any other goes through :meth:`get`'s path.
+        ``seen``: inline lists read before from buckets of the same segment, by df and bytes
+        (a document's rare terms, terms said in the same messages): each read again is the
+        same postings, not decoded again, so a caller that changes a list in place copies it
+        first."""
         try:
             names = b"\n".join(self._terms).decode().split("\n") if self._terms else []
         except UnicodeDecodeError:
@@ -156,6 +162,14 @@ class Bucket:
         start = data
         for i, name in enumerate(names):
             stop = data + entries[2 * i + 1]
+            key = None
+            if seen is not None and start < stop <= len(buf):
+                key = (entries[2 * i], buf[start:stop])
+                p = seen.get(key)
+                if p is not None:
+                    yield name, p
+                    start = stop
+                    continue
             size = stop - start
             if (
                 entries[2 * i] == 1
@@ -166,10 +180,29 @@ class Bucket:
                 and buf[start + 2] < 0x40
             ):
                 length = buf[start + 4] if size == 5 else buf[start + 4] | buf[start + 5] << 7
-                yield name, Postings([base + buf[start + 2]], [buf[start + 3]], [length])
+                p = Postings([base + buf[start + 2]], [buf[start + 3]], [length])
+            elif (
+                entries[2 * i] == 1
+                and size in (6, 7)
+                and stop <= len(buf)
+                and buf[start] != BLOCKS_MARK
+                and buf[start + 1] == (5 if size == 6 else 9)
+                and 0x40 <= buf[start + 2] < 0x80
+                and buf[start + 3] < 0x40
+            ):  # the same past a segment's 64th document: a two-byte id delta
+                length = buf[start + 5] if size == 6 else buf[start + 5] | buf[start + 6] << 7
+                first = buf[start + 2] & 0x3F | buf[start + 3] << 6
+                p = Postings([base + first], [buf[start + 4]], [length])
             else:
-                entry = self._entry(i)
-                yield name, entry if entry.postings is None else entry.postings
+                entry = self._entry(i)  # (which raises on a range no segment writes)
+                if entry.postings is None:
+                    yield name, entry
+                    start = stop
+                    continue
+                p = entry.postings
+            if seen is not None and key is not None:
+                seen[key] = p
+            yield name, p
             start = stop
 
 

@@ -50,10 +50,14 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import accumulate, pairwise
+from functools import lru_cache
+from itertools import accumulate
 from operator import attrgetter, itemgetter
+from typing import TypeVar
+
+from compozy_memory._search.runs import MOST_DIGITS, digits, fixed, one_run, varint, write_run
 
 __all__ = [
     "BLOCK",
@@ -85,9 +89,8 @@ INLINE = 128
 LAYOUT = 1
 #: A term's data that starts with this byte refers to blocks (no run starts with it).
 BLOCKS_MARK = 0x7F
-#: The most digits of a fixed number: ids are below 2 ** 53.
-MOST_DIGITS = 8
-_LOW_7 = 0x7F
+_IDS = attrgetter("ids")
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -199,108 +202,72 @@ def build(documents: Iterable[tuple[int, Mapping[str, int], int]], *, sign: int 
     return Segment(sign, terms, docs)
 
 
-def _varint(out: bytearray, n: int) -> None:
-    while n >= 0x40:
-        out.append((n & 0x3F) | 0x40)
-        n >>= 6
-    out.append(n)
-
-
-def _digits(largest: int) -> int:
-    """Digits of 7 bits a fixed number needs to hold ``largest``."""
-    return max(1, (largest.bit_length() + 6) // 7)
-
-
-def _fixed(out: bytearray, values: Sequence[int], width: int) -> None:
-    if width == 1:
-        out += bytes(values)
-        return
-    n = len(values)
-    if n < 16:
-        for v in values:
-            for _ in range(width):
-                out.append(v & 0x7F)
-                v >>= 7
-        return
-    # Digit i of every value in one C-level pass (shift, mask), then interleaved: no Python
-    # loop per value (a bucket's entries and a block's postings are hundreds of numbers).
-    at = len(out)
-    out += bytes(n * width)
-    for i in range(width):
-        shifted = map((7 * i).__rrshift__, values) if i else values
-        out[at + i : at + n * width : width] = bytes(map(_LOW_7.__and__, shifted))
-
-
-def _small(out: bytearray, value: int) -> int:
-    """``value`` (< 2 ** 21) in as few 7-bit digits as hold it; returns how many."""
-    if value < 0x80:
-        out.append(value)
-        return 1
-    if value < 0x4000:
-        out += bytes((value & 0x7F, value >> 7))
-        return 2
-    out += bytes((value & 0x7F, value >> 7 & 0x7F, value >> 14))
-    return 3
-
-
-def _run(
-    out: bytearray, ids: Sequence[int], tfs: Sequence[int], lengths: Sequence[int], base: int
-) -> None:
-    """Inline postings (ids >= base, increasing)."""
-    if len(ids) == 1:  # most terms of a small segment: one document each
-        tf, length = tfs[0], lengths[0]
-        if tf > 0xFFFF or length > 0xFFFF:
-            raise ValueError("term frequencies and lengths are at most 65,535")
-        at = len(out)
-        out += b"\x01\x00"
-        _varint(out, ids[0] - base)
-        wt = _small(out, tf)
-        wl = _small(out, length)
-        out[at + 1] = wt | wl << 2
-        return
-    deltas = [b - a for a, b in pairwise(ids)]
-    wd = _digits(max(deltas, default=0))
-    wt = _digits(max(tfs))
-    wl = _digits(max(lengths))
-    if max(tfs) > 0xFFFF or max(lengths) > 0xFFFF:
-        raise ValueError("term frequencies and lengths are at most 65,535")
-    out.append(wd)
-    out.append(wt | wl << 2)
-    _varint(out, ids[0] - base)
-    _fixed(out, deltas, wd)
-    _fixed(out, tfs, wt)
-    _fixed(out, lengths, wl)
-
-
-def _grouped(names: list[str], n_buckets: int) -> dict[int, list[tuple[str, bytes]]]:
-    """Sorted ``names`` by bucket, each with its UTF-8."""
-    grouped: dict[int, list[tuple[str, bytes]]] = {}
-    crc32 = zlib.crc32
-    for term in names:
+def _utf8(names: list[str]) -> list[bytes]:
+    """Each of ``names`` as UTF-8 (in C-level passes), each checked to be no empty term and
+    to hold no newline (the byte that separates a bucket's terms)."""
+    try:
+        raws = list(map(str.encode, names))
+        if all(raws) and b"\n" not in b"".join(raws):
+            return raws
+    except UnicodeEncodeError:
+        pass
+    for term in names:  # the first term that fails, named (the same error as before the check)
         raw = term.encode()
         if b"\n" in raw or not raw:
             raise ValueError(f"an index term is not empty and holds no newline: {term!r}")
-        k = crc32(raw) % n_buckets
-        group = grouped.get(k)
-        if group is None:
-            grouped[k] = [(term, raw)]
-        else:
-            group.append((term, raw))
-    return grouped
+    raise AssertionError("unreachable: a term failed the check above")  # pragma: no cover
 
 
-def _bucket(bucket_terms: list[tuple[str, bytes]], dfs: Iterable[int], runs: list[bytes]) -> bytes:
+def _by_bucket(
+    raws: list[bytes], items: list[_T], n_buckets: int
+) -> list[tuple[int, list[bytes], list[_T]]]:
+    """(bucket, its terms' UTF-8, their items) for each bucket some term falls in, by bucket;
+    ``raws`` sorted, so each bucket's terms are too."""
+    if n_buckets == 1:
+        return [(0, raws, items)] if raws else []
+    texts: list[list[bytes]] = [[] for _ in range(n_buckets)]
+    values: list[list[_T]] = [[] for _ in range(n_buckets)]
+    for raw, k, item in zip(
+        raws, map(n_buckets.__rmod__, map(zlib.crc32, raws)), items, strict=True
+    ):
+        texts[k].append(raw)
+        values[k].append(item)
+    return [(k, t, v) for k, (t, v) in enumerate(zip(texts, values, strict=True)) if t]
+
+
+def _bucket(raws: list[bytes], dfs: Iterable[int], runs: list[bytes]) -> bytes:
     entries = [0] * (2 * len(runs))
     entries[0::2] = dfs
     entries[1::2] = accumulate(map(len, runs))
-    text = b"\n".join([raw for _, raw in bucket_terms])
-    width = _digits(max(entries))
+    width = digits(max(entries))
+    table = bytearray()
+    fixed(table, entries, width)
+    return _assembled(raws, width, table, runs)
+
+
+def _assembled(
+    raws: list[bytes], width: int, entries: bytes | bytearray, runs: list[bytes]
+) -> bytes:
+    text = b"\n".join(raws)
     out = bytearray((LAYOUT, width))
-    _varint(out, len(text))
+    varint(out, len(text))
     out += text
-    _fixed(out, entries, width)
+    out += entries
     out += b"".join(runs)
     return bytes(out)
+
+
+@lru_cache(maxsize=1024)
+def _one_doc_entries(n: int, size: int) -> tuple[int, bytes]:
+    """(width, entries) of a bucket of ``n`` lists of one document, ``size`` bytes each: a
+    step of one message's, whose runs mostly have one size (its id, length and a tf of one
+    digit), so they are the same for every message of as many terms in a bucket."""
+    entries = [1] * (2 * n)
+    entries[1::2] = range(size, size * n + 1, size)
+    width = digits(max(entries))
+    table = bytearray()
+    fixed(table, entries, width)
+    return width, bytes(table)
 
 
 def encode(segment: Segment) -> Encoded:
@@ -308,48 +275,55 @@ def encode(segment: Segment) -> Encoded:
     if not segment.docs:
         raise ValueError("a segment holds at least one document")
     base = segment.docs[0]
-    names = sorted(segment.terms)
-    n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
-    grouped = _grouped(names, n_buckets)
-    fields: dict[str, bytes] = {}
-    # A one-document list's bytes follow from (id, tf, length) alone, and a document's terms
-    # share its id and length and mostly a tf of 1: made once, then copied.
-    singles: dict[tuple[int, int, int], bytes] = {}
     terms = segment.terms
+    names = sorted(terms)
+    raws = _utf8(names)
+    n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
+    fields: dict[str, bytes] = {}
+    # A run's bytes (a short list's, or a block's) follow from its postings alone, and
+    # terms said together share them: a document's terms share its id and length and mostly
+    # a tf of 1, and in a conversation many terms come in the same messages (a day's date
+    # terms, a speaker's name in every one of its turns). Each distinct run is made once.
+    runs: dict[object, bytes] = {}
+
+    def run_of(ids: list[int], tfs: list[int], lengths: list[int]) -> bytes:
+        key = (tuple(ids), tuple(tfs), tuple(lengths))
+        run = runs.get(key)
+        if run is None:
+            made = bytearray()
+            write_run(made, ids, tfs, lengths, base)
+            run = runs[key] = bytes(made)
+        return run
 
     def data_of(p: Postings) -> bytes:
         ids = p.ids
         df = len(ids)
         if df == 1:
-            key = (ids[0], p.tfs[0], p.lengths[0])
-            run = singles.get(key)
+            one = (ids[0], p.tfs[0], p.lengths[0])
+            run = runs.get(one)
             if run is None:
-                made = bytearray()
-                _run(made, ids, p.tfs, p.lengths, base)
-                run = singles[key] = bytes(made)
+                run = runs[one] = one_run(one[0] - base, one[1], one[2])
             return run
-        made = bytearray()
         if df <= INLINE:
-            _run(made, ids, p.tfs, p.lengths, base)
-            return bytes(made)
-        made.append(BLOCKS_MARK)
-        _varint(made, len(fields))  # the first block's number: blocks are the only fields yet
+            return run_of(ids, p.tfs, p.lengths)
+        made = bytearray((BLOCKS_MARK,))
+        varint(made, len(fields))  # the first block's number: blocks are the only fields yet
         previous = base
         for at in range(0, df, BLOCK):
-            block = bytearray()
             stop = at + BLOCK
-            _run(block, ids[at:stop], p.tfs[at:stop], p.lengths[at:stop], base)
-            fields[f"p{len(fields)}"] = bytes(block)
+            fields[f"p{len(fields)}"] = run_of(ids[at:stop], p.tfs[at:stop], p.lengths[at:stop])
             last = ids[min(stop, df) - 1]
-            _varint(made, last - previous)
+            varint(made, last - previous)
             previous = last
         return bytes(made)
 
     buckets: dict[str, bytes] = {}
-    for k, bucket_terms in sorted(grouped.items()):
-        postings = [terms[term] for term, _ in bucket_terms]
-        runs = [data_of(p) for p in postings]
-        buckets[f"b{k}"] = _bucket(bucket_terms, map(len, map(attrgetter("ids"), postings)), runs)
+    # Bucket by bucket, term by term: the order blocks are numbered in.
+    for k, bucket_raws, postings in _by_bucket(
+        raws, list(map(terms.__getitem__, names)), n_buckets
+    ):
+        data = list(map(data_of, postings))
+        buckets[f"b{k}"] = _bucket(bucket_raws, map(len, map(_IDS, postings)), data)
     n_blocks = len(fields)
     fields.update(buckets)
     return Encoded(
@@ -360,21 +334,19 @@ def encode(segment: Segment) -> Encoded:
 def encode_one(doc_id: int, tf: Mapping[str, int], length: int, *, sign: int = 1) -> Encoded:
     """``encode(build([(doc_id, tf, length)], sign=sign))`` without building the segment: a
     step of one message, the usual one (a conversation's messages come seconds apart). Every
-    list holds one document, so a term's data depends on its tf alone."""
+    list holds one document, so a term's data depends on its tf alone: made once per tf, and
+    every term's is picked in C-level passes."""
     names = sorted(tf)
+    raws = _utf8(names)
     n_buckets = max(1, math.ceil(len(names) / BUCKET_TERMS))
-    by_tf: dict[int, bytes] = {}
-    ids, lengths = [doc_id], [length]
+    by_tf = {count: one_run(0, count, length) for count in dict.fromkeys(tf.values())}
+    data = list(map(by_tf.__getitem__, map(tf.__getitem__, names)))
+    sizes = set(map(len, by_tf.values()))
     fields: dict[str, bytes] = {}
-    for k, bucket_terms in sorted(_grouped(names, n_buckets).items()):
-        runs = []
-        for term, _ in bucket_terms:
-            count = tf[term]
-            run = by_tf.get(count)
-            if run is None:
-                made = bytearray()
-                _run(made, ids, [count], lengths, doc_id)
-                run = by_tf[count] = bytes(made)
-            runs.append(run)
-        fields[f"b{k}"] = _bucket(bucket_terms, [1] * len(runs), runs)
+    for k, bucket_raws, runs in _by_bucket(raws, data, n_buckets):
+        if len(sizes) == 1:
+            width, entries = _one_doc_entries(len(runs), len(runs[0]))
+            fields[f"b{k}"] = _assembled(bucket_raws, width, entries, runs)
+        else:
+            fields[f"b{k}"] = _bucket(bucket_raws, [1] * len(runs), runs)
     return Encoded(sign, 1, doc_id, doc_id, n_buckets, 0, fields)

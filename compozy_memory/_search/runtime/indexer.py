@@ -284,7 +284,7 @@ class Indexer(Backgrounded):
             inputs = plan_merge(state.segments, everything=True)
             if not inputs:
                 return merged
-            done = yield from self._merge(inputs)
+            done = yield from self._merge(inputs, state.incarnation)
             if not done:
                 return merged
             merged += len(inputs) - 1
@@ -380,7 +380,7 @@ class Indexer(Backgrounded):
             inputs = plan_merge(state.segments, claimed, everything=force and not claimed)
             if not inputs:
                 return merged
-            done = yield from self._merge(inputs)
+            done = yield from self._merge(inputs, state.incarnation)
             if not done:
                 return merged
             merged = True
@@ -393,19 +393,22 @@ class Indexer(Backgrounded):
         while left:
             left = yield from self.gateway.index_gc()
 
-    def _merge(self, inputs: list[SegmentEntry]) -> Steps[bool]:
-        """Read ``inputs``, merge them here and store the result in their place; False when
-        another indexer got there first (nothing lost: the inputs stay)."""
+    def _merge(self, inputs: list[SegmentEntry], incarnation: str) -> Steps[bool]:
+        """Read ``inputs`` (entries of the list of the memory's ``incarnation``), merge them
+        here and store the result in their place; False when another indexer got there first
+        (nothing lost: the inputs stay)."""
         gens = [e.gen for e in inputs]
         values: dict[str, bytes | None] = {}
-        incarnation: str | None = None
-        for chunk in read_chunks(inputs, _READ_BYTES_EACH):
+        reads = read_chunks(inputs, _READ_BYTES_EACH)
+        for chunk in reads:
             state = yield from self.gateway.index_read(gens, chunk)
-            if state.stale or incarnation not in (None, state.incarnation):
-                return False  # merged away, or the memory expired and was written again
-            incarnation = state.incarnation
+            # Merged away, or the memory expired and was written again since the list was
+            # read: generations start again there, so the entries planned on would name its
+            # segments (other first ids, buckets): nothing of it is merged on them.
+            if state.stale or not incarnation or state.incarnation != incarnation:
+                return False
             values.update(state.values)
-        if incarnation is None:
+        if not reads:
             return False
         parts = sum(e.docs for e in inputs)
         work = (inputs, values)

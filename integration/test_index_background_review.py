@@ -34,7 +34,8 @@ async def test_a_merge_job_planned_before_the_memory_expired_merges_nothing_of_t
     for word in ("kettle", "parcel"):
         await mem.append({"role": "user", "content": f"the {word}", "tokens": 4})
         await mem.transport.drive(ops._catch_up(None, merge=False))
-    assert ops._known is not None and [s.gen for s in ops._known.segments] == [1, 2]
+    assert ops._known is not None
+    assert [s.gen for s in ops._known.segments] == [1, 2]
 
     await client.delete(*mem.keys.data)  # every key's deadline passed
     monkeypatch.setattr(merging, "TIER", 8)  # (the other replica's own merges wait)

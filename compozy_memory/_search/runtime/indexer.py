@@ -169,9 +169,13 @@ class Indexer(Backgrounded):
     # -- steps ------------------------------------------------------------------------------
 
     async def wait_idle(self) -> None:
-        """Wait for the background work, if any: the catch-up, then the merges it left."""
-        await self._job.wait_idle()
-        await self._merges.wait_idle()
+        """Wait for the background work, if any: the catch-up, then the merges it left (and
+        again if a catch-up started meanwhile: a write while the merges ran)."""
+        while True:
+            await self._job.wait_idle()
+            await self._merges.wait_idle()
+            if self._job.task_idle and self._merges.task_idle:
+                return
 
     def close(self) -> None:
         """Start no more background work: what was due and not started is dropped, what
@@ -182,10 +186,15 @@ class Indexer(Backgrounded):
     def wait_idle_sync(self, timeout: float | None = None) -> bool:
         """:meth:`wait_idle` for a sync handle's indexer; False if ``timeout`` passed."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._job.wait_idle_sync(timeout):
-            return False
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self._merges.wait_idle_sync(left)
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        while True:
+            if not self._job.wait_idle_sync(left()) or not self._merges.wait_idle_sync(left()):
+                return False
+            if self._job.thread_idle and self._merges.thread_idle:
+                return True
 
     @op
     def catch_up(self, *, max_steps: int | None = None) -> Steps[IndexProgress]:

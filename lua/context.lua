@@ -194,7 +194,8 @@ local unpinned = live - n_pinned
 if unpinned > 0 then
   local mean = ((tonumber(m.tokens) or 0) - pinned_tokens) / unpinned
   local fits = mean > 0 and math.floor(rest / mean) or max_messages
-  size = math.max(4, math.min(fits, max_messages, unpinned) + 2)
+  -- (floored: meta's counts may have been planted as fractions, and LRANGE takes integers)
+  size = math.floor(math.max(4, math.min(fits, max_messages, unpinned) + 2))
   size = math.min(size, UNPACK_STEP)
 end
 local pending, next_pending = {}, 1  -- the last chunk read, newest first, from next_pending

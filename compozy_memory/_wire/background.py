@@ -238,6 +238,19 @@ class Debounced:
     def close(self) -> None:
         self.trigger.close()
 
+    @property
+    def task_idle(self) -> bool:
+        """No task run is due or under way (as :meth:`wait_idle` sees it: a thread's run is
+        none of its business)."""
+        trigger = self.trigger
+        return not isinstance(trigger, TaskTrigger) or trigger._task is None or trigger._task.done()
+
+    @property
+    def thread_idle(self) -> bool:
+        """No thread run is due or under way (as :meth:`wait_idle_sync` sees it)."""
+        trigger = self.trigger
+        return not isinstance(trigger, ThreadTrigger) or trigger._idle.is_set()
+
     async def wait_idle(self) -> None:
         if isinstance(self.trigger, TaskTrigger):
             await self.trigger.wait_idle()

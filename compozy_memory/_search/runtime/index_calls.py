@@ -137,6 +137,9 @@ class IndexAdded:
     merges: tuple[Merge, ...]
     #: Merged segments' fields wait to be deleted.
     garbage: bool
+    #: The incarnation the step was made for (it is applied in that one only): the list is
+    #: that memory's, and a merge planned on it is stored in that memory only.
+    incarnation: str = ""
 
 
 def _number(text: str, what: str) -> int:
@@ -302,6 +305,7 @@ class IndexCalls(GatewayBase):
             parse_list(replies.text(reply["list"])),
             _parse_merges(replies.text(reply["reservations"])),
             bool(int(reply["garbage"])),
+            pending.incarnation,
         )
 
     @op

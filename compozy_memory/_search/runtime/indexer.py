@@ -169,9 +169,13 @@ class Indexer(Backgrounded):
     # -- steps ------------------------------------------------------------------------------
 
     async def wait_idle(self) -> None:
-        """Wait for the background work, if any: the catch-up, then the merges it left."""
-        await self._job.wait_idle()
-        await self._merges.wait_idle()
+        """Wait for the background work, if any: the catch-up, then the merges it left (and
+        again if a catch-up started meanwhile: a write while the merges ran)."""
+        while True:
+            await self._job.wait_idle()
+            await self._merges.wait_idle()
+            if self._job.task_idle and self._merges.task_idle:
+                return
 
     def close(self) -> None:
         """Start no more background work: what was due and not started is dropped, what
@@ -182,10 +186,15 @@ class Indexer(Backgrounded):
     def wait_idle_sync(self, timeout: float | None = None) -> bool:
         """:meth:`wait_idle` for a sync handle's indexer; False if ``timeout`` passed."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._job.wait_idle_sync(timeout):
-            return False
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self._merges.wait_idle_sync(left)
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        while True:
+            if not self._job.wait_idle_sync(left()) or not self._merges.wait_idle_sync(left()):
+                return False
+            if self._job.thread_idle and self._merges.thread_idle:
+                return True
 
     @op
     def catch_up(self, *, max_steps: int | None = None) -> Steps[IndexProgress]:
@@ -284,7 +293,7 @@ class Indexer(Backgrounded):
             inputs = plan_merge(state.segments, everything=True)
             if not inputs:
                 return merged
-            done = yield from self._merge(inputs)
+            done = yield from self._merge(inputs, state.incarnation)
             if not done:
                 return merged
             merged += len(inputs) - 1
@@ -380,7 +389,7 @@ class Indexer(Backgrounded):
             inputs = plan_merge(state.segments, claimed, everything=force and not claimed)
             if not inputs:
                 return merged
-            done = yield from self._merge(inputs)
+            done = yield from self._merge(inputs, state.incarnation)
             if not done:
                 return merged
             merged = True
@@ -393,19 +402,22 @@ class Indexer(Backgrounded):
         while left:
             left = yield from self.gateway.index_gc()
 
-    def _merge(self, inputs: list[SegmentEntry]) -> Steps[bool]:
-        """Read ``inputs``, merge them here and store the result in their place; False when
-        another indexer got there first (nothing lost: the inputs stay)."""
+    def _merge(self, inputs: list[SegmentEntry], incarnation: str) -> Steps[bool]:
+        """Read ``inputs`` (entries of the list of the memory's ``incarnation``), merge them
+        here and store the result in their place; False when another indexer got there first
+        (nothing lost: the inputs stay)."""
         gens = [e.gen for e in inputs]
         values: dict[str, bytes | None] = {}
-        incarnation: str | None = None
-        for chunk in read_chunks(inputs, _READ_BYTES_EACH):
+        reads = read_chunks(inputs, _READ_BYTES_EACH)
+        for chunk in reads:
             state = yield from self.gateway.index_read(gens, chunk)
-            if state.stale or incarnation not in (None, state.incarnation):
-                return False  # merged away, or the memory expired and was written again
-            incarnation = state.incarnation
+            # Merged away, or the memory expired and was written again since the list was
+            # read: generations start again there, so the entries planned on would name its
+            # segments (other first ids, buckets): nothing of it is merged on them.
+            if state.stale or not incarnation or state.incarnation != incarnation:
+                return False
             values.update(state.values)
-        if incarnation is None:
+        if not reads:
             return False
         parts = sum(e.docs for e in inputs)
         work = (inputs, values)

@@ -12,8 +12,8 @@ import hashlib
 import re
 import threading
 import unicodedata
-from itertools import chain, repeat
-from typing import Any, Protocol
+from itertools import chain
+from typing import Protocol
 
 import stopwordsiso
 
@@ -68,8 +68,6 @@ class _ThreadState(threading.local):
 _state = _ThreadState()
 _STEM_MEMO_LIMIT = 50_000
 _CHUNK_MEMO_LIMIT = 100_000
-#: What a chunk not in the memo reads as: true (kept by ``filter``) and no iterable.
-_UNSEEN = object()
 
 
 def stemmer() -> _Stemmer:
@@ -249,20 +247,12 @@ def analyze(text: str) -> list[str]:
     # is casefolding for ASCII) lets str.split do most of the tokenising; the regex then runs
     # only on chunks not seen before, whose terms are memoised per thread. The result is the
     # same as running the regex over the whole text.
-    chunks = text.translate(_BLANK_AND_LOWER).split()
-    # C-level passes, most chunks having been seen: their terms, the stop words' (empty)
-    # left out before joining.
-    per_chunk: list[Any] = list(map(_state.chunks.get, chunks, repeat(_UNSEEN)))
-    try:
-        return list(chain.from_iterable(filter(None, per_chunk)))
-    except TypeError:  # a chunk not seen before (_UNSEEN is no iterable): analysed here
-        pass
-    return list(
-        chain.from_iterable(
-            _chunk_terms(chunk) if terms is _UNSEEN else terms
-            for terms, chunk in zip(per_chunk, chunks, strict=True)
-        )
-    )
+    get = _state.chunks.get
+    per_chunk = [
+        terms if (terms := get(chunk)) is not None else _chunk_terms(chunk)
+        for chunk in text.translate(_BLANK_AND_LOWER).split()
+    ]
+    return list(chain.from_iterable(per_chunk))
 
 
 def analyze_query(text: str) -> list[str]:

@@ -364,3 +364,29 @@ async def test_the_implicit_query_brings_back_what_the_newest_user_turn_asks(
     assert "My sister adopted a greyhound called Pixel." in texts
     plain = memory(client, memory_key, max_tokens=600)
     assert (await plain.context_layers()).recalled == ()
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        {"p:0:count": "-0.5"},
+        {"p:0:count": "-2.5", "p:0:tokens": "-7.25"},
+        {"tokens": "nan"},
+        {"tokens": "inf"},
+        {"tokens": "-inf"},
+        {"tokens": "1e308"},
+        {"tokens": "1e-300"},
+        {"tokens": "text"},
+        {"tokens": "-5"},
+    ],
+)
+async def test_planted_meta_means_give_the_window_they_gave_before(
+    client: RedisClient, memory_key: str, planted: dict[str, str]
+) -> None:
+    mem = memory(client, memory_key, max_tokens=10**6)
+    await mem.append_many([chat(n, tokens=10) for n in range(5)])
+    before = await mem.context_layers(1_000)
+    for field, value in planted.items():
+        await client.hset(mem.keys.meta, field, value)
+    after = await mem.context_layers(1_000)
+    assert [m.id for m in after.window] == [m.id for m in before.window]

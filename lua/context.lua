@@ -196,7 +196,9 @@ if unpinned > 0 then
   local fits = mean > 0 and math.floor(rest / mean) or max_messages
   -- (floored: meta's counts may have been planted as fractions, and LRANGE takes integers)
   size = math.floor(math.max(4, math.min(fits, max_messages, unpinned) + 2))
-  size = math.min(size, UNPACK_STEP)
+  -- At most 128 at first: a mean that misleads (many short old messages, then long ones)
+  -- reads more chunks after, never hundreds of envelopes the window does not take.
+  size = math.min(size, 128)
 end
 local pending, next_pending = {}, 1  -- the last chunk read, newest first, from next_pending
 local function extend(room, most)

@@ -31,6 +31,7 @@ messages this process last saw waiting.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -137,8 +138,10 @@ class Indexer(Backgrounded):
         self._merges = Debounced.of_steps(
             lambda: self._merge_job(), gateway.transport, 0.0, failed=self._failed, retries=False
         )
-        #: The segment list the last background step returned, for the merge job's plan.
+        #: The segment list the last background step returned, for the merge job's plan
+        #: (a sync handle's two jobs run on two threads: taken and set under the lock).
         self._known: IndexAdded | None = None
+        self._known_lock = threading.Lock()
 
     @property
     def transport(self) -> Any:
@@ -204,7 +207,8 @@ class Indexer(Backgrounded):
 
     def _merge_job(self) -> Steps[None]:
         """The background merges a catch-up left: planned on the list its last step saw."""
-        known, self._known = self._known, None
+        with self._known_lock:
+            known, self._known = self._known, None
         if self.enabled and known is not None:
             yield from self._maintain(known)
 
@@ -272,7 +276,8 @@ class Indexer(Backgrounded):
         if steps and merge:
             yield from self._maintain(last)
         elif steps and last is not None:
-            self._known = last
+            with self._known_lock:
+                self._known = last
             self._merges.fire()
         return IndexProgress(steps, indexed, unindexed)
 

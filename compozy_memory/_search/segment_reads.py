@@ -171,28 +171,14 @@ class Bucket:
                     start = stop
                     continue
             size = stop - start
-            if (
-                entries[2 * i] == 1
-                and size in (5, 6)
-                and stop <= len(buf)
-                and buf[start] != BLOCKS_MARK
-                and buf[start + 1] == (5 if size == 5 else 9)
-                and buf[start + 2] < 0x40
-            ):
-                length = buf[start + 4] if size == 5 else buf[start + 4] | buf[start + 5] << 7
-                p = Postings([base + buf[start + 2]], [buf[start + 3]], [length])
-            elif (
-                entries[2 * i] == 1
-                and size in (6, 7)
-                and stop <= len(buf)
-                and buf[start] != BLOCKS_MARK
-                and buf[start + 1] == (5 if size == 6 else 9)
-                and 0x40 <= buf[start + 2] < 0x80
-                and buf[start + 3] < 0x40
-            ):  # the same past a segment's 64th document: a two-byte id delta
-                length = buf[start + 5] if size == 6 else buf[start + 5] | buf[start + 6] << 7
-                first = buf[start + 2] & 0x3F | buf[start + 3] << 6
-                p = Postings([base + first], [buf[start + 4]], [length])
+            one = (
+                _one_document(buf, start, size)
+                if entries[2 * i] == 1 and 5 <= size <= 7 and stop <= len(buf)
+                else None
+            )
+            if one is not None:
+                delta, tf, length = one
+                p = Postings([base + delta], [tf], [length])
             else:
                 entry = self._entry(i)  # (which raises on a range no segment writes)
                 if entry.postings is None:
@@ -204,6 +190,33 @@ class Bucket:
                 seen[key] = p
             yield name, p
             start = stop
+
+
+def _one_document(buf: bytes, start: int, size: int) -> tuple[int, int, int] | None:
+    """(id delta, tf, length) of the usual one-document run of ``size`` bytes at ``start``
+    (an id delta of one or two bytes, a tf of one digit, a length of one or two: what
+    :func:`~compozy_memory._search.runs.one_run` writes for most terms), read in place; None
+    for any other run, which the general path reads."""
+    if buf[start] == BLOCKS_MARK:
+        return None
+    flag = buf[start + 1]  # widths: tf 1 and length 1 (5), or tf 1 and length 2 (9)
+    if flag == 5:
+        length_bytes = 1
+    elif flag == 9:
+        length_bytes = 2
+    else:
+        return None
+    delta_bytes = size - 3 - length_bytes
+    low = buf[start + 2]
+    if delta_bytes == 1 and low < 0x40:
+        delta = low
+    elif delta_bytes == 2 and 0x40 <= low < 0x80 and buf[start + 3] < 0x40:
+        delta = low & 0x3F | buf[start + 3] << 6
+    else:
+        return None
+    at = start + 2 + delta_bytes
+    length = buf[at + 1] if length_bytes == 1 else buf[at + 1] | buf[at + 2] << 7
+    return delta, buf[at], length
 
 
 def _term(raw: bytes) -> str:

@@ -81,8 +81,10 @@ QUERIES = (
     "carrier storm Porto delayed parcel",
     "billing email sign in update",
 )
-#: Commands whose time includes the commands they run (the scripts).
-SCRIPT_COMMANDS = frozenset({"fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval", "eval_ro"})
+#: Commands whose time includes the commands they run (the scripts, and EXEC: a transaction's).
+SCRIPT_COMMANDS = frozenset(
+    {"fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval", "eval_ro", "exec"}
+)
 #: Commands the subcommand of which commandstats names (``function|load``).
 CONTAINERS = frozenset(
     {"function", "config", "client", "script", "memory", "cluster", "object", "command", "acl"}
@@ -102,17 +104,55 @@ end)
 
 class CountingConnection(Connection):
     """A connection that tallies the commands it sends (the top-level ones, as the server
-    receives them): the client's side of the count."""
+    receives them), read from the bytes it writes, however they were packed (redis-py's
+    packer, or hiredis's in the library's pipelines): the client's side of the count. A
+    command queued between ``MULTI`` and ``EXEC`` is not top-level (``EXEC``'s time holds
+    its), and is tallied under ``queued``."""
 
     sent: ClassVar[Counter[tuple[str, str]]] = Counter()
+    queued: ClassVar[Counter[str]] = Counter()
 
-    def pack_command(self, *args: Any) -> list[bytes]:
-        words = [a.decode() if isinstance(a, bytes) else str(a) for a in args[:2]]
-        first = words[0].split()
-        name = first[0].lower()
-        sub = (first[1] if len(first) > 1 else words[1] if len(words) > 1 else "").lower()
-        CountingConnection.sent[(name, sub)] += 1
-        return super().pack_command(*args)
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if isinstance(command, str):
+            payload = command.encode()
+        elif isinstance(command, bytes):
+            payload = command
+        else:
+            payload = b"".join(bytes(chunk) for chunk in command)
+        self._tally(payload)
+        await super().send_packed_command(command, check_health)
+
+    def _tally(self, payload: bytes) -> None:
+        at = 0
+        in_multi = getattr(self, "_in_multi", False)
+        while at < len(payload):
+            end = payload.index(b"\r\n", at)
+            count = int(payload[at + 1 : end])
+            at = end + 2
+            words: list[bytes] = []
+            for _ in range(count):
+                end = payload.index(b"\r\n", at)
+                size = int(payload[at + 1 : end])
+                words.append(payload[end + 2 : end + 2 + size])
+                at = end + 2 + size + 2
+            first = words[0].decode().lower().split()
+            name = first[0]
+            sub = (
+                first[1]
+                if len(first) > 1
+                else words[1].decode(errors="replace")
+                if len(words) > 1
+                else ""
+            ).lower()  # noqa: E501
+            if name == "multi":
+                in_multi = True
+            elif name in ("exec", "discard"):
+                in_multi = False
+            elif in_multi:
+                CountingConnection.queued[name] += 1
+                continue
+            CountingConnection.sent[(name, sub)] += 1
+        self._in_multi = in_multi
 
 
 @dataclass
@@ -163,6 +203,7 @@ async def measure(control: Redis, run: Callable[[], Awaitable[int]]) -> Sample:
     """Runs ``run`` between a stats reset and a read; attributes the server's time."""
     await control.config_resetstat()
     CountingConnection.sent.clear()
+    CountingConnection.queued.clear()
     made = await run()
     stats: dict[str, dict[str, int]] = {
         name.removeprefix("cmdstat_"): value
@@ -175,8 +216,9 @@ async def measure(control: Redis, run: Callable[[], Awaitable[int]]) -> Sample:
     for (name, sub), calls in CountingConnection.sent.items():
         full = f"{name}|{sub}" if name in CONTAINERS and f"{name}|{sub}" in stats else name
         sent[full] += calls
-    # Every script call is top-level (a script cannot call one); of the plain commands, those
-    # the client sent are, in the share of their calls it sent (scripts run them too).
+    # Every script call is top-level (a script cannot call one), and every EXEC; of the plain
+    # commands, those the client sent outside a transaction are, in the share of their calls
+    # it sent (scripts and transactions run them too).
     server_us, top = 0.0, 0
     for name, entry in stats.items():
         if name in SCRIPT_COMMANDS:

@@ -18,8 +18,9 @@ from compozy_memory import BackendUnavailableError, MemoryInstance
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.keys import InstanceKeys
 
-#: What a script call holds: the replies ``lose_replies`` drops unless told otherwise.
-SCRIPT_CALLS = (b"EVAL", b"FCALL")
+#: What a write holds: the replies ``lose_replies`` drops unless told otherwise (a script
+#: call, or a transaction's EXEC: the usual append goes as one).
+SCRIPT_CALLS = (b"EVAL", b"FCALL", b"EXEC")
 
 
 class FaultProxy:
@@ -30,8 +31,9 @@ class FaultProxy:
     * ``delay``: every chunk waits that many seconds before it is forwarded;
     * ``stall()``/``resume()``: nothing is forwarded until resumed (a hung network);
     * ``cut()``: every open connection is reset (a dropped link, a restarted load balancer);
-    * ``lose_replies(n)``: the next ``n`` replies to a script call (FCALL, EVAL/EVALSHA) are dropped
-      and their connection reset: the server ran the script, the client never hears of it
+    * ``lose_replies(n)``: the next ``n`` replies to a script call (FCALL, EVAL/EVALSHA) or a
+      transaction (EXEC) are dropped and their connection reset: the server ran it, the client
+      never hears of it
       (``lose_replies(n, to=(b"FUNCTION",))``: replies to other commands, by a word they hold);
     * ``reply_loss``: the same for each script reply with that probability (seeded).
 

@@ -15,6 +15,12 @@ A batch goes out on one connection from the client's pool, packed by hiredis (in
 failure while its replies are read disconnects that connection, so a half-read reply can
 never reach a later caller.
 
+The usual append does not go as its script: :mod:`compozy_memory._wire.optimistic` plans it
+as native commands, and a batch's planned appends go as one checked transaction on one
+connection (``WATCH`` their keys and read them, then ``MULTI`` ... ``EXEC``), beside the
+pipeline of the other calls. An append whose memory changed between the two round trips (the
+transaction applied nothing), or that the plan does not take, goes as its script.
+
 Cluster clients are batched per node, by :mod:`compozy_memory._io.cluster_batching`
 (redis-py refuses script calls in its own Cluster pipelines); :func:`batcher_for` picks the
 batcher that fits a client.
@@ -25,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -43,9 +50,24 @@ from compozy_memory._io.pipelining import (
     settle,
 )
 from compozy_memory._io.translate import RedisClient, translate
+from compozy_memory._wire.optimistic import AppendPlan, time_texts
 from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory.errors import ScriptError
 
-__all__ = ["MAX_PIPELINE", "ScriptBatcher", "batcher_for"]
+__all__ = ["MAX_PIPELINE", "ScriptBatcher", "TransactionStats", "batcher_for"]
+
+
+#: The most memories a batcher remembers to append to as the script (then it forgets them all).
+_SCRIPTED_MOST = 4096
+
+
+@dataclass(slots=True)
+class TransactionStats:
+    """How a batcher's planned appends went: applied in a transaction, or as their script
+    (the transaction found their memory changed, or the plan did not take it)."""
+
+    applied: int = 0
+    as_script: int = 0
 
 
 class ScriptBatcher:
@@ -55,6 +77,13 @@ class ScriptBatcher:
         self.client = client
         self.delivery = delivery_for(client)
         self._queue = Queue(self._flush, self.delivery.send)
+        #: Whether the usual appends go as checked transactions (the module's docstring);
+        #: False sends every call as its script.
+        self.transactions = True
+        self.stats = TransactionStats()
+        # Memories whose appends go as the script: a planted dedupe record was met (a
+        # transaction's read copies it whole; the script sizes it first and refuses it).
+        self._scripted: set[str] = set()
 
     async def run(
         self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], *, key: str
@@ -66,6 +95,127 @@ class ScriptBatcher:
             self._queue.spawn(self._send(pending[start : start + MAX_PIPELINE]))
 
     async def _send(self, calls: list[Call]) -> None:
+        planned: list[tuple[Call, AppendPlan]] = []
+        if self.transactions:
+            rest: list[Call] = []
+            metas: set[str] = set()
+            for call in calls:
+                plan = AppendPlan.of(call.keys, call.args) if call.script.name == "append" else None
+                # One append a memory in a transaction: the next one must read what it wrote.
+                if plan is None or plan.meta in metas or plan.meta in self._scripted:
+                    rest.append(call)
+                else:
+                    metas.add(plan.meta)
+                    planned.append((call, plan))
+            calls = rest
+        if not planned:
+            await self._send_scripts(calls)
+        elif not calls:
+            await self._send_planned(planned)
+        else:
+            await asyncio.gather(self._send_scripts(calls), self._send_planned(planned))
+
+    async def _send_planned(self, planned: list[tuple[Call, AppendPlan]]) -> None:
+        """Send planned appends as one transaction; those it did not apply, as their script."""
+        calls = [call for call, _ in planned]
+        try:
+            replies = await self._transaction([plan for _, plan in planned])
+        except redis_errors.RedisError as exc:
+            for script, _, _, key, future in calls:
+                if not future.done():
+                    future.set_exception(translate(exc, script.name, key))
+            return
+        except BaseException as exc:  # cancelled or broken: no caller may wait forever
+            fail_all(calls, exc)
+            raise
+        scripted: list[Call] = []
+
+        def answer(call: Call, reply: Any) -> None:
+            if reply is None:
+                scripted.append(call)
+            elif isinstance(reply, Exception):
+                call.future.set_exception(reply)
+            else:
+                call.future.set_result(reply)
+
+        await answer_in_turns(calls, replies, answer)
+        self.stats.applied += len(calls) - len(scripted)
+        self.stats.as_script += len(scripted)
+        if scripted:
+            await self._send_scripts(scripted)
+
+    async def _transaction(self, plans: list[AppendPlan]) -> list[Any]:
+        """Each plan's reply: the script's (applied), None (not applied: send the script), or
+        the error that it applied otherwise than planned (which WATCH rules out)."""
+        watched = [key for plan in plans for key in plan.watch]
+        reads = [plan.reads() for plan in plans]
+        commands: list[tuple[Any, ...]] = [("WATCH", *watched)]
+        for some in reads:
+            commands += some
+        commands.append(("TIME",))
+        connection = await self._connection()
+        try:
+            replies = await exchange(connection, commands)
+            if any(isinstance(reply, BaseException) for reply in (replies[0], replies[-1])):
+                # A server or user that refuses WATCH or TIME (an ACL): scripts from now on.
+                self.transactions = False
+                await exchange(connection, [("UNWATCH",)])
+                return [None] * len(plans)
+            clock = time_texts(replies[-1])
+            writes, at = [], 1
+            for plan, some in zip(plans, reads, strict=True):
+                writes.append(plan.writes(replies[at : at + len(some)], clock))
+                at += len(some)
+                if plan.oversized:
+                    if len(self._scripted) >= _SCRIPTED_MOST:
+                        self._scripted.clear()
+                    self._scripted.add(plan.meta)
+            if not any(writes):
+                await exchange(connection, [("UNWATCH",)])
+                return [None] * len(plans)
+            commands = [("MULTI",)]
+            for some in writes:
+                commands += some
+            commands.append(("EXEC",))
+            applied = (await exchange(connection, commands))[-1]
+        except BaseException:
+            # A reply may be half read, a WATCH left: the connection serves no other caller.
+            await connection.disconnect()
+            raise
+        finally:
+            await self.client.connection_pool.release(connection)
+        if not isinstance(applied, list):  # None: a watched key changed; EXECABORT
+            return [None] * len(plans)
+        out: list[Any] = []
+        at = 0
+        for plan, some in zip(plans, writes, strict=True):
+            if not some:
+                out.append(None)
+                continue
+            reply = plan.reply(applied[at : at + len(some)])
+            at += len(some)
+            out.append(
+                reply
+                if reply is not None
+                else ScriptError(
+                    "append: the transaction applied otherwise than planned "
+                    f"({applied[at - len(some) : at]!r})",
+                    key=plan.meta,
+                )
+            )
+        return out
+
+    async def _connection(self) -> Any:
+        pool = self.client.connection_pool
+        try:  # redis-py 5.3+ takes no arguments (and deprecates them); before, a command name
+            acquiring = pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py
+        except TypeError:  # raised by the call itself, before any connection is taken
+            acquiring = pool.get_connection("EVALSHA")  # type: ignore[no-untyped-call]
+        return await acquiring
+
+    async def _send_scripts(self, calls: list[Call]) -> None:
+        if not calls:
+            return
         if len(calls) == 1:
             script, keys, args, key, future = calls[0]
             await settle(future, self.delivery.send(script, keys, args, key))
@@ -104,11 +254,7 @@ class ScriptBatcher:
             (*self.delivery.command(call.script), len(call.keys), *call.keys, *call.args)
             for call in calls
         ]
-        try:  # redis-py 5.3+ takes no arguments (and deprecates them); before, a command name
-            acquiring = pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py
-        except TypeError:  # raised by the call itself, before any connection is taken
-            acquiring = pool.get_connection("EVALSHA")  # type: ignore[no-untyped-call]
-        connection = await acquiring
+        connection = await self._connection()
         try:
             return await exchange(connection, commands)
         except BaseException:

@@ -135,13 +135,51 @@ async def exchange(connection: AbstractConnection, commands: list[tuple[Any, ...
         # Cluster's slot refresh) leak asyncio's internals instead of a ConnectionError
         # (redis-py issue 4287): nothing was sent, so it is a dropped connection, retried.
         raise redis_errors.ConnectionError(f"connection closed while in use ({exc})") from exc
+    return await _read_replies(connection, len(commands))
+
+
+#: A batch's replies are read under one deadline of the connection's ``socket_timeout``,
+#: moved on every this many replies: ``Connection.read_response`` opens a timeout of its own
+#: for each reply, which cost a client more than the reply (7 µs of an append's 50).
+_DEADLINE_EVERY = 32
+
+
+async def _read_replies(connection: AbstractConnection, count: int) -> list[Any]:
+    """``count`` replies from ``connection``, each error reply as its exception in its place.
+
+    They are read from the connection's parser (which handles RESP3's push messages itself)
+    under one deadline (``_DEADLINE_EVERY``); from the connection, one by one, where it has
+    no parser of its own."""
     replies: list[Any] = []
-    for _ in commands:
-        try:
-            replies.append(await connection.read_response())
-        except redis_errors.ResponseError as exc:
-            replies.append(exc)
+    parser = getattr(connection, "_parser", None)
+    timeout = connection.socket_timeout
+    if parser is None or not hasattr(parser, "read_response"):
+        for _ in range(count):
+            try:
+                replies.append(await connection.read_response())
+            except redis_errors.ResponseError as exc:
+                replies.append(exc)
+        return replies
+    read = parser.read_response
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout) as deadline:
+            for n in range(count):
+                replies.append(await read())
+                if timeout is not None and n % _DEADLINE_EVERY == _DEADLINE_EVERY - 1:
+                    deadline.reschedule(loop.time() + timeout)
+    except TimeoutError as exc:
+        raise redis_errors.TimeoutError(f"Timeout reading from {_where(connection)}") from exc
+    except OSError as exc:
+        raise redis_errors.ConnectionError(
+            f"Error while reading from {_where(connection)}: {exc}"
+        ) from exc
     return replies
+
+
+def _where(connection: AbstractConnection) -> str:
+    host, port = getattr(connection, "host", None), getattr(connection, "port", None)
+    return f"{host}:{port}" if host else "the server"
 
 
 async def answer_in_turns(

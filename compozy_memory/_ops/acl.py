@@ -54,10 +54,18 @@ CLIENT_CONNECTION = ("fcall", "fcall_ro", "ping", "hello")
 #: The plain reads the client sends itself: the archive's pages (``recall``), one fact, the
 #: length and token count, a stored result, the CLI's TTLs and listing.
 CLIENT_READS = ("lrange", "lindex", "llen", "hget", "hmget", "pttl")
-#: The plain commands a writing handle sends itself: a message's pin on a stored result
-#: (``append(..., offload=True)``) with the memory's deadline, and the pins it keeps alive;
-#: and an operator's ``SessionIndex.prune``. Every other write is a function's.
+#: The plain commands a writing handle sends itself: an append as a checked transaction
+#: (``WATCH``, its reads, then ``MULTI`` ``RPUSH`` ``HSET`` ``EXEC``; refused, appends go as
+#: the function); a message's pin on a stored result (``append(..., offload=True)``) with the
+#: memory's deadline, and the pins it keeps alive; and an operator's ``SessionIndex.prune``.
+#: Every other write is a function's.
 CLIENT_WRITES = (
+    "watch",
+    "unwatch",
+    "multi",
+    "exec",
+    "rpush",
+    "hset",
     "hincrby",
     "pexpire",
     "pexpireat",
@@ -95,6 +103,10 @@ READ_COMMANDS = (
 SCAN_COMMANDS = ("scan",)
 #: What the write scripts call on top of the reads (the same check), and CLIENT_WRITES.
 WRITE_COMMANDS = (
+    "watch",
+    "unwatch",
+    "multi",
+    "exec",
     "rpush",
     "lpush",
     "ltrim",

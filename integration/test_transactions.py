@@ -1,0 +1,277 @@
+"""The usual append as a checked transaction (``WATCH`` ... ``MULTI``/``EXEC``), on real
+engines: it leaves the bytes the append script leaves, loses nothing to a concurrent writer,
+and gives way to the script whenever its memory changed or is not plain."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.connection import Connection
+
+from compozy_memory import CorruptDataError, MemoryEvictedError, MemoryInstance
+from compozy_memory._io.batching import ScriptBatcher, batcher_for
+from compozy_memory._ops.acl import acl_rules
+from integration.engines import EngineSpec
+from integration.memories import memory, turn
+
+pytestmark = pytest.mark.asyncio
+
+
+def batcher(client: Redis) -> ScriptBatcher:
+    found = batcher_for(client)
+    assert isinstance(found, ScriptBatcher)
+    return found
+
+
+async def play(mem: MemoryInstance, seed: int, steps: int) -> list[tuple[Any, ...]]:
+    """A seeded mix of writes, each with a dedupe key of its own (a handle's form,
+    ``~<process>:<n>``, so both runs keep the same records), some retried, some the
+    transaction does not take (pinned, two priorities, a caller's own key)."""
+    rng = random.Random(seed)
+    replies: list[tuple[Any, ...]] = []
+    used: list[str] = []
+    for i in range(1, steps + 1):
+        roll = rng.random()
+        key = f"~play{seed}:{i}"
+        if roll < 0.06 and used:
+            key = rng.choice(used)  # a retry: the first attempt's ids, nothing stored
+            result = await mem.append(turn(i), dedupe_key=key)
+        elif roll < 0.10:
+            result = await mem.append_many([turn(i), turn(i + 1)], dedupe_key=key)
+        elif roll < 0.13:
+            two = [turn(i, priority=2), turn(i, priority=3)]
+            result = await mem.append_many(two, dedupe_key=key)
+        elif roll < 0.15:
+            result = await mem.append(turn(i, priority=0), dedupe_key=key)
+        elif roll < 0.20:
+            result = await mem.append(turn(i), dedupe_key=f"own-{seed}-{i}")
+        else:
+            result = await mem.append(turn(i, tokens=rng.randint(1, 90)), dedupe_key=key)
+        used.append(key)
+        replies.append(
+            (result.first_id, result.last_id, result.total_tokens, result.total_count,
+             result.summary_tokens, result.duplicate, result.version)
+        )  # fmt: skip
+    return replies
+
+
+async def stored(client: Redis, mem: MemoryInstance) -> dict[str, Any]:
+    """What a memory holds, but its times: messages without their stamps, meta without its
+    incarnation, the dedupe set, and which keys expire."""
+    keys = mem.keys
+    messages = []
+    for envelope in await client.lrange(keys.msgs, 0, -1):
+        message = json.loads(envelope)
+        assert isinstance(message.pop("ts"), int)
+        messages.append(message)
+    meta = await client.hgetall(keys.meta)
+    for timed in (b"inc", b"rid"):
+        meta.pop(timed, None)
+    expiring = {
+        name: await client.pttl(key) > 0
+        for name, key in (("msgs", keys.msgs), ("meta", keys.meta), ("dedupe", keys.dedupe))
+    }
+    return {
+        "messages": messages,
+        "meta": meta,
+        "dedupe": await client.zrange(keys.dedupe, 0, -1, withscores=True),
+        "expiring": expiring,
+    }
+
+
+@pytest.mark.parametrize("ttl", [None, timedelta(hours=1)], ids=["no-ttl", "ttl"])
+async def test_a_transaction_leaves_the_bytes_the_script_leaves(
+    standalone: EngineSpec, ttl: timedelta | None
+) -> None:
+    scripted, planned = Redis.from_url(standalone.url), Redis.from_url(standalone.url)
+    batcher(scripted).transactions = False
+    try:
+        options: dict[str, Any] = {"background_index": False}
+        if ttl is not None:
+            options["ttl"] = ttl
+        a = memory(scripted, **options)
+        b = memory(planned, **options)
+        steps = 240  # past DEDUPE_CHUNK and DEDUPE_SWEEP several times: seals and sweeps
+        assert await play(a, 7, steps) == await play(b, 7, steps)
+        assert await stored(scripted, a) == await stored(scripted, b)
+        # Both roads were taken: most appends as transactions, the rest as the script.
+        stats = batcher(planned).stats
+        assert stats.applied > steps // 2
+        assert stats.as_script > 0
+        assert batcher(scripted).stats.applied == 0
+    finally:
+        await scripted.aclose()
+        await planned.aclose()
+
+
+async def test_writers_on_many_clients_lose_nothing(standalone: EngineSpec) -> None:
+    """Three clients (three batchers), 24 writers on 3 shared memories: every append stored
+    once, ids without a gap, totals exact, whichever road each append took."""
+    clients = [Redis.from_url(standalone.url) for _ in range(3)]
+    keys = [f"conv:tx-many:{random.random()}" for _ in range(3)]
+    try:
+        mems = [[memory(c, k, background_index=False) for k in keys] for c in clients]
+        written: list[tuple[int, str, int]] = []
+
+        async def writer(w: int) -> None:
+            rng = random.Random(w)
+            for s in range(30):
+                at = rng.randrange(len(keys))
+                tokens = rng.randint(1, 50)
+                content = f"w{w}-s{s}"
+                await mems[w % len(clients)][at].append(
+                    {"role": "user", "content": content, "tokens": tokens}
+                )
+                written.append((at, content, tokens))
+
+        await asyncio.gather(*(writer(w) for w in range(24)))
+        for at, key in enumerate(keys):
+            mine = [(content, tokens) for k, content, tokens in written if k == at]
+            found = [json.loads(e) for e in await clients[0].lrange(mems[0][at].keys.msgs, 0, -1)]
+            assert sorted((m["content"], m["tokens"]) for m in found) == sorted(mine)
+            assert [m["id"] for m in found] == list(range(1, len(mine) + 1))
+            meta = await clients[0].hgetall(mems[0][at].keys.meta)
+            assert int(meta[b"count"]) == len(mine) == int(meta[b"last_id"])
+            assert int(meta[b"tokens"]) == sum(t for _, t in mine), key
+        assert sum(batcher(c).stats.applied for c in clients) > 0
+    finally:
+        for c in clients:
+            await c.aclose()
+
+
+class Interloper(Connection):
+    """A connection that, before it sends a transaction (``MULTI``), lets ``write`` run: a
+    writer on another client changes the memory between the transaction's two round trips."""
+
+    write: Any = None
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        payload = command if isinstance(command, bytes) else b"".join(map(bytes, command))
+        if payload.startswith(b"*1\r\n$5\r\nMULTI") and Interloper.write is not None:
+            write, Interloper.write = Interloper.write, None
+            await write()
+        await super().send_packed_command(command, check_health)
+
+
+async def test_a_memory_written_between_the_round_trips_gets_the_script(
+    standalone: EngineSpec,
+) -> None:
+    client = Redis.from_url(standalone.url, connection_class=Interloper)
+    other = Redis.from_url(standalone.url)
+    try:
+        key = f"conv:tx-race:{random.random()}"
+        mem, rival = memory(client, key), memory(other, key)
+        mem.indexer.background = rival.indexer.background = False
+        await mem.append(turn(1))
+        await mem.append(turn(2))
+        before = batcher(client).stats.as_script
+
+        async def write() -> None:
+            await rival.append({"role": "user", "content": "between", "tokens": 5})
+
+        Interloper.write = write
+        result = await mem.append({"role": "user", "content": "planned", "tokens": 7})
+        assert Interloper.write is None  # the rival wrote between the two round trips
+        # WATCH saw the rival's write: the transaction applied nothing, the script did it.
+        assert batcher(client).stats.as_script == before + 1
+        assert (result.first_id, result.total_count) == (4, 4)
+        contents = [m.content for m in await mem.read()]
+        assert contents[2:] == ["between", "planned"]
+        meta = await other.hgetall(mem.keys.meta)
+        assert (meta[b"count"], meta[b"last_id"]) == (b"4", b"4")
+        assert int(meta[b"tokens"]) == 20 + 20 + 5 + 7
+    finally:
+        Interloper.write = None
+        await client.aclose()
+        await other.aclose()
+
+
+async def test_a_client_that_decodes_replies_takes_the_transaction(
+    standalone: EngineSpec,
+) -> None:
+    client = Redis.from_url(standalone.url, decode_responses=True)
+    try:
+        mem = memory(client, background_index=False)
+        results = [await mem.append(turn(i)) for i in range(1, 6)]
+        assert [r.first_id for r in results] == [1, 2, 3, 4, 5]
+        assert results[-1].total_tokens == 100
+        assert results[-1].version.startswith("5:")
+        assert batcher(client).stats.applied >= 3
+        assert [m.content for m in await mem.read()] == [turn(i)["content"] for i in range(1, 6)]
+    finally:
+        await client.aclose()
+
+
+async def test_a_list_gone_under_its_meta_is_refused_and_left_alone(
+    standalone: EngineSpec,
+) -> None:
+    client = Redis.from_url(standalone.url)
+    try:
+        mem = memory(client, background_index=False)
+        for i in range(1, 4):
+            await mem.append(turn(i))
+        await client.delete(mem.keys.msgs)  # evicted, as maxmemory would
+        meta = await client.hgetall(mem.keys.meta)
+        with pytest.raises(MemoryEvictedError):
+            await mem.append(turn(4))
+        assert await client.exists(mem.keys.msgs) == 0
+        assert await client.hgetall(mem.keys.meta) == meta
+    finally:
+        await client.aclose()
+
+
+async def test_a_user_refused_watch_appends_through_the_function(
+    standalone: EngineSpec,
+) -> None:
+    """Rules written before appends went as transactions grant no WATCH: the client turns
+    them off at the first refusal and appends as the function."""
+    admin = Redis.from_url(standalone.url)
+    user = f"tx-{random.randrange(10**9)}"
+    rules = [r for r in acl_rules("itest", read_only=False) if r not in ("+watch", "+unwatch")]
+    await admin.acl_setuser(user, enabled=True, passwords=["+secret-pw"], reset=True)
+    await admin.execute_command("ACL", "SETUSER", user, *rules)  # type: ignore[no-untyped-call]
+    client = Redis.from_url(standalone.url, username=user, password="secret-pw")
+    try:
+        mem = memory(client, background_index=False)
+        results = [await mem.append(turn(i)) for i in range(1, 5)]
+        assert [r.last_id for r in results] == [1, 2, 3, 4]
+        assert batcher(client).transactions is False
+        assert batcher(client).stats.applied == 0
+        assert [m.content for m in await mem.read()] == [turn(i)["content"] for i in range(1, 5)]
+    finally:
+        await client.aclose()
+        await admin.acl_deluser(user)
+        await admin.aclose()
+
+
+async def test_a_planted_dedupe_record_is_read_once_then_left_to_the_script(
+    standalone: EngineSpec,
+) -> None:
+    """A record longer than any the scripts write was planted raw: the transaction's read
+    copies it once, then the memory's appends go as the script, which sizes it first and
+    refuses it (nothing written)."""
+    client = Redis.from_url(standalone.url)
+    try:
+        mem = memory(client, background_index=False)
+        await mem.append(turn(1))
+        await mem.append(turn(2))
+        meta = mem.keys.meta
+        (field,) = [f for f in await client.hkeys(meta) if f.startswith(b"w:")]
+        await client.hset(meta, field, b"9:0:0:1" + b",1:1" * 20_000)  # 80 KB, raw
+        before = await client.hgetall(meta)
+        stats = batcher(client).stats
+        as_script = stats.as_script
+        for _ in range(3):
+            with pytest.raises(CorruptDataError):
+                await mem.append(turn(3))
+        assert stats.as_script == as_script + 1  # planned once; then the script directly
+        assert await client.hgetall(meta) == before
+        assert await client.llen(mem.keys.msgs) == 2
+    finally:
+        await client.aclose()

@@ -13,7 +13,8 @@ batch, the deltas after), one client, sequential, ~300-token messages
 * ``append`` with counts supplied: the indexer off; the indexer on and caught up
   (``background_index=True``, then ``await memory.indexer.catch_up()``: each message's share
   of the index's steps is in its figure); with a TTL; with a caller's own ``dedupe_key`` on
-  every append; ``append_many`` of 10 (per message);
+  every append; ``append_many`` of 10 (per message); and 64 sessions appending at once (each
+  in turn, as a replica serving many conversations does: their appends share round trips);
 * the read paths, per call on a memory of 500 such messages, indexed: ``read_window``,
   ``context(budget)``, ``context(budget, query=)``, ``search()``.
 
@@ -71,6 +72,8 @@ from compozy_memory import MemoryInstance, MemoryPolicy, TiktokenCounter
 from compozy_memory.embedded import start_server
 
 PROJECT = "srvcost"
+#: Conversations one replica serves at once (the at-once mode): their appends share round trips.
+SESSIONS = 64
 TTL = timedelta(hours=1)
 BUDGET = 8_000
 QUERIES = (
@@ -143,7 +146,7 @@ class CountingConnection(Connection):
                 else words[1].decode(errors="replace")
                 if len(words) > 1
                 else ""
-            ).lower()  # noqa: E501
+            ).lower()
             if name == "multi":
                 in_multi = True
             elif name in ("exec", "discard"):
@@ -324,6 +327,18 @@ async def main(args: argparse.Namespace) -> None:
 
             return go
 
+        sessions = [memory(f"s{i}", background_index=False) for i in range(SESSIONS)]
+
+        async def at_once(n: int) -> int:
+            messages = pool(n)
+
+            async def session(i: int) -> None:
+                for message in messages[i::SESSIONS]:
+                    await sessions[i].append(message)
+
+            await asyncio.gather(*(session(i) for i in range(SESSIONS)))
+            return n
+
         async def append_many(n: int) -> int:
             messages = pool(n)
             for at in range(0, n, 10):
@@ -343,6 +358,7 @@ async def main(args: argparse.Namespace) -> None:
             Mode("own", "the same with a caller's `dedupe_key` on every append", appends(own, dedupe=True)),  # noqa: E501
             Mode("many", "`append_many` of 10, counts supplied, indexer off (per message)", append_many),  # noqa: E501
             Mode("on", "`append` kept searchable (indexer on, caught up)", appends(on)),
+            Mode("sessions", f"`append` by {SESSIONS} sessions at once, counts supplied, indexer off", at_once),  # noqa: E501
         ]  # fmt: skip
         # Every memory and reference starts at its steady state: past the dedupe window.
         for mode in modes:

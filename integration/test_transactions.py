@@ -7,26 +7,30 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
+import redis
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 
-from compozy_memory import CorruptDataError, MemoryEvictedError, MemoryInstance
-from compozy_memory._io.batching import ScriptBatcher, batcher_for
+from compozy_memory import (
+    CorruptDataError,
+    HeuristicCounter,
+    MemoryEvictedError,
+    MemoryInstance,
+    SyncMemoryInstance,
+)
+from compozy_memory._io.transactions import Transactions, transactions_for
 from compozy_memory._ops.acl import acl_rules
 from integration.engines import EngineSpec
 from integration.memories import memory, turn
 
-pytestmark = pytest.mark.asyncio
 
-
-def batcher(client: Redis) -> ScriptBatcher:
-    found = batcher_for(client)
-    assert isinstance(found, ScriptBatcher)
-    return found
+def state(client: Any) -> Transactions:
+    return transactions_for(client)
 
 
 async def play(mem: MemoryInstance, seed: int, steps: int) -> list[tuple[Any, ...]]:
@@ -90,7 +94,7 @@ async def test_a_transaction_leaves_the_bytes_the_script_leaves(
     standalone: EngineSpec, ttl: timedelta | None
 ) -> None:
     scripted, planned = Redis.from_url(standalone.url), Redis.from_url(standalone.url)
-    batcher(scripted).transactions = False
+    state(scripted).on = False
     try:
         options: dict[str, Any] = {"background_index": False}
         if ttl is not None:
@@ -101,10 +105,10 @@ async def test_a_transaction_leaves_the_bytes_the_script_leaves(
         assert await play(a, 7, steps) == await play(b, 7, steps)
         assert await stored(scripted, a) == await stored(scripted, b)
         # Both roads were taken: most appends as transactions, the rest as the script.
-        stats = batcher(planned).stats
+        stats = state(planned).stats
         assert stats.applied > steps // 2
         assert stats.as_script > 0
-        assert batcher(scripted).stats.applied == 0
+        assert state(scripted).stats.applied == 0
     finally:
         await scripted.aclose()
         await planned.aclose()
@@ -139,7 +143,7 @@ async def test_writers_on_many_clients_lose_nothing(standalone: EngineSpec) -> N
             meta = await clients[0].hgetall(mems[0][at].keys.meta)
             assert int(meta[b"count"]) == len(mine) == int(meta[b"last_id"])
             assert int(meta[b"tokens"]) == sum(t for _, t in mine), key
-        assert sum(batcher(c).stats.applied for c in clients) > 0
+        assert sum(state(c).stats.applied for c in clients) > 0
     finally:
         for c in clients:
             await c.aclose()
@@ -170,7 +174,7 @@ async def test_a_memory_written_between_the_round_trips_gets_the_script(
         mem.indexer.background = rival.indexer.background = False
         await mem.append(turn(1))
         await mem.append(turn(2))
-        before = batcher(client).stats.as_script
+        before = state(client).stats.as_script
 
         async def write() -> None:
             await rival.append({"role": "user", "content": "between", "tokens": 5})
@@ -179,7 +183,7 @@ async def test_a_memory_written_between_the_round_trips_gets_the_script(
         result = await mem.append({"role": "user", "content": "planned", "tokens": 7})
         assert Interloper.write is None  # the rival wrote between the two round trips
         # WATCH saw the rival's write: the transaction applied nothing, the script did it.
-        assert batcher(client).stats.as_script == before + 1
+        assert state(client).stats.as_script == before + 1
         assert (result.first_id, result.total_count) == (4, 4)
         contents = [m.content for m in await mem.read()]
         assert contents[2:] == ["between", "planned"]
@@ -202,7 +206,7 @@ async def test_a_client_that_decodes_replies_takes_the_transaction(
         assert [r.first_id for r in results] == [1, 2, 3, 4, 5]
         assert results[-1].total_tokens == 100
         assert results[-1].version.startswith("5:")
-        assert batcher(client).stats.applied >= 3
+        assert state(client).stats.applied >= 3
         assert [m.content for m in await mem.read()] == [turn(i)["content"] for i in range(1, 6)]
     finally:
         await client.aclose()
@@ -241,8 +245,8 @@ async def test_a_user_refused_watch_appends_through_the_function(
         mem = memory(client, background_index=False)
         results = [await mem.append(turn(i)) for i in range(1, 5)]
         assert [r.last_id for r in results] == [1, 2, 3, 4]
-        assert batcher(client).transactions is False
-        assert batcher(client).stats.applied == 0
+        assert state(client).on is False
+        assert state(client).stats.applied == 0
         assert [m.content for m in await mem.read()] == [turn(i)["content"] for i in range(1, 5)]
     finally:
         await client.aclose()
@@ -262,10 +266,10 @@ async def test_a_planted_dedupe_record_is_read_once_then_left_to_the_script(
         await mem.append(turn(1))
         await mem.append(turn(2))
         meta = mem.keys.meta
-        (field,) = [f for f in await client.hkeys(meta) if f.startswith(b"w:")]
+        (field,) = [f for f in await client.hkeys(meta) if f.startswith(b"w:")]  # type: ignore[arg-type]
         await client.hset(meta, field, b"9:0:0:1" + b",1:1" * 20_000)  # 80 KB, raw
         before = await client.hgetall(meta)
-        stats = batcher(client).stats
+        stats = state(client).stats
         as_script = stats.as_script
         for _ in range(3):
             with pytest.raises(CorruptDataError):
@@ -275,3 +279,62 @@ async def test_a_planted_dedupe_record_is_read_once_then_left_to_the_script(
         assert await client.llen(mem.keys.msgs) == 2
     finally:
         await client.aclose()
+
+
+def sync_memory(client: redis.Redis, key: str) -> SyncMemoryInstance:
+    return SyncMemoryInstance.open(
+        client, project="itest", key=key, counter=HeuristicCounter(), background_index=False
+    )
+
+
+def test_the_synchronous_api_takes_the_transaction_and_leaves_the_same_bytes(
+    standalone: EngineSpec,
+) -> None:
+    """The blocking client's appends go as transactions too, one at a time, and leave what the
+    function leaves; writers in several threads lose nothing."""
+    scripted, planned = redis.Redis.from_url(standalone.url), redis.Redis.from_url(standalone.url)
+    state(scripted).on = False
+    try:
+        tag = f"{random.random()}"
+        a, b = sync_memory(scripted, f"tx-sync-a:{tag}"), sync_memory(planned, f"tx-sync-b:{tag}")
+        for mem in (a, b):
+            for i in range(1, 101):
+                key = f"~sync{tag[2:8]}:{i}"
+                mem.append(turn(i, tokens=i), dedupe_key=key)
+                if i % 9 == 0:
+                    assert mem.append(turn(i, tokens=i), dedupe_key=key).duplicate
+        assert state(planned).stats.applied > 50
+        assert state(scripted).stats.applied == 0
+
+        def held(client: redis.Redis, mem: SyncMemoryInstance) -> tuple[Any, ...]:
+            envelopes = [json.loads(e) for e in client.lrange(mem.keys.msgs, 0, -1)]
+            for envelope in envelopes:
+                envelope.pop("ts")
+            meta = client.hgetall(mem.keys.meta)
+            meta.pop(b"inc")
+            return envelopes, meta, client.zrange(mem.keys.dedupe, 0, -1, withscores=True)
+
+        assert held(scripted, a) == held(scripted, b)
+
+        shared = sync_memory(planned, f"tx-sync-shared:{tag}")
+        written: list[int] = []
+
+        def writer(w: int) -> None:
+            for s in range(40):
+                result = shared.append({"role": "user", "content": f"w{w}-s{s}", "tokens": 3})
+                written.append(result.first_id)
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(written) == list(range(1, 241))
+        found = [json.loads(e) for e in planned.lrange(shared.keys.msgs, 0, -1)]
+        assert sorted(m["content"] for m in found) == sorted(
+            f"w{w}-s{s}" for w in range(6) for s in range(40)
+        )
+        assert planned.hget(shared.keys.meta, "tokens") == b"720"
+    finally:
+        scripted.close()
+        planned.close()

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -49,25 +48,12 @@ from compozy_memory._io.pipelining import (
     fail_all,
     settle,
 )
+from compozy_memory._io.transactions import arun_on_connection, transactions_for
 from compozy_memory._io.translate import RedisClient, translate
-from compozy_memory._wire.optimistic import AppendPlan, time_texts
+from compozy_memory._wire.optimistic import AppendPlan, transaction
 from compozy_memory._wire.scripts import Script, ScriptArg
-from compozy_memory.errors import ScriptError
 
-__all__ = ["MAX_PIPELINE", "ScriptBatcher", "TransactionStats", "batcher_for"]
-
-
-#: The most memories a batcher remembers to append to as the script (then it forgets them all).
-_SCRIPTED_MOST = 4096
-
-
-@dataclass(slots=True)
-class TransactionStats:
-    """How a batcher's planned appends went: applied in a transaction, or as their script
-    (the transaction found their memory changed, or the plan did not take it)."""
-
-    applied: int = 0
-    as_script: int = 0
+__all__ = ["MAX_PIPELINE", "ScriptBatcher", "batcher_for"]
 
 
 class ScriptBatcher:
@@ -77,13 +63,10 @@ class ScriptBatcher:
         self.client = client
         self.delivery = delivery_for(client)
         self._queue = Queue(self._flush, self.delivery.send)
-        #: Whether the usual appends go as checked transactions (the module's docstring);
-        #: False sends every call as its script.
-        self.transactions = True
-        self.stats = TransactionStats()
-        # Memories whose appends go as the script: a planted dedupe record was met (a
-        # transaction's read copies it whole; the script sizes it first and refuses it).
-        self._scripted: set[str] = set()
+        #: The client's appends as checked transactions (the module's docstring): shared
+        #: with its synchronous twin's road; ``transactions.on = False`` sends every call
+        #: as its script.
+        self.transactions = transactions_for(client)
 
     async def run(
         self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], *, key: str
@@ -96,13 +79,14 @@ class ScriptBatcher:
 
     async def _send(self, calls: list[Call]) -> None:
         planned: list[tuple[Call, AppendPlan]] = []
-        if self.transactions:
+        state = self.transactions
+        if state.on:
             rest: list[Call] = []
             metas: set[str] = set()
             for call in calls:
-                plan = AppendPlan.of(call.keys, call.args) if call.script.name == "append" else None
+                plan = state.plan(call.script, call.keys, call.args)
                 # One append a memory in a transaction: the next one must read what it wrote.
-                if plan is None or plan.meta in metas or plan.meta in self._scripted:
+                if plan is None or plan.meta in metas:
                     rest.append(call)
                 else:
                     metas.add(plan.meta)
@@ -118,8 +102,9 @@ class ScriptBatcher:
     async def _send_planned(self, planned: list[tuple[Call, AppendPlan]]) -> None:
         """Send planned appends as one transaction; those it did not apply, as their script."""
         calls = [call for call, _ in planned]
+        plans = [plan for _, plan in planned]
         try:
-            replies = await self._transaction([plan for _, plan in planned])
+            outcome = await arun_on_connection(self.client, transaction(plans))
         except redis_errors.RedisError as exc:
             for script, _, _, key, future in calls:
                 if not future.done():
@@ -128,6 +113,7 @@ class ScriptBatcher:
         except BaseException as exc:  # cancelled or broken: no caller may wait forever
             fail_all(calls, exc)
             raise
+        self.transactions.settle(plans, outcome)
         scripted: list[Call] = []
 
         def answer(call: Call, reply: Any) -> None:
@@ -138,72 +124,9 @@ class ScriptBatcher:
             else:
                 call.future.set_result(reply)
 
-        await answer_in_turns(calls, replies, answer)
-        self.stats.applied += len(calls) - len(scripted)
-        self.stats.as_script += len(scripted)
+        await answer_in_turns(calls, outcome.replies, answer)
         if scripted:
             await self._send_scripts(scripted)
-
-    async def _transaction(self, plans: list[AppendPlan]) -> list[Any]:
-        """Each plan's reply: the script's (applied), None (not applied: send the script), or
-        the error that it applied otherwise than planned (which WATCH rules out)."""
-        watched = [key for plan in plans for key in plan.watch]
-        reads = [plan.reads() for plan in plans]
-        commands: list[tuple[Any, ...]] = [("WATCH", *watched)]
-        for some in reads:
-            commands += some
-        commands.append(("TIME",))
-        connection = await self._connection()
-        try:
-            replies = await exchange(connection, commands)
-            if any(isinstance(reply, BaseException) for reply in (replies[0], replies[-1])):
-                # A server or user that refuses WATCH or TIME (an ACL): scripts from now on.
-                self.transactions = False
-                await exchange(connection, [("UNWATCH",)])
-                return [None] * len(plans)
-            clock = time_texts(replies[-1])
-            writes, at = [], 1
-            for plan, some in zip(plans, reads, strict=True):
-                writes.append(plan.writes(replies[at : at + len(some)], clock))
-                at += len(some)
-                if plan.oversized:
-                    if len(self._scripted) >= _SCRIPTED_MOST:
-                        self._scripted.clear()
-                    self._scripted.add(plan.meta)
-            if not any(writes):
-                await exchange(connection, [("UNWATCH",)])
-                return [None] * len(plans)
-            commands = [("MULTI",)]
-            for some in writes:
-                commands += some
-            commands.append(("EXEC",))
-            applied = (await exchange(connection, commands))[-1]
-        except BaseException:
-            # A reply may be half read, a WATCH left: the connection serves no other caller.
-            await connection.disconnect()
-            raise
-        finally:
-            await self.client.connection_pool.release(connection)
-        if not isinstance(applied, list):  # None: a watched key changed; EXECABORT
-            return [None] * len(plans)
-        out: list[Any] = []
-        at = 0
-        for plan, some in zip(plans, writes, strict=True):
-            if not some:
-                out.append(None)
-                continue
-            reply = plan.reply(applied[at : at + len(some)])
-            at += len(some)
-            out.append(
-                reply
-                if reply is not None
-                else ScriptError(
-                    "append: the transaction applied otherwise than planned "
-                    f"({applied[at - len(some) : at]!r})",
-                    key=plan.meta,
-                )
-            )
-        return out
 
     async def _connection(self) -> Any:
         pool = self.client.connection_pool

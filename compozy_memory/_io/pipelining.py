@@ -26,6 +26,7 @@ __all__ = [
     "answer_in_turns",
     "exchange",
     "fail_all",
+    "pack",
     "settle",
 ]
 
@@ -113,6 +114,13 @@ class Queue:
         task.add_done_callback(self.tasks.discard)
 
 
+def pack(commands: Sequence[tuple[Any, ...]]) -> bytes | None:
+    """``commands`` packed by hiredis, in C; None without hiredis (redis-py packs them)."""
+    if _pack is None:  # pragma: no cover
+        return None
+    return b"".join(_pack(command) for command in commands)
+
+
 async def exchange(connection: AbstractConnection, commands: list[tuple[Any, ...]]) -> list[Any]:
     """Send ``commands`` on ``connection`` in one write and read every reply, in order.
 
@@ -122,10 +130,8 @@ async def exchange(connection: AbstractConnection, commands: list[tuple[Any, ...
 
     Commands are packed by hiredis, in C: redis-py's asyncio connection packs in Python, which
     costs more than the script itself for an 11-argument FCALL."""
-    if _pack is not None:
-        payload: bytes | list[bytes] = b"".join(_pack(command) for command in commands)
-    else:  # pragma: no cover
-        payload = connection.pack_commands(commands)
+    packed = pack(commands)
+    payload = packed if packed is not None else connection.pack_commands(commands)
     try:
         await connection.send_packed_command(payload, check_health=False)
     except (AttributeError, TypeError) as exc:

@@ -8,7 +8,9 @@ library loaded where missing, old servers refused), the same WAIT/WAITAOF after 
 same :class:`RetryPolicy` loop and the same latency metric, all driven from the steps they
 share. What it does not do is batch: a thread's calls go one by one (each blocking its thread
 only), and many threads' calls share the client's connection pool, which redis-py makes safe
-to use from several threads.
+to use from several threads. The usual append goes as a checked transaction on a client of
+one server, as on the async road (:mod:`compozy_memory._wire.optimistic`), one append at a
+time.
 """
 
 from __future__ import annotations
@@ -17,16 +19,20 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol, TypeVar, assert_never
 
+from redis import exceptions as redis_errors
+
 from compozy_memory import _telemetry
 from compozy_memory._io.client_calls import (
     ClientSteps,
     SyncRedisClient,
     command_options,
+    is_standalone,
     run_client,
 )
 from compozy_memory._io.counting import count_all
 from compozy_memory._io.retry import RetryPolicy
-from compozy_memory._io.translate import backend_errors
+from compozy_memory._io.transactions import Transactions, run_on_connection, transactions_for
+from compozy_memory._io.translate import backend_errors, translate
 from compozy_memory._io.transport import TransportBase
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.policy import WaitPolicy
@@ -43,6 +49,7 @@ from compozy_memory._wire.effects import (
     RunScript,
     Sleep,
 )
+from compozy_memory._wire.optimistic import AppendPlan, transaction
 from compozy_memory._wire.steps import Op, Steps
 
 __all__ = ["SyncCallTransport", "SyncTransport", "drive"]
@@ -123,6 +130,9 @@ class SyncTransport(TransportBase):
     ) -> None:
         super().__init__(client, retry=retry, wait=wait, key=key, memory=memory, metrics=metrics)
         self.client: SyncRedisClient = client
+        # The usual append as a checked transaction, on a client of one server (a Cluster's
+        # appends call the function): compozy_memory._wire.optimistic.
+        self._transactions = transactions_for(client) if is_standalone(client) else None
 
     def drive(self, steps: Steps[T] | Op[T], *, between: Callable[[], None] | None = None) -> T:
         """Run ``steps`` on this transport, in the calling thread."""
@@ -161,6 +171,25 @@ class SyncTransport(TransportBase):
             )
         else:
             steps = lambda: self.delivery.run(code, keys, args, key)  # noqa: E731
+            if self._transactions is not None and code.name == "append":
+                state = self._transactions
+
+                def attempt() -> Any:
+                    plan = state.plan(code, keys, args)
+                    if plan is not None:
+                        reply = self._planned(state, plan, code.name, key)
+                        if reply is not None:
+                            return reply
+                    return run_client(steps(), self.client)
+
+                return self._timed(
+                    operation,
+                    key,
+                    _telemetry.record_count(code.contract.argv, args),
+                    lambda: self.retry.call_sync(
+                        attempt, what=operation, memory=self.memory, key=key
+                    ),
+                )
         records = _telemetry.record_count(code.contract.argv, args)
         return self._timed(
             operation,
@@ -173,6 +202,19 @@ class SyncTransport(TransportBase):
                 key=key,
             ),
         )
+
+    def _planned(self, state: Transactions, plan: AppendPlan, name: str, key: str) -> Any:
+        """The append as a checked transaction: the script's reply, or None when it did not
+        apply (the caller sends the script)."""
+        try:
+            outcome = run_on_connection(self.client, transaction([plan]))
+        except redis_errors.RedisError as exc:
+            raise translate(exc, name, key) from exc
+        state.settle([plan], outcome)
+        reply = outcome.replies[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     def _timed(self, operation: str, key: str, records: int | None, call: Callable[[], Any]) -> Any:
         """``call()``, observing its latency under ``operation`` and its outcome, in its

@@ -25,15 +25,17 @@ of the script holds: at most once (the same dedupe record), exact totals (read u
 ``WATCH``), the TTL inside the write (a deadline is moved only by the script), a memory's
 keys evicted in part refused (the list's length is read under ``WATCH``).
 
-This module is pure: the plan says what to read and what to write;
-:mod:`compozy_memory._io.batching` sends it.
+This module is pure: the plan says what to read and what to write, and :func:`transaction`
+is the two round trips of several plans as steps; the drivers send them on one connection
+(:mod:`compozy_memory._io.batching` a loop iteration's appends, the synchronous transport one).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from compozy_memory._model.limits import (
@@ -50,8 +52,9 @@ from compozy_memory._model.limits import (
     TTL_SLACK_PARTS,
 )
 from compozy_memory._wire.contracts import ScriptArg
+from compozy_memory.errors import ScriptError
 
-__all__ = ["MIN_TTL_MS", "AppendPlan", "time_texts"]
+__all__ = ["MIN_TTL_MS", "AppendPlan", "Outcome", "RoundTrips", "time_texts", "transaction"]
 
 #: A memory with a TTL below this goes as the script: the plan checks its deadline a round
 #: trip before the write, and keeps away from a deadline due within half its slack (at this
@@ -345,3 +348,69 @@ class AppendPlan:
             counter,
             last_id,
         )
+
+
+#: Steps on one connection: each yields the commands of a round trip and is sent their
+#: replies (an error reply as its exception, in its place).
+RoundTrips = Generator[list[tuple[Any, ...]], list[Any], "Outcome"]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a transaction of plans came to: for each plan the script's reply (applied), None
+    (nothing applied: send the script) or the error that it applied otherwise than planned;
+    and whether the server (or the user's ACL) refused ``WATCH`` or ``TIME``."""
+
+    replies: list[Any]
+    refused: bool = False
+
+
+def transaction(plans: Sequence[AppendPlan]) -> RoundTrips:
+    """The plans' transaction on one connection: ``WATCH`` their keys with their reads and
+    ``TIME``; then ``MULTI``, the writes of the plans that can go, ``EXEC`` (or ``UNWATCH``
+    when none can). ``EXEC`` applies nothing when a watched key changed between the round
+    trips: every plan is then None."""
+    watched = [key for plan in plans for key in plan.watch]
+    reads = [plan.reads() for plan in plans]
+    commands: list[tuple[Any, ...]] = [("WATCH", *watched)]
+    for some in reads:
+        commands += some
+    commands.append(("TIME",))
+    replies = yield commands
+    none: list[Any] = [None] * len(plans)
+    if any(isinstance(reply, BaseException) for reply in (replies[0], replies[-1])):
+        yield [("UNWATCH",)]
+        return Outcome(none, refused=True)
+    clock = time_texts(replies[-1])
+    writes, at = [], 1
+    for plan, some in zip(plans, reads, strict=True):
+        writes.append(plan.writes(replies[at : at + len(some)], clock))
+        at += len(some)
+    if not any(writes):
+        yield [("UNWATCH",)]
+        return Outcome(none)
+    commands = [("MULTI",)]
+    for some in writes:
+        commands += some
+    commands.append(("EXEC",))
+    applied = (yield commands)[-1]
+    if not isinstance(applied, list):  # None: a watched key changed; or EXECABORT
+        return Outcome(none)
+    out: list[Any] = []
+    at = 0
+    for plan, some in zip(plans, writes, strict=True):
+        if not some:
+            out.append(None)
+            continue
+        done = applied[at : at + len(some)]
+        at += len(some)
+        reply = plan.reply(done)
+        out.append(
+            reply
+            if reply is not None
+            else ScriptError(
+                f"append: the transaction applied otherwise than planned ({done!r})",
+                key=plan.meta,
+            )
+        )
+    return Outcome(out)

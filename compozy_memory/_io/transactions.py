@@ -1,0 +1,144 @@
+"""Appends as checked transactions on a client: which go as one, and on one connection.
+
+:mod:`compozy_memory._wire.optimistic` plans the usual append as native commands and writes a
+transaction's two round trips as steps; this module runs them on one pooled connection of a
+standalone client (``WATCH`` belongs to a connection), on ``redis.asyncio``
+(:func:`arun_on_connection`, the batcher's road) or a blocking client
+(:func:`run_on_connection`, the synchronous transport's), and keeps what a client learns on
+the way (:class:`Transactions`): whether its server or user refuses ``WATCH`` (then every
+append goes as the script), and which memories hold a planted dedupe record (the
+transaction's read copies it; the script sizes it first).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis import exceptions as redis_errors
+
+from compozy_memory._io.pipelining import exchange, pack
+from compozy_memory._wire.optimistic import AppendPlan, Outcome, RoundTrips
+from compozy_memory._wire.scripts import Script, ScriptArg
+
+__all__ = [
+    "TransactionStats",
+    "Transactions",
+    "arun_on_connection",
+    "run_on_connection",
+    "transactions_for",
+]
+
+#: The most memories a client remembers to append to as the script (then it forgets them all).
+_SCRIPTED_MOST = 4096
+
+
+@dataclass(slots=True)
+class TransactionStats:
+    """How a client's planned appends went: applied in a transaction, or as their script
+    (the transaction found their memory changed, or the plan did not take it)."""
+
+    applied: int = 0
+    as_script: int = 0
+
+
+@dataclass(slots=True)
+class Transactions:
+    """One client's appends as transactions: on until its server or user refuses ``WATCH``
+    or ``TIME``; the memories whose appends go as the script; what became of them."""
+
+    on: bool = True
+    stats: TransactionStats = field(default_factory=TransactionStats)
+    _scripted: set[str] = field(default_factory=set)
+
+    def plan(
+        self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg]
+    ) -> AppendPlan | None:
+        """The plan of this call, or None when it goes as its script."""
+        if not self.on or script.name != "append":
+            return None
+        plan = AppendPlan.of(keys, args)
+        if plan is None or plan.meta in self._scripted:
+            return None
+        return plan
+
+    def settle(self, plans: Sequence[AppendPlan], outcome: Outcome) -> None:
+        """Learn from a transaction's outcome."""
+        if outcome.refused:
+            self.on = False
+        for plan in plans:
+            if plan.oversized:
+                if len(self._scripted) >= _SCRIPTED_MOST:
+                    self._scripted.clear()
+                self._scripted.add(plan.meta)
+        scripted = outcome.replies.count(None)
+        self.stats.as_script += scripted
+        self.stats.applied += len(outcome.replies) - scripted
+
+
+_STATES: weakref.WeakKeyDictionary[Any, Transactions] = weakref.WeakKeyDictionary()
+
+
+def transactions_for(client: Any) -> Transactions:
+    """The transactions state of ``client`` (one per client, whichever handles use it)."""
+    state = _STATES.get(client)
+    if state is None:
+        state = _STATES[client] = Transactions()
+    return state
+
+
+async def arun_on_connection(client: Any, steps: RoundTrips) -> Outcome:
+    """Run ``steps`` on one pooled connection of the async standalone ``client``."""
+    pool = client.connection_pool
+    try:  # redis-py 5.3+ takes no arguments (and deprecates them); before, a command name
+        acquiring = pool.get_connection()
+    except TypeError:  # raised by the call itself, before any connection is taken
+        acquiring = pool.get_connection("WATCH")
+    connection = await acquiring
+    try:
+        commands = next(steps)
+        while True:
+            commands = steps.send(await exchange(connection, commands))
+    except StopIteration as done:
+        outcome: Outcome = done.value
+        return outcome
+    except BaseException:
+        # A reply may be half read, a WATCH left: the connection serves no other caller.
+        await connection.disconnect()
+        raise
+    finally:
+        await pool.release(connection)
+
+
+def run_on_connection(client: Any, steps: RoundTrips) -> Outcome:
+    """:func:`arun_on_connection` on a blocking standalone ``client``."""
+    pool = client.connection_pool
+    try:
+        connection = pool.get_connection()
+    except TypeError:
+        connection = pool.get_connection("WATCH")
+    try:
+        commands = next(steps)
+        while True:
+            payload = pack(commands)
+            # (a list of chunks: the blocking connection iterates what it is given)
+            connection.send_packed_command(
+                [payload] if payload is not None else connection.pack_commands(commands)
+            )
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(connection.read_response())
+                except redis_errors.ResponseError as exc:
+                    replies.append(exc)
+            commands = steps.send(replies)
+    except StopIteration as done:
+        outcome: Outcome = done.value
+        return outcome
+    except BaseException:
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(connection)

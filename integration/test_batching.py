@@ -6,12 +6,14 @@ import asyncio
 import json
 
 import pytest
+from redis.asyncio import Redis
 
-from compozy_memory import ConflictError, MemoryInstance, MessageTooLargeError
+from compozy_memory import ConflictError, MemoryInstance, MessageTooLargeError, RetryPolicy
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.policy import MemoryPolicy
 from integration.engines import EngineSpec
-from integration.memories import COUNTER
+from integration.faults import FaultProxy
+from integration.memories import COUNTER, memory
 
 SESSIONS = 40
 TURNS = 25
@@ -158,3 +160,29 @@ async def test_callers_answered_by_one_pipeline_go_on_in_turns(
     by_turn = [resumed_at.count(turn) for turn in sorted(set(resumed_at))]
     assert len(by_turn) >= -(-SESSIONS // RESUME_GROUP)
     assert max(by_turn) <= RESUME_GROUP
+
+
+async def test_a_batch_of_large_replies_on_a_slow_link_gets_a_timeout_a_reply(
+    standalone: EngineSpec,
+) -> None:
+    """``socket_timeout`` bounds each reply, as when they were read one by one, not a
+    batch's: 8 reads of 60 KB each through a link that forwards a 64 KB chunk every 0.2 s
+    take about 1.8 s with each reply well within 1 s (one deadline for all timed them out)."""
+    port = int(standalone.url.rsplit(":", 1)[1].split("/")[0])
+    direct = Redis.from_url(standalone.url)
+    with FaultProxy(port) as proxy:
+        slow = Redis.from_url(proxy.url, socket_timeout=1.0)
+        try:
+            key = f"conv:slow-link:{id(proxy)}"
+            setup = memory(direct, key, background_index=False)
+            for _ in range(4):
+                await setup.append({"role": "user", "content": "x" * 60_000, "tokens": 5})
+            mem = memory(slow, key, background_index=False, retry=RetryPolicy(attempts=1))
+            await mem.read(0, 0)  # connected, the script loaded
+            proxy.delay = 0.2
+            pages = await asyncio.gather(*(mem.read(i % 4, i % 4) for i in range(8)))
+            assert [len(page) for page in pages] == [1] * 8
+        finally:
+            proxy.delay = 0.0
+            await slow.aclose()
+            await direct.aclose()

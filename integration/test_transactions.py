@@ -24,8 +24,10 @@ from compozy_memory import (
     SyncMemoryInstance,
 )
 from compozy_memory._io.transactions import Transactions, transactions_for
+from compozy_memory._io.translate import RedisClient
 from compozy_memory._ops.acl import acl_rules
-from integration.engines import EngineSpec
+from compozy_memory.embedded import EmbeddedCluster
+from integration.engines import EngineSpec, spec_for
 from integration.memories import memory, turn
 
 
@@ -65,7 +67,7 @@ async def play(mem: MemoryInstance, seed: int, steps: int) -> list[tuple[Any, ..
     return replies
 
 
-async def stored(client: Redis, mem: MemoryInstance) -> dict[str, Any]:
+async def stored(client: RedisClient, mem: MemoryInstance) -> dict[str, Any]:
     """What a memory holds, but its times: messages without their stamps, meta without its
     incarnation, the dedupe set, and which keys expire."""
     keys = mem.keys
@@ -236,6 +238,8 @@ async def test_a_user_refused_watch_appends_through_the_function(
     """Rules written before appends went as transactions grant no WATCH: the client turns
     them off at the first refusal and appends as the function."""
     admin = Redis.from_url(standalone.url)
+    # The functions installed, as an operator does (the user may not load them).
+    await memory(admin, background_index=False).append(turn(1))
     user = f"tx-{random.randrange(10**9)}"
     rules = [r for r in acl_rules("itest", read_only=False) if r not in ("+watch", "+unwatch")]
     await admin.acl_setuser(user, enabled=True, passwords=["+secret-pw"], reset=True)
@@ -338,3 +342,149 @@ def test_the_synchronous_api_takes_the_transaction_and_leaves_the_same_bytes(
     finally:
         scripted.close()
         planned.close()
+
+
+@pytest.mark.cluster
+async def test_a_cluster_client_appends_as_transactions_one_a_slot(
+    valkey_cluster: EmbeddedCluster,
+) -> None:
+    """On a Cluster each memory's appends go as transactions on its node (a transaction's
+    keys share a slot), beside the node's pipeline: the same bytes as the function's, and
+    writers on many memories at once lose nothing."""
+    spec = spec_for("valkey-cluster", valkey_cluster)
+    scripted, planned = spec.client(), spec.client()
+    state(scripted).on = False
+    try:
+        options: dict[str, Any] = {"background_index": False, "ttl": timedelta(hours=1)}
+        a, b = memory(scripted, **options), memory(planned, **options)
+        assert await play(a, 11, 150) == await play(b, 11, 150)
+        assert await stored(scripted, a) == await stored(scripted, b)
+        assert state(planned).stats.applied > 75
+        assert state(scripted).stats.applied == 0
+
+        mems = [memory(planned, background_index=False) for _ in range(12)]
+
+        async def writer(w: int) -> None:
+            for s in range(20):
+                await mems[(w + s) % len(mems)].append(
+                    {"role": "user", "content": f"w{w}-s{s}", "tokens": 2}
+                )
+
+        await asyncio.gather(*(writer(w) for w in range(24)))
+        contents: list[str] = []
+        for mem in mems:
+            found = [json.loads(e) for e in await planned.lrange(mem.keys.msgs, 0, -1)]
+            assert [m["id"] for m in found] == list(range(1, len(found) + 1))
+            assert await planned.hget(mem.keys.meta, "tokens") == b"%d" % (2 * len(found))
+            contents += [m["content"] for m in found]
+        assert sorted(contents) == sorted(f"w{w}-s{s}" for w in range(24) for s in range(20))
+    finally:
+        await scripted.aclose()
+        await planned.aclose()
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [b"0:" + b"1" * 5000 + b":0:2,1:1,2:2", b"0:0:0:" + b"1" * 5000 + b",1:1,2:2"],
+    ids=["z", "k"],
+)
+async def test_a_record_with_a_number_past_pythons_digits_goes_as_the_script(
+    standalone: EngineSpec, planted: bytes
+) -> None:
+    """A tenant plants a record whose z or k has more digits than Python converts (4300):
+    the plan must not raise (a ValueError failed the whole batch, other tenants' appends
+    with it); the append goes as the script, which reads the number as a float."""
+    client = Redis.from_url(standalone.url)
+    try:
+        mem = memory(client, background_index=False)
+        other = memory(client, background_index=False)
+        for m in (mem, other):
+            await m.append(turn(1), dedupe_key="~pp:1")
+            await m.append(turn(2), dedupe_key="~pp:2")
+        await client.hset(mem.keys.meta, "w:pp", planted)
+        mine, theirs = await asyncio.gather(
+            mem.append(turn(3), dedupe_key="~pp:3"), other.append(turn(3), dedupe_key="~pp:3")
+        )
+        assert (mine.last_id, mine.total_count) == (3, 3)
+        assert (theirs.last_id, theirs.total_count) == (3, 3)
+        assert await client.llen(mem.keys.msgs) == 3
+    finally:
+        await client.aclose()
+
+
+class Sleeper(Connection):
+    """A connection whose caller resumes ``pause`` seconds late after it sends a
+    transaction's reads (``WATCH``): a busy event loop between the two round trips."""
+
+    pause = 0.0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        payload = command if isinstance(command, bytes) else b"".join(map(bytes, command))
+        await super().send_packed_command(command, check_health)
+        if payload.startswith(b"*") and b"\r\nWATCH\r\n" in payload[:32] and Sleeper.pause:
+            await asyncio.sleep(Sleeper.pause)
+
+
+async def test_a_late_second_round_trip_still_moves_a_due_deadline(
+    standalone: EngineSpec,
+) -> None:
+    """The plan checks the deadline against the server clock of the first round trip; when
+    EXEC runs more than the slack later, the deadline the script would move stays: the
+    memory's keys would expire less than its TTL after its last write."""
+    ttl = timedelta(seconds=60)  # slack 1875 ms: the plan keeps deadlines 937 ms ahead
+    key = f"conv:tx-late:{random.random()}"
+    direct = Redis.from_url(standalone.url)
+    slow = Redis.from_url(standalone.url, connection_class=Sleeper)
+    try:
+        setup = memory(direct, key, ttl=ttl, background_index=False)
+        await setup.append(turn(1))
+        await setup.append(turn(2))
+        mem = memory(slow, key, ttl=ttl, background_index=False)
+        seconds, micros = await direct.time()
+        before_ms = seconds * 1000 + micros // 1000
+        Sleeper.pause = 2.5
+        await mem.append(turn(3))
+        Sleeper.pause = 0.0
+        # The write ran at least 2.5 s after before_ms: its keys must live a TTL past that.
+        for part in (mem.keys.meta, mem.keys.msgs):
+            at = await direct.pexpiretime(part)
+            assert at >= before_ms + 2500 + 60_000, (part, at - before_ms)
+    finally:
+        Sleeper.pause = 0.0
+        await direct.aclose()
+        await slow.aclose()
+
+
+async def test_a_busy_server_does_not_turn_transactions_off(standalone: EngineSpec) -> None:
+    """WATCH refused with BUSY (another client's long script) is a refusal for now: the
+    append goes as the script (retried), and later appends take the transaction again. Only
+    a refusal for good (NOPERM, an unknown command) turns them off."""
+    admin, busy = Redis.from_url(standalone.url), Redis.from_url(standalone.url)
+    client = Redis.from_url(standalone.url)
+    (threshold,) = (await admin.config_get("busy-reply-threshold")).values()
+    try:
+        mem = memory(client, background_index=False)
+        await mem.append(turn(1))
+        await mem.append(turn(2))
+        await admin.config_set("busy-reply-threshold", 50)
+        spin = (
+            "local t = redis.call('TIME'); local s = t[1] * 1000 + t[2] / 1000 "
+            "while true do local n = redis.call('TIME') "
+            "if n[1] * 1000 + n[2] / 1000 - s > 400 then return 1 end end"
+        )
+
+        async def run_spin() -> Any:
+            return await busy.eval(spin, 0)
+
+        long_script = asyncio.create_task(run_spin())
+        await asyncio.sleep(0.15)
+        assert (await mem.append(turn(3))).last_id == 3
+        await long_script
+        assert state(client).on is True
+        applied = state(client).stats.applied
+        await mem.append(turn(4))
+        assert state(client).stats.applied == applied + 1
+    finally:
+        await admin.config_set("busy-reply-threshold", threshold or 5000)
+        for c in (admin, busy, client):
+            await c.aclose()

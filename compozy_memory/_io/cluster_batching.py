@@ -6,6 +6,13 @@ a memory shares one hash tag, so one memory's calls always go to one node), and 
 goes out as one non-transactional pipeline on a connection of that node's own pool; the
 groups of different nodes travel concurrently.
 
+The usual appends go as checked transactions (:mod:`compozy_memory._wire.optimistic`), as
+on a standalone client, but one a hash slot: a transaction's keys must share one, and
+memories have slots of their own. Each goes on a connection of its node's pool, beside the
+node's pipeline, at most ``TRANSACTIONS_A_NODE`` at once: a batch's appends to more memories
+of a node go as their script in its pipeline, so a client keeps a few connections a node. An
+append whose memory changed, or whose slot moved, goes as its script.
+
 The guarantees are those of the standalone batcher (:mod:`compozy_memory._io.batching`):
 each caller gets its own reply or typed error, matched by position; a caller cancelled while
 waiting is skipped and never receives or passes on another's reply; a call that found no
@@ -30,8 +37,8 @@ go alone as they always did.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Generator, Sequence
+from typing import Any, TypeVar
 
 from redis import exceptions as redis_errors
 from redis.asyncio import RedisCluster
@@ -47,10 +54,14 @@ from compozy_memory._io.pipelining import (
     fail_all,
     settle,
 )
+from compozy_memory._io.transactions import transactions_for
 from compozy_memory._io.translate import backend_errors, translate
+from compozy_memory._wire.optimistic import AppendPlan, transaction
 from compozy_memory._wire.scripts import Script, ScriptArg
 
-__all__ = ["CLUSTER_BATCHING", "ClusterBatcher"]
+__all__ = ["CLUSTER_BATCHING", "TRANSACTIONS_A_NODE", "ClusterBatcher"]
+
+T = TypeVar("T")
 
 #: Whether this redis-py's Cluster client can be batched. Older ones (5.0) replace every node
 #: object when they read the slot map again, closing connections a pipeline may be using, and
@@ -67,6 +78,12 @@ _REDIRECTS = (
     redis_errors.ClusterDownError,
 )
 
+
+#: The most transactions under way on one node, each on a connection of its own (a
+#: transaction's keys share a slot, and each memory has its own): past them, appends go as
+#: their script in the node's pipeline, so a client keeps a few connections a node however
+#: many conversations it serves.
+TRANSACTIONS_A_NODE = 2
 
 # How many keys' slots are remembered; past that, the memory starts again.
 _SLOT_CACHE = 65_536
@@ -86,6 +103,11 @@ class ClusterBatcher:
         # key -> its hash slot, which never changes (the slot's owner does): hashing every
         # call's key again cost more than grouping it.
         self._slots: dict[str, int] = {}
+        #: The client's appends as checked transactions, one a slot
+        #: (:mod:`compozy_memory._wire.optimistic`).
+        self.transactions = transactions_for(client)
+        # Transactions under way by node name: at most TRANSACTIONS_A_NODE.
+        self._in_flight: dict[str, int] = {}
 
     async def run(
         self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg], *, key: str
@@ -162,6 +184,79 @@ class ClusterBatcher:
         return settle(call.future, self.delivery.send(call.script, call.keys, call.args, call.key))
 
     async def _send(self, node: ClusterNode, calls: list[Call]) -> None:
+        """Send a node's calls: its usual appends as checked transactions, one a hash slot
+        (a transaction's keys share one), the rest as one pipeline."""
+        by_slot: dict[int, list[tuple[Call, AppendPlan]]] = {}
+        state = self.transactions
+        free = TRANSACTIONS_A_NODE - self._in_flight.get(node.name, 0)
+        if state.on and free > 0:
+            rest: list[Call] = []
+            metas: set[str] = set()
+            for call in calls:
+                plan = state.plan(call.script, call.keys, call.args)
+                # One append a memory in a transaction: the next one must read what it wrote.
+                if plan is None or plan.meta in metas:
+                    rest.append(call)
+                    continue
+                slot = self._slots.get(call.keys[0])
+                if slot is None:
+                    slot = self.client.keyslot(call.keys[0])
+                group = by_slot.get(slot)
+                if group is None:
+                    if len(by_slot) == free:  # no connection left for another transaction
+                        rest.append(call)
+                        continue
+                    group = by_slot[slot] = []
+                metas.add(plan.meta)
+                group.append((call, plan))
+            calls = rest
+        if not by_slot:
+            await self._send_scripts(node, calls)
+            return
+        sends = [self._send_planned(node, planned) for planned in by_slot.values()]
+        if calls:
+            sends.append(self._send_scripts(node, calls))
+        self._in_flight[node.name] = self._in_flight.get(node.name, 0) + len(by_slot)
+        try:
+            await asyncio.gather(*sends)
+        finally:
+            self._in_flight[node.name] -= len(by_slot)
+
+    async def _send_planned(
+        self, node: ClusterNode, planned: list[tuple[Call, AppendPlan]]
+    ) -> None:
+        """One slot's planned appends as one transaction on a connection of ``node``; those it
+        did not apply (their memory changed, or the slot moved), as their script."""
+        calls = [call for call, _ in planned]
+        plans = [plan for _, plan in planned]
+        try:
+            outcome = await self._on_node(node, transaction(plans))
+        except redis_errors.RedisError as exc:
+            for call in calls:
+                if not call.future.done():
+                    call.future.set_exception(translate(exc, call.script.name, call.key))
+            return
+        except BaseException as exc:  # cancelled or broken: no caller may wait forever
+            fail_all(calls, exc)
+            raise
+        self.transactions.settle(plans, outcome)
+        scripted: list[Call] = []
+
+        def answer(call: Call, reply: Any) -> None:
+            if reply is None:
+                scripted.append(call)
+            elif isinstance(reply, Exception):
+                call.future.set_exception(reply)
+            else:
+                call.future.set_result(reply)
+
+        await answer_in_turns(calls, outcome.replies, answer)
+        if scripted:
+            await self._send_scripts(node, scripted)
+
+    async def _send_scripts(self, node: ClusterNode, calls: list[Call]) -> None:
+        if not calls:
+            return
         # A lone call takes this road too: it is much cheaper than the Cluster client's own
         # dispatch, and a batch of one is common when nodes answer at different times.
         try:
@@ -195,6 +290,17 @@ class ClusterBatcher:
         commands = [
             (*command(call.script), len(call.keys), *call.keys, *call.args) for call in calls
         ]
+
+        def steps() -> Generator[list[tuple[Any, ...]], list[Any], list[Any]]:
+            return (yield commands)
+
+        return await self._on_node(node, steps())
+
+    async def _on_node(
+        self, node: ClusterNode, steps: Generator[list[tuple[Any, ...]], list[Any], T]
+    ) -> T:
+        """Run ``steps`` (each round trip's commands, sent their replies) on one connection
+        of ``node``."""
         connection = node.acquire_connection()
         try:
             # A connection marked for reconnect after a topology refresh is renewed first.
@@ -203,7 +309,12 @@ class ClusterBatcher:
                 await renew(connection)
             # A connection redis-py closed under us (a refresh of the slot map drops idle
             # connections as they are taken) comes out of exchange as a ConnectionError.
-            return await exchange(connection, commands)
+            commands = next(steps)
+            while True:
+                commands = steps.send(await exchange(connection, commands))
+        except StopIteration as done:
+            result: T = done.value
+            return result
         except BaseException as exc:
             # A reply may be half read: the connection cannot be trusted with another caller.
             await connection.disconnect()

@@ -144,17 +144,21 @@ async def exchange(connection: AbstractConnection, commands: list[tuple[Any, ...
     return await _read_replies(connection, len(commands))
 
 
-#: A batch's replies are read under one deadline of the connection's ``socket_timeout``,
-#: moved on every this many replies: ``Connection.read_response`` opens a timeout of its own
-#: for each reply, which cost a client more than the reply (7 µs of an append's 50).
-_DEADLINE_EVERY = 32
+#: A batch's replies are read under one deadline of the connection's ``socket_timeout``:
+#: ``Connection.read_response`` opens a timeout of its own for each reply, which cost a client
+#: more than the reply (7 µs of an append's 50). The deadline is moved on a reply that comes
+#: this part of the timeout or more after it was last moved, so every reply still gets (all
+#: but this part of) ``socket_timeout`` of its own, as it did read one by one: a batch of
+#: large replies on a slow link is not timed out as a whole; replies that come together move
+#: it once.
+_DEADLINE_PART = 16
 
 
 async def _read_replies(connection: AbstractConnection, count: int) -> list[Any]:
     """``count`` replies from ``connection``, each error reply as its exception in its place.
 
     They are read from the connection's parser (which handles RESP3's push messages itself)
-    under one deadline (``_DEADLINE_EVERY``); from the connection, one by one, where it has
+    under one deadline (``_DEADLINE_PART``); from the connection, one by one, where it has
     no parser of its own."""
     replies: list[Any] = []
     parser = getattr(connection, "_parser", None)
@@ -170,10 +174,18 @@ async def _read_replies(connection: AbstractConnection, count: int) -> list[Any]
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(timeout) as deadline:
-            for n in range(count):
-                replies.append(await read())
-                if timeout is not None and n % _DEADLINE_EVERY == _DEADLINE_EVERY - 1:
-                    deadline.reschedule(loop.time() + timeout)
+            if timeout is None:
+                for _ in range(count):
+                    replies.append(await read())
+            else:
+                step = timeout / _DEADLINE_PART
+                moved = loop.time()
+                for _ in range(count):
+                    replies.append(await read())
+                    now = loop.time()
+                    if now - moved >= step:
+                        deadline.reschedule(now + timeout)
+                        moved = now
     except TimeoutError as exc:
         raise redis_errors.TimeoutError(f"Timeout reading from {_where(connection)}") from exc
     except OSError as exc:

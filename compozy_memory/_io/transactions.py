@@ -65,8 +65,13 @@ class Transactions:
         return plan
 
     def settle(self, plans: Sequence[AppendPlan], outcome: Outcome) -> None:
-        """Learn from a transaction's outcome."""
-        if outcome.refused:
+        """Learn from a transaction's outcome: a user refused ``WATCH`` or ``TIME`` (an ACL
+        written before appends went as transactions), or a server that does not know them,
+        turns the client's transactions off; a redirect (a Cluster's slot moved) does not."""
+        refused = outcome.refused
+        if isinstance(refused, redis_errors.NoPermissionError) or (
+            refused is not None and "unknown command" in str(refused).lower()
+        ):
             self.on = False
         for plan in plans:
             if plan.oversized:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ from compozy_memory._model.limits import (
     DATA_FORMAT,
     DEDUPE_CHUNK,
     DEDUPE_SWEEP,
+    MAX_BATCH,
     MAX_CALL_BYTES,
     MAX_DEDUPE_KEY,
     MAX_MESSAGE_BYTES,
@@ -199,7 +201,9 @@ class AppendPlan:
         max_tokens = _count(args[1], MAX_TOTAL)
         n = _count(args[3], MAX_TOTAL)
         mark = _bytes(args[2])
-        if ttl_ms is None or max_tokens is None or n is None or n < 1 or mark is None:
+        if ttl_ms is None or max_tokens is None or n is None or mark is None:
+            return None
+        if not 1 <= n <= MAX_BATCH:
             return None
         if (0 < ttl_ms < MIN_TTL_MS) or len(args) != 4 + 3 * n or len(mark) > MAX_DEDUPE_KEY:
             return None
@@ -306,6 +310,13 @@ class AppendPlan:
             return None
         return self._reply
 
+    def late(self, elapsed_ms: float) -> bool:
+        """Whether the deadline :meth:`writes` checked at the first round trip's server clock
+        may be due by the time ``EXEC`` runs: the client took ``elapsed_ms`` from sending the
+        reads to sending the writes, more than a quarter of the slack (the check keeps half of
+        it; the other quarter is the writes' way to the server). Then the script moves it."""
+        return bool(self._ttl_ms) and elapsed_ms > math.ceil(self._ttl_ms / TTL_SLACK_PARTS) // 4
+
     def _deadline_holds(self, at: Any, now: int) -> bool:
         """Whether the memory's deadline (``PEXPIRETIME``: ``at``) stays where it is for a
         write at ``now`` (lib/deltas.lua: ttl_deadline), with half the slack to spare."""
@@ -334,6 +345,9 @@ class AppendPlan:
         assert counter is not None
         if not _above(counter, hi):
             return None
+        if len(z_text) > 16 or len(k_text) > 16:
+            # (planted: no script writes such a count; past 4300 digits int() raises)
+            return None
         z, k = int(z_text), int(k_text)
         if k >= DEDUPE_CHUNK or last_id - z >= DEDUPE_SWEEP:
             return None
@@ -359,10 +373,11 @@ RoundTrips = Generator[list[tuple[Any, ...]], list[Any], "Outcome"]
 class Outcome:
     """What a transaction of plans came to: for each plan the script's reply (applied), None
     (nothing applied: send the script) or the error that it applied otherwise than planned;
-    and whether the server (or the user's ACL) refused ``WATCH`` or ``TIME``."""
+    and the error ``WATCH`` or ``TIME`` met, if any (a user's ACL refusing them, a Cluster
+    node redirecting the keys), which the driver judges."""
 
     replies: list[Any]
-    refused: bool = False
+    refused: BaseException | None = None
 
 
 def transaction(plans: Sequence[AppendPlan]) -> RoundTrips:
@@ -376,16 +391,29 @@ def transaction(plans: Sequence[AppendPlan]) -> RoundTrips:
     for some in reads:
         commands += some
     commands.append(("TIME",))
+    started = time.monotonic()
     replies = yield commands
     none: list[Any] = [None] * len(plans)
-    if any(isinstance(reply, BaseException) for reply in (replies[0], replies[-1])):
-        yield [("UNWATCH",)]
-        return Outcome(none, refused=True)
+    for reply in (replies[0], replies[-1]):
+        if isinstance(reply, BaseException):
+            yield [("UNWATCH",)]
+            return Outcome(none, refused=reply)
     clock = time_texts(replies[-1])
-    writes, at = [], 1
+    writes: list[list[tuple[Any, ...]]] = []
+    at = 1
     for plan, some in zip(plans, reads, strict=True):
-        writes.append(plan.writes(replies[at : at + len(some)], clock))
+        try:
+            writes.append(plan.writes(replies[at : at + len(some)], clock))
+        except Exception:  # stored data the plan did not foresee: it is the script's
+            writes.append([])
         at += len(some)
+    # A deadline checked at the reads' server clock may be due by EXEC: a late caller (a
+    # busy loop, a slow link) leaves it to the script, which moves it.
+    elapsed_ms = (time.monotonic() - started) * 1000
+    writes = [
+        [] if some and plan.late(elapsed_ms) else some
+        for plan, some in zip(plans, writes, strict=True)
+    ]
     if not any(writes):
         yield [("UNWATCH",)]
         return Outcome(none)

@@ -109,11 +109,12 @@ async def test_concurrent_callers_over_every_master_get_their_own_replies(
         assert [i for _, i in acknowledged] == list(range(1, TURNS + 1))
     # Each master saw this client's calls arrive batched: 48 callers appending at once would
     # have opened about 16 connections per master one call at a time. A pipeline needs one;
-    # with replies handed out in turns (RESUME_GROUP) a few pipelines to a node may overlap;
-    # and at most TRANSACTIONS_A_NODE appends go as transactions, each on its connection.
+    # with replies handed out in turns (RESUME_GROUP) a few pipelines to a node may overlap
+    # (more on a loaded machine: a transaction's fallbacks follow it in a pipeline of their
+    # own); at most TRANSACTIONS_A_NODE appends go as transactions, each on its connection.
     name = cluster_client.get_connection_kwargs()["client_name"]
     opened = [await connections(node, str(name)) for node in nodes]
-    assert max(opened) <= 4 + TRANSACTIONS_A_NODE, opened
+    assert max(opened) <= 6 + TRANSACTIONS_A_NODE, opened
 
 
 async def test_a_failing_call_does_not_disturb_its_node_batch(

@@ -488,3 +488,27 @@ async def test_a_busy_server_does_not_turn_transactions_off(standalone: EngineSp
         await admin.config_set("busy-reply-threshold", threshold or 5000)
         for c in (admin, busy, client):
             await c.aclose()
+
+
+async def test_a_long_run_drops_the_oldest_chunks_as_the_script_does(
+    standalone: EngineSpec,
+) -> None:
+    """Past DEDUPE_CHUNKS sealed chunks a seal drops the oldest (its meta field and its
+    member): 1,100 appends of one process, both roads, the same bytes."""
+    scripted, planned = Redis.from_url(standalone.url), Redis.from_url(standalone.url)
+    state(scripted).on = False
+    try:
+        a = memory(scripted, background_index=False)
+        b = memory(planned, background_index=False)
+        for mem in (a, b):
+            for i in range(1, 1101):
+                await mem.append(turn(i, tokens=1 + i % 50), dedupe_key=f"~long:{i}")
+        held = await stored(scripted, b)
+        assert held == await stored(scripted, a)
+        chunks = [f for f in held["meta"] if f.startswith(b"w:long.")]
+        assert len(chunks) == 32  # DEDUPE_CHUNKS
+        assert b"w:long.0" not in chunks  # the oldest were dropped
+        assert state(planned).stats.as_script < 1100 // 32
+    finally:
+        await scripted.aclose()
+        await planned.aclose()

@@ -48,7 +48,12 @@ from compozy_memory._io.pipelining import (
     fail_all,
     settle,
 )
-from compozy_memory._io.transactions import arun_on_connection, transactions_for
+from compozy_memory._io.transactions import (
+    answer_planned,
+    arun_on_connection,
+    pooled,
+    transactions_for,
+)
 from compozy_memory._io.translate import RedisClient, translate
 from compozy_memory._wire.optimistic import AppendPlan, transaction
 from compozy_memory._wire.scripts import Script, ScriptArg
@@ -114,27 +119,7 @@ class ScriptBatcher:
             fail_all(calls, exc)
             raise
         self.transactions.settle(plans, outcome)
-        scripted: list[Call] = []
-
-        def answer(call: Call, reply: Any) -> None:
-            if reply is None:
-                scripted.append(call)
-            elif isinstance(reply, Exception):
-                call.future.set_exception(reply)
-            else:
-                call.future.set_result(reply)
-
-        await answer_in_turns(calls, outcome.replies, answer)
-        if scripted:
-            await self._send_scripts(scripted)
-
-    async def _connection(self) -> Any:
-        pool = self.client.connection_pool
-        try:  # redis-py 5.3+ takes no arguments (and deprecates them); before, a command name
-            acquiring = pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py
-        except TypeError:  # raised by the call itself, before any connection is taken
-            acquiring = pool.get_connection("EVALSHA")  # type: ignore[no-untyped-call]
-        return await acquiring
+        await self._send_scripts(await answer_planned(calls, outcome))
 
     async def _send_scripts(self, calls: list[Call]) -> None:
         if not calls:
@@ -177,7 +162,7 @@ class ScriptBatcher:
             (*self.delivery.command(call.script), len(call.keys), *call.keys, *call.args)
             for call in calls
         ]
-        connection = await self._connection()
+        connection = await pooled(pool)
         try:
             return await exchange(connection, commands)
         except BaseException:

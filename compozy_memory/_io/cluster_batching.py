@@ -54,7 +54,7 @@ from compozy_memory._io.pipelining import (
     fail_all,
     settle,
 )
-from compozy_memory._io.transactions import transactions_for
+from compozy_memory._io.transactions import answer_planned, transactions_for
 from compozy_memory._io.translate import backend_errors, translate
 from compozy_memory._wire.optimistic import AppendPlan, transaction
 from compozy_memory._wire.scripts import Script, ScriptArg
@@ -240,19 +240,7 @@ class ClusterBatcher:
             fail_all(calls, exc)
             raise
         self.transactions.settle(plans, outcome)
-        scripted: list[Call] = []
-
-        def answer(call: Call, reply: Any) -> None:
-            if reply is None:
-                scripted.append(call)
-            elif isinstance(reply, Exception):
-                call.future.set_exception(reply)
-            else:
-                call.future.set_result(reply)
-
-        await answer_in_turns(calls, outcome.replies, answer)
-        if scripted:
-            await self._send_scripts(node, scripted)
+        await self._send_scripts(node, await answer_planned(calls, outcome))
 
     async def _send_scripts(self, node: ClusterNode, calls: list[Call]) -> None:
         if not calls:

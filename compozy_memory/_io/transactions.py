@@ -19,19 +19,22 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 
-from compozy_memory._io.pipelining import exchange, pack
-from compozy_memory._wire.optimistic import AppendPlan, Outcome, RoundTrips
+from compozy_memory._io.pipelining import Call, answer_in_turns, exchange, pack
+from compozy_memory._wire.optimistic import AppendPlan, Hint, Outcome, RoundTrips
 from compozy_memory._wire.scripts import Script, ScriptArg
 
 __all__ = [
     "TransactionStats",
     "Transactions",
+    "answer_planned",
     "arun_on_connection",
+    "pooled",
     "run_on_connection",
     "transactions_for",
 ]
 
-#: The most memories a client remembers to append to as the script (then it forgets them all).
+#: The most memories a client remembers to append to as the script, or hints of (then it
+#: forgets them all).
 _SCRIPTED_MOST = 4096
 
 
@@ -52,6 +55,10 @@ class Transactions:
     on: bool = True
     stats: TransactionStats = field(default_factory=TransactionStats)
     _scripted: set[str] = field(default_factory=set)
+    # (memory's meta, process) -> what this client's last transaction left in the process's
+    # dedupe record: when the next write will seal it or move its score, the plan reads the
+    # dedupe set too.
+    _hints: dict[tuple[str, bytes], Hint] = field(default_factory=dict)
 
     def plan(
         self, script: Script, keys: Sequence[str], args: Sequence[ScriptArg]
@@ -62,6 +69,8 @@ class Transactions:
         plan = AppendPlan.of(keys, args)
         if plan is None or plan.meta in self._scripted:
             return None
+        if plan.process is not None:
+            plan.expect(self._hints.get((plan.meta, plan.process)))
         return plan
 
     def settle(self, plans: Sequence[AppendPlan], outcome: Outcome) -> None:
@@ -78,6 +87,11 @@ class Transactions:
                 if len(self._scripted) >= _SCRIPTED_MOST:
                     self._scripted.clear()
                 self._scripted.add(plan.meta)
+        for plan, reply in zip(plans, outcome.replies, strict=True):
+            if plan.written is not None and isinstance(reply, list) and plan.process is not None:
+                if len(self._hints) >= _SCRIPTED_MOST:
+                    self._hints.clear()
+                self._hints[plan.meta, plan.process] = plan.written
         scripted = outcome.replies.count(None)
         self.stats.as_script += scripted
         self.stats.applied += len(outcome.replies) - scripted
@@ -94,14 +108,36 @@ def transactions_for(client: Any) -> Transactions:
     return state
 
 
-async def arun_on_connection(client: Any, steps: RoundTrips) -> Outcome:
-    """Run ``steps`` on one pooled connection of the async standalone ``client``."""
-    pool = client.connection_pool
+async def pooled(pool: Any) -> Any:
+    """A connection from the async ``pool``."""
     try:  # redis-py 5.3+ takes no arguments (and deprecates them); before, a command name
         acquiring = pool.get_connection()
     except TypeError:  # raised by the call itself, before any connection is taken
-        acquiring = pool.get_connection("WATCH")
-    connection = await acquiring
+        acquiring = pool.get_connection("EVALSHA")
+    return await acquiring
+
+
+async def answer_planned(calls: Sequence[Call], outcome: Outcome) -> list[Call]:
+    """Answer each call with its plan's reply (a transaction's outcome, in the calls' order),
+    in turns as a pipeline's callers are; returns the calls that go as their script."""
+    scripted: list[Call] = []
+
+    def answer(call: Call, reply: Any) -> None:
+        if reply is None:
+            scripted.append(call)
+        elif isinstance(reply, Exception):
+            call.future.set_exception(reply)
+        else:
+            call.future.set_result(reply)
+
+    await answer_in_turns(calls, outcome.replies, answer)
+    return scripted
+
+
+async def arun_on_connection(client: Any, steps: RoundTrips) -> Outcome:
+    """Run ``steps`` on one pooled connection of the async standalone ``client``."""
+    pool = client.connection_pool
+    connection = await pooled(pool)
     try:
         commands = next(steps)
         while True:

@@ -42,7 +42,9 @@ from typing import Any
 from compozy_memory._model.limits import (
     DATA_FORMAT,
     DEDUPE_CHUNK,
+    DEDUPE_CHUNKS,
     DEDUPE_SWEEP,
+    DEDUPE_WINDOW,
     MAX_BATCH,
     MAX_CALL_BYTES,
     MAX_DEDUPE_KEY,
@@ -56,7 +58,15 @@ from compozy_memory._model.limits import (
 from compozy_memory._wire.contracts import ScriptArg
 from compozy_memory.errors import ScriptError
 
-__all__ = ["MIN_TTL_MS", "AppendPlan", "Outcome", "RoundTrips", "time_texts", "transaction"]
+__all__ = [
+    "MIN_TTL_MS",
+    "AppendPlan",
+    "Hint",
+    "Outcome",
+    "RoundTrips",
+    "time_texts",
+    "transaction",
+]
 
 #: A memory with a TTL below this goes as the script: the plan checks its deadline a round
 #: trip before the write, and keeps away from a deadline due within half its slack (at this
@@ -69,6 +79,27 @@ _FORMATS = (str(DATA_FORMAT).encode(), str(DATA_FORMAT))
 _PROCESS_KEY = re.compile(rb"~([A-Za-z0-9_-]+):([1-9][0-9]*|0)")
 # A process's dedupe record's header: '<hi>:<z>:<seq>:<k>'.
 _RECORD_HEAD = re.compile(rb"([0-9]+):([0-9]+):([0-9]+):([0-9]+)")
+# The last id of a record's newest entry (lib/dedupe.lua: ':(%d+)$').
+_NEWEST = re.compile(rb":([0-9]+)\Z")
+
+
+#: How many writes of the process, and how many ids, a hint may have missed: a plan reads the
+#: dedupe set from that far before a seal or a move of the score.
+_HINT_WRITES = 2
+_HINT_IDS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """What a client's last transaction to a memory left in its process's dedupe record: its
+    entries (``k``), its score (``z``), its next chunk (``seq``) and the memory's last id. The
+    next plan reads the dedupe set too when they say its write will seal the record or move
+    the score (the script's work otherwise); a wrong hint only sends a write to the script."""
+
+    k: int
+    z: int
+    seq: bytes
+    last_id: int
 
 
 def _bytes(value: ScriptArg) -> bytes | None:
@@ -127,13 +158,14 @@ class AppendPlan:
 
     __slots__ = (
         "_counter",
+        "_dedupe",
         "_fields",
+        "_hint",
         "_last",
         "_messages",
         "_n",
         "_pc",
         "_priority",
-        "_process",
         "_pt",
         "_record",
         "_reply",
@@ -143,13 +175,16 @@ class AppendPlan:
         "meta",
         "msgs",
         "oversized",
+        "process",
         "watch",
+        "written",
     )
 
     def __init__(
         self,
         msgs: str,
         meta: str,
+        dedupe: str,
         ttl_ms: int,
         mark: bytes,
         process: bytes | None,
@@ -158,12 +193,17 @@ class AppendPlan:
         messages: list[tuple[bytes, bytes]],
         total: int,
     ) -> None:
-        self.msgs, self.meta = msgs, meta
+        self.msgs, self.meta, self._dedupe = msgs, meta, dedupe
         #: The keys ``WATCH`` guards: what the plan reads and writes.
-        self.watch = (msgs, meta)
+        self.watch: tuple[str, ...] = (msgs, meta)
         self.mark = mark
         self._ttl_ms = ttl_ms
-        self._process, self._counter = process, counter
+        #: The writing process (of a handle's dedupe key), or None.
+        self.process = process
+        self._counter = counter
+        self._hint: Hint | None = None
+        #: What the applied write left in the process's record (:class:`Hint`), or None.
+        self.written: Hint | None = None
         self._priority = priority
         self._pt = b"p:" + priority + b":tokens"
         self._pc = b"p:" + priority + b":count"
@@ -234,13 +274,38 @@ class AppendPlan:
             messages.append((b"%d" % tokens, body))
         if size > MAX_CALL_BYTES:
             return None
-        return cls(keys[0], keys[1], ttl_ms, mark, process, counter, priority, messages, total)
+        if len(keys) < 5:
+            return None
+        return cls(
+            keys[0], keys[1], keys[4], ttl_ms, mark, process, counter, priority, messages, total
+        )
+
+    def expect(self, hint: Hint | None) -> None:
+        """Read the dedupe set too (and guard it) when ``hint`` says this write will seal the
+        process's record or move its score."""
+        if hint is None or self._record is None:
+            return
+        # With room for writes the hint missed: the script's (a sweep), other processes'.
+        if (
+            hint.k + _HINT_WRITES >= DEDUPE_CHUNK
+            or hint.last_id + self._n + _HINT_IDS - hint.z >= DEDUPE_SWEEP
+        ):
+            self._hint = hint
+            self.watch = (self.msgs, self.meta, self._dedupe)
 
     def reads(self) -> list[tuple[Any, ...]]:
         """The commands of the first round trip, after ``WATCH`` (``TIME`` is the batch's)."""
         out: list[tuple[Any, ...]] = [("HMGET", self.meta, *self._fields), ("LLEN", self.msgs)]
         if self._ttl_ms:
             out.append(("PEXPIRETIME", self.meta))
+        hint = self._hint
+        if hint is not None and self._record is not None:
+            member = b"~" + self._record[2:]
+            out += [
+                ("ZCARD", self._dedupe),
+                ("ZSCORE", self._dedupe, member),
+                ("ZSCORE", self._dedupe, member + b"." + hint.seq),
+            ]
         return out
 
     def writes(self, replies: Sequence[Any], time: tuple[bytes, bytes]) -> list[tuple[Any, ...]]:
@@ -270,10 +335,14 @@ class AppendPlan:
         n = self._n
         first_id, last = last_id + 1, last_id + n
         record: bytes | None = None
+        sealed: list[Any] = []
+        dedupe: list[tuple[Any, ...]] = []
         if self._record is not None:
-            record = self._next_record(values[9], first_id, last)
-            if record is None:
+            zset = replies[-3:] if self._hint is not None else None
+            next_record = self._next_record(values[9], first_id, last, zset)
+            if next_record is None:
                 return []
+            record, sealed, dedupe = next_record
         last_b = b"%d" % last
         envelopes = []
         for i, (message_tokens, body) in enumerate(self._messages):
@@ -298,15 +367,16 @@ class AppendPlan:
             p_count + n,
         ]
         if record is not None:
-            fields += (self._record, record)
+            fields += (*sealed, self._record, record)
         self._last = count + n
         self._reply = [first_id, last, new_tokens, new_count, summary_tokens, 0, inc, ver]
-        return [("RPUSH", self.msgs, *envelopes), ("HSET", self.meta, *fields)]
+        # In the script's order: the envelopes, the dedupe set's changes, meta.
+        return [("RPUSH", self.msgs, *envelopes), *dedupe, ("HSET", self.meta, *fields)]
 
     def reply(self, applied: Sequence[Any]) -> list[Any] | None:
         """The script's reply from the transaction's (``EXEC``'s, for :meth:`writes`), or
         None if the list's length says it did not apply as planned."""
-        if len(applied) != 2 or applied[0] != self._last:
+        if not applied or applied[0] != self._last:
             return None
         return self._reply
 
@@ -325,12 +395,16 @@ class AppendPlan:
         slack = math.ceil(self._ttl_ms / TTL_SLACK_PARTS)
         return now + self._ttl_ms + slack // 2 <= at <= now + self._ttl_ms + slack
 
-    def _next_record(self, stored: Any, first_id: int, last_id: int) -> bytes | None:
-        """The process's dedupe record after this write (lib/dedupe.lua: dedupe_record), or
-        None when the write must go as the script: a process with no record yet, a record of
-        an earlier release or one too long, a key not above every one recorded (a retry), a
-        record to seal, or ids crossing a multiple of DEDUPE_SWEEP (a sweep) or gone
-        DEDUPE_SWEEP past its score."""
+    def _next_record(
+        self, stored: Any, first_id: int, last_id: int, zset: Sequence[Any] | None
+    ) -> tuple[bytes, list[Any], list[tuple[Any, ...]]] | None:
+        """The process's dedupe record after this write (lib/dedupe.lua: dedupe_record), the
+        meta fields of a chunk it seals, and the dedupe set's changes; or None when the write
+        must go as the script: a process with no record yet, a record of an earlier release
+        or one too long, a key not above every one recorded (a retry), ids crossing a
+        multiple of DEDUPE_SWEEP (a sweep), or a seal or a move of the score the dedupe set
+        was not read for (``zset``: its ZCARD, the process's score, the hinted chunk's), or
+        that would create the set, grow it past its bound or meet a chunk already there."""
         text = None if stored is None else _bytes(stored)
         if text is None:
             return None
@@ -341,27 +415,55 @@ class AppendPlan:
         if head is None:
             return None
         hi, z_text, seq, k_text = head.groups()
-        counter = self._counter
+        counter, field = self._counter, self._record
         assert counter is not None
+        assert field is not None
         if not _above(counter, hi):
             return None
-        if len(z_text) > 16 or len(k_text) > 16:
+        if len(z_text) > 16 or len(k_text) > 16 or len(seq) > 16:
             # (planted: no script writes such a count; past 4300 digits int() raises)
-            return None
-        z, k = int(z_text), int(k_text)
-        if k >= DEDUPE_CHUNK or last_id - z >= DEDUPE_SWEEP:
             return None
         if last_id - last_id % DEDUPE_SWEEP >= first_id:
             return None
-        return b"%s:%s:%s:%d%s,%s:%d" % (
-            counter,
-            z_text,
-            seq,
-            k + 1,
-            text[head.end() :],
-            counter,
-            last_id,
-        )
+        z, k = int(z_text), int(k_text)
+        entries = text[head.end() :]
+        member = b"~" + field[2:]
+        sealed: list[Any] = []
+        dedupe: list[tuple[Any, ...]] = []
+        if k >= DEDUPE_CHUNK:
+            newest_match = _NEWEST.search(entries)
+            newest_text = newest_match.group(1) if newest_match else b"0"
+            if len(newest_text) > 16:
+                return None
+            newest = int(newest_text)
+            if newest >= last_id - DEDUPE_WINDOW:
+                hint = self._hint
+                # dedupe_add of a new member: the set there, not past its bound after it
+                if zset is None or hint is None or hint.seq != seq or zset[2] is not None:
+                    return None
+                card = zset[0]
+                if not isinstance(card, int) or card == 0:
+                    return None
+                if card + 1 > DEDUPE_WINDOW + DEDUPE_SWEEP:
+                    return None
+                sealed = [field + b"." + seq, entries]
+                dedupe.append(("ZADD", self._dedupe, newest, member + b"." + seq))
+                number = int(seq)
+                if number >= DEDUPE_CHUNKS:
+                    dropped = b"%d" % (number - DEDUPE_CHUNKS)
+                    dedupe.append(("HDEL", self.meta, field + b"." + dropped))
+                    dedupe.append(("ZREM", self._dedupe, member + b"." + dropped))
+                seq = b"%d" % (number + 1)
+            k, entries = 0, b""
+        if last_id - z >= DEDUPE_SWEEP:
+            # dedupe_add of the process's member, there already: its score moves, no more
+            if zset is None or zset[1] is None:
+                return None
+            dedupe.append(("ZADD", self._dedupe, last_id, member))
+            z, z_text = last_id, b"%d" % last_id
+        self.written = Hint(k + 1, z, seq, last_id)
+        record = b"%s:%s:%s:%d%s,%s:%d" % (counter, z_text, seq, k + 1, entries, counter, last_id)
+        return record, sealed, dedupe
 
 
 #: Steps on one connection: each yields the commands of a round trip and is sent their

@@ -494,7 +494,8 @@ async def test_a_long_run_drops_the_oldest_chunks_as_the_script_does(
     standalone: EngineSpec,
 ) -> None:
     """Past DEDUPE_CHUNKS sealed chunks a seal drops the oldest (its meta field and its
-    member): 1,100 appends of one process, both roads, the same bytes."""
+    member): 1,100 appends of one process, both roads, the same bytes; and 1,100 with a
+    caller's own keys, past the dedupe window."""
     scripted, planned = Redis.from_url(standalone.url), Redis.from_url(standalone.url)
     state(scripted).on = False
     try:
@@ -509,6 +510,16 @@ async def test_a_long_run_drops_the_oldest_chunks_as_the_script_does(
         assert len(chunks) == 32  # DEDUPE_CHUNKS
         assert b"w:long.0" not in chunks  # the oldest were dropped
         assert state(planned).stats.as_script < 1100 // 32
+        # A caller's own keys past the window: the set swept as the ids cross 64s.
+        a = memory(scripted, background_index=False)
+        b = memory(planned, background_index=False)
+        for mem in (a, b):
+            for i in range(1, 1101):
+                await mem.append(turn(i, tokens=2), dedupe_key=f"order-{i}")
+        held = await stored(scripted, b)
+        assert held == await stored(scripted, a)
+        assert 1000 <= len(held["dedupe"]) <= 1064
+        assert state(planned).stats.as_script < 2 * (1100 // 32)
     finally:
         await scripted.aclose()
         await planned.aclose()

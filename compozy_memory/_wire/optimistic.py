@@ -15,7 +15,8 @@ second round trip apply only if neither key changed since it was read (another w
 eviction, an expiry): then ``EXEC`` applies nothing, and the call goes as the script.
 
 Only the usual append goes this way: one priority (none pinned), a dedupe key the handles
-made up (``~<process>:<n>``, above every one recorded) or none, a memory that exists in this
+made up (``~<process>:<n>``, above every one recorded), a caller's own key the dedupe set does
+not hold, or none; a memory that exists in this
 release's format with its totals as a script writes them, its messages' count equal to its
 list's length, and no expiry to move and no dedupe record to seal or sweep. Anything else, a
 retry of a write, any input the script would refuse, and every write of a memory that is not
@@ -164,6 +165,7 @@ class AppendPlan:
         "_last",
         "_messages",
         "_n",
+        "_own",
         "_pc",
         "_priority",
         "_pt",
@@ -204,6 +206,10 @@ class AppendPlan:
         self._hint: Hint | None = None
         #: What the applied write left in the process's record (:class:`Hint`), or None.
         self.written: Hint | None = None
+        # A caller's own dedupe key: a member of the dedupe set, looked up there.
+        self._own = mark if mark and process is None else None
+        if self._own is not None:
+            self.watch = (msgs, meta, dedupe)
         self._priority = priority
         self._pt = b"p:" + priority + b":tokens"
         self._pc = b"p:" + priority + b":count"
@@ -233,8 +239,7 @@ class AppendPlan:
     def of(cls, keys: Sequence[str], args: Sequence[ScriptArg]) -> AppendPlan | None:
         """The plan of an append with these KEYS and ARGV (``lua/append.lua``'s), or None when
         it goes as the script: the checks of ``validate_batch`` (lib/batch.lua), and the
-        shapes the plan does not take (a pinned message, several priorities, a caller's own
-        dedupe key, a short TTL)."""
+        shapes the plan does not take (a pinned message, several priorities, a short TTL)."""
         if len(args) < 7 or len(keys) < 2:
             return None
         ttl_ms = _count(args[0], MAX_TOTAL)
@@ -249,10 +254,9 @@ class AppendPlan:
             return None
         process = counter = None
         if mark:
-            own = _PROCESS_KEY.fullmatch(mark)
-            if own is None:
-                return None  # a caller's own key: its lookup is the dedupe set's (the script)
-            process, counter = own.group(1), own.group(2)
+            handles = _PROCESS_KEY.fullmatch(mark)
+            if handles is not None:
+                process, counter = handles.group(1), handles.group(2)
         first = args[5]
         priority_n = _count(first, MAX_PRIORITY + 1)
         if not priority_n:  # (0: a pinned message)
@@ -306,6 +310,8 @@ class AppendPlan:
                 ("ZSCORE", self._dedupe, member),
                 ("ZSCORE", self._dedupe, member + b"." + hint.seq),
             ]
+        elif self._own is not None:
+            out += [("ZSCORE", self._dedupe, self._own), ("ZCARD", self._dedupe)]
         return out
 
     def writes(self, replies: Sequence[Any], time: tuple[bytes, bytes]) -> list[tuple[Any, ...]]:
@@ -343,6 +349,18 @@ class AppendPlan:
             if next_record is None:
                 return []
             record, sealed, dedupe = next_record
+        elif self._own is not None:
+            # lib/dedupe.lua, a caller's key: a key the set holds is the script's (a retry,
+            # or one past the window, whose score it moves); a new one is added, unless that
+            # would create the set (its deadline) or pass its bound (a trim), or a sweep is due
+            seen, card = replies[-2:]
+            if seen is not None or not isinstance(card, int) or card == 0:
+                return []
+            if card + 1 > DEDUPE_WINDOW + DEDUPE_SWEEP:
+                return []
+            if last - last % DEDUPE_SWEEP >= first_id:
+                return []
+            dedupe = [("ZADD", self._dedupe, last, self._own)]
         last_b = b"%d" % last
         envelopes = []
         for i, (message_tokens, body) in enumerate(self._messages):

@@ -55,8 +55,9 @@ from compozy_memory._io.transactions import (
     transactions_for,
 )
 from compozy_memory._io.translate import RedisClient, translate
-from compozy_memory._wire.optimistic import AppendPlan, transaction
+from compozy_memory._wire.optimistic import AppendPlan
 from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory._wire.transaction import transaction
 
 __all__ = ["MAX_PIPELINE", "ScriptBatcher", "batcher_for"]
 

@@ -56,8 +56,9 @@ from compozy_memory._io.pipelining import (
 )
 from compozy_memory._io.transactions import answer_planned, transactions_for
 from compozy_memory._io.translate import backend_errors, translate
-from compozy_memory._wire.optimistic import AppendPlan, transaction
+from compozy_memory._wire.optimistic import AppendPlan
 from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory._wire.transaction import transaction
 
 __all__ = ["CLUSTER_BATCHING", "TRANSACTIONS_A_NODE", "ClusterBatcher"]
 

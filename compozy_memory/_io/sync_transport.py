@@ -49,8 +49,9 @@ from compozy_memory._wire.effects import (
     RunScript,
     Sleep,
 )
-from compozy_memory._wire.optimistic import AppendPlan, transaction
+from compozy_memory._wire.optimistic import AppendPlan
 from compozy_memory._wire.steps import Op, Steps
+from compozy_memory._wire.transaction import transaction
 
 __all__ = ["SyncCallTransport", "SyncTransport", "drive"]
 

@@ -20,8 +20,10 @@ from typing import Any
 from redis import exceptions as redis_errors
 
 from compozy_memory._io.pipelining import Call, answer_in_turns, exchange, pack
-from compozy_memory._wire.optimistic import AppendPlan, Hint, Outcome, RoundTrips
+from compozy_memory._wire.dedupe_plan import Hint
+from compozy_memory._wire.optimistic import AppendPlan
 from compozy_memory._wire.scripts import Script, ScriptArg
+from compozy_memory._wire.transaction import Outcome, RoundTrips
 
 __all__ = [
     "TransactionStats",

@@ -26,24 +26,22 @@ of the script holds: at most once (the same dedupe record), exact totals (read u
 ``WATCH``), the TTL inside the write (a deadline is moved only by the script), a memory's
 keys evicted in part refused (the list's length is read under ``WATCH``).
 
-This module is pure: the plan says what to read and what to write, and :func:`transaction`
-is the two round trips of several plans as steps; the drivers send them on one connection
-(:mod:`compozy_memory._io.batching` a loop iteration's appends, the synchronous transport one).
+This module is pure: the plan says what to read and what to write (the dedupe record's part
+in :mod:`compozy_memory._wire.dedupe_plan`), :mod:`compozy_memory._wire.transaction` makes
+several plans' two round trips steps, and the drivers send them on one connection
+(:mod:`compozy_memory._io.transactions`: a loop iteration's appends, or one of a thread's).
 """
 
 from __future__ import annotations
 
 import math
 import re
-import time
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from compozy_memory._model.limits import (
     DATA_FORMAT,
     DEDUPE_CHUNK,
-    DEDUPE_CHUNKS,
     DEDUPE_SWEEP,
     DEDUPE_WINDOW,
     MAX_BATCH,
@@ -51,23 +49,22 @@ from compozy_memory._model.limits import (
     MAX_DEDUPE_KEY,
     MAX_MESSAGE_BYTES,
     MAX_MESSAGE_TOKENS,
-    MAX_META_FIELD_BYTES,
     MAX_PRIORITY,
     MAX_TOTAL,
     TTL_SLACK_PARTS,
 )
 from compozy_memory._wire.contracts import ScriptArg
-from compozy_memory.errors import ScriptError
+from compozy_memory._wire.dedupe_plan import (
+    HINT_IDS,
+    HINT_WRITES,
+    OVERSIZED,
+    Hint,
+    RecordWrite,
+    as_bytes,
+    next_record,
+)
 
-__all__ = [
-    "MIN_TTL_MS",
-    "AppendPlan",
-    "Hint",
-    "Outcome",
-    "RoundTrips",
-    "time_texts",
-    "transaction",
-]
+__all__ = ["MIN_TTL_MS", "AppendPlan"]
 
 #: A memory with a TTL below this goes as the script: the plan checks its deadline a round
 #: trip before the write, and keeps away from a deadline due within half its slack (at this
@@ -78,40 +75,6 @@ MIN_TTL_MS = 60_000
 _FORMATS = (str(DATA_FORMAT).encode(), str(DATA_FORMAT))
 # A key the handles make up: '~<process>:<n>' (lib/dedupe.lua: dedupe_token).
 _PROCESS_KEY = re.compile(rb"~([A-Za-z0-9_-]+):([1-9][0-9]*|0)")
-# A process's dedupe record's header: '<hi>:<z>:<seq>:<k>'.
-_RECORD_HEAD = re.compile(rb"([0-9]+):([0-9]+):([0-9]+):([0-9]+)")
-# The last id of a record's newest entry (lib/dedupe.lua: ':(%d+)$').
-_NEWEST = re.compile(rb":([0-9]+)\Z")
-
-
-#: How many writes of the process, and how many ids, a hint may have missed: a plan reads the
-#: dedupe set from that far before a seal or a move of the score.
-_HINT_WRITES = 2
-_HINT_IDS = 8
-
-
-@dataclass(frozen=True, slots=True)
-class Hint:
-    """What a client's last transaction to a memory left in its process's dedupe record: its
-    entries (``k``), its score (``z``), its next chunk (``seq``) and the memory's last id. The
-    next plan reads the dedupe set too when they say its write will seal the record or move
-    the score (the script's work otherwise); a wrong hint only sends a write to the script."""
-
-    k: int
-    z: int
-    seq: bytes
-    last_id: int
-
-
-def _bytes(value: ScriptArg) -> bytes | None:
-    """``value`` as the server receives it, or None for a value the plan does not take."""
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, int) and not isinstance(value, bool):
-        return b"%d" % value
-    return None
 
 
 def _number(text: bytes | str | None, limit: int) -> int | None:
@@ -134,19 +97,6 @@ def _count(value: ScriptArg, limit: int) -> int | None:
     if type(value) is int:
         return value if 0 <= value < limit else None
     return _number(value if isinstance(value, (bytes, str)) else None, limit)
-
-
-def _above(a: bytes, b: bytes) -> bool:
-    """Whether counter ``a`` is a larger number than ``b`` (digits without leading zeros)."""
-    return len(a) > len(b) if len(a) != len(b) else a > b
-
-
-def time_texts(reply: Sequence[Any]) -> tuple[bytes, bytes]:
-    """``TIME``'s reply as the server clock in milliseconds and in microseconds, as digits:
-    what ``lib/clock.lua``'s ``now_texts`` gives a script."""
-    seconds, micros = (_bytes(part) or b"" for part in reply)
-    us = micros.rjust(6, b"0")
-    return seconds + us[:3], seconds + us
 
 
 class AppendPlan:
@@ -245,7 +195,7 @@ class AppendPlan:
         ttl_ms = _count(args[0], MAX_TOTAL)
         max_tokens = _count(args[1], MAX_TOTAL)
         n = _count(args[3], MAX_TOTAL)
-        mark = _bytes(args[2])
+        mark = as_bytes(args[2])
         if ttl_ms is None or max_tokens is None or n is None or mark is None:
             return None
         if not 1 <= n <= MAX_BATCH:
@@ -291,8 +241,8 @@ class AppendPlan:
             return
         # With room for writes the hint missed: the script's (a sweep), other processes'.
         if (
-            hint.k + _HINT_WRITES >= DEDUPE_CHUNK
-            or hint.last_id + self._n + _HINT_IDS - hint.z >= DEDUPE_SWEEP
+            hint.k + HINT_WRITES >= DEDUPE_CHUNK
+            or hint.last_id + self._n + HINT_IDS - hint.z >= DEDUPE_SWEEP
         ):
             self._hint = hint
             self.watch = (self.msgs, self.meta, self._dedupe)
@@ -344,11 +294,22 @@ class AppendPlan:
         sealed: list[Any] = []
         dedupe: list[tuple[Any, ...]] = []
         if self._record is not None:
-            zset = replies[-3:] if self._hint is not None else None
-            next_record = self._next_record(values[9], first_id, last, zset)
-            if next_record is None:
+            assert self._counter is not None
+            done = next_record(
+                values[9],
+                (self.meta, self._dedupe),
+                self._counter,
+                self._record,
+                (first_id, last),
+                replies[-3:] if self._hint is not None else None,
+                self._hint,
+            )
+            if done == OVERSIZED:
+                self.oversized = True
+            if not isinstance(done, RecordWrite):
                 return []
-            record, sealed, dedupe = next_record
+            record, sealed, dedupe = done.record, done.sealed, done.commands
+            self.written = done.written
         elif self._own is not None:
             # lib/dedupe.lua, a caller's key: a key the set holds is the script's (a retry,
             # or one past the window, whose score it moves); a new one is added, unless that
@@ -412,153 +373,3 @@ class AppendPlan:
             return False
         slack = math.ceil(self._ttl_ms / TTL_SLACK_PARTS)
         return now + self._ttl_ms + slack // 2 <= at <= now + self._ttl_ms + slack
-
-    def _next_record(
-        self, stored: Any, first_id: int, last_id: int, zset: Sequence[Any] | None
-    ) -> tuple[bytes, list[Any], list[tuple[Any, ...]]] | None:
-        """The process's dedupe record after this write (lib/dedupe.lua: dedupe_record), the
-        meta fields of a chunk it seals, and the dedupe set's changes; or None when the write
-        must go as the script: a process with no record yet, a record of an earlier release
-        or one too long, a key not above every one recorded (a retry), ids crossing a
-        multiple of DEDUPE_SWEEP (a sweep), or a seal or a move of the score the dedupe set
-        was not read for (``zset``: its ZCARD, the process's score, the hinted chunk's), or
-        that would create the set, grow it past its bound or meet a chunk already there."""
-        text = None if stored is None else _bytes(stored)
-        if text is None:
-            return None
-        if len(text) > MAX_META_FIELD_BYTES:
-            self.oversized = True
-            return None
-        head = _RECORD_HEAD.match(text)
-        if head is None:
-            return None
-        hi, z_text, seq, k_text = head.groups()
-        counter, field = self._counter, self._record
-        assert counter is not None
-        assert field is not None
-        if not _above(counter, hi):
-            return None
-        if len(z_text) > 16 or len(k_text) > 16 or len(seq) > 16:
-            # (planted: no script writes such a count; past 4300 digits int() raises)
-            return None
-        if last_id - last_id % DEDUPE_SWEEP >= first_id:
-            return None
-        z, k = int(z_text), int(k_text)
-        entries = text[head.end() :]
-        member = b"~" + field[2:]
-        sealed: list[Any] = []
-        dedupe: list[tuple[Any, ...]] = []
-        if k >= DEDUPE_CHUNK:
-            newest_match = _NEWEST.search(entries)
-            newest_text = newest_match.group(1) if newest_match else b"0"
-            if len(newest_text) > 16:
-                return None
-            newest = int(newest_text)
-            if newest >= last_id - DEDUPE_WINDOW:
-                hint = self._hint
-                # dedupe_add of a new member: the set there, not past its bound after it
-                if zset is None or hint is None or hint.seq != seq or zset[2] is not None:
-                    return None
-                card = zset[0]
-                if not isinstance(card, int) or card == 0:
-                    return None
-                if card + 1 > DEDUPE_WINDOW + DEDUPE_SWEEP:
-                    return None
-                sealed = [field + b"." + seq, entries]
-                dedupe.append(("ZADD", self._dedupe, newest, member + b"." + seq))
-                number = int(seq)
-                if number >= DEDUPE_CHUNKS:
-                    dropped = b"%d" % (number - DEDUPE_CHUNKS)
-                    dedupe.append(("HDEL", self.meta, field + b"." + dropped))
-                    dedupe.append(("ZREM", self._dedupe, member + b"." + dropped))
-                seq = b"%d" % (number + 1)
-            k, entries = 0, b""
-        if last_id - z >= DEDUPE_SWEEP:
-            # dedupe_add of the process's member, there already: its score moves, no more
-            if zset is None or zset[1] is None:
-                return None
-            dedupe.append(("ZADD", self._dedupe, last_id, member))
-            z, z_text = last_id, b"%d" % last_id
-        self.written = Hint(k + 1, z, seq, last_id)
-        record = b"%s:%s:%s:%d%s,%s:%d" % (counter, z_text, seq, k + 1, entries, counter, last_id)
-        return record, sealed, dedupe
-
-
-#: Steps on one connection: each yields the commands of a round trip and is sent their
-#: replies (an error reply as its exception, in its place).
-RoundTrips = Generator[list[tuple[Any, ...]], list[Any], "Outcome"]
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What a transaction of plans came to: for each plan the script's reply (applied), None
-    (nothing applied: send the script) or the error that it applied otherwise than planned;
-    and the error ``WATCH`` or ``TIME`` met, if any (a user's ACL refusing them, a Cluster
-    node redirecting the keys), which the driver judges."""
-
-    replies: list[Any]
-    refused: BaseException | None = None
-
-
-def transaction(plans: Sequence[AppendPlan]) -> RoundTrips:
-    """The plans' transaction on one connection: ``WATCH`` their keys with their reads and
-    ``TIME``; then ``MULTI``, the writes of the plans that can go, ``EXEC`` (or ``UNWATCH``
-    when none can). ``EXEC`` applies nothing when a watched key changed between the round
-    trips: every plan is then None."""
-    watched = [key for plan in plans for key in plan.watch]
-    reads = [plan.reads() for plan in plans]
-    commands: list[tuple[Any, ...]] = [("WATCH", *watched)]
-    for some in reads:
-        commands += some
-    commands.append(("TIME",))
-    started = time.monotonic()
-    replies = yield commands
-    none: list[Any] = [None] * len(plans)
-    for reply in (replies[0], replies[-1]):
-        if isinstance(reply, BaseException):
-            yield [("UNWATCH",)]
-            return Outcome(none, refused=reply)
-    clock = time_texts(replies[-1])
-    writes: list[list[tuple[Any, ...]]] = []
-    at = 1
-    for plan, some in zip(plans, reads, strict=True):
-        try:
-            writes.append(plan.writes(replies[at : at + len(some)], clock))
-        except Exception:  # stored data the plan did not foresee: it is the script's
-            writes.append([])
-        at += len(some)
-    # A deadline checked at the reads' server clock may be due by EXEC: a late caller (a
-    # busy loop, a slow link) leaves it to the script, which moves it.
-    elapsed_ms = (time.monotonic() - started) * 1000
-    writes = [
-        [] if some and plan.late(elapsed_ms) else some
-        for plan, some in zip(plans, writes, strict=True)
-    ]
-    if not any(writes):
-        yield [("UNWATCH",)]
-        return Outcome(none)
-    commands = [("MULTI",)]
-    for some in writes:
-        commands += some
-    commands.append(("EXEC",))
-    applied = (yield commands)[-1]
-    if not isinstance(applied, list):  # None: a watched key changed; or EXECABORT
-        return Outcome(none)
-    out: list[Any] = []
-    at = 0
-    for plan, some in zip(plans, writes, strict=True):
-        if not some:
-            out.append(None)
-            continue
-        done = applied[at : at + len(some)]
-        at += len(some)
-        reply = plan.reply(done)
-        out.append(
-            reply
-            if reply is not None
-            else ScriptError(
-                f"append: the transaction applied otherwise than planned ({done!r})",
-                key=plan.meta,
-            )
-        )
-    return Outcome(out)

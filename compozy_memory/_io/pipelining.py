@@ -154,16 +154,24 @@ async def exchange(connection: AbstractConnection, commands: list[tuple[Any, ...
 _DEADLINE_PART = 16
 
 
+# redis-py's own reading of a reply: a connection class that replaces it is read through it.
+_READ_RESPONSE = AbstractConnection.read_response
+
+
 async def _read_replies(connection: AbstractConnection, count: int) -> list[Any]:
     """``count`` replies from ``connection``, each error reply as its exception in its place.
 
     They are read from the connection's parser (which handles RESP3's push messages itself)
     under one deadline (``_DEADLINE_PART``); from the connection, one by one, where it has
-    no parser of its own."""
+    no parser of its own or reads replies its own way (fakeredis's connections)."""
     replies: list[Any] = []
     parser = getattr(connection, "_parser", None)
     timeout = connection.socket_timeout
-    if parser is None or not hasattr(parser, "read_response"):
+    if (
+        parser is None
+        or not hasattr(parser, "read_response")
+        or getattr(type(connection), "read_response", None) is not _READ_RESPONSE
+    ):
         for _ in range(count):
             try:
                 replies.append(await connection.read_response())

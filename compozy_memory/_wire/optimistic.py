@@ -16,15 +16,16 @@ eviction, an expiry): then ``EXEC`` applies nothing, and the call goes as the sc
 
 Only the usual append goes this way: one priority (none pinned), a dedupe key the handles
 made up (``~<process>:<n>``, above every one recorded), a caller's own key the dedupe set does
-not hold, or none; a memory that exists in this
-release's format with its totals as a script writes them, its messages' count equal to its
-list's length, and no expiry to move and no dedupe record to seal or sweep. Anything else, a
-retry of a write, any input the script would refuse, and every write of a memory that is not
-plain goes as the script (:meth:`AppendPlan.writes` returns ``None``), which stays the one
-definition of the append; the tests check that both leave the same bytes. So every guarantee
-of the script holds: at most once (the same dedupe record), exact totals (read under
-``WATCH``), the TTL inside the write (a deadline is moved only by the script), a memory's
-keys evicted in part refused (the list's length is read under ``WATCH``).
+not hold, or none; a memory that exists in this release's format with its totals as a script
+writes them, its messages' count equal to its list's length, no expiry to move and no sweep
+of the dedupe set due. A seal of the process's record or a move of its score goes in the
+transaction when the client expected it and read the dedupe set too (:meth:`AppendPlan.expect`).
+Anything else, a retry of a write, any input the script would refuse, and every write of a
+memory that is not plain goes as the script (:meth:`AppendPlan.writes` returns no commands),
+which stays the one definition of the append; the tests check that both leave the same bytes.
+So every guarantee of the script holds: at most once (the same dedupe record and set), exact
+totals (read under ``WATCH``), the TTL inside the write (a deadline is moved only by the
+script), a memory's keys evicted in part refused (the list's length is read under ``WATCH``).
 
 This module is pure: the plan says what to read and what to write (the dedupe record's part
 in :mod:`compozy_memory._wire.dedupe_plan`), :mod:`compozy_memory._wire.transaction` makes

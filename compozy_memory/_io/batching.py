@@ -45,11 +45,10 @@ from compozy_memory._io.pipelining import (
     Queue,
     answer_in_turns,
     exchange,
-    fail_all,
+    for_calls,
     settle,
 )
 from compozy_memory._io.transactions import (
-    answer_planned,
     arun_on_connection,
     pooled,
     transactions_for,
@@ -57,7 +56,6 @@ from compozy_memory._io.transactions import (
 from compozy_memory._io.translate import RedisClient, translate
 from compozy_memory._wire.optimistic import AppendPlan
 from compozy_memory._wire.scripts import Script, ScriptArg
-from compozy_memory._wire.transaction import transaction
 
 __all__ = ["MAX_PIPELINE", "ScriptBatcher", "batcher_for"]
 
@@ -84,43 +82,23 @@ class ScriptBatcher:
             self._queue.spawn(self._send(pending[start : start + MAX_PIPELINE]))
 
     async def _send(self, calls: list[Call]) -> None:
-        planned: list[tuple[Call, AppendPlan]] = []
-        state = self.transactions
-        if state.on:
-            rest: list[Call] = []
-            metas: set[str] = set()
-            for call in calls:
-                plan = state.plan(call.script, call.keys, call.args)
-                # One append a memory in a transaction: the next one must read what it wrote.
-                if plan is None or plan.meta in metas:
-                    rest.append(call)
-                else:
-                    metas.add(plan.meta)
-                    planned.append((call, plan))
-            calls = rest
-        if not planned:
+        transactions, calls = self.transactions.split(calls)
+        if not transactions:
             await self._send_scripts(calls)
-        elif not calls:
-            await self._send_planned(planned)
+            return
+        planned = self._send_planned(transactions[0])
+        if calls:
+            await asyncio.gather(self._send_scripts(calls), planned)
         else:
-            await asyncio.gather(self._send_scripts(calls), self._send_planned(planned))
+            await planned
 
     async def _send_planned(self, planned: list[tuple[Call, AppendPlan]]) -> None:
         """Send planned appends as one transaction; those it did not apply, as their script."""
-        calls = [call for call, _ in planned]
-        plans = [plan for _, plan in planned]
-        try:
-            outcome = await arun_on_connection(self.client, transaction(plans))
-        except redis_errors.RedisError as exc:
-            for script, _, _, key, future in calls:
-                if not future.done():
-                    future.set_exception(translate(exc, script.name, key))
-            return
-        except BaseException as exc:  # cancelled or broken: no caller may wait forever
-            fail_all(calls, exc)
-            raise
-        self.transactions.settle(plans, outcome)
-        await self._send_scripts(await answer_planned(calls, outcome))
+        client = self.client
+        scripted = await self.transactions.send(
+            planned, lambda steps: arun_on_connection(client, steps)
+        )
+        await self._send_scripts(scripted)
 
     async def _send_scripts(self, calls: list[Call]) -> None:
         if not calls:
@@ -129,16 +107,9 @@ class ScriptBatcher:
             script, keys, args, key, future = calls[0]
             await settle(future, self.delivery.send(script, keys, args, key))
             return
-        try:
-            replies = await self._pipeline(calls)
-        except redis_errors.RedisError as exc:
-            for script, _, _, key, future in calls:
-                if not future.done():
-                    future.set_exception(translate(exc, script.name, key))
+        replies = await for_calls(calls, self._pipeline(calls))
+        if replies is None:  # failed: every call has its error
             return
-        except BaseException as exc:  # cancelled or broken: no caller may wait forever
-            fail_all(calls, exc)
-            raise
         retries: list[Call] = []
 
         def answer(call: Call, reply: Any) -> None:

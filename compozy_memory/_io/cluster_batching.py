@@ -37,12 +37,13 @@ go alone as they always did.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from redis import exceptions as redis_errors
 from redis.asyncio import RedisCluster
 from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.connection import AbstractConnection
 
 from compozy_memory._io.delivery import delivery_for
 from compozy_memory._io.pipelining import (
@@ -50,15 +51,16 @@ from compozy_memory._io.pipelining import (
     Call,
     Queue,
     answer_in_turns,
+    converse,
     exchange,
     fail_all,
+    for_calls,
     settle,
 )
-from compozy_memory._io.transactions import answer_planned, transactions_for
+from compozy_memory._io.transactions import transactions_for
 from compozy_memory._io.translate import backend_errors, translate
 from compozy_memory._wire.optimistic import AppendPlan
 from compozy_memory._wire.scripts import Script, ScriptArg
-from compozy_memory._wire.transaction import transaction
 
 __all__ = ["CLUSTER_BATCHING", "TRANSACTIONS_A_NODE", "ClusterBatcher"]
 
@@ -187,77 +189,46 @@ class ClusterBatcher:
     async def _send(self, node: ClusterNode, calls: list[Call]) -> None:
         """Send a node's calls: its usual appends as checked transactions, one a hash slot
         (a transaction's keys share one), the rest as one pipeline."""
-        by_slot: dict[int, list[tuple[Call, AppendPlan]]] = {}
-        state = self.transactions
-        free = TRANSACTIONS_A_NODE - self._in_flight.get(node.name, 0)
-        if state.on and free > 0:
-            rest: list[Call] = []
-            metas: set[str] = set()
-            for call in calls:
-                plan = state.plan(call.script, call.keys, call.args)
-                # One append a memory in a transaction: the next one must read what it wrote.
-                if plan is None or plan.meta in metas:
-                    rest.append(call)
-                    continue
-                slot = self._slots.get(call.keys[0])
-                if slot is None:
-                    slot = self.client.keyslot(call.keys[0])
-                group = by_slot.get(slot)
-                if group is None:
-                    if len(by_slot) == free:  # no connection left for another transaction
-                        rest.append(call)
-                        continue
-                    group = by_slot[slot] = []
-                metas.add(plan.meta)
-                group.append((call, plan))
-            calls = rest
-        if not by_slot:
+        transactions, calls = self.transactions.split(
+            calls,
+            group=self._slot,
+            most=TRANSACTIONS_A_NODE - self._in_flight.get(node.name, 0),
+        )
+        if not transactions:
             await self._send_scripts(node, calls)
             return
-        sends = [self._send_planned(node, planned) for planned in by_slot.values()]
+        sends = [self._send_planned(node, planned) for planned in transactions]
         if calls:
             sends.append(self._send_scripts(node, calls))
-        self._in_flight[node.name] = self._in_flight.get(node.name, 0) + len(by_slot)
+        self._in_flight[node.name] = self._in_flight.get(node.name, 0) + len(transactions)
         try:
             await asyncio.gather(*sends)
         finally:
-            self._in_flight[node.name] -= len(by_slot)
+            self._in_flight[node.name] -= len(transactions)
+
+    def _slot(self, call: Call) -> int:
+        key = call.keys[0]
+        slot = self._slots.get(key)
+        return slot if slot is not None else self.client.keyslot(key)
 
     async def _send_planned(
         self, node: ClusterNode, planned: list[tuple[Call, AppendPlan]]
     ) -> None:
         """One slot's planned appends as one transaction on a connection of ``node``; those it
         did not apply (their memory changed, or the slot moved), as their script."""
-        calls = [call for call, _ in planned]
-        plans = [plan for _, plan in planned]
-        try:
-            outcome = await self._on_node(node, transaction(plans))
-        except redis_errors.RedisError as exc:
-            for call in calls:
-                if not call.future.done():
-                    call.future.set_exception(translate(exc, call.script.name, call.key))
-            return
-        except BaseException as exc:  # cancelled or broken: no caller may wait forever
-            fail_all(calls, exc)
-            raise
-        self.transactions.settle(plans, outcome)
-        await self._send_scripts(node, await answer_planned(calls, outcome))
+        scripted = await self.transactions.send(
+            planned, lambda steps: self._on_node(node, lambda c: converse(c, steps))
+        )
+        await self._send_scripts(node, scripted)
 
     async def _send_scripts(self, node: ClusterNode, calls: list[Call]) -> None:
         if not calls:
             return
         # A lone call takes this road too: it is much cheaper than the Cluster client's own
         # dispatch, and a batch of one is common when nodes answer at different times.
-        try:
-            replies = await self._pipeline(node, calls)
-        except redis_errors.RedisError as exc:
-            for call in calls:
-                if not call.future.done():
-                    call.future.set_exception(translate(exc, call.script.name, call.key))
+        replies = await for_calls(calls, self._pipeline(node, calls))
+        if replies is None:  # failed: every call has its error
             return
-        except BaseException as exc:  # cancelled or broken: no caller may wait forever
-            fail_all(calls, exc)
-            raise
         again: list[Call] = []
         needs_reload = self.delivery.needs_reload
 
@@ -279,17 +250,12 @@ class ClusterBatcher:
         commands = [
             (*command(call.script), len(call.keys), *call.keys, *call.args) for call in calls
         ]
-
-        def steps() -> Generator[list[tuple[Any, ...]], list[Any], list[Any]]:
-            return (yield commands)
-
-        return await self._on_node(node, steps())
+        return await self._on_node(node, lambda connection: exchange(connection, commands))
 
     async def _on_node(
-        self, node: ClusterNode, steps: Generator[list[tuple[Any, ...]], list[Any], T]
+        self, node: ClusterNode, work: Callable[[AbstractConnection], Awaitable[T]]
     ) -> T:
-        """Run ``steps`` (each round trip's commands, sent their replies) on one connection
-        of ``node``."""
+        """``work`` on one connection of ``node``."""
         connection = node.acquire_connection()
         try:
             # A connection marked for reconnect after a topology refresh is renewed first.
@@ -298,11 +264,7 @@ class ClusterBatcher:
                 await renew(connection)
             # A connection redis-py closed under us (a refresh of the slot map drops idle
             # connections as they are taken) comes out of exchange as a ConnectionError.
-            commands = next(steps)
-            while True:
-                commands = steps.send(await exchange(connection, commands))
-        except StopIteration as done:
-            result: T = done.value
+            result: T = await work(connection)
             return result
         except BaseException as exc:
             # A reply may be half read: the connection cannot be trusted with another caller.

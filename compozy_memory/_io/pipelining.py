@@ -9,13 +9,16 @@ that do not depend on where a pipeline goes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, NamedTuple, Protocol, cast
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from redis import exceptions as redis_errors
 from redis.asyncio.connection import AbstractConnection
 
+from compozy_memory._io.translate import translate
 from compozy_memory._wire.scripts import Script, ScriptArg
+
+T = TypeVar("T")
 
 __all__ = [
     "MAX_PIPELINE",
@@ -24,8 +27,10 @@ __all__ = [
     "Call",
     "Queue",
     "answer_in_turns",
+    "converse",
     "exchange",
     "fail_all",
+    "for_calls",
     "pack",
     "settle",
 ]
@@ -222,6 +227,36 @@ async def answer_in_turns(
     except BaseException as exc:  # no caller may wait forever
         fail_all(calls, exc)
         raise
+
+
+async def for_calls(calls: Sequence[Call], work: Awaitable[T]) -> T | None:
+    """``work``'s outcome, sent on behalf of ``calls``; None when it failed with a Redis
+    error, which each call still waiting is then given (translated). Any other failure
+    (cancelled, broken) settles every call still waiting and propagates."""
+    try:
+        return await work
+    except redis_errors.RedisError as exc:
+        for call in calls:
+            if not call.future.done():
+                call.future.set_exception(translate(exc, call.script.name, call.key))
+        return None
+    except BaseException as exc:  # no caller may wait forever
+        fail_all(calls, exc)
+        raise
+
+
+async def converse(
+    connection: AbstractConnection, steps: Generator[list[tuple[Any, ...]], list[Any], T]
+) -> T:
+    """Run ``steps`` on ``connection``: each yields a round trip's commands and is sent their
+    replies (:func:`exchange`), until it returns."""
+    try:
+        commands = next(steps)
+        while True:
+            commands = steps.send(await exchange(connection, commands))
+    except StopIteration as done:
+        result: T = done.value
+        return result
 
 
 def fail_all(calls: Sequence[Call], exc: BaseException) -> None:

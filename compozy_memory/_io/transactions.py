@@ -13,17 +13,17 @@ transaction's read copies it; the script sizes it first).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis import exceptions as redis_errors
 
-from compozy_memory._io.pipelining import Call, answer_in_turns, exchange, pack
+from compozy_memory._io.pipelining import Call, answer_in_turns, converse, for_calls, pack
 from compozy_memory._wire.dedupe_plan import Hint
 from compozy_memory._wire.optimistic import AppendPlan
 from compozy_memory._wire.scripts import Script, ScriptArg
-from compozy_memory._wire.transaction import Outcome, RoundTrips
+from compozy_memory._wire.transaction import Outcome, RoundTrips, transaction
 
 __all__ = [
     "TransactionStats",
@@ -74,6 +74,48 @@ class Transactions:
         if plan.process is not None:
             plan.expect(self._hints.get((plan.meta, plan.process)))
         return plan
+
+    def split(
+        self, calls: Sequence[Call], *, group: Callable[[Call], object] | None = None, most: int = 1
+    ) -> tuple[list[list[tuple[Call, AppendPlan]]], list[Call]]:
+        """A batch's calls as transactions of planned appends and the rest (their scripts'):
+        one transaction a ``group`` of calls (all in one without it), at most ``most``, and
+        one append a memory (the next one must read what it wrote)."""
+        if not self.on or most < 1:
+            return [], list(calls)
+        groups: dict[object, list[tuple[Call, AppendPlan]]] = {}
+        rest: list[Call] = []
+        metas: set[str] = set()
+        for call in calls:
+            plan = self.plan(call.script, call.keys, call.args)
+            if plan is None or plan.meta in metas:
+                rest.append(call)
+                continue
+            name = group(call) if group is not None else None
+            members = groups.get(name)
+            if members is None:
+                if len(groups) == most:  # no room for another transaction
+                    rest.append(call)
+                    continue
+                members = groups[name] = []
+            metas.add(plan.meta)
+            members.append((call, plan))
+        return list(groups.values()), rest
+
+    async def send(
+        self,
+        planned: Sequence[tuple[Call, AppendPlan]],
+        run: Callable[[RoundTrips], Awaitable[Outcome]],
+    ) -> list[Call]:
+        """Send planned appends as one transaction (``run`` sends its steps on a connection),
+        answer those it applied, learn from it; returns the calls that go as their script."""
+        calls = [call for call, _ in planned]
+        plans = [plan for _, plan in planned]
+        outcome = await for_calls(calls, run(transaction(plans)))
+        if outcome is None:  # failed: every call has its error
+            return []
+        self.settle(plans, outcome)
+        return await answer_planned(calls, outcome)
 
     def settle(self, plans: Sequence[AppendPlan], outcome: Outcome) -> None:
         """Learn from a transaction's outcome: a user refused ``WATCH`` or ``TIME`` (an ACL
@@ -141,12 +183,7 @@ async def arun_on_connection(client: Any, steps: RoundTrips) -> Outcome:
     pool = client.connection_pool
     connection = await pooled(pool)
     try:
-        commands = next(steps)
-        while True:
-            commands = steps.send(await exchange(connection, commands))
-    except StopIteration as done:
-        outcome: Outcome = done.value
-        return outcome
+        return await converse(connection, steps)
     except BaseException:
         # A reply may be half read, a WATCH left: the connection serves no other caller.
         await connection.disconnect()

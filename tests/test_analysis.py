@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compozy_memory._search import analysis as analysis_module
 from compozy_memory._search.analysis import (
     _TOKEN_RE,
     MAX_TERM_BYTES,
@@ -84,6 +85,22 @@ def test_whole_text_equals_token_by_token(text: str) -> None:
     folded = text.casefold().replace("\u2019", "'")
     by_token = [term for token in _TOKEN_RE.findall(folded) for term in analyze(token)]
     assert analyze(text) == by_token
+
+
+def test_a_full_chunk_memo_starts_again_without_changing_the_terms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The memo analyses the chunks it lacks as they are looked up, and empties itself when
+    # full, in the middle of a text if need be: the terms stay those of a memo never full.
+    text = " ".join(
+        f"order-{n} shipped to Rua Augusta {n} on 2023-05-{n % 28 + 1:02d}" for n in range(40)
+    )
+    expected = analyze(text)
+    analysis_module._state.chunks.clear()
+    monkeypatch.setattr(analysis_module, "_CHUNK_MEMO_LIMIT", 7)
+    assert analyze(text) == expected
+    assert analyze(text) == expected
+    assert len(analysis_module._state.chunks) <= 7
 
 
 def test_deterministic_across_threads() -> None:

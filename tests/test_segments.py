@@ -18,12 +18,14 @@ from compozy_memory._search.scoring import SearchPlan, SearchSettings
 from compozy_memory._search.segment_reads import Bucket
 from compozy_memory._search.segments import (
     BLOCK,
+    COLUMNS_UPTO,
     INLINE,
     Segment,
     SegmentEntry,
     build,
     encode,
     encode_one,
+    encode_step,
 )
 from compozy_memory.errors import CorruptDataError
 
@@ -174,6 +176,26 @@ def test_a_step_of_one_message_is_encoded_as_a_segment_of_it(sign: int) -> None:
         assert one == built
     with pytest.raises(ValueError, match="at most 65,535"):
         encode_one(1, Counter({"a": 70_000}), 3)
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_step_of_several_messages_is_encoded_as_a_segment_of_them(sign: int) -> None:
+    # encode_step groups postings by column rather than building the segment: the same bytes,
+    # for steps of every size (past COLUMNS_UPTO documents it builds the segment), shuffled
+    # input, wide ids and gaps, Zipf and uniform terms.
+    rng = random.Random(15 + sign)
+    for n in (*range(1, COLUMNS_UPTO + 3), 60, INLINE + 1):
+        start = rng.choice([1, 10**6, 2**40])
+        gap = rng.choice([1, 3, 1_000])
+        step = docs(rng, range(start, start + n * gap, gap), zipf=n % 2 == 0)
+        rng.shuffle(step)
+        assert encode_step(step, sign=sign) == encode(build(step, sign=sign)), n
+    with pytest.raises(ValueError, match="given twice"):
+        encode_step([(5, Counter({"a": 1}), 1), (7, Counter({"b": 1}), 1), (5, Counter(), 1)])
+    with pytest.raises(ValueError, match="at least one document"):
+        encode_step([])
+    with pytest.raises(ValueError, match="at most 65,535"):
+        encode_step([(1, Counter({"a": 70_000}), 3), (2, Counter({"a": 1}), 3)])
 
 
 def test_a_bucket_read_whole_reads_each_term_as_a_lookup_does() -> None:

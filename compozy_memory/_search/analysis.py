@@ -56,13 +56,25 @@ def _new_stemmer() -> _Stemmer:
     return stem  # noqa: RET504 - typed through the protocol, as in the fallback
 
 
+class _Chunks(dict[str, tuple[str, ...]]):
+    """A thread's memo of each chunk's terms: a chunk looked up for the first time is
+    analysed then (so a whole text's lookups are one C-level pass over its chunks)."""
+
+    def __missing__(self, chunk: str) -> tuple[str, ...]:
+        terms = _chunk_terms(chunk)
+        if len(self) >= _CHUNK_MEMO_LIMIT:
+            self.clear()
+        self[chunk] = terms
+        return terms
+
+
 class _ThreadState(threading.local):
     def __init__(self) -> None:
         self.stemmer = _new_stemmer()
         # Conversation vocabulary is small and repetitive; a per-thread memo of stems avoids
         # the stemmer call for nearly every word after the first few messages.
         self.stems: dict[str, str] = {}
-        self.chunks: dict[str, tuple[str, ...]] = {}
+        self.chunks = _Chunks()
 
 
 _state = _ThreadState()
@@ -223,12 +235,7 @@ def _chunk_terms(chunk: str) -> tuple[str, ...]:
             _cjk(token, out)
         else:
             _compound(token, out)
-    terms = tuple(out)
-    memo = _state.chunks
-    if len(memo) >= _CHUNK_MEMO_LIMIT:
-        memo.clear()
-    memo[chunk] = terms
-    return terms
+    return tuple(out)
 
 
 def analyze(text: str) -> list[str]:
@@ -245,14 +252,11 @@ def analyze(text: str) -> list[str]:
         text = _fold_accents(text.replace("\u2019", "'")).casefold()
     # Blanking the ASCII characters that can never be inside a token (and lowercasing, which
     # is casefolding for ASCII) lets str.split do most of the tokenising; the regex then runs
-    # only on chunks not seen before, whose terms are memoised per thread. The result is the
-    # same as running the regex over the whole text.
-    get = _state.chunks.get
-    per_chunk = [
-        terms if (terms := get(chunk)) is not None else _chunk_terms(chunk)
-        for chunk in text.translate(_BLANK_AND_LOWER).split()
-    ]
-    return list(chain.from_iterable(per_chunk))
+    # only on chunks not seen before, whose terms are memoised per thread, and the lookups
+    # are one C-level pass (the memo analyses a chunk it lacks as it is looked up). The
+    # result is the same as running the regex over the whole text.
+    chunks = text.translate(_BLANK_AND_LOWER).split()
+    return list(chain.from_iterable(map(_state.chunks.__getitem__, chunks)))
 
 
 def analyze_query(text: str) -> list[str]:

@@ -39,9 +39,8 @@ from compozy_memory._search.segments import (
     SegmentEntry,
     block_field,
     bucket_field,
-    build,
     encode,
-    encode_one,
+    encode_step,
 )
 from compozy_memory.errors import CorruptDataError
 
@@ -284,9 +283,7 @@ def step_segments(
 def _encoded(docs: list[Doc], sign: int) -> Encoded | None:
     if not docs:
         return None
-    if len(docs) == 1:
-        return encode_one(*docs[0], sign=sign)
-    return encode(build(docs, sign=sign))
+    return encode_step(docs, sign=sign)
 
 
 def read_chunks(inputs: Sequence[SegmentEntry], most: int) -> list[list[str]]:

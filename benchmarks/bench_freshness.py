@@ -8,9 +8,11 @@ Meanwhile this process:
 
 * samples the backlog every half second: messages appended and not searchable yet, summed
   over the memories (``index_read``'s ``unindexed``), and
-* probes freshness every ``--probe`` seconds: appends a message with a word of its own to a
-  random memory, then searches for it from a second, read-only handle every 10 ms until it is
-  found; the time from the append's reply to the first hit is its lag.
+* probes freshness every ``--probe`` seconds, once every memory's writer is appending:
+  appends a message with a word of its own to a random memory (from a handle that does not
+  index: the writers' indexers find it), then searches for it from a second, read-only handle
+  every 10 ms until that message is among the hits; the time from the append's reply to that
+  search is its lag.
 
 With ``--trim``, one more memory holds 30,000 live messages, indexed, and is trimmed to none
 half-way through the run, under the load (the moves wait for no index: it is caught up).
@@ -103,6 +105,18 @@ async def appended(admin: Redis, run: str, memories: int, mode: str) -> int:
     return total
 
 
+async def writing(admin: Redis, run: str, memories: int, procs: list[Any]) -> None:
+    """Wait until every memory holds a message (each writer has started appending)."""
+    metas = [
+        MemoryInstance.open(admin, project=PROJECT, key=memory_key(run, k)).keys.meta
+        for k in range(memories)
+    ]
+    while any(p.is_alive() for p in procs):
+        if all(await asyncio.gather(*(admin.exists(meta) for meta in metas))):
+            return
+        await asyncio.sleep(0.05)
+
+
 async def backlog(readers: list[MemoryInstance]) -> int:
     total = 0
     for reader in readers:
@@ -122,12 +136,14 @@ async def probe(
         reader = MemoryInstance.open(
             client, project=PROJECT, key=memory_key(run, k), read_only=True
         )
-        word = "probe" + uuid.uuid4().hex[:10]
-        await writer_handle.append({"role": "user", "content": f"find {word}", "tokens": 4})
+        # A word of letters alone: one term, which no other message holds (a word with digits
+        # would also be split into its runs, "probe", "4", ..., which other messages hold).
+        word = "probe" + uuid.uuid4().hex[:12].translate(_HEX_TO_LETTERS)
+        sent = await writer_handle.append({"role": "user", "content": f"find {word}", "tokens": 4})
         appended_at = time.monotonic()
         while True:
-            hits = await reader.search(word, limit=1)
-            if hits:
+            hits = await reader.search(word, limit=3)
+            if any(hit.id == sent.last_id for hit in hits):
                 lags.append(time.monotonic() - appended_at)
                 break
             if time.monotonic() - appended_at > 30:
@@ -136,6 +152,9 @@ async def probe(
             await asyncio.sleep(0.01)
         await asyncio.sleep(every)
     await client.aclose()
+
+
+_HEX_TO_LETTERS = str.maketrans("0123456789", "ghijklmnop")
 
 
 async def big_memory(url: str, run: str) -> MemoryInstance:
@@ -180,6 +199,12 @@ async def run_mode(args: argparse.Namespace, url: str, mode: str) -> dict[str, A
     lags: list[float] = []
     samples: list[tuple[float, int]] = []
     stop = started + args.seconds
+    if mode != "raw":
+        # Probes start once every memory's writer is appending: the probe's own handle does
+        # not index (the fleet's indexers do), so a probe into a memory whose writer process
+        # is still starting (a spawn and its imports: a second or two on a loaded machine)
+        # would time that start, not the index.
+        await writing(admin, run, args.memories, procs)
     prober = (
         asyncio.create_task(probe(url, run, args.memories, lags, stop, args.probe))
         if mode != "raw"

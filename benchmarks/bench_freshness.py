@@ -105,14 +105,11 @@ async def appended(admin: Redis, run: str, memories: int, mode: str) -> int:
     return total
 
 
-async def writing(admin: Redis, run: str, memories: int, procs: list[Any]) -> None:
+async def writing(admin: Redis, readers: list[MemoryInstance], procs: list[Any]) -> None:
     """Wait until every memory holds a message (each writer has started appending)."""
-    metas = [
-        MemoryInstance.open(admin, project=PROJECT, key=memory_key(run, k)).keys.meta
-        for k in range(memories)
-    ]
+    metas = [reader.keys.meta for reader in readers]
     while any(p.is_alive() for p in procs):
-        if all(await asyncio.gather(*(admin.exists(meta) for meta in metas))):
+        if await admin.exists(*metas) == len(metas):  # one round trip for them all
             return
         await asyncio.sleep(0.05)
 
@@ -204,7 +201,7 @@ async def run_mode(args: argparse.Namespace, url: str, mode: str) -> dict[str, A
         # not index (the fleet's indexers do), so a probe into a memory whose writer process
         # is still starting (a spawn and its imports: a second or two on a loaded machine)
         # would time that start, not the index.
-        await writing(admin, run, args.memories, procs)
+        await writing(admin, readers, procs)
     prober = (
         asyncio.create_task(probe(url, run, args.memories, lags, stop, args.probe))
         if mode != "raw"

@@ -12,7 +12,9 @@ batch, the deltas after), one client, sequential, ~300-token messages
   texts; where its module is found, see below);
 * ``append`` with counts supplied: the indexer off; the indexer on and caught up
   (``background_index=True``, then ``await memory.indexer.catch_up()``: each message's share
-  of the index's steps is in its figure); with a TTL; with a caller's own ``dedupe_key`` on
+  of the index's steps is in its figure: appends in a row, so a step takes many); the same at
+  a conversation's pace (a catch-up after every append: a step, and the merges steps make
+  due, for each message); with a TTL; with a caller's own ``dedupe_key`` on
   every append; ``append_many`` of 10 (per message); and 64 sessions appending at once (each
   in turn, as a replica serving many conversations does: their appends share round trips);
 * the read paths, per call on a memory of 500 such messages, indexed: ``read_window``,
@@ -315,6 +317,7 @@ async def main(args: argparse.Namespace) -> None:
         ttl = memory("ttl", background_index=False, policy=MemoryPolicy(ttl=TTL))
         own = memory("own", background_index=False)
         many = memory("many", background_index=False)
+        paced = memory("paced", background_index=False)
 
         def appends(mem: MemoryInstance, *, dedupe: bool = False) -> Callable[[int], Any]:
             async def go(n: int) -> int:
@@ -339,6 +342,14 @@ async def main(args: argparse.Namespace) -> None:
             await asyncio.gather(*(session(i) for i in range(SESSIONS)))
             return n
 
+        async def one_by_one(n: int) -> int:
+            # A conversation's pace: turns seconds apart, so each append's index step (and
+            # the merges they make due) holds that message alone.
+            for message in pool(n):
+                await paced.append(message)
+                await paced.indexer.catch_up()
+            return n
+
         async def append_many(n: int) -> int:
             messages = pool(n)
             for at in range(0, n, 10):
@@ -358,6 +369,7 @@ async def main(args: argparse.Namespace) -> None:
             Mode("own", "the same with a caller's `dedupe_key` on every append", appends(own, dedupe=True)),  # noqa: E501
             Mode("many", "`append_many` of 10, counts supplied, indexer off (per message)", append_many),  # noqa: E501
             Mode("on", "`append` kept searchable (indexer on, caught up)", appends(on)),
+            Mode("paced", "`append` kept searchable, an index step after each (a conversation's pace)", one_by_one),  # noqa: E501
             Mode("sessions", f"`append` by {SESSIONS} sessions at once, counts supplied, indexer off", at_once),  # noqa: E501
         ]  # fmt: skip
         # Every memory and reference starts at its steady state: past the dedupe window.

@@ -17,7 +17,10 @@ messages (:func:`benchmarks.bench_append.texts`) with counts supplied, one clien
 a raw ``RPUSH`` of the same JSON; an empty library function; a function doing only ``HMGET``
 meta + ``RPUSH`` + ``HSET`` meta (``bench_server_cost``'s references); ``append`` (the handle's
 own dedupe key, as every append has by default); with a TTL; with a caller's ``dedupe_key``;
-``append_many`` of 10 (per message). Only the public API drives the library.
+``append_many`` of 10 (per message); ``append`` kept searchable, its memory's index steps
+(``index_pending``, ``index_add``) and merges counted with it, a step after every append (a
+conversation's pace) and after every 16 (a busy memory's). Only the public API drives the
+library.
 
 Then the read path, per call (counted inside ``FCALL`` and ``FCALL_RO``: a search is two
 calls, the index's fields and the hits), on a memory of 500 such messages, indexed:
@@ -179,6 +182,13 @@ async def main(args: argparse.Namespace) -> None:
                 for at in range(0, n, 10):
                     await mem.append_many(messages[at : at + 10])
                 return n
+            if name.startswith("step"):  # kept searchable: an index step every `every` appends
+                every = int(name[4:])
+                for at, message in enumerate(messages, start=1):
+                    await mem.append(message)
+                    if at % every == 0 or at == n:
+                        await mem.indexer.catch_up()
+                return n
             for message in messages:
                 await mem.append(message, dedupe_key=uuid.uuid4().hex if name == "own" else None)
             return n
@@ -193,6 +203,8 @@ async def main(args: argparse.Namespace) -> None:
         "ttl": "the same with a TTL",
         "own": "the same with a caller's `dedupe_key` on every append",
         "many": "`append_many` of 10, counts supplied, indexer off (per message)",
+        "step1": "`append` kept searchable: an index step after each (merges included)",
+        "step16": "`append` kept searchable: an index step every 16 appends (merges included)",
     }
     reader: list[MemoryInstance] = []
 
@@ -234,6 +246,8 @@ async def main(args: argparse.Namespace) -> None:
             "ttl": appends("ttl", policy=MemoryPolicy(ttl=timedelta(hours=1))),
             "own": appends("own"),
             "many": appends("many"),
+            "step1": appends("step1"),
+            "step16": appends("step16"),
         },
         args,
     )

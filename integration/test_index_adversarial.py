@@ -23,6 +23,7 @@ from compozy_memory import (
     CorruptDataError,
     IndexLagError,
     IndexProgress,
+    InvalidMessageError,
     MemoryPolicy,
     SearchPolicy,
     SyncMemoryInstance,
@@ -235,6 +236,16 @@ async def test_planted_bookkeeping_that_is_not_numbers_is_refused_typed(
         await mem.indexer.catch_up()
     inc = (await mem.gateway.index_read()).incarnation
     await client.hset(mem.keys.ixseg, field, value)
+
+    async def index_more() -> None:
+        # index_add passes these fields on (or appends to the list) without reading their
+        # entries: the indexer that parses its reply refuses them, typed.
+        await mem.append(chat(50, rng))
+        await mem.indexer.catch_up()
+
+    with pytest.raises(CompozyMemoryError) as raised:
+        await index_more()
+    assert not isinstance(raised.value, ScriptError), raised.value
     calls: list[Callable[[], Awaitable[Any]]] = [
         lambda: mem.gateway.index_read(),
         lambda: mem.gateway.index_gc(),
@@ -252,6 +263,61 @@ async def test_planted_bookkeeping_that_is_not_numbers_is_refused_typed(
             if isinstance(exc, ScriptError):
                 untyped.append(str(exc)[:80])
     assert not untyped
+
+
+def _records_cut(records: bytes) -> bytes:
+    return records[:-1]
+
+
+def _records_with(at: int, byte: int) -> Callable[[bytes], bytes]:
+    def spoil(records: bytes) -> bytes:
+        return records[:at] + bytes([byte]) + records[at + 1 :]
+
+    return spoil
+
+
+def _records_of_id(doc_id: int) -> Callable[[bytes], bytes]:
+    def spoil(records: bytes) -> bytes:
+        return doc_id.to_bytes(7, "big") + records[7:]
+
+    return spoil
+
+
+#: Document records no client writes: one byte short, a kind outside 1..7, id 0, an id past
+#: the step's range (the records are bytes the script reads, not text it parses).
+SPOILED: dict[str, Callable[[bytes], bytes]] = {
+    "cut short": _records_cut,
+    "kind 0": _records_with(7, 0),
+    "kind 8": _records_with(7, 8),
+    "id 0": _records_of_id(0),
+    "id past the step": _records_of_id(10_000),
+}
+
+
+@pytest.mark.parametrize("spoil", list(SPOILED.values()), ids=list(SPOILED))
+async def test_a_step_whose_document_records_no_client_writes_is_refused_writing_nothing(
+    client: RedisClient,
+    memory_key: str,
+    monkeypatch: pytest.MonkeyPatch,
+    spoil: Callable[[bytes], bytes],
+) -> None:
+    from compozy_memory._search.runtime import index_calls
+    from integration.test_planted import dump
+
+    mem = memory(client, memory_key)
+    mem.indexer.background = False
+    await mem.append_many([_said(f"quokka number {i}") for i in range(3)])
+    pending = await mem.gateway.index_pending(8, 1 << 20)
+    before = await dump(client, mem.keys)
+    records = index_calls.doc_records
+    monkeypatch.setattr(index_calls, "doc_records", lambda docs: spoil(records(docs)))
+    with pytest.raises(InvalidMessageError):
+        await _step_as_read(mem, pending)
+    assert await dump(client, mem.keys) == before
+    monkeypatch.undo()
+    await mem.indexer.catch_up()
+    hits = await mem.search("quokka")
+    assert ({hit.id for hit in hits}, hits.unindexed) == ({1, 2, 3}, 0)
 
 
 # -- server time ----------------------------------------------------------------------------

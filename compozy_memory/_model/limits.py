@@ -13,6 +13,7 @@ __all__ = [
     "DEDUPE_CHUNKS",
     "DEDUPE_SWEEP",
     "DEDUPE_WINDOW",
+    "DOC_ARG",
     "GC_STEP_FIELDS",
     "INDEX_BACKLOG_WARNING",
     "INDEX_READ_BYTES",
@@ -174,6 +175,10 @@ def ttl_slack(ttl_ms: int) -> int:
 #: claim on its inputs after its last step.
 MAX_DOC_TERMS = 512
 INDEX_STEP_DOCS = 128
+#: Bytes of one document's record as an index step sends it (``lua/search/index_add.lua``'s
+#: ``docs``): id (7), kind (1), length (2), seq (6), big-endian; the script reads them from
+#: their bytes, where a parse of text costs it ~20,000 instructions a document.
+DOC_ARG = 16
 MAX_SEGMENTS = 64
 MAX_SEGMENT_FIELDS = 1_000_000
 STEP_FIELDS = 8_192
@@ -270,6 +275,7 @@ LUA_CONSTANTS: dict[str, int] = {
     "TTL_SLACK_PARTS": TTL_SLACK_PARTS,
     "MAX_DOC_TERMS": MAX_DOC_TERMS,
     "INDEX_STEP_DOCS": INDEX_STEP_DOCS,
+    "DOC_ARG": DOC_ARG,
     "MAX_SEGMENTS": MAX_SEGMENTS,
     "MAX_SEGMENT_FIELDS": MAX_SEGMENT_FIELDS,
     "STEP_FIELDS": STEP_FIELDS,

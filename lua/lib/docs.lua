@@ -40,21 +40,29 @@ end
 local function doc_reader(k_ixdocs)
   local blocks = {}
   local reader = {}
-  function reader.get(id)
-    local b = math.floor(id / DOC_BLOCK)
+  -- Block b's records as stored (false: none), read (sized first) unless read already.
+  function reader.block(b)
     local block = blocks[b]
     if block == nil then
       doc_sized(k_ixdocs, tostring(b))
       block = redis.call('HGET', k_ixdocs, tostring(b)) or false
       blocks[b] = block
     end
-    return doc_decode(block or nil, id)
+    return block
+  end
+  -- Block b as a write left it (false: deleted), for reads after the write.
+  function reader.set(b, block)
+    blocks[b] = block
+  end
+  function reader.get(id)
+    local b = (id - id % DOC_BLOCK) / DOC_BLOCK
+    return doc_decode(blocks[b] or reader.block(b) or nil, id)
   end
   -- Reads the blocks of many ids with one HMGET.
   function reader.prefetch(ids)
     local wanted, fields = {}, {}
     for _, id in ipairs(ids) do
-      local b = math.floor(id / DOC_BLOCK)
+      local b = (id - id % DOC_BLOCK) / DOC_BLOCK
       if blocks[b] == nil and not wanted[b] then
         wanted[b] = true
         fields[#fields + 1] = tostring(b)

@@ -1,30 +1,38 @@
 -- lib/docs_write.lua: writing the index's document records (lib/docs.lua says their layout).
 -- USES: docs
 
+-- (Integer arithmetic on doubles, exact below 2^53: no call but string.char's.)
 local function doc_record(kind, length, seq)
-  local s = {}
-  for i = 5, 1, -1 do
-    s[i] = seq % 256
-    seq = math.floor(seq / 256)
+  if length > 65535 then
+    length = 65535
   end
-  length = math.min(length, 65535)
-  return string.char(kind, math.floor(length / 256), length % 256, s[1], s[2], s[3], s[4], s[5])
+  local s5 = seq % 256
+  seq = (seq - s5) / 256
+  local s4 = seq % 256
+  seq = (seq - s4) / 256
+  local s3 = seq % 256
+  seq = (seq - s3) / 256
+  local s2 = seq % 256
+  seq = (seq - s2) / 256
+  local l2 = length % 256
+  return string.char(kind, (length - l2) / 256, l2, seq % 256, s2, s3, s4, s5)
 end
 
 -- Writes records: changes maps id -> {kind, length, seq}, or a function(kind, length, seq)
 -- returning the new ones (nil: leave the record as it is). A block whose records are all 0
--- is deleted. Returns nothing.
-local function docs_write(k_ixdocs, changes)
+-- is deleted. reader: a doc_reader of k_ixdocs whose blocks read already are taken as they
+-- are (nil: each block is sized and read here). Returns nothing.
+local function docs_write(k_ixdocs, changes, reader)
   local by_block = {}
   for id, change in pairs(changes) do
-    local b = math.floor(id / DOC_BLOCK)
+    local b = (id - id % DOC_BLOCK) / DOC_BLOCK
     by_block[b] = by_block[b] or {}
     by_block[b][#by_block[b] + 1] = id
   end
   local writes, gone = {}, {}
+  reader = reader or doc_reader(k_ixdocs)
   for b, ids in pairs(by_block) do
-    doc_sized(k_ixdocs, tostring(b))
-    local block = redis.call('HGET', k_ixdocs, tostring(b)) or ''
+    local block = reader.block(b) or ''
     table.sort(ids)
     local need = (ids[#ids] % DOC_BLOCK + 1) * DOC_SIZE
     if #block < need then
@@ -64,6 +72,7 @@ local function docs_write(k_ixdocs, changes)
     else
       gone[#gone + 1] = tostring(b)
     end
+    reader.set(b, alive and block)
   end
   for from = 1, #writes, 1000 do
     redis.call('HSET', k_ixdocs, unpack(writes, from, math.min(from + 999, #writes)))

@@ -28,6 +28,17 @@ local function envelope_head(env)
   return tonumber(id), tonumber(tokens), tonumber(priority)
 end
 
+-- An envelope's id and priority, as envelope_head gives them, for a loop over many that needs
+-- no token count: one conversion fewer, and a priority of a few digits read from its bytes.
+local ENVELOPE_ID_PRIORITY = '^{"id":(%d+),"ts":%d+,"tokens":%d+,"priority":(%d+),'
+local function envelope_id_priority(env)
+  local id, priority = string.match(env, ENVELOPE_ID_PRIORITY)
+  if id == nil then
+    return envelope_head(env)  -- refused there, with its message
+  end
+  return tonumber(id), digits_or_nil(priority, MAX_PRIORITY) or tonumber(priority)
+end
+
 -- Envelopes first..last of list key (LRANGE indices), each refused (COMPOZY_CORRUPT) when
 -- longer than any envelope the scripts write (MAX_ENVELOPE_BYTES: one written raw). With
 -- items (how many the list holds) the list is sized first, as a whole (lib/args.lua: sized).

@@ -8,7 +8,13 @@ local function meta_read(meta, names)
   local values = redis.call('HMGET', meta, unpack(names))
   local out = {}
   for i, name in ipairs(names) do
-    out[name] = bounded(values[i], MAX_META_FIELD_BYTES, 'meta field ' .. name) or nil
+    local value = values[i]
+    if value then
+      if #value > MAX_META_FIELD_BYTES then  -- (the message is made only for the refusal)
+        bounded(value, MAX_META_FIELD_BYTES, 'meta field ' .. name)
+      end
+      out[name] = value
+    end
   end
   return out
 end

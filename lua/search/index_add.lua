@@ -3,7 +3,7 @@
 -- index_pending.lua returned, and the negative segment of the removed documents it returned.
 -- USES: archive args deltas docs docs_write envelope meta segments segments_write
 -- KEYS: msgs meta archive summaries ixseg ixdocs ixgone ixvec
--- ARGV: ttl_ms archive_max analyzer incarnation ix_next upto seq_from seq_upto n_gone gone_first n_docs positive negative n_fields items...
+-- ARGV: ttl_ms archive_max analyzer incarnation ix_next upto seq_from seq_upto n_gone gone_first n_docs docs positive negative n_fields items...
 --   ttl_ms       the memory's TTL: the keys this step writes get meta's deadline
 --                (lib/deltas.lua: ttl_follow); 0 leaves TTLs alone
 --   archive_max  the archive's cap, enforced a step at a time here too (it may have shrunk)
@@ -18,12 +18,14 @@
 --                returned); gone_first: the id of the first, 0 when n_gone is 0
 --   n_docs       documents indexed, at most 2 x INDEX_STEP_DOCS (the live tail and, while
 --                rebuilding, the archive)
+--   docs         their records, DOC_ARG bytes each, big-endian: id (7 bytes), kind (1: 1..7,
+--                lib/docs.lua), length in terms (2), seq (6: the place in the archive, 0 when
+--                live); read from their bytes, not parsed from text
 --   positive, negative  each segment's 'sign,docs,first,last,buckets,blocks', or '' for none
 --   n_fields     (name, value) pairs after the documents: 'pb<k>', 'pp<j>' (the positive
 --                segment's buckets and blocks), 'nb<k>', 'np<j>' (the negative one's), at
 --                most STEP_FIELDS, MAX_CALL_BYTES in all
---   items        n_docs documents 'id,kind,length,seq' (kind 1..7, lib/docs.lua; seq: the
---                place in the archive, 0 when live), then the n_fields pairs
+--   items        the n_fields pairs
 -- REPLY: {applied ix_next ix_seq indexed list reservations garbage}
 --   applied   1; 0 when another indexer got there first (nothing written: read again)
 --   list, reservations, garbage  ixseg's L and R after the step, and 1 when merged segments'
@@ -43,8 +45,9 @@ local n_gone = int_arg(a_n_gone, 'n_gone', 0, INDEX_STEP_DOCS)
 local gone_first = int_arg(a_gone_first, 'gone_first', 0, nil)
 local n_docs = int_arg(a_n_docs, 'n_docs', 0, 2 * INDEX_STEP_DOCS)
 local n_fields = int_arg(a_n_fields, 'n_fields', 0, STEP_FIELDS)
-if #ARGV ~= ARGS_FROM - 1 + n_docs + 2 * n_fields then
-  fail('INVALID', 'expected ' .. n_docs .. ' documents and ' .. n_fields .. ' field pairs')
+if #ARGV ~= ARGS_FROM - 1 + 2 * n_fields or #a_docs ~= DOC_ARG * n_docs then
+  fail('INVALID', 'expected ' .. n_docs .. ' documents of ' .. DOC_ARG .. ' bytes and '
+    .. n_fields .. ' field pairs')
 end
 local shapes = {}
 if a_positive ~= '' then
@@ -59,16 +62,17 @@ end
 if shapes.p and (shapes.p.sign ~= 1 or n_docs == 0) then
   fail('INVALID', 'the positive segment has sign 1 and indexes the documents given')
 end
-local fields = seg_fields(ARGV, ARGS_FROM + n_docs, n_fields, shapes)
+local fields = seg_fields(ARGV, ARGS_FROM, n_fields, shapes)
 local documents, lowest, highest = {}, nil, nil
 for i = 1, n_docs do
-  local f = split_tabs(string.gsub(ARGV[ARGS_FROM + i - 1], ',', '\t'))
-  local id = int_or_nil(f[1], 1, 2 ^ 52)
-  local kind = int_or_nil(f[2], 1, 7)
-  local length = int_or_nil(f[3], 0, 65535)
-  local seq = int_or_nil(f[4], 0, 2 ^ 52)
-  if #f ~= 4 or not id or not kind or not length or not seq then
-    fail('INVALID', 'document ' .. i .. ' is not id, kind, length, seq')
+  local at = (i - 1) * DOC_ARG + 1
+  local i1, i2, i3, i4, i5, i6, i7, kind, l1, l2, s1, s2, s3, s4, s5, s6 =
+    string.byte(a_docs, at, at + DOC_ARG - 1)
+  local id = (((((i1 * 256 + i2) * 256 + i3) * 256 + i4) * 256 + i5) * 256 + i6) * 256 + i7
+  local length = l1 * 256 + l2
+  local seq = ((((s1 * 256 + s2) * 256 + s3) * 256 + s4) * 256 + s5) * 256 + s6
+  if id < 1 or id > 2 ^ 52 or kind < 1 or kind > 7 then
+    fail('INVALID', 'document ' .. i .. ' is not id (1..2^52), kind (1..7), length, seq')
   end
   -- A live document lies in the range the step covers; an archived one in the rebuild's.
   if (seq == 0 and (id < expected_next or id > upto))
@@ -76,8 +80,12 @@ for i = 1, n_docs do
     fail('INVALID', 'document ' .. id .. ' is not one the step covers')
   end
   documents[i] = {id, kind, length, seq}
-  lowest = math.min(lowest or id, id)
-  highest = math.max(highest or id, id)
+  if lowest == nil or id < lowest then
+    lowest = id
+  end
+  if highest == nil or id > highest then
+    highest = id
+  end
 end
 if shapes.p and (shapes.p.docs > n_docs or shapes.p.first < lowest or shapes.p.last > highest) then
   fail('INVALID', 'the positive segment holds documents the step does not index')
@@ -108,16 +116,18 @@ if n_gone > 0 then
   stale = stale or not head or envelope_head(head) ~= gone_first
     or redis.call('LLEN', k_ixgone) < n_gone
 end
-local list, reservations, garbage = seg_read(k_ixseg, 'L', 'R', 'G')
+-- The list, the merges and the garbage as stored: this step appends to the list and passes
+-- the rest on, reading none of their entries (the indexer parses and checks what it gets).
+local listed, reservations, garbage = seg_texts(k_ixseg, 'L', 'R', 'G')
+local n_listed = seg_count(listed)
 local function reply(applied, indexed_now)
-  return {applied, ix_next, ix_seq, indexed_now, seg_format(list), seg_format(reservations),
-    #garbage > 0 and 1 or 0}
+  return {applied, ix_next, ix_seq, indexed_now, listed, reservations, garbage ~= '' and 1 or 0}
 end
 if stale then
   return reply(0, 0)
 end
-if #list ~= n_seg then
-  fail('EVICTED', 'the index lists ' .. #list .. ' segments where meta says ' .. n_seg
+if n_listed ~= n_seg then
+  fail('EVICTED', 'the index lists ' .. n_listed .. ' segments where meta says ' .. n_seg
     .. ': keys of this memory were evicted or deleted')
 end
 local adding = (shapes.p and 1 or 0) + (shapes.n and 1 or 0)
@@ -145,7 +155,7 @@ if indexed < #documents and shapes.p then
   -- Some were indexed by a step this one repeats: its segment would count them twice.
   return reply(0, 0)
 end
-docs_write(k_ixdocs, changes)
+docs_write(k_ixdocs, changes, docs)
 
 local gen = tonumber(m.ix_gen) or 0
 local gens, sizes = {}, {p = 0, n = 0}
@@ -161,11 +171,13 @@ end
 seg_write(k_ixseg, fields, gens)
 for _, tag in ipairs({'p', 'n'}) do
   if shapes[tag] then
-    list[#list + 1] = seg_entry(gens[tag], shapes[tag], sizes[tag])
+    local entry = table.concat(seg_entry(gens[tag], shapes[tag], sizes[tag]), ',')
+    listed = listed == '' and entry or listed .. ';' .. entry
+    n_listed = n_listed + 1
   end
 end
 if adding > 0 then
-  redis.call('HSET', k_ixseg, 'L', seg_format(list))
+  redis.call('HSET', k_ixseg, 'L', listed)
 end
 if n_gone > 0 then
   redis.call('LTRIM', k_ixgone, n_gone, -1)
@@ -181,7 +193,7 @@ if seq_from > 0 then
 end
 redis.call('HSET', k_meta, 'ix_next', ix_next, 'ix_seq', ix_seq, 'ix_an', a_analyzer,
   'ix_docs', (tonumber(m.ix_docs) or 0) + indexed, 'ix_len', (tonumber(m.ix_len) or 0) + length,
-  'ix_gone', (tonumber(m.ix_gone) or 0) - n_gone, 'ix_gen', gen, 'ix_nseg', #list)
+  'ix_gone', (tonumber(m.ix_gone) or 0) - n_gone, 'ix_gen', gen, 'ix_nseg', n_listed)
 archive_cap(K, archive_max)
 ttl_follow(k_meta, {k_ixseg, k_ixdocs, k_ixgone}, ttl_ms)
 return reply(1, indexed)

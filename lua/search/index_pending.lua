@@ -56,9 +56,10 @@ if #live > max_docs then
 end
 local candidates = {}
 for _, env in ipairs(live) do
-  local id, _, priority = envelope_head(env)
+  local id, priority = envelope_id_priority(env)
   candidates[#candidates + 1] = {id, 'l', env, priority}
 end
+local live_only = #candidates
 -- Summaries are kept oldest first (ids increasing) and those below ix_next are indexed: read
 -- from the newest back to the first of those, not every one on every call (a summary may be
 -- 1 MiB, and a caught-up index asks often).
@@ -72,7 +73,9 @@ for i = summaries_count(K) - 1, 0, -1 do
     candidates[#candidates + 1] = {id, 's', env, 1}
   end
 end
-table.sort(candidates, function(x, y) return x[1] < y[1] end)
+if #candidates > live_only then  -- (the live tail alone is in id order already)
+  table.sort(candidates, function(x, y) return x[1] < y[1] end)
+end
 local adds, taken, upto = {}, 0, limit
 for _, c in ipairs(candidates) do
   if c[4] ~= 0 then  -- pinned messages are never indexed: passed over
@@ -104,7 +107,7 @@ if seq_from > 0 then
     if not room(n, env) then
       break
     end
-    local id, _, priority = envelope_head(env)
+    local id, priority = envelope_id_priority(env)
     seq_upto = seq_from + i - 1
     if priority ~= 0 and docs.get(id) == 0 then
       adds[#adds + 1] = 'a'

@@ -26,6 +26,7 @@ __all__ = [
     "IndexPending",
     "IndexState",
     "Merge",
+    "doc_records",
     "parse_list",
     "parse_pending",
 ]
@@ -193,6 +194,15 @@ def _shape(enc: Encoded | None) -> str:
     return f"{enc.sign},{enc.docs},{enc.first},{enc.last},{enc.buckets},{enc.blocks}"
 
 
+def doc_records(documents: Sequence[tuple[int, int, int, int]]) -> bytes:
+    """``documents`` (id, kind, length, seq) as ``index_add``'s ``docs``: DOC_ARG bytes each,
+    big-endian id (7), kind (1), length (2), seq (6)."""
+    return b"".join(
+        i.to_bytes(7, "big") + k.to_bytes(1, "big") + n.to_bytes(2, "big") + s.to_bytes(6, "big")
+        for i, k, n, s in documents
+    )
+
+
 def _pairs(fields: Mapping[str, bytes], tag: str = "") -> list[ScriptArg]:
     out: list[ScriptArg] = []
     for name, value in fields.items():
@@ -270,12 +280,12 @@ class IndexCalls(GatewayBase):
     ) -> Steps[IndexAdded]:
         """One step of the indexer (``lua/search/index_add.lua``): ``documents`` (id, kind, length,
         seq) and their segment, and the negative segment of ``gone`` removed documents."""
-        rest: list[ScriptArg] = [f"{i},{k},{n},{s}" for i, k, n, s in documents]
+        rest: list[ScriptArg] = []
         if positive is not None:
             rest += _pairs(positive.fields, "p")
         if negative is not None:
             rest += _pairs(negative.fields, "n")
-        n_fields = (len(rest) - len(documents)) // 2
+        n_fields = len(rest) // 2
         reply = yield from self._writing(
             "index_add",
             {
@@ -290,6 +300,7 @@ class IndexCalls(GatewayBase):
                 "n_gone": gone,
                 "gone_first": gone_first,
                 "n_docs": len(documents),
+                "docs": doc_records(documents),
                 "positive": _shape(positive),
                 "negative": _shape(negative),
                 "n_fields": n_fields,

@@ -17,6 +17,16 @@
 -- Segment fields arrive as (name, value) pairs named 'b<k>' / 'p<j>' (a bucket, a block),
 -- prefixed here with the generation the script gives the segment.
 
+-- One entry of each width as the scripts write it: integers (R's third field: the inputs,
+-- '|'-separated), matched whole by one pattern rather than field by field (a library's loading
+-- may call no function: written out).
+local SEG_PATTERN = {
+  [4] = '^(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+)$',
+  [8] = '^(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+)$',
+  [12] = '^(%-?%d+),(%-?%d+),(%d+[%d|]*),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),'
+    .. '(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+)$',
+}
+
 -- Parses a bookkeeping field's text into entries of width fields each (COMPOZY_CORRUPT for
 -- text no script wrote: a field that is not an integer, or R's inputs not 'gen|gen...', would
 -- otherwise fail the script half-way, after some of its writes, with a bare Lua error).
@@ -25,18 +35,13 @@ local function seg_parse(text, width)
   if not text or text == '' then
     return out
   end
+  local pattern = SEG_PATTERN[width]
   for item in string.gmatch(text, '[^;]+') do
-    local f = {}
-    for n in string.gmatch(item, '[^,]+') do
-      f[#f + 1] = n
-    end
+    local f = {string.match(item, pattern)}
     local ok = #f == width
     for i = 1, ok and width or 0 do
-      local n = f[i]
-      if width == 12 and i == 3 then
-        ok = ok and string.match(n, '^%d+[%d|]*$') ~= nil and #n <= 17 * MAX_SEGMENTS
-      else
-        ok = ok and string.match(n, '^%-?%d+$') ~= nil and #n <= 16
+      if #f[i] > ((width == 12 and i == 3) and 17 * MAX_SEGMENTS or 16) then
+        ok = false
       end
     end
     if not ok then
@@ -48,13 +53,15 @@ local function seg_parse(text, width)
   return out
 end
 
--- The widths of L, R and G's entries.
 local SEG_WIDTH = {L = 8, R = 12, G = 4}
 
 -- Reads ixseg's bookkeeping fields (names among 'L', 'R', 'G'), parsed, in that order. Each
 -- is sized first: one past SEGMENT_STATE_BYTES (far more than the scripts write) is refused
 -- (COMPOZY_CORRUPT), never read.
-local function seg_read(k_ixseg, ...)
+-- The bookkeeping fields' texts as stored ('' for none), each sized first, for a script that
+-- passes them on or appends to them without reading their entries (the client that reads
+-- them parses and checks them: compozy_memory/_search/runtime/index_calls.py).
+local function seg_texts(k_ixseg, ...)
   local names = {...}
   for _, name in ipairs(names) do
     local size = redis.call('HSTRLEN', k_ixseg, name)
@@ -64,9 +71,35 @@ local function seg_read(k_ixseg, ...)
     end
   end
   local values = redis.call('HMGET', k_ixseg, unpack(names))
+  for i = 1, #names do
+    values[i] = values[i] or ''
+  end
+  return unpack(values)
+end
+
+-- The entries of a bookkeeping field's text, counted by their separators (plain finds, in C)
+-- without parsing them.
+local function seg_count(text)
+  if text == '' then
+    return 0
+  end
+  local n, at = 1, 1
+  while true do
+    local found = string.find(text, ';', at, true)
+    if not found then
+      return n
+    end
+    n = n + 1
+    at = found + 1
+  end
+end
+
+local function seg_read(k_ixseg, ...)
+  local names = {...}
+  local texts = {seg_texts(k_ixseg, ...)}
   local out = {}
   for i, name in ipairs(names) do
-    out[i] = seg_parse(values[i] or nil, SEG_WIDTH[name])
+    out[i] = seg_parse(texts[i], SEG_WIDTH[name])
   end
   return unpack(out)
 end

@@ -4,13 +4,14 @@
 
 -- A segment's shape as the client declared it: 'sign,docs,first,last,buckets,blocks' checked.
 local function seg_shape(text, what)
-  local f = split_tabs(string.gsub(text, ',', '\t'))
-  local sign = tonumber(f[1])
-  local docs = int_or_nil(f[2], 1, 2 ^ 52)
-  local first, last = int_or_nil(f[3], 1, 2 ^ 52), int_or_nil(f[4], 1, 2 ^ 52)
-  local buckets = int_or_nil(f[5], 1, MAX_SEGMENT_FIELDS)
-  local blocks = int_or_nil(f[6], 0, MAX_SEGMENT_FIELDS)
-  if #f ~= 6 or (sign ~= 1 and sign ~= -1) or not docs or not first or not last
+  -- one match of the whole text (digits alone: no field can be a float, a hex or a space)
+  local sign, f2, f3, f4, f5, f6 = string.match(text, '^(%-?1),(%d+),(%d+),(%d+),(%d+),(%d+)$')
+  local docs = sign and int_or_nil(f2, 1, 2 ^ 52)
+  local first, last = sign and int_or_nil(f3, 1, 2 ^ 52), sign and int_or_nil(f4, 1, 2 ^ 52)
+  local buckets = sign and int_or_nil(f5, 1, MAX_SEGMENT_FIELDS)
+  local blocks = sign and int_or_nil(f6, 0, MAX_SEGMENT_FIELDS)
+  sign = sign == '1' and 1 or (sign == '-1' and -1 or nil)
+  if not sign or not docs or not first or not last
       or first > last or not buckets or not blocks or buckets + blocks > MAX_SEGMENT_FIELDS then
     fail('INVALID', what .. ' is not sign, docs, first, last, buckets, blocks')
   end

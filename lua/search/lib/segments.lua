@@ -53,14 +53,14 @@ local function seg_parse(text, width)
   return out
 end
 
+-- The widths of L, R and G's entries.
 local SEG_WIDTH = {L = 8, R = 12, G = 4}
 
--- Reads ixseg's bookkeeping fields (names among 'L', 'R', 'G'), parsed, in that order. Each
--- is sized first: one past SEGMENT_STATE_BYTES (far more than the scripts write) is refused
--- (COMPOZY_CORRUPT), never read.
--- The bookkeeping fields' texts as stored ('' for none), each sized first, for a script that
--- passes them on or appends to them without reading their entries (the client that reads
--- them parses and checks them: compozy_memory/_search/runtime/index_calls.py).
+-- ixseg's bookkeeping fields (names among 'L', 'R', 'G') as stored, in that order ('' for
+-- none), each sized first: one past SEGMENT_STATE_BYTES (far more than the scripts write) is
+-- refused (COMPOZY_CORRUPT), never read. For a script that passes them on or appends to them
+-- without reading their entries (the indexer that gets them back parses and checks them:
+-- compozy_memory/_search/runtime/index_calls.py).
 local function seg_texts(k_ixseg, ...)
   local names = {...}
   for _, name in ipairs(names) do
@@ -94,6 +94,7 @@ local function seg_count(text)
   end
 end
 
+-- The same fields parsed (seg_parse), in that order.
 local function seg_read(k_ixseg, ...)
   local names = {...}
   local texts = {seg_texts(k_ixseg, ...)}

@@ -265,6 +265,85 @@ async def test_planted_bookkeeping_that_is_not_numbers_is_refused_typed(
     assert not untyped
 
 
+@pytest.mark.parametrize("field", ["L", "R"])
+async def test_bookkeeping_planted_as_bytes_that_are_not_text_is_refused_typed(
+    client: RedisClient, memory_key: str, field: str
+) -> None:
+    # An index step passes the list and the merges back as stored: the indexer decodes them.
+    rng = random.Random(2)
+    mem = memory(client, memory_key)
+    mem.indexer.background = False
+    await mem.append_many([chat(i, rng) for i in range(10)])
+    await mem.indexer.catch_up()
+    stored = await client.hget(mem.keys.ixseg, field) or b""
+    await client.hset(mem.keys.ixseg, field, stored + b"\xff")  # as many entries as before
+    await mem.append(chat(50, rng))
+    with pytest.raises(CorruptDataError):
+        await mem.indexer.catch_up()
+
+
+#: Entries of 16,000 digits that no pattern of the scripts can match: a pattern whose groups
+#: split a run of digits two ways backtracked over it for seconds (2.2 s, measured).
+LONG_ENTRIES = [
+    ("R", "1,2," + "1" * 16_000 + "x"),
+    ("R", "1,2," + "1" * 16_000 + ",1,1,1,1,1,1,1,1,x"),
+    ("R", "1,2," + "1|" * 8_000 + "x"),
+    ("L", "1,1," + "1" * 16_000 + "x"),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), LONG_ENTRIES, ids=["digits", "late", "pipes", "L"])
+async def test_a_long_planted_entry_is_refused_in_linear_time(
+    valkey_server: EmbeddedServer, memory_key: str, field: str, value: str
+) -> None:
+    client = connect(valkey_server.url)
+    admin = redis_sync.Redis.from_url(valkey_server.url)
+    try:
+        mem = memory(client, memory_key)
+        mem.indexer.background = False
+        await mem.append_many([chat(i, random.Random(2)) for i in range(10)])
+        await mem.indexer.catch_up()
+        await client.hset(mem.keys.ixseg, field, value)
+        admin.config_set("slowlog-log-slower-than", 0)
+        admin.slowlog_reset()
+        with pytest.raises(CorruptDataError):
+            await mem.gateway.index_read()
+        assert _worst_ms(admin, "index_read") < 100
+    finally:
+        admin.config_set("slowlog-log-slower-than", 10_000)
+        admin.close()
+        await client.aclose()
+
+
+async def test_an_envelope_id_past_what_records_hold_is_refused_typed(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key)
+    mem.indexer.background = False
+    await mem.append_many([_said(f"quokka {i}") for i in range(3)])
+    await mem.indexer.catch_up()
+    last = (await client.lrange(mem.keys.msgs, -1, -1))[0]
+    await client.rpush(mem.keys.msgs, last.replace(b'"id":3,', f'"id":{2**56},'.encode()))
+    await client.hincrby(mem.keys.meta, "count", 1)
+    await client.hset(mem.keys.meta, "last_id", 2**56)
+    with pytest.raises(CorruptDataError):
+        await mem.indexer.catch_up()
+
+
+async def test_a_block_of_records_that_is_not_whole_records_is_refused_typed(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key)
+    mem.indexer.background = False
+    await mem.append_many([_said(f"quokka {i}") for i in range(3)])
+    await mem.indexer.catch_up()
+    await mem.append_many([_said(f"wombat {i}") for i in range(3)])
+    block = await client.hget(mem.keys.ixdocs, "0")
+    await client.hset(mem.keys.ixdocs, "0", block + bytes(5))
+    with pytest.raises(CorruptDataError):
+        await mem.indexer.catch_up()
+
+
 def _records_cut(records: bytes) -> bytes:
     return records[:-1]
 

@@ -30,9 +30,10 @@ end
 
 -- Refuses a block of records longer than a block holds (written raw: never read whole).
 local function doc_sized(k_ixdocs, field)
-  if redis.call('HSTRLEN', k_ixdocs, field) > DOC_BLOCK * DOC_SIZE then
+  local size = redis.call('HSTRLEN', k_ixdocs, field)
+  if size > DOC_BLOCK * DOC_SIZE or size % DOC_SIZE ~= 0 then
     fail('CORRUPT', 'a block of index records is longer than ' .. DOC_BLOCK * DOC_SIZE
-      .. ' bytes: it was not written by compozy-memory')
+      .. ' bytes, or not whole records: it was not written by compozy-memory')
   end
 end
 

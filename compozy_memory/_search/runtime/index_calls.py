@@ -196,7 +196,14 @@ def _shape(enc: Encoded | None) -> str:
 
 def doc_records(documents: Sequence[tuple[int, int, int, int]]) -> bytes:
     """``documents`` (id, kind, length, seq) as ``index_add``'s ``docs``: DOC_ARG bytes each,
-    big-endian id (7), kind (1), length (2), seq (6)."""
+    big-endian id (7), kind (1), length (2), seq (6). An id or seq past what the records
+    hold came from an envelope written raw: CorruptDataError."""
+    for i, _, _, s in documents:
+        if not (0 < i <= 2**52 and 0 <= s < 2**48):
+            raise CorruptDataError(
+                f"message {i} (archived at {s}) has an id or place no compozy-memory write "
+                "gives: it was written raw"
+            )
     return b"".join(
         i.to_bytes(7, "big") + k.to_bytes(1, "big") + n.to_bytes(2, "big") + s.to_bytes(6, "big")
         for i, k, n, s in documents
@@ -313,8 +320,9 @@ class IndexCalls(GatewayBase):
             int(reply["ix_next"]),
             int(reply["ix_seq"]),
             int(reply["indexed"]),
-            parse_list(replies.text(reply["list"])),
-            _parse_merges(replies.text(reply["reservations"])),
+            # Passed on as stored (the step parses neither): text written raw is refused here.
+            parse_list(replies.stored_text(reply["list"], "the index's segment list")),
+            _parse_merges(replies.stored_text(reply["reservations"], "the index's merges")),
             bool(int(reply["garbage"])),
             pending.incarnation,
         )

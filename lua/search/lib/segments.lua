@@ -19,11 +19,12 @@
 
 -- One entry of each width as the scripts write it: integers (R's third field: the inputs,
 -- '|'-separated), matched whole by one pattern rather than field by field (a library's loading
--- may call no function: written out).
+-- may call no function: written out). No group can split a run of digits two ways (a
+-- '%d+[%d|]*' would, and backtrack quadratically over a long planted run).
 local SEG_PATTERN = {
   [4] = '^(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+)$',
   [8] = '^(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+)$',
-  [12] = '^(%-?%d+),(%-?%d+),(%d+[%d|]*),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),'
+  [12] = '^(%-?%d+),(%-?%d+),(%d[%d|]*),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+),'
     .. '(%-?%d+),(%-?%d+),(%-?%d+),(%-?%d+)$',
 }
 

@@ -276,6 +276,7 @@ async def test_bookkeeping_planted_as_bytes_that_are_not_text_is_refused_typed(
     await mem.append_many([chat(i, rng) for i in range(10)])
     await mem.indexer.catch_up()
     stored = await client.hget(mem.keys.ixseg, field) or b""
+    assert isinstance(stored, bytes)
     await client.hset(mem.keys.ixseg, field, stored + b"\xff")  # as many entries as before
     await mem.append(chat(50, rng))
     with pytest.raises(CorruptDataError):
@@ -323,6 +324,7 @@ async def test_an_envelope_id_past_what_records_hold_is_refused_typed(
     await mem.append_many([_said(f"quokka {i}") for i in range(3)])
     await mem.indexer.catch_up()
     last = (await client.lrange(mem.keys.msgs, -1, -1))[0]
+    assert isinstance(last, bytes)
     await client.rpush(mem.keys.msgs, last.replace(b'"id":3,', f'"id":{2**56},'.encode()))
     await client.hincrby(mem.keys.meta, "count", 1)
     await client.hset(mem.keys.meta, "last_id", 2**56)
@@ -339,6 +341,7 @@ async def test_a_block_of_records_that_is_not_whole_records_is_refused_typed(
     await mem.indexer.catch_up()
     await mem.append_many([_said(f"wombat {i}") for i in range(3)])
     block = await client.hget(mem.keys.ixdocs, "0")
+    assert isinstance(block, bytes)
     await client.hset(mem.keys.ixdocs, "0", block + bytes(5))
     with pytest.raises(CorruptDataError):
         await mem.indexer.catch_up()

@@ -19,7 +19,7 @@ from compozy_memory._search.fusion import Fusion
 from compozy_memory._sessions.index import SessionPage
 from compozy_memory._store.sync_instance import SyncMemoryInstance
 from compozy_memory._store.warmup import warm_sync
-from compozy_memory._wire.background import run_coroutine
+from compozy_memory._wire.summarizer_loop import run_coroutine
 
 __all__ = ["SyncMemoryManager"]
 

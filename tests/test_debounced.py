@@ -93,3 +93,52 @@ async def test_a_coroutine_standing_in_for_the_steps_is_awaited() -> None:
     job.fire()
     await job.wait_idle()
     assert runs == [1]
+
+
+@pytest.mark.parametrize("io", [SyncIO(), AsyncIO()])
+async def test_a_sooner_fire_moves_a_held_back_run_forward(io: Any) -> None:
+    # The indexer holds a write back for a batch (a long delay); a fire with the debounce
+    # (enough writes) runs it then, once, not at the long delay's end as well.
+    runs: list[int] = []
+    job = Debounced.of_steps(lambda: counting(runs), io, 0.01)
+    job.fire(60.0)
+    await asyncio.sleep(0.2)
+    assert runs == []  # held back
+    job.fire()
+    for _ in range(200):
+        if runs:
+            break
+        await asyncio.sleep(0.01)
+    assert runs == [1]
+    await asyncio.sleep(0.2)
+    assert runs == [1]
+    assert job.wait_idle_sync(5.0)
+    await job.wait_idle()
+
+
+@pytest.mark.parametrize("io", [SyncIO(), AsyncIO()])
+async def test_waiting_for_a_held_back_run_starts_it_at_once(io: Any) -> None:
+    runs: list[int] = []
+    job = Debounced.of_steps(lambda: counting(runs), io, 0.01)
+    job.fire(60.0)
+    job.fire(30.0)  # a later fire does not push the due run back, nor add one
+    started = asyncio.get_running_loop().time()
+    if isinstance(io, SyncIO):
+        assert job.wait_idle_sync(5.0)
+    else:
+        await job.wait_idle()
+    assert runs == [1]
+    assert asyncio.get_running_loop().time() - started < 5.0
+
+
+@pytest.mark.parametrize("io", [SyncIO(), AsyncIO()])
+async def test_a_held_back_run_is_dropped_on_close(io: Any) -> None:
+    runs: list[int] = []
+    job = Debounced.of_steps(lambda: counting(runs), io, 0.01)
+    job.fire(60.0)
+    job.close()
+    job.hurry()
+    await asyncio.sleep(0.1)
+    assert job.wait_idle_sync(5.0)
+    await job.wait_idle()
+    assert runs == []

@@ -36,7 +36,6 @@ from compozy_memory._io.translate import backend_errors, translate
 from compozy_memory._io.transport import TransportBase
 from compozy_memory._metrics import MemoryMetrics
 from compozy_memory._model.policy import WaitPolicy
-from compozy_memory._wire.background import run_coroutine
 from compozy_memory._wire.effects import (
     Await,
     Call,
@@ -51,6 +50,7 @@ from compozy_memory._wire.effects import (
 )
 from compozy_memory._wire.optimistic import AppendPlan
 from compozy_memory._wire.steps import Op, Steps
+from compozy_memory._wire.summarizer_loop import run_coroutine
 from compozy_memory._wire.transaction import transaction
 
 __all__ = ["SyncCallTransport", "SyncTransport", "drive"]

@@ -10,17 +10,13 @@ batches a debounce apart.
 * :class:`ThreadTrigger` (sync handles): the work runs on the process's background threads
   (:data:`BACKGROUND_THREADS`, daemons started on first use and again in a forked child).
 
-Summarizers are coroutines (:class:`~compozy_memory.Summarizer`), and a sync handle's flush
-still has to run one: :func:`run_coroutine` runs it on one event loop that a daemon thread of
-the process keeps for that alone (so an async API client a summarizer keeps, such as
-Anthropic's, always meets the loop it was made on). Nothing else of the sync API touches an
-event loop.
+A sync handle's summarizer runs on a loop of its own
+(:mod:`compozy_memory._wire.summarizer_loop`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import heapq
 import inspect
@@ -29,7 +25,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from compozy_memory._wire.effects import no_retries
@@ -43,7 +40,6 @@ __all__ = [
     "TaskTrigger",
     "ThreadTrigger",
     "Trigger",
-    "run_coroutine",
     "wait_background",
 ]
 
@@ -56,36 +52,66 @@ BACKGROUND_THREADS = 2
 
 
 class Trigger(Protocol):
-    def fire(self) -> None: ...
+    def fire(self, delay: float | None = None) -> None: ...
 
 
 class TaskTrigger:
-    """Runs ``work`` in a task of the running loop ``debounce`` seconds after a fire; fired
-    while it runs, it runs once more, ``debounce`` seconds after it ends (so writes that keep
-    coming are taken in batches). Fired where no loop runs, it does nothing (the next
-    operation that needs the work does it itself)."""
+    """Runs ``work`` in a task of the running loop ``debounce`` seconds after a fire (or the
+    ``delay`` the fire gives: the earliest due wins); fired while it runs, it runs once more,
+    that long after it ends (so writes that keep coming are taken in batches). Fired where no
+    loop runs, it does nothing (the next operation that needs the work does it itself)."""
 
     def __init__(self, work: Callable[[], Awaitable[None]], debounce: float) -> None:
         self.work = work
         self.debounce = debounce
         self._task: asyncio.Task[None] | None = None
-        self._again = False
+        self._again: float | None = None
         self._closed = False
         self._working = False
+        self._due = 0.0
+        self._wake: asyncio.Future[None] | None = None
 
-    def fire(self) -> None:
+    def fire(self, delay: float | None = None) -> None:
         if self._closed:
             return
+        wait = self.debounce if delay is None else delay
         if self._task is not None and not self._task.done():
-            self._again = True
+            if self._working:
+                self._again = wait if self._again is None else min(self._again, wait)
+            else:
+                self._sooner(wait)
             return
         try:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            loop = asyncio.get_running_loop()
         except RuntimeError:  # no running loop
             self._task = None
+            return
+        self._due = loop.time() + wait
+        self._task = loop.create_task(self._run(), name=f"compozy-memory {self.work!r}")
+
+    def hurry(self) -> None:
+        """A run that is due starts now (one under way runs again at once if fired)."""
+        if self._task is None or self._task.done() or self._closed:
+            return
+        if self._working:
+            if self._again is not None:
+                self._again = 0.0
+        else:
+            self._sooner(0.0)
+
+    def _sooner(self, wait: float) -> None:
+        try:
+            due = asyncio.get_running_loop().time() + wait
+        except RuntimeError:
+            return
+        if due < self._due:
+            self._due = due
+            if self._wake is not None and not self._wake.done():
+                self._wake.set_result(None)
 
     async def wait_idle(self) -> None:
-        """Wait for the work, if any (for shutdown and tests)."""
+        """Wait for the work, if any (for shutdown and tests): a run that is due starts now."""
+        self.hurry()
         while self._task is not None and not self._task.done():
             task = self._task
             try:
@@ -98,26 +124,42 @@ class TaskTrigger:
         """Run no more: a run not started yet is dropped (its task cancelled); one under way
         ends with its current work and does not run again."""
         self._closed = True
-        self._again = False
+        self._again = None
         if self._task is not None and not self._task.done() and not self._working:
             self._task.cancel()
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while not self._closed:
-            await asyncio.sleep(self.debounce)
-            self._again = False
+            # Until due: a fire or a wait that moves the time sooner wakes it.
+            while (left := self._due - loop.time()) > 0:
+                self._wake = wake = loop.create_future()
+                timer = loop.call_later(left, _settle, wake)
+                try:
+                    await wake
+                finally:
+                    timer.cancel()
+                    self._wake = None
+            self._again = None
             self._working = True
             try:
                 await self.work()
             finally:
                 self._working = False
-            if not self._again:
+            if self._again is None:
                 return
+            self._due = loop.time() + self._again
+
+
+def _settle(wake: asyncio.Future[None]) -> None:
+    if not wake.done():
+        wake.set_result(None)
 
 
 class ThreadTrigger:
-    """Runs ``work`` on a background thread ``debounce`` seconds after a fire; fired while
-    it is due or running, it runs once more, ``debounce`` seconds after it ends."""
+    """Runs ``work`` on a background thread ``debounce`` seconds after a fire (or the
+    ``delay`` the fire gives: the earliest due wins); fired while it is running, it runs once
+    more, that long after it ends."""
 
     def __init__(self, work: Callable[[], None], debounce: float) -> None:
         self.work = work
@@ -127,20 +169,52 @@ class ThreadTrigger:
         self._idle = threading.Event()
         self._idle.set()
         self._closed = False
+        # The due run: when, and its ticket (a run scheduled earlier than one already
+        # scheduled takes a new ticket; the later one then finds its ticket stale and ends).
+        self._due = 0.0
+        self._ticket = 0
+        self._again = 0.0
 
-    def fire(self) -> None:
+    def fire(self, delay: float | None = None) -> None:
+        wait = self.debounce if delay is None else delay
         with self._lock:
             if self._closed:
                 return
-            if self._state != _IDLE:
-                self._state = _AGAIN if self._state == _RUNNING else self._state
+            if self._state == _RUNNING:
+                self._state, self._again = _AGAIN, wait
+                return
+            if self._state == _AGAIN:
+                self._again = min(self._again, wait)
+                return
+            if self._state == _DUE and time.monotonic() + wait >= self._due:
                 return
             self._state = _DUE
             self._idle.clear()
-        _pool().schedule(self.debounce, self._run)
+            ticket = self._schedule_locked(wait)
+        _pool().schedule(wait, partial(self._run, ticket))
+
+    def hurry(self) -> None:
+        """A run that is due starts now (one under way runs again at once if fired)."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._state == _AGAIN:
+                self._again = 0.0
+                return
+            if self._state != _DUE:
+                return
+            ticket = self._schedule_locked(0.0)
+        _pool().schedule(0.0, partial(self._run, ticket))
+
+    def _schedule_locked(self, wait: float) -> int:
+        self._due = time.monotonic() + wait
+        self._ticket += 1
+        return self._ticket
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Wait for the work, if any; False if ``timeout`` passed first."""
+        """Wait for the work, if any (a run that is due starts now); False if ``timeout``
+        passed first."""
+        self.hurry()
         return self._idle.wait(timeout)
 
     def close(self) -> None:
@@ -150,9 +224,14 @@ class ThreadTrigger:
             self._closed = True
             if self._state == _AGAIN:
                 self._state = _RUNNING
+            elif self._state == _DUE:  # its scheduled run finds itself dropped
+                self._state = _IDLE
+                self._idle.set()
 
-    def _run(self) -> None:
+    def _run(self, ticket: int) -> None:
         with self._lock:
+            if ticket != self._ticket or self._state != _DUE:
+                return  # a sooner run took its place
             if self._closed:
                 self._state = _IDLE
                 self._idle.set()
@@ -168,8 +247,10 @@ class ThreadTrigger:
                 self._idle.set()
                 return
             self._state = _DUE
-        # Once more, a debounce after this run: writes that keep coming are taken in batches.
-        _pool().schedule(self.debounce, self._run)
+            wait = self._again
+            ticket = self._schedule_locked(wait)
+        # Once more, after this run: writes that keep coming are taken in batches.
+        _pool().schedule(wait, partial(self._run, ticket))
 
 
 _IDLE, _DUE, _RUNNING, _AGAIN = range(4)
@@ -232,8 +313,13 @@ class Debounced:
             sync=is_sync(transport), work_async=work_async, work_sync=work_sync, debounce=debounce
         )
 
-    def fire(self) -> None:
-        self.trigger.fire()
+    def fire(self, delay: float | None = None) -> None:
+        """Run soon: after the debounce, or after ``delay`` seconds (the earliest due wins)."""
+        self.trigger.fire(delay)
+
+    def hurry(self) -> None:
+        """A run that is due starts now."""
+        self.trigger.hurry()
 
     def close(self) -> None:
         self.trigger.close()
@@ -299,6 +385,14 @@ class _Pool:
         with self._ready:
             return not self._due and self._busy == 0
 
+    def hurry(self) -> None:
+        """Every job waiting for its time is due now."""
+        with self._ready:
+            now = time.monotonic()
+            self._due = [(min(at, now), n, job) for at, n, job in self._due]
+            heapq.heapify(self._due)
+            self._ready.notify_all()
+
     def _serve(self) -> None:
         while True:
             with self._ready:
@@ -327,9 +421,12 @@ def _pool() -> _Pool:
 
 
 def wait_background(timeout: float = 30.0) -> bool:
-    """Wait until no background job is due or running (for shutdown and tests); False if
-    ``timeout`` passed first."""
+    """Wait until no background job is due or running (for shutdown and tests): jobs waiting
+    for their time (an index step held back for a batch) run now; False if ``timeout``
+    passed first."""
     deadline = time.monotonic() + timeout
+    if _threads is not None:
+        _threads.hurry()  # an index step held back for a batch runs now
     while _threads is not None and not _threads.idle():
         if time.monotonic() >= deadline:
             return False
@@ -337,32 +434,10 @@ def wait_background(timeout: float = 30.0) -> bool:
     return True
 
 
-_loop: asyncio.AbstractEventLoop | None = None
-
-
-def run_coroutine(coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-    """Run ``coroutine`` on the summarizers' event loop and wait for its result (TimeoutError
-    after ``timeout`` seconds, the coroutine cancelled)."""
-    global _loop
-    with _lock:
-        if _loop is None:
-            _loop = asyncio.new_event_loop()
-            threading.Thread(
-                target=_loop.run_forever, name="compozy-memory-summarizers", daemon=True
-            ).start()
-        loop = _loop
-    future = asyncio.run_coroutine_threadsafe(coroutine, loop)
-    try:
-        return future.result(timeout)
-    except concurrent.futures.TimeoutError:
-        future.cancel()
-        raise TimeoutError(f"timed out after {timeout:g}s") from None
-
-
 def _forget_after_fork() -> None:
     # A forked child has none of its parent's threads: start again on demand.
-    global _threads, _loop, _lock
-    _threads, _loop, _lock = None, None, threading.Lock()
+    global _threads, _lock
+    _threads, _lock = None, threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)

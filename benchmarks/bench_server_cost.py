@@ -12,13 +12,17 @@ batch, the deltas after), one client, sequential, ~300-token messages
   texts; where its module is found, see below);
 * ``append`` with counts supplied: the indexer off; the indexer on and caught up
   (``background_index=True``, then ``await memory.indexer.catch_up()``: each message's share
-  of the index's steps is in its figure: appends in a row, so a step takes many); the same at
-  a conversation's pace (a catch-up after every append: a step, and the merges steps make
-  due, for each message); with a TTL; with a caller's own ``dedupe_key`` on
-  every append; ``append_many`` of 10 (per message); and 64 sessions appending at once (each
-  in turn, as a replica serving many conversations does: their appends share round trips);
+  of the index's steps is in its figure: appends in a row, so a step takes many); the same
+  with a catch-up after every append (a step, and the merges steps make due, for each
+  message: what a conversation's pace cost while the indexer stepped 0.2 s after a write);
+  at a conversation's pace with the default batching (a turn every ``TURN_SECONDS``: a step
+  every ``TURN_BATCH`` messages, as ``INDEX_DELAY`` makes it); with a TTL; with a caller's
+  own ``dedupe_key`` on every append; ``append_many`` of 10 (per message); and 64 sessions
+  appending at once (each in turn, as a replica serving many conversations does: their
+  appends share round trips);
 * the read paths, per call on a memory of 500 such messages, indexed: ``read_window``,
-  ``context(budget)``, ``context(budget, query=)``, ``search()``.
+  ``context(budget)``, ``context(budget, query=)``, ``search()``; and ``search()`` with
+  ``TURN_BATCH`` messages past the index (the live tail a search reads and ranks itself).
 
 Per mode: server µs per message (the top-level commands' time: every ``FCALL``/``EVALSHA``
 and any plain command the client sent, counted on the client's connection), x raw RPUSH (the
@@ -71,6 +75,7 @@ from redis.exceptions import ResponseError
 from benchmarks.bench_append import texts
 from benchmarks.bench_server_time import _realtime
 from compozy_memory import MemoryInstance, MemoryPolicy, TiktokenCounter
+from compozy_memory._model.limits import INDEX_DELAY
 from compozy_memory.embedded import start_server
 
 PROJECT = "srvcost"
@@ -78,6 +83,11 @@ PROJECT = "srvcost"
 SESSIONS = 64
 TTL = timedelta(hours=1)
 BUDGET = 8_000
+#: A conversation's pace as these benchmarks model it: a turn (a message) every TURN_SECONDS,
+#: so the indexer's default batching (a step INDEX_DELAY after the first message it has not
+#: indexed) takes TURN_BATCH messages a step.
+TURN_SECONDS = 5.0
+TURN_BATCH = max(1, round(INDEX_DELAY / TURN_SECONDS))
 QUERIES = (
     "refund card business days",
     "kettle arrives damaged photo replacement",
@@ -318,6 +328,7 @@ async def main(args: argparse.Namespace) -> None:
         own = memory("own", background_index=False)
         many = memory("many", background_index=False)
         paced = memory("paced", background_index=False)
+        turns = memory("turns", background_index=False)
 
         def appends(mem: MemoryInstance, *, dedupe: bool = False) -> Callable[[int], Any]:
             async def go(n: int) -> int:
@@ -350,6 +361,14 @@ async def main(args: argparse.Namespace) -> None:
                 await paced.indexer.catch_up()
             return n
 
+        async def batched(n: int) -> int:
+            # The same pace with the default batching: a step every TURN_BATCH messages.
+            for at, message in enumerate(pool(n), start=1):
+                await turns.append(message)
+                if at % TURN_BATCH == 0 or at == n:
+                    await turns.indexer.catch_up()
+            return n
+
         async def append_many(n: int) -> int:
             messages = pool(n)
             for at in range(0, n, 10):
@@ -369,7 +388,8 @@ async def main(args: argparse.Namespace) -> None:
             Mode("own", "the same with a caller's `dedupe_key` on every append", appends(own, dedupe=True)),  # noqa: E501
             Mode("many", "`append_many` of 10, counts supplied, indexer off (per message)", append_many),  # noqa: E501
             Mode("on", "`append` kept searchable (indexer on, caught up)", appends(on)),
-            Mode("paced", "`append` kept searchable, an index step after each (a conversation's pace)", one_by_one),  # noqa: E501
+            Mode("paced", "`append` kept searchable, an index step after each", one_by_one),
+            Mode("turns", f"`append` kept searchable, a turn every {TURN_SECONDS:g} s: the default batching's step every {TURN_BATCH} (a conversation's pace)", batched),  # noqa: E501
             Mode("sessions", f"`append` by {SESSIONS} sessions at once, counts supplied, indexer off", at_once),  # noqa: E501
         ]  # fmt: skip
         # Every memory and reference starts at its steady state: past the dedupe window.
@@ -381,6 +401,13 @@ async def main(args: argparse.Namespace) -> None:
             await reads.append(message)
         await reads.indexer.wait_idle()
         await reads.indexer.catch_up()
+        # The same with TURN_BATCH messages past its index, as the batching leaves a memory.
+        tailed = memory("tailed", background_index=False)
+        for message in pool(500):
+            await tailed.append(message)
+        await tailed.indexer.catch_up()
+        for message in pool(TURN_BATCH):
+            await tailed.append(message)
         queries = iter(QUERIES * 1_000_000)
 
         async def window(n: int) -> int:
@@ -403,11 +430,21 @@ async def main(args: argparse.Namespace) -> None:
                 await reads.search(next(queries))
             return n
 
+        async def search_tailed(n: int) -> int:
+            for _ in range(n):
+                await tailed.search(next(queries))
+            return n
+
         read_modes = [
             Mode("window", f"`read_window({BUDGET})`", window),
             Mode("context", f"`context({BUDGET})`", context),
             Mode("cquery", f"`context({BUDGET}, query=)`", context_query),
             Mode("search", "`search(query)` (10 hits)", search_),
+            Mode(
+                "stail",
+                f"the same, {TURN_BATCH} messages past the index (ranked by the client)",
+                search_tailed,
+            ),
         ]
         for mode in read_modes:
             await mode.run(5)

@@ -18,14 +18,15 @@ a raw ``RPUSH`` of the same JSON; an empty library function; a function doing on
 meta + ``RPUSH`` + ``HSET`` meta (``bench_server_cost``'s references); ``append`` (the handle's
 own dedupe key, as every append has by default); with a TTL; with a caller's ``dedupe_key``;
 ``append_many`` of 10 (per message); ``append`` kept searchable, its memory's index steps
-(``index_pending``, ``index_add``) and merges counted with it, a step after every append (a
-conversation's pace) and after every 16 (a busy memory's). Only the public API drives the
-library.
+(``index_pending``, ``index_add``) and merges counted with it, a step after every append
+(a conversation's pace while the indexer stepped 0.2 s after a write), after every
+``TURN_BATCH`` (the default batching at a turn every ``TURN_SECONDS``: a conversation's pace)
+and after every 16 (a busy memory's). Only the public API drives the library.
 
 Then the read path, per call (counted inside ``FCALL`` and ``FCALL_RO``: a search is two
 calls, the index's fields and the hits), on a memory of 500 such messages, indexed:
-``context(8000)``, ``read_window(8000)``, ``search()`` (10 hits), ``context(8000, query=)``
-and ``read(-10, -1)``.
+``context(8000)``, ``read_window(8000)``, ``search()`` (10 hits), the same with ``TURN_BATCH``
+messages past the index, ``context(8000, query=)`` and ``read(-10, -1)``.
 
 Run: ``python -m benchmarks.bench_server_instructions [--messages 200] [--warm 1100]`` (about a
 minute; needs ``valgrind`` on PATH). Printed, never asserted.
@@ -53,7 +54,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from benchmarks.bench_server_cost import LIBRARY, compact, envelope
+from benchmarks.bench_server_cost import LIBRARY, TURN_BATCH, TURN_SECONDS, compact, envelope
 from compozy_memory import MemoryInstance, MemoryPolicy, TiktokenCounter
 from compozy_memory.embedded import find_binary
 
@@ -204,31 +205,40 @@ async def main(args: argparse.Namespace) -> None:
         "own": "the same with a caller's `dedupe_key` on every append",
         "many": "`append_many` of 10, counts supplied, indexer off (per message)",
         "step1": "`append` kept searchable: an index step after each (merges included)",
+        f"step{TURN_BATCH}": (
+            f"`append` kept searchable: an index step every {TURN_BATCH} appends (the default "
+            f"batching at a turn every {TURN_SECONDS:g} s; merges included)"
+        ),
         "step16": "`append` kept searchable: an index step every 16 appends (merges included)",
     }
-    reader: list[MemoryInstance] = []
+    reader: dict[int, MemoryInstance] = {}
 
     def reads(name: str) -> Callable[[Redis, int], Awaitable[int]]:
         calls = {
             "context": lambda mem: mem.context(8_000),
             "read_window": lambda mem: mem.read_window(8_000),
             "search": lambda mem: mem.search("refund warehouse kettle"),
+            "search_tail": lambda mem: mem.search("refund warehouse kettle"),
             "context_query": lambda mem: mem.context(8_000, query="refund warehouse kettle"),
             "read": lambda mem: mem.read(-10, -1),
         }
+        # The tail mode's memory has TURN_BATCH messages past its index, as a batch leaves.
+        tail = TURN_BATCH if name == "search_tail" else 0
 
         async def go(client: Redis, n: int) -> int:
-            if not reader:  # one memory for every read mode, made (uncounted) once
+            if tail not in reader:  # one memory for the read modes, made (uncounted) once
                 mem = MemoryInstance.open(
-                    client, project=PROJECT, key=f"{run}:reads", background_index=False
+                    client, project=PROJECT, key=f"{run}:reads{tail}", background_index=False
                 )
                 for message in pool(500):
                     await mem.append(message)
                 await mem.indexer.catch_up()
-                reader.append(mem)
+                for message in pool(tail):
+                    await mem.append(message)
+                reader[tail] = mem
             calls_made = max(1, n // 10)  # reads cost more than appends: fewer of them
             for _ in range(calls_made):
-                await calls[name](reader[0])
+                await calls[name](reader[tail])
             return calls_made
 
         return go
@@ -247,6 +257,7 @@ async def main(args: argparse.Namespace) -> None:
             "own": appends("own"),
             "many": appends("many"),
             "step1": appends("step1"),
+            f"step{TURN_BATCH}": appends(f"step{TURN_BATCH}"),
             "step16": appends("step16"),
         },
         args,
@@ -255,6 +266,9 @@ async def main(args: argparse.Namespace) -> None:
         "context": "`context(8000)`",
         "read_window": "`read_window(8000)`",
         "search": "`search(query)` (10 hits; two calls)",
+        "search_tail": (
+            f"the same with {TURN_BATCH} messages past the index (read and ranked by the client)"
+        ),
         "context_query": "`context(8000, query=)` (two calls)",
         "read": "`read(-10, -1)`",
     }

@@ -225,11 +225,13 @@ async def test_a_background_merge_holds_back_no_step_of_its_memory(
     monkeypatch.setattr(indexer_module, "merged_segment", held)
     monkeypatch.setattr(indexer_module, "_THREAD_DOCS", 0)  # every merge on a thread
     mem = memory(client, memory_key)
+    mem.index_ops.delay = mem.index_ops.debounce  # a step after each write, not a batch
     reader = memory(client, memory_key, read_only=True)
 
     async def searchable(word: str) -> bool:
+        # Indexed, not only found in the live tail a search ranks itself.
         for _ in range(500):
-            if await reader.search(word):
+            if (await reader.gateway.index_read()).unindexed == 0 and await reader.search(word):
                 return True
             await asyncio.sleep(0.01)
         return False
@@ -265,10 +267,15 @@ async def test_a_read_only_handle_writes_nothing_when_it_searches(
     await writer.append_many([chat(i, rng) for i in range(40)])
     await writer.indexer.catch_up()
     await writer.append_many([chat(40 + i, rng) for i in range(5)])  # left unindexed
+    await writer.append({"role": "user", "content": "a zeppelin over the harbour"})
     reader = memory(client, memory_key, read_only=True)
     before = {k: await client.dump(k) for k in writer.keys.data}
     hits = await reader.search("refund kettle")
-    assert hits.unindexed == 5
+    assert hits.unindexed == 0  # the live tail past the index is ranked by the reader
+    assert (await reader.search("zeppelin"))[0].id == 46
+    assert (await reader.gateway.index_read()).unindexed == 6  # and still not indexed
+    layers = await reader.context_layers(500, query="zeppelin harbour")
+    assert 46 in [m.id for m in (*layers.recalled, *layers.window)]
     await reader.context(500, query="the refund")
     assert {k: await client.dump(k) for k in writer.keys.data} == before
 
@@ -394,6 +401,7 @@ async def test_wait_idle_waits_for_a_catch_up_that_starts_while_it_waits_for_mer
     monkeypatch.setattr(indexer_module, "step_segments", held_step)
     monkeypatch.setattr(indexer_module, "_THREAD_DOCS", 0)  # every step and merge on a thread
     mem = memory(client, memory_key)
+    mem.index_ops.delay = mem.index_ops.debounce  # a step after each write, not a batch
 
     async def until(event: threading.Event) -> None:
         for _ in range(1000):

@@ -256,7 +256,9 @@ local function offer(env, score)
 end
 if #ranked > 0 and limit > 0 and (tonumber(m.fmt) or 1) >= DATA_FORMAT then
   local docs = doc_reader(k_ixdocs)
-  local state = {count = live, archive_base = tonumber(m.archive_base) or 0}
+  -- Hits past the index (the live tail the client ranked itself) are found in the live list.
+  local state = {count = live, archive_base = tonumber(m.archive_base) or 0,
+    ix_next = tonumber(m.ix_next) or 1}
   local hits = ranked
   -- The limit counts hits outside the window: a query taken from the newest user turn
   -- matches that turn and its neighbours first, which the window shows already.

@@ -135,8 +135,8 @@ CALLS: dict[str, tuple[Callable[[MemoryGateway], Awaitable[Any]], Any]] = {
         [1, 2, 0, 1, b"2,1,1,1,1,1,0,20", b"", 0],
     ),
     "index_read": (
-        lambda g: g.index_read([1], ["1.0"]),
-        [DATA_FORMAT, b"2", 0, 1, 1, 0, 0, b"1,1,1,1,1,1,0,20", b"", b"1", b"x"],
+        lambda g: g.index_read([1], ["1.0"], tail=4),
+        [DATA_FORMAT, b"2", 0, 1, 1, 0, 0, b"1,1,1,1,1,1,0,20", b"", b"1", 2, 1, b"{}", b"x"],
     ),
     "index_merge": (
         lambda g: g.index_merge(

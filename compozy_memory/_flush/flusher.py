@@ -284,6 +284,9 @@ class Flusher(Backgrounded):
                     ) from None
                 continue
             lease.committing = False
+            # The summary is searched from the index only (it is not a live message): index
+            # it soon, not after the batch delay appends wait for.
+            self.indexer.notice(soon=True)
             if self.on_commit is not None:
                 self.on_commit(commit, snapshot.last_id)
             return FlushResult(

@@ -16,6 +16,8 @@ __all__ = [
     "DOC_ARG",
     "GC_STEP_FIELDS",
     "INDEX_BACKLOG_WARNING",
+    "INDEX_BATCH_DOCS",
+    "INDEX_DELAY",
     "INDEX_READ_BYTES",
     "INDEX_READ_FIELDS",
     "INDEX_STEP_DOCS",
@@ -63,6 +65,8 @@ __all__ = [
     "RESCORE_BLOCKS",
     "RESCORE_POOL",
     "RESCORE_TERMS",
+    "SEARCH_TAIL_BYTES",
+    "SEARCH_TAIL_DOCS",
     "SEGMENT_STATE_BYTES",
     "STEP_FIELDS",
     "TTL_SLACK_PARTS",
@@ -185,6 +189,15 @@ STEP_FIELDS = 8_192
 MAX_SEGMENT_FIELD_BYTES = 1024 * 1024
 INDEX_READ_FIELDS = 4_096
 INDEX_READ_BYTES = 1024 * 1024
+#: A search reads the live messages the index has not reached yet, at most this many (and
+#: about this many bytes of them), and ranks them itself with the segments: a message is
+#: searchable the moment it is appended, and the indexer can take messages in batches.
+SEARCH_TAIL_DOCS = 128
+SEARCH_TAIL_BYTES = 512 * 1024
+#: A handle's writes not indexed yet wait this long (seconds) for more to batch with, unless
+#: it has written INDEX_BATCH_DOCS of them: then a step runs a debounce (0.2 s) later.
+INDEX_DELAY = 30.0
+INDEX_BATCH_DOCS = 32
 GC_STEP_FIELDS = 1_024
 MAX_GARBAGE = 4 * MAX_SEGMENTS
 SEGMENT_STATE_BYTES = 16 * 1024
@@ -282,6 +295,8 @@ LUA_CONSTANTS: dict[str, int] = {
     "MAX_SEGMENT_FIELD_BYTES": MAX_SEGMENT_FIELD_BYTES,
     "INDEX_READ_FIELDS": INDEX_READ_FIELDS,
     "INDEX_READ_BYTES": INDEX_READ_BYTES,
+    "SEARCH_TAIL_DOCS": SEARCH_TAIL_DOCS,
+    "SEARCH_TAIL_BYTES": SEARCH_TAIL_BYTES,
     "GC_STEP_FIELDS": GC_STEP_FIELDS,
     "MAX_GARBAGE": MAX_GARBAGE,
     "SEGMENT_STATE_BYTES": SEGMENT_STATE_BYTES,

@@ -131,7 +131,8 @@ class MemoryHealth:
     ttl_ms: int | None
     strategy: str
     max_tokens: int | None
-    #: Messages not searchable yet: the indexer works them off in the background.
+    #: Messages the index has not reached yet: the indexer works them off in the background,
+    #: in batches (a search still finds the newest 128 of them, read from the live list).
     unindexed: int = 0
     #: The memory's data format (meta's ``fmt``; 1 before formats were named).
     data_format: int = 1
@@ -267,8 +268,9 @@ class Hits(list[Hit]):
     """Search results, best first, how many messages search could not see yet, and the
     summaries that match (:attr:`summaries`)."""
 
-    #: Messages not indexed yet (appended moments ago, or an index being rebuilt): the
-    #: indexer works them off within seconds; ``0`` when search saw everything.
+    #: Messages search could not see: not indexed yet and past the live tail a search reads
+    #: itself (a backlog past 128 messages, or an index being rebuilt); ``0`` when search
+    #: saw everything.
     unindexed: int = 0
     #: Summaries that match, best first, in a lane of their own (a search without
     #: ``roles``): they never take the place of a message in the list itself.

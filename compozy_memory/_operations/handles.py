@@ -248,9 +248,10 @@ best first, each with the turns before and after it and where it is
 (:attr:`Hit.where`). ``roles`` keeps only messages of those roles (``"summary"`` for
 summaries); ``since_id`` only messages with that id or newer.
 
-Messages appended moments ago may not be indexed yet: what this handle wrote is
-indexed before the search runs, and :attr:`Hits.unindexed` says how many messages
-(other replicas' newest) search could not see.""",
+Messages appended moments ago are found too, from any handle: a search ranks the live
+messages the index has not reached yet itself (up to 128 of them). Past those,
+:attr:`Hits.unindexed` says how many messages search could not see (what this handle
+wrote is indexed first).""",
         sync_doc="The messages that best match ``query`` (:meth:`MemoryInstance.search`).",
     ),
     Operation(

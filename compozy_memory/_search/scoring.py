@@ -18,6 +18,10 @@ documents. Its cost follows the query, not the history:
    candidate or a neighbour of one say which ids are summaries (:attr:`SearchPlan.summaries`),
    which the boost passes over and a search ranks in a lane of their own.
 
+The live messages the index has not reached yet (the tail a search reads with the list:
+:mod:`compozy_memory._search.tail`) are documents too: they count in N, the mean length and
+every term's frequency, and each is scored on every query term (a tail is short).
+
 The scores of the documents it returns are BM25's over every live document (checked against
 ``benchmarks/bm25_reference.py``); which documents can come back is bounded by the budgets.
 Removed documents whose removal the indexer has not written yet still count in the document
@@ -47,6 +51,7 @@ from compozy_memory._search.segments import (
     bucket_field,
     bucket_of,
 )
+from compozy_memory._search.tail import TailDoc
 
 __all__ = ["SearchPlan", "SearchSettings"]
 
@@ -82,8 +87,9 @@ class _Term:
 
 class SearchPlan:
     """One search over ``segments`` (the list as read, with ``n_docs`` and ``total_length``
-    from the same read). Use: :meth:`bucket_fields`, :meth:`take_buckets`, then while
-    :meth:`wanted` names fields, read them and :meth:`take`; finally :meth:`ranking`."""
+    from the same read) and ``tail`` (the live documents past them, from that read). Use:
+    :meth:`bucket_fields`, :meth:`take_buckets`, then while :meth:`wanted` names fields, read
+    them and :meth:`take`; finally :meth:`ranking`."""
 
     def __init__(
         self,
@@ -93,13 +99,18 @@ class SearchPlan:
         total_length: int,
         settings: SearchSettings,
         marker: str | None = None,
+        tail: Sequence[TailDoc] = (),
     ) -> None:
         self.terms = [_Term(t) for t in dict.fromkeys(terms) if t != marker]
         self._marker = _Term(marker) if marker else None
-        #: Ids known to be summaries (``marker``'s postings among the candidates).
-        self.summaries: set[int] = set()
+        self.tail = tail
+        #: Ids known to be summaries (``marker``'s postings among the candidates, and the
+        #: tail's).
+        self.summaries: set[int] = {d.id for d in tail if d.summary}
         # Newest first: the budgets keep the newest postings.
         self.segments = sorted(segments, key=lambda s: s.last, reverse=True)
+        n_docs += len(tail)
+        total_length += sum(d.length for d in tail)
         self.n_docs = n_docs
         self.settings = settings
         avg = total_length / n_docs if n_docs > 0 else 1.0
@@ -147,6 +158,8 @@ class SearchPlan:
                     t.df += s.sign * entry.df
                     if s.sign > 0:
                         t.stored += entry.df
+        for t in self.terms:
+            t.df += sum(1 for d in self.tail if t.term in d.tf)
         n = self.n_docs
         k1 = self.settings.k1
         self.terms = [t for t in self.terms if t.df > 0]
@@ -266,6 +279,13 @@ class SearchPlan:
             for doc_id, tf, length in self._postings_newest(t, most, sign=1):
                 if self._add(t, doc_id, tf, length, new_only=True):
                     t.counted.add(doc_id)
+        # The tail: every query term on every document of it (no segment holds them, so the
+        # rescoring of common terms below never counts them twice).
+        for t in self.terms:
+            for d in self.tail:
+                count = d.tf.get(t.term, 0)
+                if count:
+                    self._add(t, d.id, count, d.length, new_only=False)
         self._keep = max(4 * limit, RESCORE_POOL if self._later else 0)
 
     # -- 3. common terms on the candidates -------------------------------------------------

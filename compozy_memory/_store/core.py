@@ -22,6 +22,7 @@ from typing import Any
 
 from compozy_memory._facts.facts import Facts
 from compozy_memory._model.keys import InstanceKeys
+from compozy_memory._model.limits import INDEX_BATCH_DOCS
 from compozy_memory._model.policy import MemoryPolicy
 from compozy_memory._model.results import (
     AppendResult,
@@ -179,9 +180,9 @@ class MemoryCore:
         if self._flusher is not None:
             self._flusher.close()
 
-    def _noticed(self) -> None:
-        """A write left messages to index (and to embed, with an embedder)."""
-        self.index_ops.notice()
+    def _noticed(self, count: int = 1) -> None:
+        """A write left ``count`` messages to index (and to embed, with an embedder)."""
+        self.index_ops.notice(count)
         if self.vector_ops is not None:
             self.vector_ops.notice()
 
@@ -271,7 +272,7 @@ class MemorySteps(ContextReads):
         if not args:
             raise InvalidMessageError("append_many needs at least one message", key=memory.key)
         result = yield from memory.gateway.append(args, token)
-        memory._noticed()
+        memory._noticed(result.last_id - result.first_id + 1)
         memory.pins.notice()
         if memory._flusher is not None:
             hit = memory._flusher.notice(result)
@@ -316,7 +317,7 @@ class MemorySteps(ContextReads):
             if_version=if_version,
             token=token,
         )
-        memory._noticed()
+        memory._noticed(len(args))
         if memory._index is not None:
             memory._last_id = result.last_id
             memory._index.noticed(memory, result)
@@ -357,7 +358,8 @@ class MemorySteps(ContextReads):
         <compozy_memory.MemoryInstance.import_transcript>`, as steps."""
         self.check_writable("import_transcript")
         count = yield from transcripts.import_transcript(self.memory, text)
-        self.memory._noticed()  # the import's messages are indexed (and embedded) from here on
+        # The import's messages are indexed (and embedded) from here on, without a batch's wait.
+        self.memory._noticed(max(count, INDEX_BATCH_DOCS))
         return count
 
     def flush(self) -> Steps[FlushResult]:

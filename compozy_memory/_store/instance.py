@@ -405,9 +405,10 @@ class MemoryInstance(MemoryCore):
         (:attr:`Hit.where`). ``roles`` keeps only messages of those roles (``"summary"`` for
         summaries); ``since_id`` only messages with that id or newer.
 
-        Messages appended moments ago may not be indexed yet: what this handle wrote is
-        indexed before the search runs, and :attr:`Hits.unindexed` says how many messages
-        (other replicas' newest) search could not see."""
+        Messages appended moments ago are found too, from any handle: a search ranks the live
+        messages the index has not reached yet itself (up to 128 of them). Past those,
+        :attr:`Hits.unindexed` says how many messages search could not see (what this handle
+        wrote is indexed first)."""
         with _telemetry.operation(self, "search", query=query) as span:
             result = await self.transport.drive(
                 self.steps.search(query, limit, roles=roles, since_id=since_id)

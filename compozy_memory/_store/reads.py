@@ -230,15 +230,19 @@ class ContextReads:
             yield from self._fresh_index()
             # Room for hits the window shows: context.lua takes the best limit of the rest.
             pool = min(MAX_SEARCH_LIMIT, 4 * limit)
-            if self.embedder is not None:
-                assert query is not None
-                ranking = yield from fused_ranking(
-                    self.gateway, self.embedder, self.fusion, text or query, terms, limit=pool
-                )
-                best, summaries = ranking.best, ranking.summaries
-            else:
-                ranked = yield from bm25_ranking(self.gateway, terms, limit=limit, pool=pool)
-                best, summaries = ranked.best, ranked.summaries
+            wrote = self.index_ops.dirty
+            for attempt in range(2):
+                if self.embedder is not None:
+                    assert query is not None
+                    ranking = yield from fused_ranking(
+                        self.gateway, self.embedder, self.fusion, text or query, terms, limit=pool
+                    )
+                    best, summaries, unseen = ranking.best, ranking.summaries, ranking.unindexed
+                else:
+                    ranked = yield from bm25_ranking(self.gateway, terms, limit=limit, pool=pool)
+                    best, summaries, unseen = ranked.best, ranked.summaries, ranked.unindexed
+                if attempt or not (yield from self._caught_up_past(unseen, wrote)):
+                    break
             # Summaries have their layer and its share: the recall share is the turns'.
             hits = [doc_id for doc_id, _ in best if doc_id not in summaries]
         layers = yield from self.gateway.context(
@@ -283,6 +287,21 @@ class ContextReads:
         if not terms:
             return Hits()
         yield from self._fresh_index()
+        wrote = self.index_ops.dirty
+        hits = yield from self._searched(query, text, terms, limit, wanted, since_id)
+        if (yield from self._caught_up_past(hits.unindexed, wrote)):
+            hits = yield from self._searched(query, text, terms, limit, wanted, since_id)
+        return hits
+
+    def _searched(
+        self,
+        query: str,
+        text: str | None,
+        terms: list[str],
+        limit: int,
+        wanted: tuple[str, ...],
+        since_id: int | None,
+    ) -> Steps[Hits]:
         kinds = sorted({KINDS.get(r, OTHER_KIND) for r in wanted})
         # Candidates past the limit stand in for hits the cap dropped since they were
         # indexed, or of other kinds (a filter takes more of them); without roles, summaries
@@ -319,7 +338,7 @@ class ContextReads:
         ranked = yield from bm25_ranking(
             self.gateway, terms, limit=limit, pool=pool, since_id=since_id
         )
-        return Ranking(ranked.best, ranked.unindexed, False, ranked.summaries)
+        return Ranking(ranked.best, ranked.unindexed, False, ranked.summaries, ranked.tail_kinds)
 
     def recall_messages(self, ids: Iterable[int]) -> Steps[list[Message]]:
         """:meth:`MemoryInstance.recall_messages
@@ -375,12 +394,23 @@ class ContextReads:
         return None
 
     def _fresh_index(self) -> Steps[None]:
-        """Before a query: index (and embed) what this handle wrote and the index has not
-        seen (a few bounded steps; the background indexer and vector step do the rest)."""
-        if self.index_ops.dirty and not self.read_only:
-            yield from self.index_ops.catch_up(max_steps=4)
+        """Before a query: embed what this handle wrote and has no vector yet (indexing it
+        first: a vector is kept for an indexed message). Without an embedder nothing is
+        done here: a search ranks the live messages the index has not reached itself."""
         if self.vector_ops is not None and self.vector_ops.dirty and not self.read_only:
+            yield from self.index_ops.catch_up(max_steps=4)
             yield from self.vector_ops.catch_up(max_steps=1)
+
+    def _caught_up_past(self, unseen: int, wrote: bool) -> Steps[bool]:
+        """After a query that left ``unseen`` messages out (past the tail a search reads):
+        whether to run it again, this handle's writes indexed (a few bounded steps), when
+        it had written messages the index had not seen as the query began (``wrote``: the
+        background catch-up may have taken them meanwhile, so the query runs again even if
+        this one found nothing left to do)."""
+        if unseen <= 0 or not wrote or self.read_only:
+            return False
+        yield from self.index_ops.catch_up(max_steps=4)
+        return True
 
     def _has_token_budget(self, max_tokens: int | None) -> bool:
         return max_tokens is not None or self.policy.max_tokens is not None

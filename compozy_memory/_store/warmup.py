@@ -124,6 +124,8 @@ def _writer_options() -> dict[str, Any]:
         "key": f"probe:{secrets.token_hex(8)}",
         "policy": MemoryPolicy(ttl=_PROBE_TTL),
         "counter": _LOCAL,
+        # Cleared at once: nothing is left to index, and no catch-up outlives the warm-up.
+        "background_index": False,
     }
 
 

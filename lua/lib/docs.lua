@@ -167,9 +167,11 @@ local function summary_of(k, id, state)
 end
 
 -- The envelope of message id wherever it is (live, a live summary, archived), or nil; where
--- says which: 'live', 'summary' or 'archive'. state: {count = live messages, archive_base};
--- it remembers the newest live id once read, and the summaries it read. Every envelope is
--- sized (lib/envelope.lua).
+-- says which: 'live', 'summary' or 'archive'. state: {count = live messages, archive_base,
+-- ix_next}: a message from ix_next on has no record yet (the index has not reached it) and is
+-- looked for in the live list (a search ranks that tail itself: index_read.lua); without
+-- ix_next, only indexed messages are found. It remembers the newest live id once read, and
+-- the summaries it read. Every envelope is sized (lib/envelope.lua).
 local function locate(k, docs, id, state)
   local kind, _, seq = docs.get(id)
   if seq > 0 then
@@ -190,7 +192,7 @@ local function locate(k, docs, id, state)
     end
     return nil
   end
-  if kind == 0 then
+  if kind == 0 and not (state.ix_next and id >= state.ix_next) then
     return nil
   end
   if state.count == 0 then

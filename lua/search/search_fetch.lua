@@ -11,9 +11,10 @@
 --   ids    the ranked candidates, best first, at most MAX_SEARCH_CANDIDATES
 -- REPLY: {hits[5]}
 --   hits  (id, where, envelope, before, after): the first limit candidates still indexed and
---         of a kind kept, in the order asked; where is 'live', 'summary' or 'archive';
---         before and after are the messages with the ids next to the hit's, or '' where there
---         is none
+--         of a kind kept, or live past the index (the tail the client ranked itself and
+--         filtered by kind: index_read.lua), in the order asked; where is 'live', 'summary' or
+--         'archive'; before and after are the messages with the ids next to the hit's, or ''
+--         where there is none
 -- A candidate's record is read first (a few bytes): only the hits returned are located.
 local limit = int_arg(a_limit, 'limit', 1, MAX_SEARCH_LIMIT)
 local kinds = query_kinds(a_kinds)
@@ -25,14 +26,16 @@ local ids = {}
 for i = ARGS_FROM, #ARGV do
   ids[#ids + 1] = int_arg(ARGV[i], 'an id', 1, nil)
 end
-local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'})
+local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'}, {'ix_next'})
 local out = {0}
 if (tonumber(m.fmt) or 1) < DATA_FORMAT then
   return out
 end
 local docs = doc_reader(k_ixdocs)
 docs.prefetch(ids)
-local state = {count = tonumber(m.count) or 0, archive_base = tonumber(m.archive_base) or 0}
+local ix_next = tonumber(m.ix_next) or 1
+local state = {count = tonumber(m.count) or 0, archive_base = tonumber(m.archive_base) or 0,
+  ix_next = ix_next}
 -- Hits come in pairs (a turn and its reply, each the other's neighbour): each id is looked
 -- up once.
 local seen = {}
@@ -48,7 +51,13 @@ for _, id in ipairs(ids) do
     break
   end
   local kind = docs.get(id)
-  local hit = kind ~= 0 and (kinds == nil or kinds[kind]) and at(id)
+  local wanted
+  if kind ~= 0 then
+    wanted = kinds == nil or kinds[kind]
+  else
+    wanted = id >= ix_next
+  end
+  local hit = wanted and at(id)
   if hit then
     local before, after = at(id - 1), at(id + 1)
     out[#out + 1] = id

@@ -16,8 +16,8 @@ boost, as without an embedder.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from compozy_memory._model.results import Hit, Hits
 from compozy_memory._search.dense import Embedder, cosines, strip_names
@@ -47,6 +47,9 @@ class Ranking:
     dense: bool
     #: Ids known to be summaries (their own lane; the neighbour lift passes over them).
     summaries: frozenset[int] = frozenset()
+    #: Kinds of the ranked live messages past the index (the server has no record of them
+    #: yet: a filter by kind is the client's).
+    tail_kinds: Mapping[int, int] = field(default_factory=dict)
 
 
 def fused_ranking(
@@ -78,13 +81,25 @@ def fused_ranking(
     )
     bm25 = {i: s for i, s in zip(found.ids, found.bm25, strict=True) if s is not None}
     exists = set(found.ids)
-    dense = yield from _dense_scores(gateway, embedder, query, found)
+    # Live messages past the index have no record the server could filter or give a vector
+    # for: BM25's score, the filter here, and the candidates' mean dense score.
+    tail = ranked.tail_kinds
+    wanted = set(kinds)
+    extra = [
+        (doc_id, score)
+        for doc_id, score in ranked.best
+        if doc_id in tail and doc_id not in exists and (not wanted or tail[doc_id] in wanted)
+    ]
+    for doc_id, score in extra:
+        bm25[doc_id] = score
+        exists.add(doc_id)
+    dense = yield from _dense_scores(gateway, embedder, query, found, (i for i, _ in extra))
     skip = ranked.summaries
     if dense is None:
         scores = neighbour_boost(bm25, gateway.policy.search.neighbour_weight, exists, skip)
-        return Ranking(top_k(scores, limit), ranked.unindexed, False, skip)
+        return Ranking(top_k(scores, limit), ranked.unindexed, False, skip, tail)
     fused = fuse(bm25, dense, exists, fusion, skip)
-    return Ranking(top_k(fused, limit), ranked.unindexed, True, skip)
+    return Ranking(top_k(fused, limit), ranked.unindexed, True, skip, tail)
 
 
 def fused_hits(
@@ -104,7 +119,12 @@ def fused_hits(
     ranking = yield from ranked
     scores = dict(ranking.best)
     known = ranking.summaries
-    ids = [doc_id for doc_id, _ in ranking.best]
+    tail, wanted_kinds = ranking.tail_kinds, set(kinds)
+    ids = [
+        doc_id
+        for doc_id, _ in ranking.best
+        if not wanted_kinds or doc_id not in tail or tail[doc_id] in wanted_kinds
+    ]
     if summary_limit > 0:
         ids = [doc_id for doc_id in ids if doc_id not in known]
     fetched = yield from gateway.search_fetch(ids, limit=limit, kinds=kinds)
@@ -126,9 +146,14 @@ def fused_hits(
 
 
 def _dense_scores(
-    gateway: MemoryGateway, embedder: Embedder, query: str, found: Candidates
+    gateway: MemoryGateway,
+    embedder: Embedder,
+    query: str,
+    found: Candidates,
+    extra: Iterable[int] = (),
 ) -> Steps[dict[int, float] | None]:
-    """Cosines of the query with the candidates' vectors, a mean for those without one; None
+    """Cosines of the query with the candidates' vectors, a mean for those without one (and
+    for ``extra``: live messages past the index, which have none yet); None
     when there is nothing to compare (no vectors of this model), or when the embedder failed
     or passed its deadline (``embed_deadline``): BM25 alone ranks the query then, with a
     warning and ``compozy_memory_embedder_fallbacks_total``."""
@@ -154,8 +179,7 @@ def _dense_scores(
         return None
     values = cosines(vector, [v for v in found.vectors if v is not None])
     dense = dict(zip(ids, values, strict=True))
-    if len(dense) < len(found.ids):
-        mean = sum(values) / len(values)
-        for doc_id in found.ids:
-            dense.setdefault(doc_id, mean)
+    mean = sum(values) / len(values)
+    for doc_id in (*found.ids, *extra):
+        dense.setdefault(doc_id, mean)
     return dense

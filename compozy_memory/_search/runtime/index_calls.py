@@ -27,6 +27,7 @@ __all__ = [
     "IndexState",
     "Merge",
     "doc_records",
+    "parse_envelope",
     "parse_list",
     "parse_pending",
 ]
@@ -78,6 +79,15 @@ def _envelope(raw: bytes | str) -> dict[str, Any]:
     return data
 
 
+def _envelope_bytes(raw: bytes | str) -> bytes:
+    return raw.encode() if isinstance(raw, str) else bytes(raw)
+
+
+def parse_envelope(raw: bytes | str) -> dict[str, Any]:
+    """A stored envelope as parsed JSON; CorruptDataError when it is not one."""
+    return _envelope(raw)
+
+
 def parse_pending(reply: Mapping[str, Any]) -> IndexPending:
     """``lua/search/index_pending.lua``'s reply, decoded."""
     return IndexPending(
@@ -124,6 +134,10 @@ class IndexState:
     values: dict[str, bytes | None]
     #: meta's incarnation ('' for none): a merge of what was read is stored only in it.
     incarnation: str = ""
+    #: The first id the index has not reached.
+    ix_next: int = 0
+    #: The live envelopes from ``ix_next`` on, as read (when asked for: a search's read).
+    tail: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,12 +260,14 @@ class IndexCalls(GatewayBase):
         return bool(int(reply["reset"]))
 
     @op
-    def index_read(self, gens: Sequence[int] = (), fields: Sequence[str] = ()) -> Steps[IndexState]:
-        """The segment list and BM25's counts, and ``fields`` of segments ``gens``
-        (``lua/search/index_read.lua``)."""
+    def index_read(
+        self, gens: Sequence[int] = (), fields: Sequence[str] = (), *, tail: int = 0
+    ) -> Steps[IndexState]:
+        """The segment list and BM25's counts, ``fields`` of segments ``gens``, and at most
+        ``tail`` live messages past the index (``lua/search/index_read.lua``)."""
         reply = yield from self._reading(
             "index_read",
-            {"gens": "|".join(str(g) for g in gens)},
+            {"tail": tail, "gens": "|".join(str(g) for g in gens)},
             self._fields("index_read"),
             list(fields),
         )
@@ -269,6 +285,8 @@ class IndexCalls(GatewayBase):
             _parse_merges(replies.text(reply["reservations"])),
             dict(zip(fields, values, strict=True)) if not stale else {},
             replies.text(reply["incarnation"]),
+            int(reply["ix_next"]),
+            tuple(_envelope_bytes(env) for env in reply["tail"]),
         )
 
     @op

@@ -1,31 +1,25 @@
 """The indexer: keeps a memory's search index caught up, off the write path, in bounded steps.
 
-Appends never index. After a write this handle made, the indexer runs in the background
-(debounced: a task of the event loop for an async handle, a background thread for a sync one,
-:mod:`compozy_memory._wire.background`): it asks Redis what is not indexed yet
-(``lua/search/index_pending.lua``: the live tail past the index, new summaries, and while an
-index is rebuilt the archive), analyses the text and builds a segment of it here
-(:mod:`compozy_memory._search.segments`), and stores it with one call
-(``lua/search/index_add.lua``), which the server does in time proportional to the segment's
-bytes: no posting is decoded or encoded in Redis. Every step is checked against where the index
-stood when it was read, so indexers on many replicas can race: one step wins, the others read
-again. A message moves to the archive only once indexed (trim, replace and a flush run the
-indexer first when they must), so search never misses an archived message; the live tail it has
-not reached yet is what ``unindexed`` counts. Removed documents (dropped by the archive's cap)
-come back through the same steps as a negative segment, which takes their terms out of the
-document frequencies.
+Appends never index. After a handle's writes its indexer runs in the background
+(:mod:`compozy_memory._wire.background`), in batches: ``INDEX_DELAY`` after the first write it
+has not indexed, or a debounce once the handle wrote ``INDEX_BATCH_DOCS`` (a step costs the
+server about as much for one message as for sixteen; a search ranks the live messages the
+index has not reached itself: :mod:`compozy_memory._search.tail`). A step reads what is
+pending (``lua/search/index_pending.lua``), builds a segment of it here
+(:mod:`compozy_memory._search.segments`) and stores it with one call
+(``lua/search/index_add.lua``), in time proportional to its bytes, checked against where the
+index stood when it was read: indexers on many replicas race, one step wins. A message moves
+to the archive only once indexed (trim, replace and a flush run the indexer first). Documents
+the archive's cap dropped come back as a negative segment.
 
-After its steps the indexer keeps the segments few (:mod:`compozy_memory._search.merging`):
-it reads the segments of a tier, merges them here and stores the result in their place
-(``lua/search/index_merge.lua``, ``lua/search/index_put.lua`` for one too large for a call), and
-deletes what merges left behind a bounded step at a time (``lua/search/index_gc.lua``). A merge
-claims its inputs, so two indexers never merge the same segments; one that dies mid-way loses
-its claim after ``MERGE_LEASE_MS``. In the background the merges are a job of their own, run
-after the catch-up that made them due: the next catch-up's steps do not wait for them.
+The indexer then keeps the segments few (:mod:`compozy_memory._search.merging`): it merges a
+full tier here and stores the result in the inputs' place (``index_merge.lua``,
+``index_put.lua``), claiming them (a claim lapses after ``MERGE_LEASE_MS``), and deletes what
+merges left a bounded step at a time (``index_gc.lua``). In the background the merges are a
+job of their own: the next catch-up's steps do not wait for them. Design: ``docs/design.md``.
 
 ``compozy_memory_index_lag_seconds`` observes, per step, how long its oldest message waited
-since it was appended (server clocks); ``compozy_memory_index_unindexed`` is the number of
-messages this process last saw waiting.
+(server clocks); ``compozy_memory_index_unindexed`` the messages this process last saw waiting.
 """
 
 from __future__ import annotations
@@ -39,6 +33,8 @@ from typing import Any
 
 from compozy_memory._model.limits import (
     DATA_FORMAT,
+    INDEX_BATCH_DOCS,
+    INDEX_DELAY,
     INDEX_STEP_DOCS,
     STEP_FIELDS,
 )
@@ -107,6 +103,7 @@ class Indexer(Backgrounded):
         metrics: MetricsSink | None = None,
         name: str = "memory",
         debounce: float = 0.2,
+        delay: float = INDEX_DELAY,
         background: bool = True,
     ) -> None:
         self.gateway = gateway
@@ -114,8 +111,12 @@ class Indexer(Backgrounded):
         self.metrics = metrics
         self.name = name
         self.debounce = debounce
-        #: False: writes never start a catch-up; only :meth:`catch_up` (and the operations
-        #: that need an indexed message) do.
+        #: How long writes wait for more to batch with (fewer than ``INDEX_BATCH_DOCS``).
+        self.delay = delay
+        #: Messages this handle wrote since its last catch-up started.
+        self.unstepped = 0
+        #: False: writes never start a catch-up (:meth:`catch_up` and operations that need
+        #: it do).
         self.background = background
         #: A write of this handle has left messages the index has not seen.
         self.dirty = False
@@ -130,11 +131,9 @@ class Indexer(Backgrounded):
             failed=self._failed,
             retries=False,
         )
-        # A background catch-up leaves its merges to a job of their own, so a memory's new
-        # messages are not held behind its merges: a cascade of tier merges in a memory of
-        # thousands of messages takes a writer's CPU for a second or more under load, and its
-        # steps, which make messages searchable, go on meanwhile (they race as two replicas'
-        # indexers do: a merge claims its inputs, a step adds a segment of its own).
+        # A background catch-up leaves its merges to a job of their own: a cascade of tier
+        # merges can take a writer's CPU for a second under load, and the steps go on
+        # meanwhile (they race as two replicas' indexers do).
         self._merges = Debounced.of_steps(
             lambda: self._merge_job(), gateway.transport, 0.0, failed=self._failed, retries=False
         )
@@ -147,21 +146,21 @@ class Indexer(Backgrounded):
     def transport(self) -> Any:
         return self.gateway.transport
 
-    # -- background trigger ---------------------------------------------------------------
-
-    def notice(self) -> None:
-        """A write made messages to index: catch up soon, in the background."""
+    def notice(self, count: int = 1, *, soon: bool = False) -> None:
+        """A write made ``count`` messages to index: catch up a debounce later once
+        ``INDEX_BATCH_DOCS`` wait (or ``soon``: a summary), else after ``delay``."""
         if not self.enabled and self._off:
             return
         self.dirty = True
+        self.unstepped += count
         if not self.background or self.gateway.read_only:
             return
-        self._job.fire()
+        due = soon or self.unstepped >= INDEX_BATCH_DOCS
+        self._job.fire(None if due else self.delay)
 
     def _failed(self, exc: CompozyMemoryError) -> None:
-        """A background catch-up's failure: logged, the next write (or search) tries again.
-        A server out of reach (or a client closed under the work) is no news to its owner:
-        one line at debug level."""
+        """A background catch-up's failure: logged, the next write tries again; a server out
+        of reach (or a client closed under the work) at debug level: no news to its owner."""
         if isinstance(exc, BackendUnavailableError):
             log.debug(
                 "indexing %s stopped: %s", self.gateway.name, exc, extra={"memory": self.name}
@@ -172,8 +171,9 @@ class Indexer(Backgrounded):
     # -- steps ------------------------------------------------------------------------------
 
     async def wait_idle(self) -> None:
-        """Wait for the background work, if any: the catch-up, then the merges it left (and
-        again if a catch-up started meanwhile: a write while the merges ran)."""
+        """Wait for the background work, if any: the catch-up (one held back for a batch
+        starts now), then the merges it left (and again if a catch-up started meanwhile: a
+        write while the merges ran)."""
         while True:
             await self._job.wait_idle()
             await self._merges.wait_idle()
@@ -214,6 +214,7 @@ class Indexer(Backgrounded):
 
     def _catch_up(self, max_steps: int | None, *, merge: bool) -> Steps[IndexProgress]:
         """:meth:`catch_up`; its merges here when ``merge``, else in the merge job."""
+        self.unstepped = 0
         steps = indexed = 0
         unindexed = 0
         caught_up = False

@@ -5,6 +5,11 @@ needs; these steps read them (``lua/search/index_read.lua``: reads only, bounded
 them back until the plan can rank. A search costs the server the bytes of the buckets and
 blocks it reads, nothing per posting.
 
+The read of the list also returns the live messages the index has not reached yet (at most
+``SEARCH_TAIL_DOCS``: :mod:`compozy_memory._search.tail`); the plan ranks them with the
+segments' documents, so a message is found the moment it is appended, from any replica, and
+``unindexed`` counts only what lies past that tail.
+
 The segment list the last search of a memory saw is kept, so the next one asks for its
 buckets in the same call that reads the list: one round trip while the list has not changed,
 two when it has (a step or a merge since).
@@ -13,14 +18,15 @@ two when it has (a step or a merge since).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from compozy_memory._model.limits import DATA_FORMAT, INDEX_READ_FIELDS
+from compozy_memory._model.limits import DATA_FORMAT, INDEX_READ_FIELDS, SEARCH_TAIL_DOCS
 from compozy_memory._search.documents import SUMMARY_TERM
-from compozy_memory._search.runtime.index_calls import IndexState
+from compozy_memory._search.runtime.index_calls import IndexState, parse_envelope
 from compozy_memory._search.scoring import SearchPlan, SearchSettings
 from compozy_memory._search.segments import SegmentEntry
+from compozy_memory._search.tail import tail_docs
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
 
@@ -45,6 +51,9 @@ class Bm25Ranking:
     unindexed: int
     #: Ids known to be summaries, among the candidates and their neighbours.
     summaries: frozenset[int] = frozenset()
+    #: The kinds of the live messages past the index that were ranked (by id): the server
+    #: has no record of them yet, so a filter by kind is the client's.
+    tail_kinds: Mapping[int, int] = field(default_factory=dict)
 
 
 def bm25_ranking(
@@ -73,15 +82,18 @@ def bm25_ranking(
         plan = SearchPlan(terms, segments, 0, 0, settings, SUMMARY_TERM)
         fields = plan.bucket_fields() if segments else []
         gens = [s.gen for s in segments]
-        read = yield from gateway.index_read(gens, fields[:_FIELDS_PER_READ])
+        read = yield from gateway.index_read(gens, fields[:_FIELDS_PER_READ], tail=SEARCH_TAIL_DOCS)
         state = read
-        if read.fmt < DATA_FORMAT or not read.segments:
+        if read.fmt < DATA_FORMAT or not (read.segments or read.tail):
             _seen[gateway] = read.segments
             return Bm25Ranking([], read.unindexed)
         if read.stale or read.segments != segments:
             segments = _seen[gateway] = read.segments
             continue
-        plan = SearchPlan(terms, segments, read.n_docs, read.total_length, settings, SUMMARY_TERM)
+        tail = tail_docs(read.tail, parse_envelope)
+        plan = SearchPlan(
+            terms, segments, read.n_docs, read.total_length, settings, SUMMARY_TERM, tail
+        )
         values = dict(read.values)
         ok = yield from _read_into(gateway, gens, fields[_FIELDS_PER_READ:], values)
         if not ok:
@@ -95,7 +107,11 @@ def bm25_ranking(
                 break
             plan.take(more)
         else:
-            return Bm25Ranking(plan.ranking(), read.unindexed, frozenset(plan.summaries))
+            kinds = {d.id: d.kind for d in tail}
+            # Past the index only the tail's documents are documents (the neighbour lift
+            # offers any id: a pinned message, or one past the tail read, is none).
+            best = [(i, score) for i, score in plan.ranking() if i < read.ix_next or i in kinds]
+            return Bm25Ranking(best, read.unindexed, frozenset(plan.summaries), kinds)
         segments = ()
     # The list changed under every attempt (merges in a burst): rank what was last read.
     assert state is not None

@@ -6,8 +6,9 @@ Writer processes (``--writers``) append ~300-token messages (counts supplied) to
 default of a handle: the background indexer builds and merges segments as the appends come.
 Meanwhile this process:
 
-* samples the backlog every half second: messages appended and not searchable yet, summed
-  over the memories (``index_read``'s ``unindexed``), and
+* samples the backlog every half second: messages appended and not indexed yet, summed over
+  the memories (``index_read``'s ``unindexed``; a search still finds the newest 128 of a
+  memory's, reading them from its live list), and
 * probes freshness every ``--probe`` seconds, once every memory's writer is appending:
   appends a message with a word of its own to a random memory (from a handle that does not
   index: the writers' indexers find it), then searches for it from a second, read-only handle
@@ -261,7 +262,7 @@ async def main(args: argparse.Namespace) -> None:
         )
     samples = indexed["samples"]
     worst = max((n for _, n in samples), default=0)
-    print(f"\nbacklog (messages not searchable yet), worst {worst:,}; over time:")
+    print(f"\nbacklog (messages not indexed yet), worst {worst:,}; over time:")
     for at, n in samples[:: max(1, len(samples) // 20)]:
         print(f"  {at:6.1f} s  {n:,}")
     lags = sorted(indexed["lags"])

@@ -33,7 +33,8 @@ from compozy_memory import (
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._search.analysis import ANALYZER_VERSION
 from compozy_memory._search.merging import merged_segment, read_chunks, step_segments
-from compozy_memory._search.runtime.indexer import _READ_BYTES_EACH, _covered
+from compozy_memory._search.runtime.index_calls import covered
+from compozy_memory._search.runtime.indexer import _READ_BYTES_EACH
 from compozy_memory._wire.steps import Op
 from compozy_memory.embedded import EmbeddedServer
 from compozy_memory.errors import ScriptError
@@ -54,7 +55,7 @@ async def _step_as_read(mem: Any, pending: Any) -> Any:
     """index_add of everything ``pending`` returned, as an indexer that read it would send."""
     items = list(pending.adds)
     documents, positive, negative = step_segments(items, [])
-    upto, seq_upto = _covered(pending, items)
+    upto, seq_upto = covered(pending, items)
     return await mem.gateway.index_add(
         pending,
         analyzer=str(ANALYZER_VERSION),

@@ -12,9 +12,16 @@ import asyncio
 import random
 from typing import Any
 
-from compozy_memory import Hits
+import pytest
+
+from compozy_memory import CorruptDataError, Hits, MemoryInstance
 from compozy_memory._io.translate import RedisClient
-from compozy_memory._model.limits import INDEX_BATCH_DOCS, SEARCH_TAIL_DOCS
+from compozy_memory._model.limits import (
+    INDEX_BATCH_BYTES,
+    INDEX_BATCH_DOCS,
+    SEARCH_TAIL_BYTES,
+    SEARCH_TAIL_DOCS,
+)
 from integration.memories import memory
 
 WORDS = [
@@ -98,23 +105,143 @@ async def test_past_the_tail_a_reader_says_what_it_did_not_see_and_a_writer_inde
     )
 
 
+async def unindexed(mem: MemoryInstance) -> int:
+    return (await mem.gateway.index_read()).unindexed
+
+
+async def settled(mem: MemoryInstance, want: int) -> int:
+    for _ in range(300):
+        if (left := await unindexed(mem)) == want:
+            return left
+        await asyncio.sleep(0.02)
+    return await unindexed(mem)
+
+
 async def test_the_background_indexer_takes_a_handles_writes_in_batches(
     client: RedisClient, memory_key: str
 ) -> None:
     mem = memory(client, memory_key)
+    # A handle's first write is indexed a debounce later (it takes what others left)...
     await mem.append({"role": "user", "content": "the kettle arrived"})
-    await asyncio.sleep(0.6)  # three debounces: no step yet, the write waits for a batch
-    assert (await mem.gateway.index_read()).unindexed == 1
-    assert [h.id for h in await mem.search("kettle")] == [1]  # found all the same
+    assert await settled(mem, 0) == 0
+    # ... later ones wait for a batch.
+    await mem.append({"role": "user", "content": "the parcel is late"})
+    await asyncio.sleep(0.6)  # three debounces: no step yet
+    assert await unindexed(mem) == 1
+    assert (await mem.search("parcel"))[0].id == 2  # found all the same
     await mem.indexer.wait_idle()  # waiting starts the held-back step at once
-    assert (await mem.gateway.index_read()).unindexed == 0
-    # Enough writes waiting: a step a debounce later, without a wait.
+    assert await unindexed(mem) == 0
+    # Enough messages waiting, or enough bytes: a step a debounce later, without a wait.
     await mem.append_many(
         [{"role": "user", "content": f"parcel {i}"} for i in range(INDEX_BATCH_DOCS)]
     )
-    for _ in range(500):
-        if (await mem.gateway.index_read()).unindexed == 0:
-            break
-        await asyncio.sleep(0.02)
-    assert (await mem.gateway.index_read()).unindexed == 0
+    assert await settled(mem, 0) == 0
+    await mem.append({"role": "user", "content": "storm " * (INDEX_BATCH_BYTES // 6 + 1)})
+    assert await settled(mem, 0) == 0
+    # A write while a waited-for step runs is waited for too, not held back 30 s.
+    await mem.append({"role": "user", "content": "the harbour"})
+    waiting = asyncio.create_task(mem.indexer.wait_idle())
+    await mem.append({"role": "user", "content": "the courier"})
+    await asyncio.wait_for(waiting, 10)
+    await mem.indexer.wait_idle()
+    assert await unindexed(mem) == 0
     await mem.aclose()
+
+
+async def test_handles_that_close_soon_after_writing_keep_the_index_near(
+    client: RedisClient, memory_key: str
+) -> None:
+    # A handle a request: it writes a question, waits on a model, writes the reply, closes
+    # (its held-back step dropped). The next handle's first write takes what it left.
+    for n in range(40):
+        mem = memory(client, memory_key)
+        await mem.append({"role": "user", "content": f"question {n} about zeppelins"})
+        await asyncio.sleep(0.25)
+        await mem.append({"role": "assistant", "content": f"answer {n}"})
+        await mem.aclose()
+    reader = memory(client, memory_key, read_only=True)
+    assert await unindexed(reader) <= 2
+    hits = await reader.search("question 39 zeppelins")
+    assert hits.unindexed == 0
+    assert hits[0].id == 79
+
+
+async def test_fetch_takes_record_less_ids_only_from_the_tail_the_client_read(
+    client: RedisClient, memory_key: str
+) -> None:
+    writer = memory(client, memory_key, background_index=False)
+    await writer.append_many(
+        [{"role": ("user", "assistant")[i % 2], "content": f"kettle {i}"} for i in range(6)]
+    )
+    reader = memory(client, memory_key, read_only=True)
+    fetch = reader.gateway.search_fetch
+    assert await fetch([1, 2, 3], limit=10, kinds=[2]) == []  # no tail read: no record
+    assert [h[0] for h in await fetch([1, 2, 3], limit=10, kinds=[2], tail_from=1)] == [1, 2, 3]
+    await writer.indexer.catch_up()
+    assert [h[0] for h in await fetch([1, 2, 3], limit=10, kinds=[2])] == [2]
+    # An index dropped between a search's read and its fetch (another replica rebuilds it):
+    # the ids the read saw indexed, now without records, are no tail hits.
+    await writer.gateway.index_reset(force=True)
+    assert await fetch([1, 2, 3], limit=10, kinds=[2], tail_from=7) == []
+    # Searched again, the live list is all tail: every hit is the client's, of its role.
+    hits = await reader.search("kettle", roles=["assistant"])
+    assert sorted(h.id for h in hits) == [2, 4, 6]
+    assert {h.message.role for h in hits} == {"assistant"}
+
+
+async def test_tail_hits_show_the_neighbours_the_index_would(
+    client: RedisClient, memory_key: str
+) -> None:
+    writer = memory(client, memory_key, background_index=False)
+    await writer.append({"role": "user", "content": "where is my kettle"})
+    await writer.append({"role": "system", "content": "be brief", "priority": 0})
+    await writer.append({"role": "assistant", "content": "your kettle ships today"})
+    reader = memory(client, memory_key, read_only=True)
+    before = {h.id: (h.before, h.after) for h in await reader.search("kettle")}
+    await writer.indexer.catch_up()
+    after = {h.id: (h.before, h.after) for h in await reader.search("kettle")}
+    assert before == after
+    assert before[3][0] is None  # the pinned message is no neighbour, live or indexed
+
+
+async def test_since_id_holds_for_the_neighbours_a_hit_lifts(
+    client: RedisClient, memory_key: str
+) -> None:
+    writer = memory(client, memory_key, background_index=False)
+    await writer.append_many([{"role": "user", "content": f"note {i}"} for i in range(4)])
+    await writer.append({"role": "user", "content": "the kettle"})
+    await writer.append({"role": "assistant", "content": "noted"})
+    for indexed in (False, True):
+        if indexed:
+            await writer.indexer.catch_up()
+        hits = await writer.search("kettle", since_id=5)
+        assert [h.id for h in hits] == [5, 6] or [h.id for h in hits] == [5]
+        assert all(h.id >= 5 for h in await writer.search("kettle", since_id=5))
+        assert all(h.id >= 6 for h in await writer.search("kettle noted", since_id=6))
+
+
+async def test_the_tail_read_keeps_to_its_bytes(client: RedisClient, memory_key: str) -> None:
+    writer = memory(client, memory_key, background_index=False)
+    big = "kettle " + "x" * (SEARCH_TAIL_BYTES * 3 // 4)
+    for _ in range(3):
+        await writer.append({"role": "user", "content": big})
+    reader = memory(client, memory_key, read_only=True)
+    # One envelope, then one more past the bound (at most one), then no more.
+    assert len((await reader.gateway.index_read(tail=SEARCH_TAIL_DOCS)).tail) == 2
+    hits = await reader.search("kettle")
+    assert (sorted(h.id for h in hits), hits.unindexed) == ([1, 2], 1)
+
+
+async def test_a_planted_tail_envelope_is_refused_typed(
+    client: RedisClient, memory_key: str
+) -> None:
+    writer = memory(client, memory_key, background_index=False)
+    await writer.append({"role": "user", "content": "the kettle"})
+    reader = memory(client, memory_key, read_only=True)
+    for planted in (
+        '{"id":1,"ts":99999999999999999999,"tokens":1,"priority":2,"role":"user","content":"kettle"}',
+        '{"id":1,"ts":1,"tokens":1,"priority":2,"role":"user","content":' + "[" * 100_000,
+    ):
+        await client.lset(writer.keys.msgs, 0, planted)
+        with pytest.raises(CorruptDataError):
+            await reader.search("kettle")

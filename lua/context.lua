@@ -2,7 +2,7 @@
 -- context.lua: what to send an LLM, assembled in layers within a token budget, atomically.
 -- USES: args docs envelope meta query
 -- KEYS: msgs meta archive summaries recalled ixseg ixdocs ixgone facts factord
--- ARGV: budget facts_header summary_share recall_share backfill max_messages limit hits
+-- ARGV: budget facts_header summary_share recall_share backfill max_messages limit hits tail_from
 --   budget            tokens the context may take
 --   facts_header      tokens of the facts message without its lines (its heading and the
 --                     per-message overhead, counted by the client's counter); -1: leave
@@ -20,6 +20,8 @@
 --                     embedder is set): comma-separated ids, best first, at most
 --                     MAX_SEARCH_LIMIT (more than limit: some may be in the window); an id
 --                     no longer indexed is passed over
+--   tail_from         as for search_fetch.lua: from there on (and from meta's ix_next on),
+--                     hits without a record are the live tail the client ranked; 0: none
 -- REPLY: {unindexed incarnation version pinned[] facts[2] summaries[] recall[2] backfill[] window[]}
 --   unindexed  messages the query could not search yet (lib/query.lua)
 --   incarnation, version  the memory's, as read (for a later compare-and-set)
@@ -58,6 +60,7 @@ else
   max_messages = MAX_CONTEXT_MESSAGES
 end
 local limit = int_arg(a_limit, 'limit', 0, MAX_SEARCH_LIMIT)
+local tail_from = a_tail_from == '0' and 0 or int_arg(a_tail_from, 'tail_from', 0, nil)
 local ranked = {}
 for id in string.gmatch(a_hits, '[^,]+') do
   if #ranked >= MAX_SEARCH_LIMIT then
@@ -258,7 +261,7 @@ if #ranked > 0 and limit > 0 and (tonumber(m.fmt) or 1) >= DATA_FORMAT then
   local docs = doc_reader(k_ixdocs)
   -- Hits past the index (the live tail the client ranked itself) are found in the live list.
   local state = {count = live, archive_base = tonumber(m.archive_base) or 0,
-    ix_next = tonumber(m.ix_next) or 1}
+    ix_next = tail_from > 0 and math.max(tonumber(m.ix_next) or 1, tail_from) or nil}
   local hits = ranked
   -- The limit counts hits outside the window: a query taken from the newest user turn
   -- matches that turn and its neighbours first, which the window shows already.

@@ -142,3 +142,28 @@ async def test_a_held_back_run_is_dropped_on_close(io: Any) -> None:
     assert job.wait_idle_sync(5.0)
     await job.wait_idle()
     assert runs == []
+
+
+@pytest.mark.parametrize("io", [SyncIO(), AsyncIO()])
+async def test_a_fire_while_a_waited_for_run_works_is_not_held_back(io: Any) -> None:
+    # A write during the step a wait started asks for a batch's delay: the waiter still gets
+    # its run at once, not 60 s later.
+    runs: list[int] = []
+    holder: list[Debounced] = []
+
+    def steps() -> Steps[None]:
+        yield from Sleep(0)
+        runs.append(len(runs) + 1)
+        if len(runs) == 1:
+            holder[0].fire(60.0)
+
+    job = Debounced.of_steps(steps, io, 0.01)
+    holder.append(job)
+    job.fire(60.0)
+    started = asyncio.get_running_loop().time()
+    if isinstance(io, SyncIO):
+        assert job.wait_idle_sync(5.0)
+    else:
+        await asyncio.wait_for(job.wait_idle(), 5.0)
+    assert runs == [1, 2]
+    assert asyncio.get_running_loop().time() - started < 5.0

@@ -16,6 +16,7 @@ __all__ = [
     "DOC_ARG",
     "GC_STEP_FIELDS",
     "INDEX_BACKLOG_WARNING",
+    "INDEX_BATCH_BYTES",
     "INDEX_BATCH_DOCS",
     "INDEX_DELAY",
     "INDEX_READ_BYTES",
@@ -193,11 +194,13 @@ INDEX_READ_BYTES = 1024 * 1024
 #: about this many bytes of them), and ranks them itself with the segments: a message is
 #: searchable the moment it is appended, and the indexer can take messages in batches.
 SEARCH_TAIL_DOCS = 128
-SEARCH_TAIL_BYTES = 512 * 1024
+SEARCH_TAIL_BYTES = 256 * 1024
 #: A handle's writes not indexed yet wait this long (seconds) for more to batch with, unless
-#: it has written INDEX_BATCH_DOCS of them: then a step runs a debounce (0.2 s) later.
+#: it has written INDEX_BATCH_DOCS of them or INDEX_BATCH_BYTES: then a step runs a debounce
+#: (0.2 s) later (so does a handle's first write).
 INDEX_DELAY = 30.0
 INDEX_BATCH_DOCS = 32
+INDEX_BATCH_BYTES = 64 * 1024
 GC_STEP_FIELDS = 1_024
 MAX_GARBAGE = 4 * MAX_SEGMENTS
 SEGMENT_STATE_BYTES = 16 * 1024

@@ -255,7 +255,13 @@ Doc = tuple[int, "Counter[str]", int]
 def _analysed(message: dict[str, Any], *, summary: bool) -> tuple[int, int, Counter[str], int]:
     """(id, kind, term frequencies, length) of one stored envelope (parsed JSON)."""
     kind = KINDS["summary"] if summary else kind_of(message)
-    tf, length = document_terms(message, kind=kind)
+    try:
+        tf, length = document_terms(message, kind=kind)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise CorruptDataError(
+            f"a stored message cannot be analysed ({type(exc).__name__}): it was not written "
+            "by compozy-memory"
+        ) from None
     return int(message["id"]), kind, tf, length
 
 

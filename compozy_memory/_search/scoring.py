@@ -408,7 +408,9 @@ class SearchPlan:
             # Every scored document lifts its neighbours (a bounded set: the budgets bound
             # it): a reply whose own score ranks it 50th can still come in with the turn that
             # asked, which only the best 40 lifting would leave out.
-            scores = neighbour_boost(scores, weight, lambda doc_id: doc_id >= 1, skip)
+            # (A neighbour older than since_id is filtered out as any document is.)
+            least = max(1, self.settings.since_id)
+            scores = neighbour_boost(scores, weight, lambda doc_id: doc_id >= least, skip)
         most = max(self.settings.pool, self.settings.limit)
         if not skip:
             return top_k(scores, most)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compozy_memory._search.documents import KINDS, document_terms, kind_of
+from compozy_memory.errors import CorruptDataError
 
 __all__ = ["TailDoc", "tail_docs"]
 
@@ -73,6 +74,14 @@ def tail_docs(envelopes: Sequence[bytes], parse: Any) -> list[TailDoc]:
 def _analyse(message: dict[str, Any]) -> TailDoc | None:
     if message.get("priority") == 0:
         return None  # pinned: never indexed
-    kind = kind_of(message)
-    tf, length = document_terms(message, kind=kind)
+    try:
+        kind = kind_of(message)
+        tf, length = document_terms(message, kind=kind)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # Fields no append writes (a time past any date, a body nested past any message's):
+        # the envelope was written raw.
+        raise CorruptDataError(
+            f"a live message past the index cannot be analysed ({type(exc).__name__}): it "
+            "was not written by compozy-memory"
+        ) from None
     return TailDoc(int(message["id"]), kind, tf, length)

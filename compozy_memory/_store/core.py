@@ -180,9 +180,10 @@ class MemoryCore:
         if self._flusher is not None:
             self._flusher.close()
 
-    def _noticed(self, count: int = 1) -> None:
-        """A write left ``count`` messages to index (and to embed, with an embedder)."""
-        self.index_ops.notice(count)
+    def _noticed(self, count: int = 1, size: int = 0) -> None:
+        """A write left ``count`` messages (``size`` bytes) to index (and to embed, with an
+        embedder)."""
+        self.index_ops.notice(count, size)
         if self.vector_ops is not None:
             self.vector_ops.notice()
 
@@ -272,7 +273,7 @@ class MemorySteps(ContextReads):
         if not args:
             raise InvalidMessageError("append_many needs at least one message", key=memory.key)
         result = yield from memory.gateway.append(args, token)
-        memory._noticed(result.last_id - result.first_id + 1)
+        memory._noticed(result.last_id - result.first_id + 1, sum(len(a.body) for a in args))
         memory.pins.notice()
         if memory._flusher is not None:
             hit = memory._flusher.notice(result)
@@ -317,7 +318,7 @@ class MemorySteps(ContextReads):
             if_version=if_version,
             token=token,
         )
-        memory._noticed(len(args))
+        memory._noticed(len(args), sum(len(a.body) for a in args))
         if memory._index is not None:
             memory._last_id = result.last_id
             memory._index.noticed(memory, result)

@@ -225,12 +225,12 @@ class ContextReads:
             query = yield from self._newest_user_turn()
         text, terms = yield from self._query_terms(query)
         hits: list[int] = []
+        tail_from = 0
         limit = self.policy.search.limit
         if terms and limit > 0 and self.policy.search.enabled:
             yield from self._fresh_index()
             # Room for hits the window shows: context.lua takes the best limit of the rest.
             pool = min(MAX_SEARCH_LIMIT, 4 * limit)
-            wrote = self.index_ops.dirty
             for attempt in range(2):
                 if self.embedder is not None:
                     assert query is not None
@@ -238,10 +238,12 @@ class ContextReads:
                         self.gateway, self.embedder, self.fusion, text or query, terms, limit=pool
                     )
                     best, summaries, unseen = ranking.best, ranking.summaries, ranking.unindexed
+                    tail_from = ranking.tail_from
                 else:
                     ranked = yield from bm25_ranking(self.gateway, terms, limit=limit, pool=pool)
                     best, summaries, unseen = ranked.best, ranked.summaries, ranked.unindexed
-                if attempt or not (yield from self._caught_up_past(unseen, wrote)):
+                    tail_from = ranked.tail_from
+                if attempt or not (yield from self._caught_up_past(unseen)):
                     break
             # Summaries have their layer and its share: the recall share is the turns'.
             hits = [doc_id for doc_id, _ in best if doc_id not in summaries]
@@ -253,6 +255,7 @@ class ContextReads:
             max_messages=self.policy.max_messages,
             hits=hits,
             facts_header=self.fact_ops.header_tokens,
+            tail_from=tail_from,
         )
         recalled = whole_exchanges(layers.recalled)
         return ContextLayers(
@@ -287,9 +290,8 @@ class ContextReads:
         if not terms:
             return Hits()
         yield from self._fresh_index()
-        wrote = self.index_ops.dirty
         hits = yield from self._searched(query, text, terms, limit, wanted, since_id)
-        if (yield from self._caught_up_past(hits.unindexed, wrote)):
+        if (yield from self._caught_up_past(hits.unindexed)):
             hits = yield from self._searched(query, text, terms, limit, wanted, since_id)
         return hits
 
@@ -338,7 +340,14 @@ class ContextReads:
         ranked = yield from bm25_ranking(
             self.gateway, terms, limit=limit, pool=pool, since_id=since_id
         )
-        return Ranking(ranked.best, ranked.unindexed, False, ranked.summaries, ranked.tail_kinds)
+        return Ranking(
+            ranked.best,
+            ranked.unindexed,
+            False,
+            ranked.summaries,
+            ranked.tail_kinds,
+            ranked.tail_from,
+        )
 
     def recall_messages(self, ids: Iterable[int]) -> Steps[list[Message]]:
         """:meth:`MemoryInstance.recall_messages
@@ -401,13 +410,11 @@ class ContextReads:
             yield from self.index_ops.catch_up(max_steps=4)
             yield from self.vector_ops.catch_up(max_steps=1)
 
-    def _caught_up_past(self, unseen: int, wrote: bool) -> Steps[bool]:
+    def _caught_up_past(self, unseen: int) -> Steps[bool]:
         """After a query that left ``unseen`` messages out (past the tail a search reads):
-        whether to run it again, this handle's writes indexed (a few bounded steps), when
-        it had written messages the index had not seen as the query began (``wrote``: the
-        background catch-up may have taken them meanwhile, so the query runs again even if
-        this one found nothing left to do)."""
-        if unseen <= 0 or not wrote or self.read_only:
+        whether to run it again, a writable handle having indexed (a few bounded steps), so
+        a backlog past the tail, whoever left it, is taken by the handles that can write."""
+        if unseen <= 0 or self.read_only:
             return False
         yield from self.index_ops.catch_up(max_steps=4)
         return True

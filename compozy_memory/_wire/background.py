@@ -70,6 +70,8 @@ class TaskTrigger:
         self._working = False
         self._due = 0.0
         self._wake: asyncio.Future[None] | None = None
+        # Callers in wait_idle: while any waits, nothing is held back.
+        self._waiters = 0
 
     def fire(self, delay: float | None = None) -> None:
         if self._closed:
@@ -104,21 +106,26 @@ class TaskTrigger:
             due = asyncio.get_running_loop().time() + wait
         except RuntimeError:
             return
-        if due < self._due:
-            self._due = due
+        if due < self._due or self._waiters:
+            self._due = min(due, self._due)
             if self._wake is not None and not self._wake.done():
                 self._wake.set_result(None)
 
     async def wait_idle(self) -> None:
-        """Wait for the work, if any (for shutdown and tests): a run that is due starts now."""
-        self.hurry()
-        while self._task is not None and not self._task.done():
-            task = self._task
-            try:
-                await asyncio.shield(task)
-            except asyncio.CancelledError:
-                if not task.cancelled():
-                    raise  # the waiter was cancelled, not the work
+        """Wait for the work, if any (for shutdown and tests): a run that is due starts now,
+        and so does one a fire asks for while this waits."""
+        self._waiters += 1
+        try:
+            self.hurry()
+            while self._task is not None and not self._task.done():
+                task = self._task
+                try:
+                    await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    if not task.cancelled():
+                        raise  # the waiter was cancelled, not the work
+        finally:
+            self._waiters -= 1
 
     def close(self) -> None:
         """Run no more: a run not started yet is dropped (its task cancelled); one under way
@@ -132,7 +139,7 @@ class TaskTrigger:
         loop = asyncio.get_running_loop()
         while not self._closed:
             # Until due: a fire or a wait that moves the time sooner wakes it.
-            while (left := self._due - loop.time()) > 0:
+            while not self._waiters and (left := self._due - loop.time()) > 0:
                 self._wake = wake = loop.create_future()
                 timer = loop.call_later(left, _settle, wake)
                 try:
@@ -174,12 +181,16 @@ class ThreadTrigger:
         self._due = 0.0
         self._ticket = 0
         self._again = 0.0
+        # Threads in wait_idle: while any waits, nothing is held back.
+        self._waiters = 0
 
     def fire(self, delay: float | None = None) -> None:
         wait = self.debounce if delay is None else delay
         with self._lock:
             if self._closed:
                 return
+            if self._waiters:
+                wait = 0.0
             if self._state == _RUNNING:
                 self._state, self._again = _AGAIN, wait
                 return
@@ -212,10 +223,16 @@ class ThreadTrigger:
         return self._ticket
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Wait for the work, if any (a run that is due starts now); False if ``timeout``
-        passed first."""
-        self.hurry()
-        return self._idle.wait(timeout)
+        """Wait for the work, if any (a run that is due starts now, and so does one a fire
+        asks for while this waits); False if ``timeout`` passed first."""
+        with self._lock:
+            self._waiters += 1
+        try:
+            self.hurry()
+            return self._idle.wait(timeout)
+        finally:
+            with self._lock:
+                self._waiters -= 1
 
     def close(self) -> None:
         """Run no more: a run not started yet is dropped; one under way ends with its current
@@ -247,7 +264,7 @@ class ThreadTrigger:
                 self._idle.set()
                 return
             self._state = _DUE
-            wait = self._again
+            wait = 0.0 if self._waiters else self._again
             ticket = self._schedule_locked(wait)
         # Once more, after this run: writes that keep coming are taken in batches.
         _pool().schedule(wait, partial(self._run, ticket))
@@ -425,9 +442,8 @@ def wait_background(timeout: float = 30.0) -> bool:
     for their time (an index step held back for a batch) run now; False if ``timeout``
     passed first."""
     deadline = time.monotonic() + timeout
-    if _threads is not None:
-        _threads.hurry()  # an index step held back for a batch runs now
     while _threads is not None and not _threads.idle():
+        _threads.hurry()  # an index step held back for a batch runs now
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.01)

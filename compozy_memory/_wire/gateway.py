@@ -220,10 +220,12 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls, FactsCalls, Flush
         max_messages: int | None,
         hits: Sequence[int] = (),
         facts_header: int = 0,
+        tail_from: int = 0,
     ) -> Steps[ContextLayers]:
         """The layers of a context within ``budget`` (see ``lua/context.lua``);
         ``facts_header``: the tokens of the facts message without its lines; ``hits``: the
-        query's hits as the client ranked them, best first."""
+        query's hits as the client ranked them, best first; ``tail_from``: where the live
+        tail the client ranked began (0: it ranked none)."""
         fields = yield from self._reading(
             "context",
             {
@@ -235,6 +237,7 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls, FactsCalls, Flush
                 "max_messages": -1 if max_messages is None else max_messages,
                 "limit": self.policy.search.limit,
                 "hits": ",".join(str(i) for i in hits),
+                "tail_from": tail_from,
             },
             self._fields("context"),
         )

@@ -205,7 +205,12 @@ local function locate(k, docs, id, state)
   end
   local at, _, env = live_index(k.msgs, id, state.count, state.newest)
   if at then
-    return bounded(env, MAX_ENVELOPE_BYTES, 'a message'), 'live'
+    env = bounded(env, MAX_ENVELOPE_BYTES, 'a message')
+    -- Past the index, a pinned message is no document (never indexed), as it is below.
+    if kind == 0 and select(2, envelope_id_priority(env)) == 0 then
+      return nil
+    end
+    return env, 'live'
   end
   return nil
 end

@@ -2,11 +2,12 @@
 -- index_read.lua: what a search or a merge reads of the index: the segment list, BM25's
 -- counts, the live messages the index has not reached yet, and fields of listed segments, in
 -- one consistent read.
--- USES: args docs envelope meta query segments
+-- USES: args docs meta query segments
 -- KEYS: msgs meta ixseg ixdocs
 -- ARGV: tail gens fields...
 --   tail    at most this many live messages past the index to return, 0..SEARCH_TAIL_DOCS
---           (0: none; a merge's reads), oldest first, about SEARCH_TAIL_BYTES of them at most
+--           (0: none; a merge's reads), oldest first, SEARCH_TAIL_BYTES of them and at most
+--           one envelope more
 --   gens    the generations the fields belong to, '|'-separated ('' with no fields: the list
 --           alone); if one is no longer listed, no field is read (stale = 1: read the list
 --           again)
@@ -58,28 +59,29 @@ local list, reservations, garbage = seg_read(k_ixseg, 'L', 'R', 'G')
 local fmt = m.ix_off and 0 or (tonumber(m.fmt) or 1)
 local ix_next = tonumber(m.ix_next) or 0
 local left = unindexed(m)
--- The live tail past the index, oldest first: a few envelopes at a time, to the bytes' bound.
+-- The live tail past the index, oldest first, to the bytes' bound.
 local tail = {}
 local last_id, count = tonumber(m.last_id) or 0, tonumber(m.count) or 0
 if tail_max > 0 and fmt >= DATA_FORMAT and ix_next <= last_id and count > 0 then
   sized(k_msgs, 'msgs', count, MAX_ENVELOPE_BYTES)
   local from = math.max(ix_next, 1)
-  local at, insert = live_index(k_msgs, from, count)
+  local at, insert, first = live_index(k_msgs, from, count)
   at = at or insert
-  local bytes = 0
+  if first then  -- the lookup read it already
+    tail[1] = bounded(first, MAX_ENVELOPE_BYTES, 'a message')
+    at = at + 1
+  end
+  -- One envelope a read (a list's items cannot be sized before they are copied, and a
+  -- message may be 1 MiB): past the bound by at most that one, whatever the sizes.
+  local bytes = first and #first or 0
   while #tail < tail_max and bytes < SEARCH_TAIL_BYTES do
-    local chunk = envelopes_read(k_msgs, 'a message', at, at + math.min(8, tail_max - #tail) - 1)
-    for _, env in ipairs(chunk) do
-      tail[#tail + 1] = env
-      bytes = bytes + #env
-      if bytes >= SEARCH_TAIL_BYTES then
-        break
-      end
-    end
-    if #chunk < 8 then
+    local env = bounded(redis.call('LINDEX', k_msgs, at), MAX_ENVELOPE_BYTES, 'a message')
+    if not env then
       break
     end
-    at = at + #chunk
+    tail[#tail + 1] = env
+    bytes = bytes + #env
+    at = at + 1
   end
   left = math.max(0, left - #tail)
 end

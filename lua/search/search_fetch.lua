@@ -4,10 +4,14 @@
 -- a summary, archived), with the turns next to them.
 -- USES: args docs meta query
 -- KEYS: msgs meta archive summaries ixdocs ixgone
--- ARGV: limit kinds ids...
+-- ARGV: limit kinds tail_from ids...
 --   limit  at most this many hits, 1..MAX_SEARCH_LIMIT
 --   kinds  comma-separated kinds to keep (lib/docs.lua: 1 user, 2 assistant, 3 system,
 --          4 tool, 5 developer, 6 summary, 7 other); '' = all
+--   tail_from  the first id past the index as the client's read saw it (its ix_next, at least
+--          1), when it ranked the live tail past it (index_read.lua); 0 when it did not: ids
+--          without a record are hits only from there on and from meta's ix_next on (an index
+--          dropped since resets ix_next, and then no record-less id below is one)
 --   ids    the ranked candidates, best first, at most MAX_SEARCH_CANDIDATES
 -- REPLY: {hits[5]}
 --   hits  (id, where, envelope, before, after): the first limit candidates still indexed and
@@ -18,6 +22,7 @@
 -- A candidate's record is read first (a few bytes): only the hits returned are located.
 local limit = int_arg(a_limit, 'limit', 1, MAX_SEARCH_LIMIT)
 local kinds = query_kinds(a_kinds)
+local tail_from = a_tail_from == '0' and 0 or int_arg(a_tail_from, 'tail_from', 0, nil)
 local n = #ARGV - ARGS_FROM + 1
 if n > MAX_SEARCH_CANDIDATES then
   fail('INVALID', 'at most ' .. MAX_SEARCH_CANDIDATES .. ' ids, got ' .. n)
@@ -33,7 +38,7 @@ if (tonumber(m.fmt) or 1) < DATA_FORMAT then
 end
 local docs = doc_reader(k_ixdocs)
 docs.prefetch(ids)
-local ix_next = tonumber(m.ix_next) or 1
+local ix_next = tail_from > 0 and math.max(tonumber(m.ix_next) or 1, tail_from) or nil
 local state = {count = tonumber(m.count) or 0, archive_base = tonumber(m.archive_base) or 0,
   ix_next = ix_next}
 -- Hits come in pairs (a turn and its reply, each the other's neighbour): each id is looked
@@ -55,7 +60,7 @@ for _, id in ipairs(ids) do
   if kind ~= 0 then
     wanted = kinds == nil or kinds[kind]
   else
-    wanted = id >= ix_next
+    wanted = ix_next ~= nil and id >= ix_next
   end
   local hit = wanted and at(id)
   if hit then

@@ -50,6 +50,8 @@ class Ranking:
     #: Kinds of the ranked live messages past the index (the server has no record of them
     #: yet: a filter by kind is the client's).
     tail_kinds: Mapping[int, int] = field(default_factory=dict)
+    #: Where that tail began (0: none ranked).
+    tail_from: int = 0
 
 
 def fused_ranking(
@@ -92,14 +94,19 @@ def fused_ranking(
     ]
     for doc_id, score in extra:
         bm25[doc_id] = score
-        exists.add(doc_id)
+    # Any tail message of a kind kept is there to be lifted as a neighbour, as after a step.
+    exists.update(
+        doc_id
+        for doc_id, kind in tail.items()
+        if doc_id >= since_id and (not wanted or kind in wanted)
+    )
     dense = yield from _dense_scores(gateway, embedder, query, found, (i for i, _ in extra))
     skip = ranked.summaries
     if dense is None:
         scores = neighbour_boost(bm25, gateway.policy.search.neighbour_weight, exists, skip)
-        return Ranking(top_k(scores, limit), ranked.unindexed, False, skip, tail)
+        return Ranking(top_k(scores, limit), ranked.unindexed, False, skip, tail, ranked.tail_from)
     fused = fuse(bm25, dense, exists, fusion, skip)
-    return Ranking(top_k(fused, limit), ranked.unindexed, True, skip, tail)
+    return Ranking(top_k(fused, limit), ranked.unindexed, True, skip, tail, ranked.tail_from)
 
 
 def fused_hits(
@@ -127,7 +134,9 @@ def fused_hits(
     ]
     if summary_limit > 0:
         ids = [doc_id for doc_id in ids if doc_id not in known]
-    fetched = yield from gateway.search_fetch(ids, limit=limit, kinds=kinds)
+    fetched = yield from gateway.search_fetch(
+        ids, limit=limit, kinds=kinds, tail_from=ranking.tail_from
+    )
     out = Hits(
         Hit(doc_id, scores[doc_id], message, before, after, where)
         for doc_id, where, message, before, after in fetched
@@ -136,7 +145,7 @@ def fused_hits(
     wanted = [doc_id for doc_id, _ in ranking.best if doc_id in known][:summary_limit]
     if wanted:
         found = yield from gateway.search_fetch(
-            wanted, limit=summary_limit, kinds=[KINDS["summary"]]
+            wanted, limit=summary_limit, kinds=[KINDS["summary"]], tail_from=ranking.tail_from
         )
         out.summaries = tuple(
             Hit(doc_id, scores[doc_id], message, before, after, where)

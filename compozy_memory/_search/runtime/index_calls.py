@@ -24,8 +24,10 @@ __all__ = [
     "IndexAdded",
     "IndexCalls",
     "IndexPending",
+    "IndexProgress",
     "IndexState",
     "Merge",
+    "covered",
     "doc_records",
     "parse_envelope",
     "parse_list",
@@ -72,8 +74,8 @@ def _envelope(raw: bytes | str) -> dict[str, Any]:
     of each costs more than the analysis)."""
     try:
         data = json.loads(raw)
-    except ValueError as exc:
-        raise CorruptDataError(f"a stored envelope is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past any message's
+        raise CorruptDataError(f"a stored envelope is not JSON: {exc!r:.200}") from None
     if not isinstance(data, dict) or not isinstance(data.get("id"), int):
         raise CorruptDataError("a stored envelope is not an object with an id")
     return data
@@ -114,6 +116,18 @@ class Merge:
     inputs: tuple[int, ...]
     declared: int
     written: int
+
+
+@dataclass(frozen=True, slots=True)
+class IndexProgress:
+    """Where an index stands after :meth:`Indexer.catch_up`."""
+
+    #: Steps written by this call.
+    steps: int
+    #: Documents this call indexed.
+    indexed: int
+    #: Messages still waiting (0: caught up) when the call stopped.
+    unindexed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,3 +414,13 @@ class IndexCalls(GatewayBase):
             "index_gc", {"ttl_ms": self.ttl_ms}, self._fields("index_gc")
         )
         return int(reply["left"])
+
+
+def covered(pending: IndexPending, items: list[tuple[str, int, dict[str, Any]]]) -> tuple[int, int]:
+    """(upto, seq_upto) a step of ``items`` (a prefix of ``pending.adds``) covers."""
+    if len(items) == len(pending.adds):
+        return pending.upto, pending.seq_upto
+    where, seq, message = pending.adds[len(items)]
+    if where == "a":
+        return pending.upto, seq - 1
+    return int(message["id"]) - 1, max(0, pending.seq_from - 1)

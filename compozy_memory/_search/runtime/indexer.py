@@ -27,12 +27,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from compozy_memory._model.limits import (
     DATA_FORMAT,
+    INDEX_BATCH_BYTES,
     INDEX_BATCH_DOCS,
     INDEX_DELAY,
     INDEX_STEP_DOCS,
@@ -46,7 +46,13 @@ from compozy_memory._search.merging import (
     step_segments,
     write_chunks,
 )
-from compozy_memory._search.runtime.index_calls import IndexAdded, IndexPending, IndexState
+from compozy_memory._search.runtime.index_calls import (
+    IndexAdded,
+    IndexPending,
+    IndexProgress,
+    IndexState,
+    covered,
+)
 from compozy_memory._search.segments import (
     SegmentEntry,
 )
@@ -78,18 +84,6 @@ _READ_BYTES_EACH = 512 * 1024
 _MERGES_PER_CATCH_UP = 4
 
 
-@dataclass(frozen=True, slots=True)
-class IndexProgress:
-    """Where an index stands after :meth:`Indexer.catch_up`."""
-
-    #: Steps written by this call.
-    steps: int
-    #: Documents this call indexed.
-    indexed: int
-    #: Messages still waiting (0: caught up) when the call stopped.
-    unindexed: int
-
-
 class Indexer(Backgrounded):
     """Keeps one memory's index caught up; a :class:`~compozy_memory.MemoryInstance` owns one.
 
@@ -113,8 +107,12 @@ class Indexer(Backgrounded):
         self.debounce = debounce
         #: How long writes wait for more to batch with (fewer than ``INDEX_BATCH_DOCS``).
         self.delay = delay
-        #: Messages this handle wrote since its last catch-up started.
+        #: Messages (and their bytes) this handle wrote since its last catch-up started, and
+        #: whether one has started: a handle's first write is indexed a debounce later, so
+        #: handles that live a request each still keep the index near the writes.
         self.unstepped = 0
+        self._unstepped_bytes = 0
+        self._stepped = False
         #: False: writes never start a catch-up (:meth:`catch_up` and operations that need
         #: it do).
         self.background = background
@@ -146,16 +144,24 @@ class Indexer(Backgrounded):
     def transport(self) -> Any:
         return self.gateway.transport
 
-    def notice(self, count: int = 1, *, soon: bool = False) -> None:
-        """A write made ``count`` messages to index: catch up a debounce later once
-        ``INDEX_BATCH_DOCS`` wait (or ``soon``: a summary), else after ``delay``."""
+    def notice(self, count: int = 1, size: int = 0, *, soon: bool = False) -> None:
+        """A write made ``count`` messages (``size`` bytes) to index: catch up a debounce
+        later on this handle's first write (it takes what others left), once
+        ``INDEX_BATCH_DOCS`` messages or ``INDEX_BATCH_BYTES`` wait, or ``soon`` (a
+        summary); else after ``delay``, for a batch."""
         if not self.enabled and self._off:
             return
         self.dirty = True
         self.unstepped += count
+        self._unstepped_bytes += size
         if not self.background or self.gateway.read_only:
             return
-        due = soon or self.unstepped >= INDEX_BATCH_DOCS
+        due = (
+            soon
+            or not self._stepped
+            or self.unstepped >= INDEX_BATCH_DOCS
+            or self._unstepped_bytes >= INDEX_BATCH_BYTES
+        )
         self._job.fire(None if due else self.delay)
 
     def _failed(self, exc: CompozyMemoryError) -> None:
@@ -214,7 +220,8 @@ class Indexer(Backgrounded):
 
     def _catch_up(self, max_steps: int | None, *, merge: bool) -> Steps[IndexProgress]:
         """:meth:`catch_up`; its merges here when ``merge``, else in the merge job."""
-        self.unstepped = 0
+        self.unstepped = self._unstepped_bytes = 0
+        self._stepped = True
         steps = indexed = 0
         unindexed = 0
         caught_up = False
@@ -345,7 +352,7 @@ class Indexer(Backgrounded):
                 gones = gones[: len(gones) // 2]
             else:
                 gones = []
-        upto, seq_upto = _covered(pending, items)
+        upto, seq_upto = covered(pending, items)
         applied = yield from self.gateway.index_add(
             pending,
             analyzer=str(ANALYZER_VERSION),
@@ -446,15 +453,3 @@ class Indexer(Backgrounded):
         except ConflictError:
             return False  # another merge took an input (or the index was dropped)
         return done
-
-
-def _covered(
-    pending: IndexPending, items: list[tuple[str, int, dict[str, Any]]]
-) -> tuple[int, int]:
-    """(upto, seq_upto) a step of ``items`` (a prefix of ``pending.adds``) covers."""
-    if len(items) == len(pending.adds):
-        return pending.upto, pending.seq_upto
-    where, seq, message = pending.adds[len(items)]
-    if where == "a":
-        return pending.upto, seq - 1
-    return int(message["id"]) - 1, max(0, pending.seq_from - 1)

@@ -54,6 +54,8 @@ class Bm25Ranking:
     #: The kinds of the live messages past the index that were ranked (by id): the server
     #: has no record of them yet, so a filter by kind is the client's.
     tail_kinds: Mapping[int, int] = field(default_factory=dict)
+    #: Where that tail began (the index's ``ix_next`` as read, at least 1); 0: none ranked.
+    tail_from: int = 0
 
 
 def bm25_ranking(
@@ -111,7 +113,8 @@ def bm25_ranking(
             # Past the index only the tail's documents are documents (the neighbour lift
             # offers any id: a pinned message, or one past the tail read, is none).
             best = [(i, score) for i, score in plan.ranking() if i < read.ix_next or i in kinds]
-            return Bm25Ranking(best, read.unindexed, frozenset(plan.summaries), kinds)
+            tail_from = max(read.ix_next, 1) if kinds else 0
+            return Bm25Ranking(best, read.unindexed, frozenset(plan.summaries), kinds, tail_from)
         segments = ()
     # The list changed under every attempt (merges in a burst): rank what was last read.
     assert state is not None

@@ -167,16 +167,21 @@ class VectorCalls(GatewayBase):
 
     @op
     def search_fetch(
-        self, ids: Sequence[int], *, limit: int, kinds: Sequence[int] = ()
+        self, ids: Sequence[int], *, limit: int, kinds: Sequence[int] = (), tail_from: int = 0
     ) -> Steps[list[tuple[int, str, Message, Message | None, Message | None]]]:
         """The first ``limit`` of the ranked candidates ``ids`` still indexed and of
-        ``kinds`` (every kind: empty), with their neighbours: (id, where, message, before,
+        ``kinds`` (every kind: empty), or in the live tail from ``tail_from`` the client
+        ranked and filtered (0: none), with their neighbours: (id, where, message, before,
         after) in the order asked."""
         if not ids:
             return []
         reply = yield from self._reading(
             "search_fetch",
-            {"limit": limit, "kinds": ",".join(str(k) for k in kinds)},
+            {
+                "limit": limit,
+                "kinds": ",".join(str(k) for k in kinds),
+                "tail_from": tail_from,
+            },
             self._fields("search_fetch"),
             ids,
         )

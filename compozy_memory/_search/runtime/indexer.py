@@ -1,10 +1,11 @@
 """The indexer: keeps a memory's search index caught up, off the write path, in bounded steps.
 
 Appends never index. After a handle's writes its indexer runs in the background
-(:mod:`compozy_memory._wire.background`), in batches: ``INDEX_DELAY`` after the first write it
-has not indexed, or a debounce once the handle wrote ``INDEX_BATCH_DOCS`` (a step costs the
-server about as much for one message as for sixteen; a search ranks the live messages the
-index has not reached itself: :mod:`compozy_memory._search.tail`). A step reads what is
+(:mod:`compozy_memory._wire.background`), in batches: ``INDEX_DELAY`` after a write it has
+not indexed, or a debounce after its first write or once it wrote ``INDEX_BATCH_DOCS`` or
+``INDEX_BATCH_BYTES`` (a step costs the server about as much for one message as for sixteen;
+a search ranks the live messages the index has not reached itself:
+:mod:`compozy_memory._search.tail`). A step reads what is
 pending (``lua/search/index_pending.lua``), builds a segment of it here
 (:mod:`compozy_memory._search.segments`) and stores it with one call
 (``lua/search/index_add.lua``), in time proportional to its bytes, checked against where the

@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from compozy_memory import InstanceKeys, Message
+from compozy_memory import InstanceKeys, MemoryInstance, Message
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._search.documents import KINDS, document_terms, kind_of
 from compozy_memory._search.merging import decode_segment
 from compozy_memory._search.runtime.index_calls import parse_list
+from integration.memories import memory
 
 __all__ = ["IndexState", "built_from_scratch", "stored_index"]
 
@@ -34,6 +35,15 @@ class IndexState:
     docs: dict[int, tuple[int, int]] = field(default_factory=dict)
     #: id -> seq (archived documents only)
     seqs: dict[int, int] = field(default_factory=dict)
+
+
+async def indexed(client: RedisClient, key: str, messages: list[dict[str, Any]]) -> MemoryInstance:
+    """A handle on ``key`` holding ``messages``, indexed; its writes start no background
+    catch-up (a test runs the steps)."""
+    mem = memory(client, key, background_index=False)
+    await mem.append_many(messages)
+    await mem.indexer.catch_up()
+    return mem
 
 
 def _bytes(value: Any) -> bytes:

@@ -38,6 +38,7 @@ from compozy_memory._search.runtime.indexer import _READ_BYTES_EACH
 from compozy_memory._wire.steps import Op
 from compozy_memory.embedded import EmbeddedServer
 from compozy_memory.errors import ScriptError
+from integration.index_state import indexed
 from integration.memories import COUNTER, memory
 from integration.test_index_segments import (  # noqa: F401 (small_tiers: a fixture)
     chat,
@@ -272,10 +273,7 @@ async def test_bookkeeping_planted_as_bytes_that_are_not_text_is_refused_typed(
 ) -> None:
     # An index step passes the list and the merges back as stored: the indexer decodes them.
     rng = random.Random(2)
-    mem = memory(client, memory_key)
-    mem.indexer.background = False
-    await mem.append_many([chat(i, rng) for i in range(10)])
-    await mem.indexer.catch_up()
+    mem = await indexed(client, memory_key, [chat(i, rng) for i in range(10)])
     stored = await client.hget(mem.keys.ixseg, field) or b""
     assert isinstance(stored, bytes)
     await client.hset(mem.keys.ixseg, field, stored + b"\xff")  # as many entries as before
@@ -301,10 +299,7 @@ async def test_a_long_planted_entry_is_refused_in_linear_time(
     client = connect(valkey_server.url)
     admin = redis_sync.Redis.from_url(valkey_server.url)
     try:
-        mem = memory(client, memory_key)
-        mem.indexer.background = False
-        await mem.append_many([chat(i, random.Random(2)) for i in range(10)])
-        await mem.indexer.catch_up()
+        mem = await indexed(client, memory_key, [chat(i, random.Random(2)) for i in range(10)])
         await client.hset(mem.keys.ixseg, field, value)
         admin.config_set("slowlog-log-slower-than", 0)
         admin.slowlog_reset()
@@ -320,10 +315,7 @@ async def test_a_long_planted_entry_is_refused_in_linear_time(
 async def test_an_envelope_id_past_what_records_hold_is_refused_typed(
     client: RedisClient, memory_key: str
 ) -> None:
-    mem = memory(client, memory_key)
-    mem.indexer.background = False
-    await mem.append_many([_said(f"quokka {i}") for i in range(3)])
-    await mem.indexer.catch_up()
+    mem = await indexed(client, memory_key, [_said(f"quokka {i}") for i in range(3)])
     last = (await client.lrange(mem.keys.msgs, -1, -1))[0]
     assert isinstance(last, bytes)
     await client.rpush(mem.keys.msgs, last.replace(b'"id":3,', f'"id":{2**56},'.encode()))
@@ -336,10 +328,7 @@ async def test_an_envelope_id_past_what_records_hold_is_refused_typed(
 async def test_a_block_of_records_that_is_not_whole_records_is_refused_typed(
     client: RedisClient, memory_key: str
 ) -> None:
-    mem = memory(client, memory_key)
-    mem.indexer.background = False
-    await mem.append_many([_said(f"quokka {i}") for i in range(3)])
-    await mem.indexer.catch_up()
+    mem = await indexed(client, memory_key, [_said(f"quokka {i}") for i in range(3)])
     await mem.append_many([_said(f"wombat {i}") for i in range(3)])
     block = await client.hget(mem.keys.ixdocs, "0")
     assert isinstance(block, bytes)

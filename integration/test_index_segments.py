@@ -17,7 +17,7 @@ from compozy_memory._search import merging
 from compozy_memory._search.runtime import indexer as indexer_module
 from compozy_memory._search.runtime.index_calls import parse_list
 from compozy_memory._search.segments import block_field, bucket_field
-from integration.index_state import built_from_scratch, stored_index
+from integration.index_state import built_from_scratch, indexed, stored_index
 from integration.memories import memory
 from integration.test_context import attach
 
@@ -262,10 +262,7 @@ async def test_a_read_only_handle_writes_nothing_when_it_searches(
     client: RedisClient, memory_key: str
 ) -> None:
     rng = random.Random(9)
-    writer = memory(client, memory_key)
-    writer.indexer.background = False
-    await writer.append_many([chat(i, rng) for i in range(40)])
-    await writer.indexer.catch_up()
+    writer = await indexed(client, memory_key, [chat(i, rng) for i in range(40)])
     await writer.append_many([chat(40 + i, rng) for i in range(5)])  # left unindexed
     await writer.append({"role": "user", "content": "a zeppelin over the harbour"})
     reader = memory(client, memory_key, read_only=True)

@@ -252,8 +252,9 @@ def _concatenated(
 Doc = tuple[int, "Counter[str]", int]
 
 
-def _analysed(message: dict[str, Any], *, summary: bool) -> tuple[int, int, Counter[str], int]:
-    """(id, kind, term frequencies, length) of one stored envelope (parsed JSON)."""
+def analysed(message: dict[str, Any], *, summary: bool) -> tuple[int, int, Counter[str], int]:
+    """(id, kind, term frequencies, length) of one stored envelope (parsed JSON), as a step
+    indexes it; CorruptDataError for fields no append writes."""
     kind = KINDS["summary"] if summary else kind_of(message)
     try:
         tf, length = document_terms(message, kind=kind)
@@ -272,13 +273,13 @@ def step_segments(
     documents: list[tuple[int, int, int, int]] = []
     docs: list[Doc] = []
     for where, seq, message in items:
-        doc_id, kind, tf, length = _analysed(message, summary=where == "s")
+        doc_id, kind, tf, length = analysed(message, summary=where == "s")
         documents.append((doc_id, kind, length, seq))
         if tf:
             docs.append((doc_id, tf, length))
     removed: list[Doc] = []
     for message in gones:
-        doc_id, _, tf, length = _analysed(message, summary=False)
+        doc_id, _, tf, length = analysed(message, summary=False)
         if tf:
             removed.append((doc_id, tf, length))
     positive = _encoded(docs, 1)

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compozy_memory._search.documents import KINDS, document_terms, kind_of
-from compozy_memory.errors import CorruptDataError
+from compozy_memory._search.documents import KINDS
+from compozy_memory._search.merging import analysed
 
 __all__ = ["TailDoc", "tail_docs"]
 
@@ -74,14 +74,4 @@ def tail_docs(envelopes: Sequence[bytes], parse: Any) -> list[TailDoc]:
 def _analyse(message: dict[str, Any]) -> TailDoc | None:
     if message.get("priority") == 0:
         return None  # pinned: never indexed
-    try:
-        kind = kind_of(message)
-        tf, length = document_terms(message, kind=kind)
-    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
-        # Fields no append writes (a time past any date, a body nested past any message's):
-        # the envelope was written raw.
-        raise CorruptDataError(
-            f"a live message past the index cannot be analysed ({type(exc).__name__}): it "
-            "was not written by compozy-memory"
-        ) from None
-    return TailDoc(int(message["id"]), kind, tf, length)
+    return TailDoc(*analysed(message, summary=False))

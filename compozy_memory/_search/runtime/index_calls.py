@@ -69,7 +69,7 @@ class IndexPending:
         )
 
 
-def _envelope(raw: bytes | str) -> dict[str, Any]:
+def parse_envelope(raw: bytes | str) -> dict[str, Any]:
     """A stored envelope as parsed JSON (the indexer analyses it as it is: building a model
     of each costs more than the analysis)."""
     try:
@@ -85,11 +85,6 @@ def _envelope_bytes(raw: bytes | str) -> bytes:
     return raw.encode() if isinstance(raw, str) else bytes(raw)
 
 
-def parse_envelope(raw: bytes | str) -> dict[str, Any]:
-    """A stored envelope as parsed JSON; CorruptDataError when it is not one."""
-    return _envelope(raw)
-
-
 def parse_pending(reply: Mapping[str, Any]) -> IndexPending:
     """``lua/search/index_pending.lua``'s reply, decoded."""
     return IndexPending(
@@ -102,8 +97,11 @@ def parse_pending(reply: Mapping[str, Any]) -> IndexPending:
         int(reply["last_id"]),
         int(reply["over_cap"]),
         replies.text(reply["incarnation"]),
-        tuple((replies.text(where), int(seq), _envelope(env)) for where, seq, env in reply["adds"]),
-        tuple(_envelope(env) for env in reply["gones"]),
+        tuple(
+            (replies.text(where), int(seq), parse_envelope(env))
+            for where, seq, env in reply["adds"]
+        ),
+        tuple(parse_envelope(env) for env in reply["gones"]),
     )
 
 

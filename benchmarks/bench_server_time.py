@@ -516,9 +516,9 @@ async def tenant(meter: Meter, url: str, client: RedisClient, mem: MemoryInstanc
         fields = [f"{g}.{k}" for g in range(1, 5) for k in range(limits.INDEX_READ_FIELDS + 1)]
         call("index_read", [limits.SEARCH_TAIL_DOCS, "1|2|3|4", *fields])
         call("index_merge", [0, "", 0, "|".join(str(g) for g in range(100)), "", 0, 0])
-        call("search_fetch", [10, "", 1, *(["1"] * 100_000)])
+        call("search_fetch", [10, "", 1, "", *(["1"] * 100_000)])
         call("promote", [0, 0, *(["1"] * 100_000)])
-        call("context", [10**9, 0, "0.3", "0.4", 1, 10**9, 1000, ",".join(["1"] * 10_000), 1])
+        call("context", [10**9, 0, "0.3", "0.4", 1, 10**9, 1000, ",".join(["1"] * 10_000), 1, ""])
         call("trim", [0, 0, 0, -1, 1])
         call("append", [0, 0, "", 5000, *([1, 2, '{"role":"user","content":"x"}'] * 5000)])
 

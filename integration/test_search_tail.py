@@ -245,3 +245,55 @@ async def test_a_planted_tail_envelope_is_refused_typed(
         await client.lset(writer.keys.msgs, 0, planted)
         with pytest.raises(CorruptDataError):
             await reader.search("kettle")
+
+
+async def test_hits_ranked_in_a_memory_that_expired_are_not_fetched_from_its_successor(
+    client: RedisClient, memory_key: str
+) -> None:
+    # The memory expires (every key at once) and is written again between a search's read
+    # and its fetch: the ids ranked were the old conversation's, and the new one's messages
+    # under the same ids are not hits, indexed or in the live tail.
+    writer = memory(client, memory_key, background_index=False)
+    await writer.append_many([{"role": "user", "content": f"kettle refund {i}"} for i in range(8)])
+    await writer.indexer.catch_up()
+    await writer.append_many([{"role": "user", "content": f"kettle late {i}"} for i in range(3)])
+    reader = memory(client, memory_key, read_only=True)
+    read = await reader.gateway.index_read([], [], tail=SEARCH_TAIL_DOCS)
+    old, tail_from = read.incarnation, read.ix_next
+    assert old
+    assert tail_from == 9
+    ids = list(range(1, 12))
+    assert len(await reader.gateway.search_fetch(ids, limit=20, tail_from=tail_from)) == 11
+
+    await client.delete(*writer.keys.data)  # as an expiry: every key at its deadline
+    again = memory(client, memory_key, background_index=False)
+    await again.append_many([{"role": "user", "content": f"secret {i}"} for i in range(11)])
+    await again.indexer.catch_up(max_steps=1)
+    assert (await again.gateway.index_read([], [])).incarnation != old
+
+    fetch = reader.gateway.search_fetch
+    assert await fetch(ids, limit=20, tail_from=tail_from, incarnation=old) == []
+    now = (await again.gateway.index_read([], [])).incarnation
+    assert len(await fetch(ids, limit=20, tail_from=tail_from, incarnation=now)) == 11
+    layers = await reader.gateway.context(
+        10_000,
+        summary_share=0.0,
+        recall_share=0.5,
+        backfill=False,
+        max_messages=2,
+        hits=[1, 2, 3, 9],
+        tail_from=tail_from,
+        incarnation=old,
+    )
+    assert layers.recalled == ()
+    layers = await reader.gateway.context(
+        10_000,
+        summary_share=0.0,
+        recall_share=0.5,
+        backfill=False,
+        max_messages=2,
+        hits=[1, 2, 3, 9],
+        tail_from=tail_from,
+        incarnation=now,
+    )
+    assert [m.content for m in layers.recalled] == ["secret 0"]

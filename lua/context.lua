@@ -2,7 +2,7 @@
 -- context.lua: what to send an LLM, assembled in layers within a token budget, atomically.
 -- USES: args docs envelope meta query
 -- KEYS: msgs meta archive summaries recalled ixseg ixdocs ixgone facts factord
--- ARGV: budget facts_header summary_share recall_share backfill max_messages limit hits tail_from
+-- ARGV: budget facts_header summary_share recall_share backfill max_messages limit hits tail_from inc
 --   budget            tokens the context may take
 --   facts_header      tokens of the facts message without its lines (its heading and the
 --                     per-message overhead, counted by the client's counter); -1: leave
@@ -22,6 +22,9 @@
 --                     no longer indexed is passed over
 --   tail_from         as for search_fetch.lua: from there on (and from meta's ix_next on),
 --                     hits without a record are the live tail the client ranked; 0: none
+--   inc               as for search_fetch.lua: the incarnation the client ranked the hits in
+--                     ('' for any); in another (the memory expired and was written again)
+--                     the hits are passed over
 -- REPLY: {unindexed incarnation version pinned[] facts[2] summaries[] recall[2] backfill[] window[]}
 --   unindexed  messages the query could not search yet (lib/query.lua)
 --   incarnation, version  the memory's, as read (for a later compare-and-set)
@@ -257,7 +260,8 @@ local function offer(env, score)
     layer[#layer + 1] = env
   end
 end
-if #ranked > 0 and limit > 0 and (tonumber(m.fmt) or 1) >= DATA_FORMAT then
+if #ranked > 0 and limit > 0 and (tonumber(m.fmt) or 1) >= DATA_FORMAT
+    and (a_inc == '' or (m.inc or '') == a_inc) then
   local docs = doc_reader(k_ixdocs)
   -- Hits past the index (the live tail the client ranked itself) are found in the live list.
   local state = {count = live, archive_base = tonumber(m.archive_base) or 0,

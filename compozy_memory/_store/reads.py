@@ -225,7 +225,7 @@ class ContextReads:
             query = yield from self._newest_user_turn()
         text, terms = yield from self._query_terms(query)
         hits: list[int] = []
-        tail_from = 0
+        tail_from, ranked_in = 0, ""
         limit = self.policy.search.limit
         if terms and limit > 0 and self.policy.search.enabled:
             yield from self._fresh_index()
@@ -238,11 +238,11 @@ class ContextReads:
                         self.gateway, self.embedder, self.fusion, text or query, terms, limit=pool
                     )
                     best, summaries, unseen = ranking.best, ranking.summaries, ranking.unindexed
-                    tail_from = ranking.tail_from
+                    tail_from, ranked_in = ranking.tail_from, ranking.incarnation
                 else:
                     ranked = yield from bm25_ranking(self.gateway, terms, limit=limit, pool=pool)
                     best, summaries, unseen = ranked.best, ranked.summaries, ranked.unindexed
-                    tail_from = ranked.tail_from
+                    tail_from, ranked_in = ranked.tail_from, ranked.incarnation
                 if attempt or not (yield from self._caught_up_past(unseen)):
                     break
             # Summaries have their layer and its share: the recall share is the turns'.
@@ -256,6 +256,7 @@ class ContextReads:
             hits=hits,
             facts_header=self.fact_ops.header_tokens,
             tail_from=tail_from,
+            incarnation=ranked_in,
         )
         recalled = whole_exchanges(layers.recalled)
         return ContextLayers(
@@ -347,6 +348,7 @@ class ContextReads:
             ranked.summaries,
             ranked.tail_kinds,
             ranked.tail_from,
+            ranked.incarnation,
         )
 
     def recall_messages(self, ids: Iterable[int]) -> Steps[list[Message]]:

@@ -221,11 +221,13 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls, FactsCalls, Flush
         hits: Sequence[int] = (),
         facts_header: int = 0,
         tail_from: int = 0,
+        incarnation: str = "",
     ) -> Steps[ContextLayers]:
         """The layers of a context within ``budget`` (see ``lua/context.lua``);
         ``facts_header``: the tokens of the facts message without its lines; ``hits``: the
         query's hits as the client ranked them, best first; ``tail_from``: where the live
-        tail the client ranked began (0: it ranked none)."""
+        tail the client ranked began (0: it ranked none); ``incarnation``: the memory's as
+        the hits were ranked ('' for any: hits of another are passed over)."""
         fields = yield from self._reading(
             "context",
             {
@@ -238,6 +240,7 @@ class MemoryGateway(MaintenanceCalls, IndexCalls, VectorCalls, FactsCalls, Flush
                 "limit": self.policy.search.limit,
                 "hits": ",".join(str(i) for i in hits),
                 "tail_from": tail_from,
+                "inc": incarnation,
             },
             self._fields("context"),
         )

@@ -4,7 +4,7 @@
 -- a summary, archived), with the turns next to them.
 -- USES: args docs meta query
 -- KEYS: msgs meta archive summaries ixdocs ixgone
--- ARGV: limit kinds tail_from ids...
+-- ARGV: limit kinds tail_from inc ids...
 --   limit  at most this many hits, 1..MAX_SEARCH_LIMIT
 --   kinds  comma-separated kinds to keep (lib/docs.lua: 1 user, 2 assistant, 3 system,
 --          4 tool, 5 developer, 6 summary, 7 other); '' = all
@@ -12,6 +12,9 @@
 --          1), when it ranked the live tail past it (index_read.lua); 0 when it did not: ids
 --          without a record are hits only from there on and from meta's ix_next on (an index
 --          dropped since resets ix_next, and then no record-less id below is one)
+--   inc    the memory's incarnation as the client's read saw it ('' for any): when the memory
+--          expired and was written again since, the ids are of the conversation that expired
+--          (gone with it), so none is a hit
 --   ids    the ranked candidates, best first, at most MAX_SEARCH_CANDIDATES
 -- REPLY: {hits[5]}
 --   hits  (id, where, envelope, before, after): the first limit candidates still indexed and
@@ -33,7 +36,7 @@ for i = ARGS_FROM, #ARGV do
 end
 local m = guarded(K, {'msgs', 'archive', 'summaries', 'index', 'ixgone'}, {'ix_next'})
 local out = {0}
-if (tonumber(m.fmt) or 1) < DATA_FORMAT then
+if (tonumber(m.fmt) or 1) < DATA_FORMAT or (a_inc ~= '' and (m.inc or '') ~= a_inc) then
   return out
 end
 local docs = doc_reader(k_ixdocs)

@@ -52,6 +52,8 @@ class Ranking:
     tail_kinds: Mapping[int, int] = field(default_factory=dict)
     #: Where that tail began (0: none ranked).
     tail_from: int = 0
+    #: The memory's incarnation as the index was read ('' for any): hits are of it only.
+    incarnation: str = ""
 
 
 def fused_ranking(
@@ -104,9 +106,17 @@ def fused_ranking(
     skip = ranked.summaries
     if dense is None:
         scores = neighbour_boost(bm25, gateway.policy.search.neighbour_weight, exists, skip)
-        return Ranking(top_k(scores, limit), ranked.unindexed, False, skip, tail, ranked.tail_from)
-    fused = fuse(bm25, dense, exists, fusion, skip)
-    return Ranking(top_k(fused, limit), ranked.unindexed, True, skip, tail, ranked.tail_from)
+    else:
+        scores = fuse(bm25, dense, exists, fusion, skip)
+    return Ranking(
+        top_k(scores, limit),
+        ranked.unindexed,
+        dense is not None,
+        skip,
+        tail,
+        ranked.tail_from,
+        ranked.incarnation,
+    )
 
 
 def fused_hits(
@@ -135,7 +145,11 @@ def fused_hits(
     if summary_limit > 0:
         ids = [doc_id for doc_id in ids if doc_id not in known]
     fetched = yield from gateway.search_fetch(
-        ids, limit=limit, kinds=kinds, tail_from=ranking.tail_from
+        ids,
+        limit=limit,
+        kinds=kinds,
+        tail_from=ranking.tail_from,
+        incarnation=ranking.incarnation,
     )
     out = Hits(
         Hit(doc_id, scores[doc_id], message, before, after, where)
@@ -145,7 +159,11 @@ def fused_hits(
     wanted = [doc_id for doc_id, _ in ranking.best if doc_id in known][:summary_limit]
     if wanted:
         found = yield from gateway.search_fetch(
-            wanted, limit=summary_limit, kinds=[KINDS["summary"]], tail_from=ranking.tail_from
+            wanted,
+            limit=summary_limit,
+            kinds=[KINDS["summary"]],
+            tail_from=ranking.tail_from,
+            incarnation=ranking.incarnation,
         )
         out.summaries = tuple(
             Hit(doc_id, scores[doc_id], message, before, after, where)

@@ -56,6 +56,8 @@ class Bm25Ranking:
     tail_kinds: Mapping[int, int] = field(default_factory=dict)
     #: Where that tail began (the index's ``ix_next`` as read, at least 1); 0: none ranked.
     tail_from: int = 0
+    #: The memory's incarnation as read: the hits are fetched from it only ('' for any).
+    incarnation: str = ""
 
 
 def bm25_ranking(
@@ -114,7 +116,9 @@ def bm25_ranking(
             # offers any id: a pinned message, or one past the tail read, is none).
             best = [(i, score) for i, score in plan.ranking() if i < read.ix_next or i in kinds]
             tail_from = max(read.ix_next, 1) if kinds else 0
-            return Bm25Ranking(best, read.unindexed, frozenset(plan.summaries), kinds, tail_from)
+            return Bm25Ranking(
+                best, read.unindexed, frozenset(plan.summaries), kinds, tail_from, read.incarnation
+            )
         segments = ()
     # The list changed under every attempt (merges in a burst): rank what was last read.
     assert state is not None

@@ -167,12 +167,19 @@ class VectorCalls(GatewayBase):
 
     @op
     def search_fetch(
-        self, ids: Sequence[int], *, limit: int, kinds: Sequence[int] = (), tail_from: int = 0
+        self,
+        ids: Sequence[int],
+        *,
+        limit: int,
+        kinds: Sequence[int] = (),
+        tail_from: int = 0,
+        incarnation: str = "",
     ) -> Steps[list[tuple[int, str, Message, Message | None, Message | None]]]:
         """The first ``limit`` of the ranked candidates ``ids`` still indexed and of
         ``kinds`` (every kind: empty), or in the live tail from ``tail_from`` the client
         ranked and filtered (0: none), with their neighbours: (id, where, message, before,
-        after) in the order asked."""
+        after) in the order asked; none when the memory's incarnation is no longer
+        ``incarnation`` (the one ranked: '' for any)."""
         if not ids:
             return []
         reply = yield from self._reading(
@@ -181,6 +188,7 @@ class VectorCalls(GatewayBase):
                 "limit": limit,
                 "kinds": ",".join(str(k) for k in kinds),
                 "tail_from": tail_from,
+                "inc": incarnation,
             },
             self._fields("search_fetch"),
             ids,

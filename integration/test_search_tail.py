@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from compozy_memory import CorruptDataError, Hits, MemoryInstance
+from compozy_memory import CorruptDataError, Hits, MemoryInstance, SearchPolicy
 from compozy_memory._io.translate import RedisClient
 from compozy_memory._model.limits import (
     INDEX_BATCH_BYTES,
@@ -145,6 +145,19 @@ async def test_the_background_indexer_takes_a_handles_writes_in_batches(
     await asyncio.wait_for(waiting, 10)
     await mem.indexer.wait_idle()
     assert await unindexed(mem) == 0
+    await mem.aclose()
+
+
+async def test_the_policy_sets_how_long_writes_wait_for_a_batch(
+    client: RedisClient, memory_key: str
+) -> None:
+    mem = memory(client, memory_key, search=SearchPolicy(index_delay=2.0))
+    await mem.append({"role": "user", "content": "the kettle arrived"})
+    assert await settled(mem, 0) == 0  # the first write: a debounce later
+    await mem.append({"role": "user", "content": "the parcel is late"})
+    await asyncio.sleep(0.5)
+    assert await unindexed(mem) == 1  # held back for its 2 s
+    assert await settled(mem, 0) == 0  # then indexed, without a wait or another write
     await mem.aclose()
 
 

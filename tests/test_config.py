@@ -14,6 +14,7 @@ from compozy_memory._config.schema import (
     format_duration,
     parse_duration,
 )
+from compozy_memory._model.limits import INDEX_DELAY
 
 
 def resource(**fields: Any) -> MemoryResource:
@@ -206,11 +207,13 @@ def test_identifiers_with_a_trailing_newline_are_refused(bad: str) -> None:
 def test_context_and_search_settings_reach_the_policy() -> None:
     policy = resource(
         context={"summary_share": 0.2, "recall_share": 0.5, "backfill": False},
-        search={"k1": 1.5, "b": 0.5, "neighbour_weight": 0.3, "limit": 4},
+        search={"k1": 1.5, "b": 0.5, "neighbour_weight": 0.3, "limit": 4, "index_delay": "5s"},
     ).policy()
     assert (policy.context.summary_share, policy.context.recall_share) == (0.2, 0.5)
     assert policy.context.backfill is False
     assert (policy.search.k1, policy.search.b, policy.search.limit) == (1.5, 0.5, 4)
+    assert policy.search.index_delay == 5.0
+    assert resource().policy().search.index_delay == INDEX_DELAY
 
 
 @pytest.mark.parametrize(
@@ -219,6 +222,8 @@ def test_context_and_search_settings_reach_the_policy() -> None:
         ("context", {"summary_share": 0.7, "recall_share": 0.5}, "at most 1"),
         ("context", {"sumary_share": 0.2}, "sumary_share"),
         ("search", {"b": 2}, "less than or equal to 1"),
+        ("search", {"index_delay": "2h"}, "index_delay must be between 0s and 3600s, got 7200s"),
+        ("search", {"index_delay": "soon"}, "index_delay"),
     ],
 )
 def test_bad_context_and_search_settings_are_refused(

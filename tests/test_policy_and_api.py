@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 
 import compozy_memory
-from compozy_memory import ConfigurationError, MemoryPolicy
+from compozy_memory import ConfigurationError, MemoryPolicy, SearchPolicy
 
 
 def test_public_surface_is_pinned() -> None:
@@ -72,3 +72,17 @@ def test_policy_defaults_and_priorities() -> None:
 def test_bad_policies_are_refused(kwargs: dict[str, object], fragment: str) -> None:
     with pytest.raises(ConfigurationError, match=fragment):
         MemoryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("delay", "fragment"),
+    [
+        (-1, r"in \[0, 3600\] seconds"),
+        (3601.0, r"in \[0, 3600\]"),
+        (True, "is seconds"),
+        ("5s", "is seconds"),
+    ],
+)
+def test_bad_index_delays_are_refused(delay: object, fragment: str) -> None:
+    with pytest.raises(ConfigurationError, match=fragment):
+        SearchPolicy(index_delay=delay)  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ from compozy_memory._config.types import (
     format_duration,
     parse_duration,
 )
-from compozy_memory._model.limits import MAX_PRIORITY
+from compozy_memory._model.limits import INDEX_DELAY, MAX_INDEX_DELAY, MAX_PRIORITY
 from compozy_memory._model.policy import ContextPolicy, MemoryPolicy, SearchPolicy, WaitPolicy
 from compozy_memory.errors import TemplateError
 
@@ -164,17 +164,35 @@ class ContextConfig(StrictModel):
 
 class SearchConfig(StrictModel):
     """``search:``: BM25 over the archive (k1, b), how much a turn's neighbour lifts it, how
-    many hits a query brings into a context, and whether the memory is searchable at all
-    (``enabled: false``: no index is kept)."""
+    many hits a query brings into a context, whether the memory is searchable at all
+    (``enabled: false``: no index is kept), and how long a handle's writes wait for more to
+    index with (``index_delay``)."""
 
     k1: float = Field(default=1.2, ge=0, le=10)
     b: float = Field(default=0.75, ge=0, le=1)
     neighbour_weight: float = Field(default=0.5, ge=0, le=10)
     limit: int = Field(default=10, ge=0, le=1000)
     enabled: bool = True
+    index_delay: Duration = timedelta(seconds=INDEX_DELAY)
+
+    @model_validator(mode="after")
+    def _delay_in_range(self) -> SearchConfig:
+        seconds = self.index_delay.total_seconds()
+        if not 0 <= seconds <= MAX_INDEX_DELAY:
+            raise ValueError(
+                f"index_delay must be between 0s and {MAX_INDEX_DELAY:g}s, got {seconds:g}s"
+            )
+        return self
 
     def policy(self) -> SearchPolicy:
-        return SearchPolicy(self.k1, self.b, self.neighbour_weight, self.limit, self.enabled)
+        return SearchPolicy(
+            self.k1,
+            self.b,
+            self.neighbour_weight,
+            self.limit,
+            self.enabled,
+            self.index_delay.total_seconds(),
+        )
 
 
 class RuleBasedSummarizerConfig(StrictModel):

@@ -34,6 +34,7 @@ __all__ = [
     "MAX_FACT_KEY",
     "MAX_FACT_VALUE",
     "MAX_GARBAGE",
+    "MAX_INDEX_DELAY",
     "MAX_MESSAGE_BYTES",
     "MAX_MESSAGE_TOKENS",
     "MAX_META_FIELDS",
@@ -199,6 +200,8 @@ SEARCH_TAIL_BYTES = 256 * 1024
 #: it has written INDEX_BATCH_DOCS of them or INDEX_BATCH_BYTES: then a step runs a debounce
 #: (0.2 s) later (so does a handle's first write).
 INDEX_DELAY = 30.0
+#: The longest ``search.index_delay`` a policy may set (seconds).
+MAX_INDEX_DELAY = 3600.0
 INDEX_BATCH_DOCS = 32
 INDEX_BATCH_BYTES = 64 * 1024
 GC_STEP_FIELDS = 1_024

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
 
-from compozy_memory._model.limits import MAX_FACTS, MAX_PRIORITY
+from compozy_memory._model.limits import INDEX_DELAY, MAX_FACTS, MAX_INDEX_DELAY, MAX_PRIORITY
 from compozy_memory.errors import ConfigurationError
 
 __all__ = ["DEFAULT_PRIORITY", "ContextPolicy", "MemoryPolicy", "SearchPolicy", "WaitPolicy"]
@@ -57,13 +57,17 @@ class SearchPolicy:
     answer often sits next to the turn with the question's words) and ``limit`` (hits a
     query brings into a context). Without ``enabled``, the memory keeps no index at all (no
     index keys, no background work): ``search()`` is refused and ``context(query=)`` leaves
-    the query out."""
+    the query out. ``index_delay`` (seconds) is how long a handle's writes wait for more to
+    index with in one step (fewer than ``INDEX_BATCH_DOCS``, or their bytes); a search
+    reads what waits (up to ``SEARCH_TAIL_DOCS``), so it is found meanwhile. 0: a step a
+    debounce after each write, as a fast stream of writes gets anyway."""
 
     k1: float = 1.2
     b: float = 0.75
     neighbour_weight: float = 0.5
     limit: int = 10
     enabled: bool = True
+    index_delay: float = INDEX_DELAY
 
     def __post_init__(self) -> None:
         if not (self.k1 >= 0 and 0 <= self.b <= 1 and self.neighbour_weight >= 0):
@@ -72,6 +76,13 @@ class SearchPolicy:
             raise ConfigurationError(f"search limit must be in [0, 1000], got {self.limit!r}")
         if not isinstance(self.enabled, bool):
             raise ConfigurationError(f"search enabled is true or false, got {self.enabled!r}")
+        delay = self.index_delay
+        if isinstance(delay, bool) or not isinstance(delay, int | float):
+            raise ConfigurationError(f"search index_delay is seconds, got {delay!r}")
+        if not 0 <= delay <= MAX_INDEX_DELAY:
+            raise ConfigurationError(
+                f"search index_delay must be in [0, {MAX_INDEX_DELAY:g}] seconds, got {delay!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

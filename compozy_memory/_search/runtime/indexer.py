@@ -1,11 +1,11 @@
 """The indexer: keeps a memory's search index caught up, off the write path, in bounded steps.
 
 Appends never index. After a handle's writes its indexer runs in the background
-(:mod:`compozy_memory._wire.background`), in batches: ``INDEX_DELAY`` after a write it has
-not indexed, or a debounce after its first write or once it wrote ``INDEX_BATCH_DOCS`` or
-``INDEX_BATCH_BYTES`` (a step costs the server about as much for one message as for sixteen;
-a search ranks the live messages the index has not reached itself:
-:mod:`compozy_memory._search.tail`). A step reads what is
+(:mod:`compozy_memory._wire.background`), in batches: the policy's ``search.index_delay``
+(``INDEX_DELAY``, 30 s, by default) after a write it has not indexed, or a debounce after
+its first write or once it wrote ``INDEX_BATCH_DOCS`` or ``INDEX_BATCH_BYTES`` (a step costs
+the server about as much for one message as for sixteen; a search ranks the live messages
+the index has not reached itself: :mod:`compozy_memory._search.tail`). A step reads what is
 pending (``lua/search/index_pending.lua``), builds a segment of it here
 (:mod:`compozy_memory._search.segments`) and stores it with one call
 (``lua/search/index_add.lua``), in time proportional to its bytes, checked against where the
@@ -35,7 +35,6 @@ from compozy_memory._model.limits import (
     DATA_FORMAT,
     INDEX_BATCH_BYTES,
     INDEX_BATCH_DOCS,
-    INDEX_DELAY,
     INDEX_STEP_DOCS,
     STEP_FIELDS,
 )
@@ -98,7 +97,7 @@ class Indexer(Backgrounded):
         metrics: MetricsSink | None = None,
         name: str = "memory",
         debounce: float = 0.2,
-        delay: float = INDEX_DELAY,
+        delay: float | None = None,
         background: bool = True,
     ) -> None:
         self.gateway = gateway
@@ -106,8 +105,9 @@ class Indexer(Backgrounded):
         self.metrics = metrics
         self.name = name
         self.debounce = debounce
-        #: How long writes wait for more to batch with (fewer than ``INDEX_BATCH_DOCS``).
-        self.delay = delay
+        #: How long writes wait for more to batch with (fewer than ``INDEX_BATCH_DOCS``):
+        #: the policy's ``search.index_delay`` unless given.
+        self.delay = gateway.policy.search.index_delay if delay is None else delay
         #: Messages (and their bytes) this handle wrote since its last catch-up started, and
         #: whether one has started: a handle's first write is indexed a debounce later, so
         #: handles that live a request each still keep the index near the writes.

@@ -89,20 +89,24 @@ async def test_past_the_tail_a_reader_says_what_it_did_not_see_and_a_writer_inde
     writer = memory(client, memory_key, background_index=False)
     extra = 3
     messages = [
-        {"role": "user", "content": f"note {i} {'zeppelin' if i >= SEARCH_TAIL_DOCS else ''}"}
+        {"role": "user", "content": f"note {i} {'zeppelin' if i < extra else ''}"}
         for i in range(SEARCH_TAIL_DOCS + extra)
     ]
     for at in range(0, len(messages), 50):
         await writer.append_many(messages[at : at + 50])
     reader = memory(client, memory_key, read_only=True)
+    # The tail a search reads is the newest: the message just written is found...
+    newest = SEARCH_TAIL_DOCS + extra
+    hits = await reader.search(f"note {newest - 1}")
+    assert hits[0].id == newest
+    assert hits.unindexed == extra
+    # ... and the oldest of a longer backlog are what it says it did not see.
     hits = await reader.search("zeppelin")
-    assert (list(hits), hits.unindexed) == ([], extra)  # past the tail a search reads
+    assert (list(hits), hits.unindexed) == ([], extra)
     # The handle that wrote them indexes before it answers: its own writes are found.
     hits = await writer.search("zeppelin")
     assert hits.unindexed == 0
-    assert sorted(h.id for h in hits)[-extra:] == list(
-        range(SEARCH_TAIL_DOCS + 1, SEARCH_TAIL_DOCS + extra + 1)
-    )
+    assert sorted(h.id for h in hits)[:extra] == list(range(1, extra + 1))  # (and a neighbour)
 
 
 async def unindexed(mem: MemoryInstance) -> int:
@@ -239,10 +243,10 @@ async def test_the_tail_read_keeps_to_its_bytes(client: RedisClient, memory_key:
     for _ in range(3):
         await writer.append({"role": "user", "content": big})
     reader = memory(client, memory_key, read_only=True)
-    # One envelope, then one more past the bound (at most one), then no more.
+    # The newest envelope, then one more past the bound (at most one), then no more.
     assert len((await reader.gateway.index_read(tail=SEARCH_TAIL_DOCS)).tail) == 2
     hits = await reader.search("kettle")
-    assert (sorted(h.id for h in hits), hits.unindexed) == ([1, 2], 1)
+    assert (sorted(h.id for h in hits), hits.unindexed) == ([2, 3], 1)
 
 
 async def test_a_planted_tail_envelope_is_refused_typed(

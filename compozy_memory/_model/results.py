@@ -268,9 +268,9 @@ class Hits(list[Hit]):
     """Search results, best first, how many messages search could not see yet, and the
     summaries that match (:attr:`summaries`)."""
 
-    #: Messages search could not see: not indexed yet and past the live tail a search reads
-    #: itself (a backlog past 128 messages, or an index being rebuilt); ``0`` when search
-    #: saw everything.
+    #: Messages search could not see: not indexed yet and older than the live tail a search
+    #: reads itself (the newest 128: a longer backlog, or an index being rebuilt); ``0``
+    #: when search saw everything.
     unindexed: int = 0
     #: Summaries that match, best first, in a lane of their own (a search without
     #: ``roles``): they never take the place of a message in the list itself.

@@ -1,7 +1,7 @@
 """The live messages a search reads past the index, analysed here as the indexer would.
 
 A search reads, in the same consistent read as the segment list, the live messages the index
-has not reached yet (``lua/search/index_read.lua``, at most ``SEARCH_TAIL_DOCS``): each is
+has not reached yet (``lua/search/index_read.lua``: the newest ``SEARCH_TAIL_DOCS``): each is
 analysed exactly as an index step would analyse it (:func:`~compozy_memory._search.merging.
 step_segments`), so :class:`~compozy_memory._search.scoring.SearchPlan` ranks them with the
 segments' documents and BM25's counts include them, as if they were indexed. A message is

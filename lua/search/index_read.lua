@@ -2,12 +2,12 @@
 -- index_read.lua: what a search or a merge reads of the index: the segment list, BM25's
 -- counts, the live messages the index has not reached yet, and fields of listed segments, in
 -- one consistent read.
--- USES: args docs meta query segments
+-- USES: args envelope meta query segments
 -- KEYS: msgs meta ixseg ixdocs
 -- ARGV: tail gens fields...
 --   tail    at most this many live messages past the index to return, 0..SEARCH_TAIL_DOCS
---           (0: none; a merge's reads), oldest first, SEARCH_TAIL_BYTES of them and at most
---           one envelope more
+--           (0: none; a merge's reads): the newest, SEARCH_TAIL_BYTES of them and at most
+--           one envelope more, returned oldest first
 --   gens    the generations the fields belong to, '|'-separated ('' with no fields: the list
 --           alone); if one is no longer listed, no field is read (stale = 1: read the list
 --           again)
@@ -26,9 +26,9 @@
 --   incarnation   meta's incarnation ('' for none): a merge of what was read is stored only in
 --                 it (generations start again in a memory that expired and was written again)
 --   ix_next       the first id the index has not reached
---   tail          the live envelopes from ix_next on (pinned ones too: the client passes over
---                 them, as the indexer does), at most tail of them; none while the index is
---                 built again
+--   tail          the newest live envelopes from ix_next on (pinned ones too: the client
+--                 passes over them, as the indexer does), at most tail of them, oldest first;
+--                 none while the index is built again
 --   values        each field's value in the order asked; nil for an empty bucket
 -- Work follows the bytes read: each field's length is checked (HSTRLEN) before it is read,
 -- so a field written raw to many megabytes is refused (COMPOZY_CORRUPT), never copied; the
@@ -59,29 +59,29 @@ local list, reservations, garbage = seg_read(k_ixseg, 'L', 'R', 'G')
 local fmt = m.ix_off and 0 or (tonumber(m.fmt) or 1)
 local ix_next = tonumber(m.ix_next) or 0
 local left = unindexed(m)
--- The live tail past the index, oldest first, to the bytes' bound.
+-- The live tail past the index: the newest first, read back from the list's end one
+-- envelope a read (a list's items cannot be sized before they are copied, and a message may
+-- be 1 MiB), so past the bytes' bound by at most that one; returned oldest first. A backlog
+-- longer than the tail leaves its oldest unread (counted in unindexed): what was just
+-- written is always searched.
 local tail = {}
 local last_id, count = tonumber(m.last_id) or 0, tonumber(m.count) or 0
 if tail_max > 0 and fmt >= DATA_FORMAT and ix_next <= last_id and count > 0 then
   sized(k_msgs, 'msgs', count, MAX_ENVELOPE_BYTES)
   local from = math.max(ix_next, 1)
-  local at, insert, first = live_index(k_msgs, from, count)
-  at = at or insert
-  if first then  -- the lookup read it already
-    tail[1] = bounded(first, MAX_ENVELOPE_BYTES, 'a message')
-    at = at + 1
-  end
-  -- One envelope a read (a list's items cannot be sized before they are copied, and a
-  -- message may be 1 MiB): past the bound by at most that one, whatever the sizes.
-  local bytes = first and #first or 0
-  while #tail < tail_max and bytes < SEARCH_TAIL_BYTES do
-    local env = bounded(redis.call('LINDEX', k_msgs, at), MAX_ENVELOPE_BYTES, 'a message')
-    if not env then
-      break
+  local most = math.min(tail_max, count, last_id - from + 1)
+  local newest, bytes = {}, 0
+  while #newest < most and bytes < SEARCH_TAIL_BYTES do
+    local env = bounded(redis.call('LINDEX', k_msgs, -1 - #newest), MAX_ENVELOPE_BYTES,
+      'a message')
+    if not env or envelope_head(env) < from then
+      break  -- the list's start, or indexed (ids not live between: a summary's)
     end
-    tail[#tail + 1] = env
+    newest[#newest + 1] = env
     bytes = bytes + #env
-    at = at + 1
+  end
+  for i = #newest, 1, -1 do
+    tail[#tail + 1] = newest[i]
   end
   left = math.max(0, left - #tail)
 end

@@ -148,7 +148,8 @@ class IndexState:
     incarnation: str = ""
     #: The first id the index has not reached.
     ix_next: int = 0
-    #: The live envelopes from ``ix_next`` on, as read (when asked for: a search's read).
+    #: The newest live envelopes from ``ix_next`` on, oldest first, as read (when asked for:
+    #: a search's read).
     tail: tuple[bytes, ...] = ()
 
 

@@ -175,14 +175,15 @@ class SearchConfig(StrictModel):
     enabled: bool = True
     index_delay: Duration = timedelta(seconds=INDEX_DELAY)
 
-    @model_validator(mode="after")
-    def _delay_in_range(self) -> SearchConfig:
-        seconds = self.index_delay.total_seconds()
+    @field_validator("index_delay")
+    @classmethod
+    def _delay_in_range(cls, delay: timedelta) -> timedelta:
+        seconds = delay.total_seconds()
         if not 0 <= seconds <= MAX_INDEX_DELAY:
             raise ValueError(
                 f"index_delay must be between 0s and {MAX_INDEX_DELAY:g}s, got {seconds:g}s"
             )
-        return self
+        return delay
 
     def policy(self) -> SearchPolicy:
         return SearchPolicy(

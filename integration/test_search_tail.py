@@ -22,6 +22,7 @@ from compozy_memory._model.limits import (
     SEARCH_TAIL_BYTES,
     SEARCH_TAIL_DOCS,
 )
+from compozy_memory._search.tail import envelope_digest
 from integration.memories import memory
 
 WORDS = [
@@ -255,13 +256,42 @@ async def test_a_planted_tail_envelope_is_refused_typed(
     writer = memory(client, memory_key, background_index=False)
     await writer.append({"role": "user", "content": "the kettle"})
     reader = memory(client, memory_key, read_only=True)
+    head = '{"id":1,"ts":1,"tokens":1,"priority":2,'
     for planted in (
         '{"id":1,"ts":99999999999999999999,"tokens":1,"priority":2,"role":"user","content":"kettle"}',
-        '{"id":1,"ts":1,"tokens":1,"priority":2,"role":"user","content":' + "[" * 100_000,
+        head + '"role":"user","content":' + "[" * 100_000,
+        # Valid JSON of the wrong shape: found by the tail's analysis, refused when fetched.
+        head + '"role":5,"content":"kettle"}',
+        head + '"role":"user","content":"kettle","tool_calls":7}',
+        # An id that is no id, or a second one the scripts do not read.
+        '{"id":' + "9" * 400 + ',"ts":1,"tokens":1,"priority":2,"role":"user","content":"kettle"}',
+        head + '"role":"user","content":"kettle","id":7}',
     ):
         await client.lset(writer.keys.msgs, 0, planted)
         with pytest.raises(CorruptDataError):
             await reader.search("kettle")
+
+
+async def test_a_tail_hit_is_the_message_ranked_or_none(
+    client: RedisClient, memory_key: str
+) -> None:
+    # A failover can give a tail's ids to other messages between a search's read and its
+    # fetch (the promoted replica had not seen the ones ranked; its writers take the ids
+    # again): the role the client filtered on was the lost message's. A hit whose envelope
+    # is not the one ranked is passed over.
+    writer = memory(client, memory_key, background_index=False)
+    await writer.append_many([{"role": "user", "content": f"kettle {i}"} for i in range(3)])
+    reader = memory(client, memory_key, read_only=True)
+    read = await reader.gateway.index_read([], [], tail=SEARCH_TAIL_DOCS)
+    digests = {1 + i: envelope_digest(env) for i, env in enumerate(read.tail)}
+    fetch = reader.gateway.search_fetch
+    kept = await fetch([1, 2, 3], limit=10, kinds=[1], tail_from=1, tail=digests)
+    assert [h[0] for h in kept] == [1, 2, 3]
+    stored = await client.lindex(writer.keys.msgs, 1)
+    assert isinstance(stored, bytes)
+    await client.lset(writer.keys.msgs, 1, stored.decode().replace('"user"', '"assistant"'))
+    kept = await fetch([1, 2, 3], limit=10, kinds=[1], tail_from=1, tail=digests)
+    assert [(h[0], h[2].role) for h in kept] == [(1, "user"), (3, "user")]
 
 
 async def test_hits_ranked_in_a_memory_that_expired_are_not_fetched_from_its_successor(

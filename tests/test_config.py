@@ -214,6 +214,8 @@ def test_context_and_search_settings_reach_the_policy() -> None:
     assert (policy.search.k1, policy.search.b, policy.search.limit) == (1.5, 0.5, 4)
     assert policy.search.index_delay == 5.0
     assert resource().policy().search.index_delay == INDEX_DELAY
+    for none in (0, 0.0, "0s", "0ms", "0h0m"):
+        assert resource(search={"index_delay": none}).policy().search.index_delay == 0
 
 
 @pytest.mark.parametrize(
@@ -222,7 +224,9 @@ def test_context_and_search_settings_reach_the_policy() -> None:
         ("context", {"summary_share": 0.7, "recall_share": 0.5}, "at most 1"),
         ("context", {"sumary_share": 0.2}, "sumary_share"),
         ("search", {"b": 2}, "less than or equal to 1"),
-        ("search", {"index_delay": "2h"}, "index_delay must be between 0s and 3600s, got 7200s"),
+        ("search", {"index_delay": "2h"}, "index_delay must be between 0s and 3600s, got 7200.0s"),
+        ("search", {"index_delay": -1}, "a delay is 0 or a duration, not negative"),
+        ("search", {"index_delay": True}, "a duration is text"),
         ("search", {"index_delay": "soon"}, "index_delay"),
     ],
 )

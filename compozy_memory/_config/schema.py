@@ -27,6 +27,7 @@ from compozy_memory._config.templates import compile_template
 from compozy_memory._config.tokenizer import Tokenizer, TokenizerConfig
 from compozy_memory._config.types import (
     MAX_DURATION,
+    Delay,
     Duration,
     Identifier,
     StrictModel,
@@ -173,7 +174,7 @@ class SearchConfig(StrictModel):
     neighbour_weight: float = Field(default=0.5, ge=0, le=10)
     limit: int = Field(default=10, ge=0, le=1000)
     enabled: bool = True
-    index_delay: Duration = timedelta(seconds=INDEX_DELAY)
+    index_delay: Delay = timedelta(seconds=INDEX_DELAY)
 
     @field_validator("index_delay")
     @classmethod
@@ -181,7 +182,7 @@ class SearchConfig(StrictModel):
         seconds = delay.total_seconds()
         if not 0 <= seconds <= MAX_INDEX_DELAY:
             raise ValueError(
-                f"index_delay must be between 0s and {MAX_INDEX_DELAY:g}s, got {seconds:g}s"
+                f"index_delay must be between 0s and {MAX_INDEX_DELAY:g}s, got {seconds}s"
             )
         return delay
 

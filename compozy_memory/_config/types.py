@@ -11,10 +11,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 __all__ = [
     "MAX_DURATION",
+    "Delay",
     "Duration",
     "Identifier",
     "StrictModel",
     "format_duration",
+    "parse_delay",
     "parse_duration",
 ]
 
@@ -74,6 +76,24 @@ def format_duration(value: timedelta) -> str:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def parse_delay(value: object) -> timedelta:
+    """:func:`parse_duration`, or none at all: ``0``, ``0s``, ``0ms``."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+        if value < 0:
+            raise ValueError("a delay is 0 or a duration, not negative")
+        return timedelta(0)
+    if isinstance(value, str):
+        parts = _DURATION_PART.findall(value.strip().lower())
+        text = "".join(n + u for n, u in parts)
+        if parts and text == value.strip().lower() and all(float(n) == 0 for n, _ in parts):
+            return timedelta(0)
+    return parse_duration(value)
+
+
+#: A wait that may be none: a :data:`Duration`, or 0.
+Delay = Annotated[timedelta, BeforeValidator(parse_delay)]
 # pydantic matches ``pattern`` with Rust's regex, where "$" is the end of the text: "m\n" is
 # refused (tests/test_config.py pins it), unlike Python's re.match with "$".
 Identifier = Annotated[str, Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]{0,127}$")]

@@ -16,6 +16,7 @@ every search until a step takes it.
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -24,8 +25,9 @@ from typing import Any
 
 from compozy_memory._search.documents import KINDS
 from compozy_memory._search.merging import analysed
+from compozy_memory.errors import CorruptDataError
 
-__all__ = ["TailDoc", "tail_docs"]
+__all__ = ["TailDoc", "envelope_digest", "tail_docs"]
 
 #: Analyses kept (per process, every memory's tails together).
 _KEPT = 2_048
@@ -33,12 +35,15 @@ _KEPT = 2_048
 
 @dataclass(frozen=True, slots=True)
 class TailDoc:
-    """A live message past the index, as a document of it: id, kind (the role's), terms."""
+    """A live message past the index, as a document of it: id, kind (the role's), terms, and
+    the digest of the envelope read (:func:`envelope_digest`): a hit fetched at this id is
+    this message only if its envelope has the same."""
 
     id: int
     kind: int
     tf: Counter[str]
     length: int
+    digest: bytes = b""
 
     @property
     def summary(self) -> bool:
@@ -47,6 +52,13 @@ class TailDoc:
 
 _lock = threading.Lock()
 _analysed: dict[bytes, TailDoc | None] = {}
+_HEAD_ID = re.compile(rb'\{"id":([1-9][0-9]{0,15}),')
+
+
+def envelope_digest(raw: bytes | str) -> bytes:
+    """The digest a tail document keeps of its envelope's bytes."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def tail_docs(envelopes: Sequence[bytes], parse: Any) -> list[TailDoc]:
@@ -54,12 +66,12 @@ def tail_docs(envelopes: Sequence[bytes], parse: Any) -> list[TailDoc]:
     refusing a corrupt one); pinned messages (priority 0) are no document, as in the index."""
     out: list[TailDoc] = []
     for raw in envelopes:
-        digest = hashlib.blake2b(raw, digest_size=16).digest()
+        digest = envelope_digest(raw)
         with _lock:
             seen = digest in _analysed
             known = _analysed.get(digest)
         if not seen:
-            known = _analyse(parse(raw))
+            known = _analyse(raw, parse(raw), digest)
             with _lock:
                 if len(_analysed) >= _KEPT:
                     # Dicts keep insertion order: the oldest analyses go first.
@@ -71,7 +83,16 @@ def tail_docs(envelopes: Sequence[bytes], parse: Any) -> list[TailDoc]:
     return out
 
 
-def _analyse(message: dict[str, Any]) -> TailDoc | None:
+def _analyse(raw: bytes, message: dict[str, Any], digest: bytes) -> TailDoc | None:
     if message.get("priority") == 0:
         return None  # pinned: never indexed
-    return TailDoc(*analysed(message, summary=False))
+    doc = TailDoc(*analysed(message, summary=False), digest)
+    # The scripts know a message by the id its envelope starts with: one parsed otherwise (a
+    # second "id" key, written raw) is no message of this memory's.
+    head = _HEAD_ID.match(raw)
+    if head is None or int(head.group(1)) != doc.id:
+        raise CorruptDataError(
+            "a stored message's id is not the one its envelope starts with: it was written "
+            "raw, not by compozy-memory"
+        )
+    return doc

@@ -346,7 +346,7 @@ class ContextReads:
             ranked.unindexed,
             False,
             ranked.summaries,
-            ranked.tail_kinds,
+            ranked.tail,
             ranked.tail_from,
             ranked.incarnation,
         )

@@ -27,6 +27,7 @@ from compozy_memory._search.ranking import neighbour_boost, top_k
 from compozy_memory._search.runtime.searching import bm25_ranking
 from compozy_memory._search.runtime.vector_calls import Candidates
 from compozy_memory._search.runtime.vectors import embed, model_id
+from compozy_memory._search.tail import TailDoc
 from compozy_memory._wire.effects import Observe
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
@@ -47,9 +48,10 @@ class Ranking:
     dense: bool
     #: Ids known to be summaries (their own lane; the neighbour lift passes over them).
     summaries: frozenset[int] = frozenset()
-    #: Kinds of the ranked live messages past the index (the server has no record of them
-    #: yet: a filter by kind is the client's).
-    tail_kinds: Mapping[int, int] = field(default_factory=dict)
+    #: The ranked live messages past the index, by id (the server has no record of them
+    #: yet: a filter by kind is the client's, and so is the check that a hit fetched at one
+    #: of these ids is the message ranked).
+    tail: Mapping[int, TailDoc] = field(default_factory=dict)
     #: Where that tail began (0: none ranked).
     tail_from: int = 0
     #: The memory's incarnation as the index was read ('' for any): hits are of it only.
@@ -87,20 +89,20 @@ def fused_ranking(
     exists = set(found.ids)
     # Live messages past the index have no record the server could filter or give a vector
     # for: BM25's score, the filter here, and the candidates' mean dense score.
-    tail = ranked.tail_kinds
+    tail = ranked.tail
     wanted = set(kinds)
     extra = [
         (doc_id, score)
         for doc_id, score in ranked.best
-        if doc_id in tail and doc_id not in exists and (not wanted or tail[doc_id] in wanted)
+        if doc_id in tail and doc_id not in exists and (not wanted or tail[doc_id].kind in wanted)
     ]
     for doc_id, score in extra:
         bm25[doc_id] = score
     # Any tail message of a kind kept is there to be lifted as a neighbour, as after a step.
     exists.update(
         doc_id
-        for doc_id, kind in tail.items()
-        if doc_id >= since_id and (not wanted or kind in wanted)
+        for doc_id, doc in tail.items()
+        if doc_id >= since_id and (not wanted or doc.kind in wanted)
     )
     dense = yield from _dense_scores(gateway, embedder, query, found, (i for i, _ in extra))
     skip = ranked.summaries
@@ -136,12 +138,13 @@ def fused_hits(
     ranking = yield from ranked
     scores = dict(ranking.best)
     known = ranking.summaries
-    tail, wanted_kinds = ranking.tail_kinds, set(kinds)
+    tail, wanted_kinds = ranking.tail, set(kinds)
     ids = [
         doc_id
         for doc_id, _ in ranking.best
-        if not wanted_kinds or doc_id not in tail or tail[doc_id] in wanted_kinds
+        if not wanted_kinds or doc_id not in tail or tail[doc_id].kind in wanted_kinds
     ]
+    read = {doc_id: doc.digest for doc_id, doc in tail.items()}
     if summary_limit > 0:
         ids = [doc_id for doc_id in ids if doc_id not in known]
     fetched = yield from gateway.search_fetch(
@@ -150,6 +153,7 @@ def fused_hits(
         kinds=kinds,
         tail_from=ranking.tail_from,
         incarnation=ranking.incarnation,
+        tail=read,
     )
     out = Hits(
         Hit(doc_id, scores[doc_id], message, before, after, where)
@@ -164,6 +168,7 @@ def fused_hits(
             kinds=[KINDS["summary"]],
             tail_from=ranking.tail_from,
             incarnation=ranking.incarnation,
+            tail=read,
         )
         out.summaries = tuple(
             Hit(doc_id, scores[doc_id], message, before, after, where)

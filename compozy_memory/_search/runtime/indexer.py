@@ -163,7 +163,9 @@ class Indexer(Backgrounded):
             or self.unstepped >= INDEX_BATCH_DOCS
             or self._unstepped_bytes >= INDEX_BATCH_BYTES
         )
-        self._job.fire(None if due else self.delay)
+        # A delay shorter than the debounce (0: no batching) is the debounce: a burst of
+        # writes still takes one step.
+        self._job.fire(None if due or self.delay <= self.debounce else self.delay)
 
     def _failed(self, exc: CompozyMemoryError) -> None:
         """A background catch-up's failure: logged, the next write tries again; a server out

@@ -26,7 +26,7 @@ from compozy_memory._search.documents import SUMMARY_TERM
 from compozy_memory._search.runtime.index_calls import IndexState, parse_envelope
 from compozy_memory._search.scoring import SearchPlan, SearchSettings
 from compozy_memory._search.segments import SegmentEntry
-from compozy_memory._search.tail import tail_docs
+from compozy_memory._search.tail import TailDoc, tail_docs
 from compozy_memory._wire.gateway import MemoryGateway
 from compozy_memory._wire.steps import Steps
 
@@ -51,9 +51,10 @@ class Bm25Ranking:
     unindexed: int
     #: Ids known to be summaries, among the candidates and their neighbours.
     summaries: frozenset[int] = frozenset()
-    #: The kinds of the live messages past the index that were ranked (by id): the server
-    #: has no record of them yet, so a filter by kind is the client's.
-    tail_kinds: Mapping[int, int] = field(default_factory=dict)
+    #: The live messages past the index that were ranked, by id: the server has no record
+    #: of them yet, so a filter by kind is the client's, and a hit fetched at one of these
+    #: ids is that message only if its envelope is the one read (``TailDoc.digest``).
+    tail: Mapping[int, TailDoc] = field(default_factory=dict)
     #: Where that tail began (the index's ``ix_next`` as read, at least 1); 0: none ranked.
     tail_from: int = 0
     #: The memory's incarnation as read: the hits are fetched from it only ('' for any).
@@ -111,13 +112,20 @@ def bm25_ranking(
                 break
             plan.take(more)
         else:
-            kinds = {d.id: d.kind for d in tail}
+            ranked_tail = {d.id: d for d in tail}
             # Past the index only the tail's documents are documents (the neighbour lift
             # offers any id: a pinned message, or one past the tail read, is none).
-            best = [(i, score) for i, score in plan.ranking() if i < read.ix_next or i in kinds]
-            tail_from = max(read.ix_next, 1) if kinds else 0
+            best = [
+                (i, score) for i, score in plan.ranking() if i < read.ix_next or i in ranked_tail
+            ]
+            tail_from = max(read.ix_next, 1) if ranked_tail else 0
             return Bm25Ranking(
-                best, read.unindexed, frozenset(plan.summaries), kinds, tail_from, read.incarnation
+                best,
+                read.unindexed,
+                frozenset(plan.summaries),
+                ranked_tail,
+                tail_from,
+                read.incarnation,
             )
         segments = ()
     # The list changed under every attempt (merges in a burst): rank what was last read.

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from compozy_memory._model.messages import Message
+from compozy_memory._search.tail import envelope_digest
 from compozy_memory._wire import replies
 from compozy_memory._wire.gateway_base import GatewayBase
 from compozy_memory._wire.steps import Steps, op
@@ -174,12 +175,16 @@ class VectorCalls(GatewayBase):
         kinds: Sequence[int] = (),
         tail_from: int = 0,
         incarnation: str = "",
+        tail: Mapping[int, bytes] | None = None,
     ) -> Steps[list[tuple[int, str, Message, Message | None, Message | None]]]:
         """The first ``limit`` of the ranked candidates ``ids`` still indexed and of
         ``kinds`` (every kind: empty), or in the live tail from ``tail_from`` the client
         ranked and filtered (0: none), with their neighbours: (id, where, message, before,
         after) in the order asked; none when the memory's incarnation is no longer
-        ``incarnation`` (the one ranked: '' for any)."""
+        ``incarnation`` (the one ranked: '' for any). A hit at an id of ``tail`` (the digests
+        of the tail's envelopes as the ranking read them) whose envelope is another (the id
+        given again: a failover lost the one ranked) is passed over; a hit that does not
+        decode is CorruptDataError."""
         if not ids:
             return []
         reply = yield from self._reading(
@@ -193,13 +198,19 @@ class VectorCalls(GatewayBase):
             self._fields("search_fetch"),
             ids,
         )
-        return [
-            (
-                int(doc_id),
-                replies.text(where),
-                Message.model_validate_json(env),
-                Message.model_validate_json(before) if before else None,
-                Message.model_validate_json(after) if after else None,
+        out = []
+        for doc_id, where, env, before, after in reply["hits"]:
+            hit = int(doc_id)
+            if tail and hit in tail and envelope_digest(env) != tail[hit]:
+                continue
+            message, *around = replies.messages([env, *(n for n in (before, after) if n)])
+            out.append(
+                (
+                    hit,
+                    replies.text(where),
+                    message,
+                    around.pop(0) if before else None,
+                    around.pop(0) if after else None,
+                )
             )
-            for doc_id, where, env, before, after in reply["hits"]
-        ]
+        return out

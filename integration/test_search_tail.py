@@ -292,6 +292,30 @@ async def test_a_tail_hit_is_the_message_ranked_or_none(
     await client.lset(writer.keys.msgs, 1, stored.decode().replace('"user"', '"assistant"'))
     kept = await fetch([1, 2, 3], limit=10, kinds=[1], tail_from=1, tail=digests)
     assert [(h[0], h[2].role) for h in kept] == [(1, "user"), (3, "user")]
+    # The next candidate takes the place of the one passed over.
+    kept = await fetch([2, 3], limit=1, kinds=[1], tail_from=1, tail=digests)
+    assert [h[0] for h in kept] == [3]
+
+
+@pytest.mark.parametrize("second", [2, 1000])
+async def test_a_second_id_key_is_refused_typed_by_the_indexer_and_the_fetch(
+    client: RedisClient, memory_key: str, second: int
+) -> None:
+    # Written raw: the scripts know the message by its head's id, a parser by the last one.
+    mem = memory(client, memory_key, background_index=False)
+    await mem.append_many([{"role": "user", "content": f"kettle {i}"} for i in range(3)])
+    stored = await client.lindex(mem.keys.msgs, 0)
+    assert isinstance(stored, bytes)
+    planted = stored.decode()[:-1] + f',"id":{second}}}'
+    await client.lset(mem.keys.msgs, 0, planted)
+    with pytest.raises(CorruptDataError):
+        await mem.indexer.catch_up()
+    # Planted after the message was indexed: its hit says it is another message.
+    await client.lset(mem.keys.msgs, 0, stored.decode())
+    await mem.indexer.catch_up()
+    await client.lset(mem.keys.msgs, 0, planted)
+    with pytest.raises(CorruptDataError):
+        await mem.search("kettle 0")
 
 
 async def test_hits_ranked_in_a_memory_that_expired_are_not_fetched_from_its_successor(

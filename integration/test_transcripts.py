@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from compozy_memory import ConflictError, MemoryInstance, MemoryPolicy
+from compozy_memory import ConflictError, InvalidMessageError, MemoryInstance, MemoryPolicy
 from compozy_memory._io.translate import RedisClient
 from integration.memories import COUNTER
 
@@ -131,3 +131,26 @@ async def test_a_flushed_memory_round_trips_with_its_summaries(
     markdown = await copy.export_transcript("markdown")
     assert "## Summaries" in markdown
     assert "> **Summary** #" in markdown
+
+
+HEAD = '{"id":%d,"ts":1732250000123,"tokens":3,"priority":2,'
+
+
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        # A second "id" key: the scripts read the head's, a parser the last one.
+        HEAD % 1 + '"role":"user","content":"kettle","id":5}',
+        # Ids no index or total can hold.
+        HEAD % (2 * 10**15) + '"role":"user","content":"kettle"}',
+        '{"id":0,"ts":1,"tokens":3,"priority":2,"role":"user","content":"kettle"}',
+    ],
+)
+async def test_an_import_refuses_ids_the_memory_could_not_index(
+    client: RedisClient, memory_key: str, envelope: str
+) -> None:
+    mem = MemoryInstance.open(client, project=PROJECT, key=memory_key, counter=COUNTER)
+    text = '{"compozy_transcript":1}\n' + f'{{"part":"msgs","envelope":{envelope}}}\n'
+    with pytest.raises(InvalidMessageError, match="line 2"):
+        await mem.import_transcript(text)
+    assert await client.exists(*mem.keys.data) == 0  # nothing written

@@ -11,7 +11,7 @@
 --                'done': the last step (no items)
 --   at           how many of that part's envelopes earlier steps sent: a step repeated
 --                (its reply lost) finds its envelopes there and writes nothing again
---   last_id      the transcript's largest id
+--   last_id      the transcript's largest id (below MAX_TOTAL; each item's id at least 1)
 --   items        at most MAX_BATCH envelopes (MAX_CALL_BYTES in all, MAX_ENVELOPE_BYTES
 --                each), each part in its list's order, live ids increasing
 -- REPLY: {count last_id}
@@ -27,7 +27,7 @@
 -- COMPOZY_EVICTED
 local ttl_ms = int_arg(a_ttl_ms, 'ttl_ms', 0, nil)
 local archive_max = int_arg(a_archive_max, 'archive_max', 0, nil)
-local last = int_arg(a_last_id, 'last_id', 0, 2 ^ 52)
+local last = int_arg(a_last_id, 'last_id', 0, MAX_TOTAL - 1)
 local at = int_arg(a_at, 'at', 0, 2 ^ 52)
 if #a_token < 16 or #a_token > 128 then
   fail('INVALID', 'an import token has 16 to 128 bytes')
@@ -81,7 +81,7 @@ for i = 1, n do
       .. MAX_ENVELOPE_BYTES)
   end
   local id, tokens, priority = envelope_head(env)
-  if priority > MAX_PRIORITY or tokens > MAX_MESSAGE_TOKENS or id > last then
+  if priority > MAX_PRIORITY or tokens > MAX_MESSAGE_TOKENS or id < 1 or id > last then
     fail('INVALID', 'item ' .. i .. ' has an id, priority or token count out of range')
   end
   bytes = bytes + #env

@@ -214,7 +214,7 @@ def test_context_and_search_settings_reach_the_policy() -> None:
     assert (policy.search.k1, policy.search.b, policy.search.limit) == (1.5, 0.5, 4)
     assert policy.search.index_delay == 5.0
     assert resource().policy().search.index_delay == INDEX_DELAY
-    for none in (0, 0.0, "0s", "0ms", "0h0m"):
+    for none in (0, 0.0, "0", "0s", "0ms", "0h0m", timedelta(0)):
         assert resource(search={"index_delay": none}).policy().search.index_delay == 0
 
 
@@ -226,6 +226,7 @@ def test_context_and_search_settings_reach_the_policy() -> None:
         ("search", {"b": 2}, "less than or equal to 1"),
         ("search", {"index_delay": "2h"}, "index_delay must be between 0s and 3600s, got 7200.0s"),
         ("search", {"index_delay": -1}, "a delay is 0 or a duration, not negative"),
+        ("search", {"index_delay": timedelta(seconds=-1)}, "a duration must be positive"),
         ("search", {"index_delay": True}, "a duration is text"),
         ("search", {"index_delay": "soon"}, "index_delay"),
     ],

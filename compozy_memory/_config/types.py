@@ -80,11 +80,15 @@ Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 def parse_delay(value: object) -> timedelta:
     """:func:`parse_duration`, or none at all: ``0``, ``0s``, ``0ms``."""
+    if isinstance(value, timedelta) and value == timedelta(0):
+        return value
     if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
         if value < 0:
             raise ValueError("a delay is 0 or a duration, not negative")
         return timedelta(0)
     if isinstance(value, str):
+        if value.strip() in ("0", "0.0"):
+            return timedelta(0)
         parts = _DURATION_PART.findall(value.strip().lower())
         text = "".join(n + u for n, u in parts)
         if parts and text == value.strip().lower() and all(float(n) == 0 for n, _ in parts):

@@ -39,13 +39,32 @@ from pydantic_core import PydanticSerializationError
 from compozy_memory._model.limits import MAX_MESSAGE_TOKENS, MAX_PRIORITY
 from compozy_memory.errors import InvalidMessageError
 
-__all__ = ["MAX_PRIORITY", "EncodedMessage", "Message", "Role", "encode_body", "id_ranges"]
+__all__ = [
+    "MAX_PRIORITY",
+    "EncodedMessage",
+    "Message",
+    "Role",
+    "encode_body",
+    "head_id",
+    "id_ranges",
+]
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 # Fields the append script writes itself; everything else is the client's body.
 _SCRIPT_FIELDS = {"id", "ts", "tokens", "priority"}
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# A stored envelope's head id, as the scripts read it (lua/lib/envelope.lua): 16 digits at most.
+_HEAD_ID = re.compile(rb'\{"id":([1-9][0-9]{0,15}),')
+
+
+def head_id(envelope: bytes | str) -> int | None:
+    """The id a stored envelope starts with (``{"id":N,``), which is the id the scripts know
+    it by, or None; a parser reading a second ``"id"`` key written raw would see another."""
+    head = _HEAD_ID.match(envelope.encode() if isinstance(envelope, str) else envelope)
+    return None if head is None else int(head.group(1))
+
+
 # Fields that hold caller text, by name, with the name a caller writes.
 _TEXT_FIELDS = {
     "content": "content",

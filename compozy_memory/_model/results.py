@@ -132,7 +132,8 @@ class MemoryHealth:
     strategy: str
     max_tokens: int | None
     #: Messages the index has not reached yet: the indexer works them off in the background,
-    #: in batches (a search still finds the newest 128 of them, read from the live list).
+    #: in batches (a search still finds the newest 128 of them, 256 KiB at most, read from
+    #: the live list).
     unindexed: int = 0
     #: The memory's data format (meta's ``fmt``; 1 before formats were named).
     data_format: int = 1
@@ -269,8 +270,8 @@ class Hits(list[Hit]):
     summaries that match (:attr:`summaries`)."""
 
     #: Messages search could not see: not indexed yet and older than the live tail a search
-    #: reads itself (the newest 128: a longer backlog, or an index being rebuilt); ``0``
-    #: when search saw everything.
+    #: reads itself (the newest 128, 256 KiB at most: a longer backlog, or an index being
+    #: rebuilt); ``0`` when search saw everything.
     unindexed: int = 0
     #: Summaries that match, best first, in a lane of their own (a search without
     #: ``roles``): they never take the place of a message in the list itself.

@@ -16,7 +16,6 @@ every search until a step takes it.
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -25,7 +24,6 @@ from typing import Any
 
 from compozy_memory._search.documents import KINDS
 from compozy_memory._search.merging import analysed
-from compozy_memory.errors import CorruptDataError
 
 __all__ = ["TailDoc", "envelope_digest", "tail_docs"]
 
@@ -52,7 +50,6 @@ class TailDoc:
 
 _lock = threading.Lock()
 _analysed: dict[bytes, TailDoc | None] = {}
-_HEAD_ID = re.compile(rb'\{"id":([1-9][0-9]{0,15}),')
 
 
 def envelope_digest(raw: bytes | str) -> bytes:
@@ -63,7 +60,8 @@ def envelope_digest(raw: bytes | str) -> bytes:
 
 def tail_docs(envelopes: Sequence[bytes], parse: Any) -> list[TailDoc]:
     """The documents of the tail's ``envelopes`` (``parse``: raw envelope to its JSON object,
-    refusing a corrupt one); pinned messages (priority 0) are no document, as in the index."""
+    refusing a corrupt one, or one whose id is not the one it starts with); pinned messages
+    (priority 0) are no document, as in the index."""
     out: list[TailDoc] = []
     for raw in envelopes:
         digest = envelope_digest(raw)
@@ -71,7 +69,7 @@ def tail_docs(envelopes: Sequence[bytes], parse: Any) -> list[TailDoc]:
             seen = digest in _analysed
             known = _analysed.get(digest)
         if not seen:
-            known = _analyse(raw, parse(raw), digest)
+            known = _analyse(parse(raw), digest)
             with _lock:
                 if len(_analysed) >= _KEPT:
                     # Dicts keep insertion order: the oldest analyses go first.
@@ -83,16 +81,7 @@ def tail_docs(envelopes: Sequence[bytes], parse: Any) -> list[TailDoc]:
     return out
 
 
-def _analyse(raw: bytes, message: dict[str, Any], digest: bytes) -> TailDoc | None:
+def _analyse(message: dict[str, Any], digest: bytes) -> TailDoc | None:
     if message.get("priority") == 0:
         return None  # pinned: never indexed
-    doc = TailDoc(*analysed(message, summary=False), digest)
-    # The scripts know a message by the id its envelope starts with: one parsed otherwise (a
-    # second "id" key, written raw) is no message of this memory's.
-    head = _HEAD_ID.match(raw)
-    if head is None or int(head.group(1)) != doc.id:
-        raise CorruptDataError(
-            "a stored message's id is not the one its envelope starts with: it was written "
-            "raw, not by compozy-memory"
-        )
-    return doc
+    return TailDoc(*analysed(message, summary=False), digest)

@@ -29,8 +29,8 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from compozy_memory._model.limits import MAX_BATCH, MAX_CALL_BYTES
-from compozy_memory._model.messages import Message
+from compozy_memory._model.limits import MAX_BATCH, MAX_CALL_BYTES, MAX_TOTAL
+from compozy_memory._model.messages import Message, head_id
 from compozy_memory._model.results import Transcript
 from compozy_memory._store.handle import Handle
 from compozy_memory._wire.gateway import MemoryGateway
@@ -107,9 +107,17 @@ def parse_jsonl(text: str) -> Transcript:
         else:
             raw = json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))
         try:
-            Message.model_validate_json(raw)
+            message = Message.model_validate_json(raw)
         except ValueError as exc:
             raise InvalidMessageError(f"transcript line {number}: {exc}") from None
+        # The id the scripts read (the head's) is the one the message has, and one an index
+        # can hold (a second "id" key, or an id past the totals' range, would be stored and
+        # then neither found nor indexed).
+        if head_id(raw) != message.id or not 1 <= (message.id or 0) < MAX_TOTAL:
+            raise InvalidMessageError(
+                f"transcript line {number}: an envelope starts with its id, one id from 1 to "
+                f"{MAX_TOTAL - 1}"
+            )
         parts[str(part)].append(raw)
     return Transcript(tuple(parts["msgs"]), tuple(parts["summaries"]), tuple(parts["archive"]))
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compozy_memory._model.messages import head_id
 from compozy_memory._search.segments import Encoded, SegmentEntry
 from compozy_memory._wire import replies
 from compozy_memory._wire.contracts import ScriptArg
@@ -71,13 +72,19 @@ class IndexPending:
 
 def parse_envelope(raw: bytes | str) -> dict[str, Any]:
     """A stored envelope as parsed JSON (the indexer analyses it as it is: building a model
-    of each costs more than the analysis)."""
+    of each costs more than the analysis), its id the one it starts with (``{"id":N,``: the
+    id the scripts know it by; a second ``"id"`` key, written raw, would be read instead)."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # RecursionError: nested past any message's
         raise CorruptDataError(f"a stored envelope is not JSON: {exc!r:.200}") from None
     if not isinstance(data, dict) or not isinstance(data.get("id"), int):
         raise CorruptDataError("a stored envelope is not an object with an id")
+    if head_id(raw) != data["id"]:
+        raise CorruptDataError(
+            "a stored envelope's id is not the one it starts with: it was written raw, not by "
+            "compozy-memory"
+        )
     return data
 
 

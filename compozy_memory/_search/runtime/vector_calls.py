@@ -12,6 +12,7 @@ from compozy_memory._search.tail import envelope_digest
 from compozy_memory._wire import replies
 from compozy_memory._wire.gateway_base import GatewayBase
 from compozy_memory._wire.steps import Steps, op
+from compozy_memory.errors import CorruptDataError
 
 __all__ = ["Candidates", "VectorApplied", "VectorCalls", "VectorPending"]
 
@@ -72,6 +73,27 @@ def _blob(value: Any) -> bytes | None:
 
 def _names(value: Any) -> tuple[str, ...]:
     return tuple(n for n in replies.text(value).split("\t") if n)
+
+
+#: Fetches of one search's hits at most (another only when a tail hit was not the one ranked).
+_FETCH_PASSES = 4
+
+
+def _decoded(
+    hit: int, where: Any, env: Any, before: Any, after: Any
+) -> tuple[int, str, Message, Message | None, Message | None]:
+    """A hit as ``search_fetch.lua`` returned it, decoded: CorruptDataError for an envelope
+    that is not a message, or not the one of its id (or of the ids next to it)."""
+    message, *around = replies.messages([env, *(n for n in (before, after) if n)])
+    left = around.pop(0) if before else None
+    right = around.pop(0) if after else None
+    for got, want in ((message, hit), (left, hit - 1), (right, hit + 1)):
+        if got is not None and got.id != want:
+            raise CorruptDataError(
+                f"the message stored as {want} says it is {got.id}: it was written raw, not by "
+                "compozy-memory"
+            )
+    return hit, replies.text(where), message, left, right
 
 
 class VectorCalls(GatewayBase):
@@ -183,34 +205,32 @@ class VectorCalls(GatewayBase):
         after) in the order asked; none when the memory's incarnation is no longer
         ``incarnation`` (the one ranked: '' for any). A hit at an id of ``tail`` (the digests
         of the tail's envelopes as the ranking read them) whose envelope is another (the id
-        given again: a failover lost the one ranked) is passed over; a hit that does not
-        decode is CorruptDataError."""
-        if not ids:
-            return []
-        reply = yield from self._reading(
-            "search_fetch",
-            {
-                "limit": limit,
-                "kinds": ",".join(str(k) for k in kinds),
-                "tail_from": tail_from,
-                "inc": incarnation,
-            },
-            self._fields("search_fetch"),
-            ids,
-        )
-        out = []
-        for doc_id, where, env, before, after in reply["hits"]:
-            hit = int(doc_id)
-            if tail and hit in tail and envelope_digest(env) != tail[hit]:
-                continue
-            message, *around = replies.messages([env, *(n for n in (before, after) if n)])
-            out.append(
-                (
-                    hit,
-                    replies.text(where),
-                    message,
-                    around.pop(0) if before else None,
-                    around.pop(0) if after else None,
-                )
+        given again: a failover lost the one ranked) is passed over, and the next candidates
+        take its place; a hit that does not decode, or not as the message of its id, is
+        CorruptDataError."""
+        wanted = list(ids)
+        # Each pass drops at least one tail id or ends: a few passes, only after a failover.
+        for _ in range(_FETCH_PASSES):
+            if not wanted:
+                return []
+            reply = yield from self._reading(
+                "search_fetch",
+                {
+                    "limit": limit,
+                    "kinds": ",".join(str(k) for k in kinds),
+                    "tail_from": tail_from,
+                    "inc": incarnation,
+                },
+                self._fields("search_fetch"),
+                wanted,
             )
-        return out
+            hits = [(int(doc_id), *rest) for doc_id, *rest in reply["hits"]]
+            lost = {
+                hit
+                for hit, _, env, _, _ in hits
+                if tail and hit in tail and envelope_digest(env) != tail[hit]
+            }
+            if not lost:
+                return [_decoded(*hit) for hit in hits]
+            wanted = [doc_id for doc_id in wanted if doc_id not in lost]
+        return [_decoded(*hit) for hit in hits if hit[0] not in lost]

@@ -144,7 +144,7 @@ def fused_hits(
         for doc_id, _ in ranking.best
         if not wanted_kinds or doc_id not in tail or tail[doc_id].kind in wanted_kinds
     ]
-    read = {doc_id: doc.digest for doc_id, doc in tail.items()}
+    digests = {doc_id: doc.digest for doc_id, doc in tail.items()}
     if summary_limit > 0:
         ids = [doc_id for doc_id in ids if doc_id not in known]
     fetched = yield from gateway.search_fetch(
@@ -153,7 +153,7 @@ def fused_hits(
         kinds=kinds,
         tail_from=ranking.tail_from,
         incarnation=ranking.incarnation,
-        tail=read,
+        tail=digests,
     )
     out = Hits(
         Hit(doc_id, scores[doc_id], message, before, after, where)
@@ -168,7 +168,7 @@ def fused_hits(
             kinds=[KINDS["summary"]],
             tail_from=ranking.tail_from,
             incarnation=ranking.incarnation,
-            tail=read,
+            tail=digests,
         )
         out.summaries = tuple(
             Hit(doc_id, scores[doc_id], message, before, after, where)

@@ -272,6 +272,20 @@ async def test_a_planted_tail_envelope_is_refused_typed(
             await reader.search("kettle")
 
 
+async def three_kettles(client: RedisClient, key: str) -> MemoryInstance:
+    """A memory of three user turns, none indexed, on a handle that indexes when asked."""
+    mem = memory(client, key, background_index=False)
+    await mem.append_many([{"role": "user", "content": f"kettle {i}"} for i in range(3)])
+    return mem
+
+
+async def stored_text(client: RedisClient, mem: MemoryInstance, at: int) -> str:
+    """The envelope at place ``at`` of the live list, as stored."""
+    stored = await client.lindex(mem.keys.msgs, at)
+    assert isinstance(stored, bytes)
+    return stored.decode()
+
+
 async def test_a_tail_hit_is_the_message_ranked_or_none(
     client: RedisClient, memory_key: str
 ) -> None:
@@ -279,17 +293,15 @@ async def test_a_tail_hit_is_the_message_ranked_or_none(
     # fetch (the promoted replica had not seen the ones ranked; its writers take the ids
     # again): the role the client filtered on was the lost message's. A hit whose envelope
     # is not the one ranked is passed over.
-    writer = memory(client, memory_key, background_index=False)
-    await writer.append_many([{"role": "user", "content": f"kettle {i}"} for i in range(3)])
+    writer = await three_kettles(client, memory_key)
     reader = memory(client, memory_key, read_only=True)
     read = await reader.gateway.index_read([], [], tail=SEARCH_TAIL_DOCS)
     digests = {1 + i: envelope_digest(env) for i, env in enumerate(read.tail)}
     fetch = reader.gateway.search_fetch
     kept = await fetch([1, 2, 3], limit=10, kinds=[1], tail_from=1, tail=digests)
     assert [h[0] for h in kept] == [1, 2, 3]
-    stored = await client.lindex(writer.keys.msgs, 1)
-    assert isinstance(stored, bytes)
-    await client.lset(writer.keys.msgs, 1, stored.decode().replace('"user"', '"assistant"'))
+    stored = await stored_text(client, writer, 1)
+    await client.lset(writer.keys.msgs, 1, stored.replace('"user"', '"assistant"'))
     kept = await fetch([1, 2, 3], limit=10, kinds=[1], tail_from=1, tail=digests)
     assert [(h[0], h[2].role) for h in kept] == [(1, "user"), (3, "user")]
     # The next candidate takes the place of the one passed over.
@@ -302,16 +314,14 @@ async def test_a_second_id_key_is_refused_typed_by_the_indexer_and_the_fetch(
     client: RedisClient, memory_key: str, second: int
 ) -> None:
     # Written raw: the scripts know the message by its head's id, a parser by the last one.
-    mem = memory(client, memory_key, background_index=False)
-    await mem.append_many([{"role": "user", "content": f"kettle {i}"} for i in range(3)])
-    stored = await client.lindex(mem.keys.msgs, 0)
-    assert isinstance(stored, bytes)
-    planted = stored.decode()[:-1] + f',"id":{second}}}'
+    mem = await three_kettles(client, memory_key)
+    stored = await stored_text(client, mem, 0)
+    planted = stored[:-1] + f',"id":{second}}}'
     await client.lset(mem.keys.msgs, 0, planted)
     with pytest.raises(CorruptDataError):
         await mem.indexer.catch_up()
     # Planted after the message was indexed: its hit says it is another message.
-    await client.lset(mem.keys.msgs, 0, stored.decode())
+    await client.lset(mem.keys.msgs, 0, stored)
     await mem.indexer.catch_up()
     await client.lset(mem.keys.msgs, 0, planted)
     with pytest.raises(CorruptDataError):
@@ -346,25 +356,19 @@ async def test_hits_ranked_in_a_memory_that_expired_are_not_fetched_from_its_suc
     assert await fetch(ids, limit=20, tail_from=tail_from, incarnation=old) == []
     now = (await again.gateway.index_read([], [])).incarnation
     assert len(await fetch(ids, limit=20, tail_from=tail_from, incarnation=now)) == 11
-    layers = await reader.gateway.context(
-        10_000,
-        summary_share=0.0,
-        recall_share=0.5,
-        backfill=False,
-        max_messages=2,
-        hits=[1, 2, 3, 9],
-        tail_from=tail_from,
-        incarnation=old,
-    )
-    assert layers.recalled == ()
-    layers = await reader.gateway.context(
-        10_000,
-        summary_share=0.0,
-        recall_share=0.5,
-        backfill=False,
-        max_messages=2,
-        hits=[1, 2, 3, 9],
-        tail_from=tail_from,
-        incarnation=now,
-    )
-    assert [m.content for m in layers.recalled] == ["secret 0"]
+
+    async def recalled(incarnation: str) -> list[Any]:
+        layers = await reader.gateway.context(
+            10_000,
+            summary_share=0.0,
+            recall_share=0.5,
+            backfill=False,
+            max_messages=2,
+            hits=[1, 2, 3, 9],
+            tail_from=tail_from,
+            incarnation=incarnation,
+        )
+        return [m.content for m in layers.recalled]
+
+    assert await recalled(old) == []
+    assert await recalled(now) == ["secret 0"]

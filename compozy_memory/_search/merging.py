@@ -28,7 +28,6 @@ from compozy_memory._model.limits import (
     INDEX_READ_BYTES,
     INDEX_READ_FIELDS,
     MAX_SEGMENTS,
-    MAX_TOTAL,
     STEP_FIELDS,
 )
 from compozy_memory._search.documents import KINDS, document_terms, kind_of
@@ -257,12 +256,6 @@ def analysed(message: dict[str, Any], *, summary: bool) -> tuple[int, int, Count
     """(id, kind, term frequencies, length) of one stored envelope (parsed JSON), as a step
     indexes it; CorruptDataError for fields no append writes."""
     kind = KINDS["summary"] if summary else kind_of(message)
-    doc_id = message.get("id")
-    if type(doc_id) is not int or not 1 <= doc_id < MAX_TOTAL:
-        raise CorruptDataError(
-            f"a stored message's id is no id ({str(doc_id)[:24]!r}): it was not written by "
-            "compozy-memory"
-        )
     try:
         tf, length = document_terms(message, kind=kind)
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
@@ -270,7 +263,7 @@ def analysed(message: dict[str, Any], *, summary: bool) -> tuple[int, int, Count
             f"a stored message cannot be analysed ({type(exc).__name__}): it was not written "
             "by compozy-memory"
         ) from None
-    return doc_id, kind, tf, length
+    return int(message["id"]), kind, tf, length
 
 
 def step_segments(

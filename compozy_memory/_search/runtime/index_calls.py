@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compozy_memory._model.limits import MAX_TOTAL
 from compozy_memory._model.messages import head_id
 from compozy_memory._search.segments import Encoded, SegmentEntry
 from compozy_memory._wire import replies
@@ -78,12 +79,12 @@ def parse_envelope(raw: bytes | str) -> dict[str, Any]:
         data = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # RecursionError: nested past any message's
         raise CorruptDataError(f"a stored envelope is not JSON: {exc!r:.200}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("id"), int):
+    if not isinstance(data, dict) or type(doc_id := data.get("id")) is not int:
         raise CorruptDataError("a stored envelope is not an object with an id")
-    if head_id(raw) != data["id"]:
+    if head_id(raw) != doc_id or doc_id >= MAX_TOTAL:
         raise CorruptDataError(
-            "a stored envelope's id is not the one it starts with: it was written raw, not by "
-            "compozy-memory"
+            f"a stored envelope's id ({str(doc_id)[:24]}) is not the one it starts with, or "
+            "past any id: it was written raw, not by compozy-memory"
         )
     return data
 
